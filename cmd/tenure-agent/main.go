@@ -1,0 +1,88 @@
+// Command tenure-agent is the node agent: it serves the CNI shim's calls on
+// a unix socket from informer caches of the cluster's reservations.
+//
+//	tenure-agent --node-name NAME --socket PATH [--kubeconfig PATH]
+//	tenure-agent install ...   (the DaemonSet's init container)
+//	tenure-agent health --socket PATH   (liveness/readiness probe)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tenure-ipam/tenure/internal/agent"
+	"github.com/tenure-ipam/tenure/internal/cniwire"
+	"github.com/tenure-ipam/tenure/internal/kube"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "health":
+			os.Exit(health(os.Args[2:]))
+		}
+	}
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("tenure-agent", flag.ExitOnError)
+	node := fs.String("node-name", os.Getenv("NODE_NAME"), "name of the node this agent serves (default $NODE_NAME)")
+	socket := fs.String("socket", cniwire.DefaultSocket, "unix socket the CNI shim calls")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
+	_ = fs.Parse(args)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *node == "" {
+		log.Error("--node-name (or $NODE_NAME) is required")
+		return 2
+	}
+	cfg, err := kube.RESTConfig(*kubeconfig)
+	if err != nil {
+		log.Error("loading API client config", "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	a, err := agent.New(agent.Options{NodeName: *node, Config: cfg, Logger: log})
+	if err != nil {
+		log.Error("creating agent", "err", err)
+		return 1
+	}
+	defer a.Shutdown()
+	if err := a.Start(ctx); err != nil {
+		log.Error("starting agent", "err", err)
+		return 1
+	}
+	l, err := agent.Listen(*socket)
+	if err != nil {
+		log.Error("listening", "socket", *socket, "err", err)
+		return 1
+	}
+	log.Info("serving", "node", *node, "socket", *socket)
+	if err := a.Serve(ctx, l); err != nil {
+		log.Error("serving", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func health(args []string) int {
+	fs := flag.NewFlagSet("health", flag.ExitOnError)
+	socket := fs.String("socket", cniwire.DefaultSocket, "agent socket")
+	ready := fs.Bool("ready", false, "check readiness (caches synced), not just liveness")
+	_ = fs.Parse(args)
+	path := agent.PathHealthz
+	if *ready {
+		path = agent.PathReadyz
+	}
+	if err := cniwire.Probe(context.Background(), *socket, path); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}

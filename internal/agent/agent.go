@@ -1,0 +1,160 @@
+// Package agent is the node agent: it answers the CNI shim's calls from
+// informer caches and creates or deletes IPReservations, one API write per
+// address, never a read on the hot path when the caches already know.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/store"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// NodeName is the node this agent serves; reservations record it.
+	NodeName string
+	Config   *rest.Config
+	Logger   *slog.Logger
+	// PodWait is how long an ADD waits for its pod to reach the cache
+	// before reading it from the API server.
+	PodWait time.Duration
+}
+
+// Agent serves CNI calls for one node.
+type Agent struct {
+	node    string
+	log     *slog.Logger
+	podWait time.Duration
+
+	client   client.WithWatch
+	store    *store.Store
+	alloc    *allocator.Factory
+	pods     cache.SharedIndexInformer
+	claims   cache.SharedIndexInformer
+	pools    cache.SharedIndexInformer
+	recorder record.EventRecorder
+	events   record.EventBroadcaster
+
+	locks keyedMutex
+}
+
+// New builds an agent; Start runs it.
+func New(opts Options) (*Agent, error) {
+	if opts.NodeName == "" {
+		return nil, fmt.Errorf("node name is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.PodWait == 0 {
+		opts.PodWait = time.Second
+	}
+	c, err := kube.NewClient(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c}
+	a.store = store.New(c, nil)
+	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Quorum: c, Node: opts.NodeName}
+	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
+	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1.IPAMClaimList{} }, &ipamclaimsv1.IPAMClaim{}, nil)
+	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1.IPPoolList{} }, &tenurev1.IPPool{}, nil)
+	a.events = record.NewBroadcaster()
+	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	a.recorder = a.events.NewRecorder(kube.Scheme, corev1.EventSource{Component: "tenure-agent", Host: opts.NodeName})
+	return a, nil
+}
+
+// Start runs the informers and returns once they have synced.
+func (a *Agent) Start(ctx context.Context) error {
+	go a.store.Run(ctx)
+	for _, inf := range []cache.SharedIndexInformer{a.pods, a.claims, a.pools} {
+		go inf.RunWithContext(ctx)
+	}
+	if err := a.store.WaitForSync(ctx); err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), a.pods.HasSynced, a.claims.HasSynced, a.pools.HasSynced) {
+		return fmt.Errorf("caches did not sync: %w", ctx.Err())
+	}
+	a.log.Info("caches synced", "node", a.node, "reservations", a.store.Len())
+	return nil
+}
+
+// Ready reports whether every cache has synced.
+func (a *Agent) Ready() bool {
+	return a.store.HasSynced() && a.pods.HasSynced() && a.claims.HasSynced() && a.pools.HasSynced()
+}
+
+// Shutdown stops the event broadcaster.
+func (a *Agent) Shutdown() { a.events.Shutdown() }
+
+// Store exposes the reservation cache (for status and tests).
+func (a *Agent) Store() *store.Store { return a.store }
+
+// keyedMutex serialises calls for one attachment; runtimes do not overlap
+// them, but a retried ADD racing its own first attempt must not allocate twice.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*refMutex
+}
+
+type refMutex struct {
+	sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*refMutex{}
+	}
+	m := k.locks[key]
+	if m == nil {
+		m = &refMutex{}
+		k.locks[key] = m
+	}
+	m.refs++
+	k.mu.Unlock()
+	m.Lock()
+	return func() {
+		m.Unlock()
+		k.mu.Lock()
+		m.refs--
+		if m.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+func (k *keyedMutex) held(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.locks[key]
+	return ok
+}
+
+var limitOne = client.Limit(1)

@@ -1,0 +1,238 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/claims"
+)
+
+func (a *Agent) getClaim(ctx context.Context, namespace, name string, fresh bool) (*ipamclaimsv1.IPAMClaim, error) {
+	if !fresh {
+		if obj, ok, _ := a.claims.GetIndexer().GetByKey(namespace + "/" + name); ok {
+			return obj.(*ipamclaimsv1.IPAMClaim).DeepCopy(), nil
+		}
+	}
+	c := &ipamclaimsv1.IPAMClaim{}
+	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s/%s referenced by the pod's network-selection element does not exist", namespace, name)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// addForClaim hands out the claim's addresses and prefix. What the claim's
+// status records is reproduced exactly (the migration target gets what the
+// source holds); only slots with nothing recorded get new items, and those
+// become the claim's only once the status update that records them wins.
+func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, error) {
+	ns := at.pod.Namespace
+	var mine []*tenurev1.IPReservation // created by this call, not yet recorded
+	defer func() { a.rollback(mine) }()
+
+	for attempt := 0; attempt < 8; attempt++ {
+		claim, err := a.getClaim(ctx, ns, at.sel.Claim, attempt > 0)
+		if err != nil {
+			return nil, err
+		}
+		if claim.DeletionTimestamp != nil {
+			return nil, codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s is being deleted", claims.Key(claim))
+		}
+		if claim.Spec.Network != at.cfg.Name {
+			return nil, codedf(types.ErrInvalidNetworkConfig, nil, "IPAMClaim %s has spec.network %q but the CNI network is %q", claims.Key(claim), claim.Spec.Network, at.cfg.Name)
+		}
+		rec, bad := claims.ParseStatus(claim.Status)
+		if len(bad) > 0 {
+			return nil, codedf(CodeClaimMismatch, nil, "IPAMClaim %s: unparsable %s", claims.Key(claim), strings.Join(bad, ", "))
+		}
+		// Items this call created that the claim did not end up recording
+		// (a concurrent ADD of the same claim recorded others) are freed.
+		mine = a.keepRecorded(mine, rec)
+
+		tmpl := allocator.Template{Owner: a.claimOwner(at, claim), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
+		held, fresh, err := a.reserveForClaim(ctx, at, claim, rec, tmpl, &mine)
+		if err != nil {
+			a.reportClaimFailure(ctx, claim, err)
+			return nil, err
+		}
+		if err := a.recordClaim(ctx, claim, at.pod, held, fresh); err != nil {
+			if apierrors.IsConflict(err) {
+				continue // someone else wrote the claim: read it again
+			}
+			return nil, err
+		}
+		mine = nil // recorded: the claim owns them now
+		return held, nil
+	}
+	return nil, codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s/%s: too many concurrent updates", ns, at.sel.Claim)
+}
+
+func (a *Agent) claimOwner(at *attachment, claim *ipamclaimsv1.IPAMClaim) tenurev1.ReservationOwner {
+	return tenurev1.ReservationOwner{
+		Kind: tenurev1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID),
+		PodName: at.pod.Name, PodUID: string(at.pod.UID),
+		ContainerID: at.req.ContainerID, Interface: at.req.IfName, Node: a.node,
+	}
+}
+
+func (a *Agent) keepRecorded(mine []*tenurev1.IPReservation, rec claims.Recorded) []*tenurev1.IPReservation {
+	if rec.Empty() {
+		return mine
+	}
+	recorded := map[netip.Addr]bool{}
+	for _, p := range rec.Addresses {
+		recorded[p.Addr()] = true
+	}
+	for _, p := range rec.Prefixes {
+		recorded[p.Addr()] = true
+	}
+	var release []*tenurev1.IPReservation
+	for _, r := range mine {
+		if p, err := allocator.ParseItem(r.Spec.Address); err != nil || !recorded[p.Addr()] {
+			release = append(release, r)
+		}
+	}
+	a.rollback(release)
+	return nil
+}
+
+// reserveForClaim makes sure every slot has an item owned by the claim.
+// fresh reports whether any slot got an item the status does not record.
+func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipamclaimsv1.IPAMClaim, rec claims.Recorded,
+	tmpl allocator.Template, mine *[]*tenurev1.IPReservation) (held []heldSlot, fresh bool, err error) {
+	ss := slots(at.cfg, true)
+	used := map[netip.Prefix]bool{}
+	owned := a.store.ByOwnerUID(string(claim.UID))
+	for _, s := range ss {
+		var want []netip.Prefix
+		if s.rng != nil {
+			for _, p := range rec.Addresses {
+				if item := netip.PrefixFrom(p.Addr(), p.Addr().BitLen()); s.space.Contains(item) {
+					want = append(want, item)
+				}
+			}
+		} else {
+			for _, p := range rec.Prefixes {
+				if s.space.Contains(p) {
+					want = append(want, p)
+				}
+			}
+		}
+		if len(want) > 0 {
+			item := want[0]
+			used[item] = true
+			r, err := a.alloc.For(s.network, s.space).Allocate(ctx, item, tmpl)
+			if err != nil {
+				return nil, false, err
+			}
+			held = append(held, heldSlot{s, r})
+			continue
+		}
+		fresh = true
+		if r := firstHeld(owned, s); r != nil { // left by an ADD that died before recording
+			held = append(held, heldSlot{s, r})
+			continue
+		}
+		r, err := a.alloc.For(s.network, s.space).AllocateNext(ctx, tmpl)
+		if err != nil {
+			return nil, false, err
+		}
+		*mine = append(*mine, r)
+		held = append(held, heldSlot{s, r})
+	}
+	var outside []string
+	for _, p := range rec.Addresses {
+		if !used[netip.PrefixFrom(p.Addr(), p.Addr().BitLen())] {
+			outside = append(outside, p.String())
+		}
+	}
+	for _, p := range rec.Prefixes {
+		if !used[p] {
+			outside = append(outside, p.String())
+		}
+	}
+	if len(outside) > 0 {
+		return nil, false, &outsideRangeError{claim: claims.Key(claim), items: outside}
+	}
+	return held, fresh, nil
+}
+
+type outsideRangeError struct {
+	claim string
+	items []string
+}
+
+func (e *outsideRangeError) Error() string {
+	return fmt.Sprintf("IPAMClaim %s records %s outside every range of the current configuration; it is not re-allocated", e.claim, strings.Join(e.items, ", "))
+}
+
+// recordClaim writes status.ips, status.delegatedPrefixes, ownerPod and the
+// condition, only when something changed; a conflict is returned as is.
+func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1.IPAMClaim, pod *corev1.Pod, held []heldSlot, fresh bool) error {
+	var ips, prefixes []string
+	for _, h := range held {
+		p, err := allocator.ParseItem(h.res.Spec.Address)
+		if err != nil {
+			return err
+		}
+		if h.slot.rng != nil {
+			ips = append(ips, netip.PrefixFrom(p.Addr(), h.slot.rng.Prefix.Bits()).String())
+		} else {
+			prefixes = append(prefixes, p.String())
+		}
+	}
+	changed := fresh || !claims.Same(claim.Status.IPs, ips) || !claims.Same(claim.Status.DelegatedPrefixes, prefixes)
+	if fresh {
+		claim.Status.IPs, claim.Status.DelegatedPrefixes = ips, prefixes
+	}
+	if claim.Status.IPs == nil {
+		claim.Status.IPs = []string{}
+	}
+	if claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name != pod.Name {
+		claim.Status.OwnerPod = &ipamclaimsv1.OwnerPod{Name: pod.Name}
+		changed = true
+	}
+	if claims.SetCondition(claim, true, ipamclaimsv1.ReasonSuccessfulAllocation, "IPs allocated to pod "+pod.Name) {
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return a.client.Status().Update(ctx, claim)
+}
+
+// reportClaimFailure sets the condition and an Event; best effort, the ADD
+// error is what the runtime acts on.
+func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1.IPAMClaim, cause error) {
+	reason := ""
+	var outside *outsideRangeError
+	switch {
+	case errors.Is(cause, allocator.ErrFull):
+		reason = ipamclaimsv1.ReasonSubnetExhausted
+	case errors.Is(cause, allocator.ErrAllocated):
+		reason = ipamclaimsv1.ReasonIPAddressConflict
+	case errors.As(cause, &outside):
+		reason = ipamclaimsv1.ReasonAddressesOutsideRange
+	default:
+		return
+	}
+	a.recorder.Event(claim, corev1.EventTypeWarning, reason, cause.Error())
+	if claims.SetCondition(claim, false, reason, cause.Error()) {
+		if err := a.client.Status().Update(ctx, claim); err != nil {
+			a.log.Info("could not record claim condition", "claim", claims.Key(claim), "err", err)
+		}
+	}
+}

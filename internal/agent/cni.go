@@ -1,0 +1,400 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/cniwire"
+	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+)
+
+// Handle runs one CNI call. It is the agent's plain Go API; the socket
+// server is a thin transport over it.
+func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *cniwire.Response {
+	var (
+		res types.Result
+		err error
+	)
+	switch req.Command {
+	case "ADD":
+		res, err = a.add(ctx, req)
+	case "DEL":
+		err = a.del(ctx, req)
+	case "CHECK":
+		err = a.check(ctx, req)
+	case "GC":
+		err = a.gc(ctx, req)
+	case "STATUS":
+		err = a.status(ctx)
+	default:
+		err = codedf(types.ErrInvalidEnvironmentVariables, nil, "CNI_COMMAND %q is not supported", req.Command)
+	}
+	if err != nil {
+		a.log.Info("cni call failed", "command", req.Command, "containerID", req.ContainerID, "ifName", req.IfName, "err", err)
+		return &cniwire.Response{Error: toCNI(err)}
+	}
+	if res == nil {
+		return &cniwire.Response{}
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return &cniwire.Response{Error: toCNI(err)}
+	}
+	return &cniwire.Response{Result: data}
+}
+
+// slot is one thing an ADD hands out: an address of a range, or a prefix.
+type slot struct {
+	network string
+	space   allocator.Space
+	rng     *config.Range // nil for the prefix slot
+}
+
+func (s slot) holds(r *tenurev1.IPReservation) bool {
+	if r.Spec.Network != s.network || r.Spec.Kind != s.space.Kind() {
+		return false
+	}
+	p, err := allocator.ParseItem(r.Spec.Address)
+	return err == nil && s.space.Contains(p)
+}
+
+func slots(cfg *config.Config, withPrefix bool) []slot {
+	out := make([]slot, 0, len(cfg.Ranges)+1)
+	for i := range cfg.Ranges {
+		r := &cfg.Ranges[i]
+		out = append(out, slot{
+			network: reservation.NetworkKey(cfg.NetworkName, r.String(), cfg.OverlappingRanges),
+			space:   allocator.AddressSpace{Range: *r},
+			rng:     r,
+		})
+	}
+	if withPrefix && cfg.PrefixDelegation != nil {
+		pd := *cfg.PrefixDelegation
+		out = append(out, slot{
+			network: reservation.NetworkKey(cfg.NetworkName, pd.Range.String(), cfg.OverlappingRanges),
+			space:   allocator.PrefixSpace{PD: pd},
+		})
+	}
+	return out
+}
+
+func (a *Agent) loadConfig(ctx context.Context, req *cniwire.Request) (*config.Config, error) {
+	cfg, err := config.Parse(req.StdinData, req.FlatConfig)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Pool == "" {
+		return cfg, nil
+	}
+	pool := &tenurev1.IPPool{}
+	if obj, ok, _ := a.pools.GetIndexer().GetByKey(cfg.Pool); ok {
+		pool = obj.(*tenurev1.IPPool)
+	} else if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: cfg.Pool}, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &config.Error{Key: "ipam.pool", Value: fmt.Sprintf("%q", cfg.Pool), Reason: "no IPPool of that name"}
+		}
+		return nil, err
+	}
+	if err := cfg.ApplyPool(pool.Name, pool.Spec); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+type attachment struct {
+	req  *cniwire.Request
+	cfg  *config.Config
+	pod  *corev1.Pod
+	sel  claims.Selection
+	args podArgs
+}
+
+func (a *Agent) prepare(ctx context.Context, req *cniwire.Request) (*attachment, error) {
+	if req.ContainerID == "" || req.IfName == "" {
+		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required (got %q, %q)", req.ContainerID, req.IfName)
+	}
+	cfg, err := a.loadConfig(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	args, err := parseCNIArgs(req.Args)
+	if err != nil {
+		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "%v", err)
+	}
+	pod, err := a.pod(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := claims.Select(pod, req.IfName)
+	if err != nil {
+		return nil, codedf(types.ErrInvalidNetworkConfig, nil, "%v", err)
+	}
+	return &attachment{req: req, cfg: cfg, pod: pod, sel: sel, args: args}, nil
+}
+
+func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, error) {
+	at, err := a.prepare(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	unlock := a.locks.lock(attachmentKey(req))
+	defer unlock()
+	var held []heldSlot
+	if at.sel.Claim != "" {
+		held, err = a.addForClaim(ctx, at)
+	} else {
+		held, err = a.addForPod(ctx, at)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return buildResult(at.cfg, held)
+}
+
+func attachmentKey(req *cniwire.Request) string { return req.ContainerID + "/" + req.IfName }
+
+type heldSlot struct {
+	slot slot
+	res  *tenurev1.IPReservation
+}
+
+func (a *Agent) owner(at *attachment) tenurev1.ReservationOwner {
+	return tenurev1.ReservationOwner{
+		Kind: tenurev1.OwnerPod, Namespace: at.pod.Namespace, Name: at.pod.Name, UID: string(at.pod.UID),
+		PodName: at.pod.Name, PodUID: string(at.pod.UID),
+		ContainerID: at.req.ContainerID, Interface: at.req.IfName, Node: a.node,
+	}
+}
+
+func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, error) {
+	tmpl := allocator.Template{Owner: a.owner(at), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
+	var existing []*tenurev1.IPReservation
+	for _, r := range a.store.ByAttachment(at.req.ContainerID, at.req.IfName) {
+		if r.Spec.Owner.Kind == tenurev1.OwnerPod && r.Spec.Owner.UID == tmpl.Owner.UID {
+			existing = append(existing, r)
+		}
+	}
+	var held []heldSlot
+	var created []*tenurev1.IPReservation
+	for _, s := range slots(at.cfg, at.sel.WantsPrefix) {
+		if r := firstHeld(existing, s); r != nil {
+			held = append(held, heldSlot{s, r}) // a retried ADD: idempotent
+			continue
+		}
+		r, err := a.alloc.For(s.network, s.space).AllocateNext(ctx, tmpl)
+		if err != nil {
+			a.rollback(created)
+			return nil, err
+		}
+		created = append(created, r)
+		held = append(held, heldSlot{s, r})
+	}
+	return held, nil
+}
+
+func firstHeld(rs []*tenurev1.IPReservation, s slot) *tenurev1.IPReservation {
+	for _, r := range rs {
+		if s.holds(r) {
+			return r
+		}
+	}
+	return nil
+}
+
+// rollback frees what a failed ADD created, so a dual-stack ADD that got
+// its IPv4 address but not its IPv6 one leaves nothing behind.
+func (a *Agent) rollback(created []*tenurev1.IPReservation) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range created {
+		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+			a.log.Error("rollback failed; the controller will release it", "reservation", r.Name, "err", err)
+		}
+	}
+}
+
+func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
+	if req.ContainerID == "" || req.IfName == "" {
+		return codedf(types.ErrInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required")
+	}
+	// DEL must succeed on a config that no longer parses: it only needs the
+	// attachment identity, so a bad config does not strand reservations.
+	unlock := a.locks.lock(attachmentKey(req))
+	defer unlock()
+	for _, r := range a.store.ByAttachment(req.ContainerID, req.IfName) {
+		if r.Spec.Owner.Kind != tenurev1.OwnerPod {
+			continue // claim-owned: released only when the claim goes
+		}
+		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
+	at, err := a.prepare(ctx, req)
+	if err != nil {
+		return err
+	}
+	var conf struct {
+		CNIVersion string          `json:"cniVersion"`
+		PrevResult json.RawMessage `json:"prevResult"`
+	}
+	if err := json.Unmarshal(req.StdinData, &conf); err != nil || len(conf.PrevResult) == 0 {
+		return codedf(types.ErrInvalidNetworkConfig, err, "CHECK needs prevResult")
+	}
+	prev, err := version.NewResult(conf.CNIVersion, conf.PrevResult)
+	if err != nil {
+		return codedf(types.ErrDecodingFailure, err, "decoding prevResult")
+	}
+	pr, err := current.NewResultFromResult(prev)
+	if err != nil {
+		return codedf(types.ErrDecodingFailure, err, "converting prevResult")
+	}
+	held := a.store.ByAttachment(req.ContainerID, req.IfName)
+	if at.sel.Claim != "" {
+		if claim, err := a.getClaim(ctx, at.pod.Namespace, at.sel.Claim, false); err == nil {
+			held = append(held, a.store.ByOwnerUID(string(claim.UID))...)
+		}
+	}
+	have := map[netip.Addr]bool{}
+	for _, r := range held {
+		if r.Spec.Kind == tenurev1.KindAddress {
+			if p, err := allocator.ParseItem(r.Spec.Address); err == nil {
+				have[p.Addr()] = true
+			}
+		}
+	}
+	for _, ipc := range pr.IPs {
+		addr, ok := netip.AddrFromSlice(ipc.Address.IP)
+		if !ok || !have[addr.Unmap()] {
+			return codedf(CodeCheckFailed, nil, "address %s of the previous result has no reservation for container %s interface %s", ipc.Address.IP, req.ContainerID, req.IfName)
+		}
+	}
+	if len(pr.IPs) == 0 && len(at.cfg.Ranges) > 0 {
+		return codedf(CodeCheckFailed, nil, "previous result holds no address")
+	}
+	return nil
+}
+
+// CodeCheckFailed: CHECK found the attachment's reservations missing or different.
+const CodeCheckFailed uint = 103
+
+func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
+	var conf struct {
+		Name  string `json:"name"`
+		Valid []struct {
+			ContainerID string `json:"containerID"`
+			IfName      string `json:"ifname"`
+		} `json:"cni.dev/valid-attachments"`
+	}
+	if err := json.Unmarshal(req.StdinData, &conf); err != nil {
+		return codedf(types.ErrDecodingFailure, err, "decoding GC configuration")
+	}
+	valid := map[string]bool{}
+	for _, v := range conf.Valid {
+		valid[v.ContainerID+"/"+v.IfName] = true
+	}
+	var errs []error
+	for _, r := range a.store.List() {
+		o := r.Spec.Owner
+		if o.Kind != tenurev1.OwnerPod || o.Node != a.node || r.Spec.CNINetwork != conf.Name {
+			continue
+		}
+		key := o.ContainerID + "/" + o.Interface
+		if valid[key] || a.locks.held(key) {
+			continue
+		}
+		a.log.Info("GC releases a reservation of a gone attachment", "reservation", r.Name, "containerID", o.ContainerID, "ifName", o.Interface)
+		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Agent) status(ctx context.Context) error {
+	if !a.Ready() {
+		return codedf(50, nil, "tenure agent caches are not synced yet")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := a.client.List(ctx, &tenurev1.IPPoolList{}, limitOne); err != nil {
+		return codedf(50, err, "Kubernetes API not reachable")
+	}
+	return nil
+}
+
+func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
+	key := args.Namespace + "/" + args.Name
+	match := func(p *corev1.Pod) bool { return args.UID == "" || string(p.UID) == args.UID }
+	deadline := time.Now().Add(a.podWait)
+	for {
+		if obj, ok, _ := a.pods.GetIndexer().GetByKey(key); ok && match(obj.(*corev1.Pod)) {
+			return obj.(*corev1.Pod), nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	p := &corev1.Pod{}
+	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: args.Namespace, Name: args.Name}, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, codedf(types.ErrTryAgainLater, nil, "pod %s not found", key)
+		}
+		return nil, err
+	}
+	if !match(p) {
+		return nil, codedf(types.ErrTryAgainLater, nil, "pod %s has UID %s, the runtime asked for UID %s (a deleted pod's sandbox)", key, p.UID, args.UID)
+	}
+	if p.Spec.NodeName != "" && p.Spec.NodeName != a.node {
+		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "pod %s is bound to node %s, this agent serves node %s", key, p.Spec.NodeName, a.node)
+	}
+	return p, nil
+}
+
+func buildResult(cfg *config.Config, held []heldSlot) (types.Result, error) {
+	res := &current.Result{CNIVersion: current.ImplementedSpecVersion, Routes: cfg.Routes, DNS: cfg.DNS}
+	for _, h := range held {
+		if h.slot.rng == nil {
+			continue // a delegated prefix is not an interface address
+		}
+		p, err := allocator.ParseItem(h.res.Spec.Address)
+		if err != nil {
+			return nil, err
+		}
+		addr := p.Addr()
+		ipc := &current.IPConfig{Address: net.IPNet{IP: net.IP(addr.AsSlice()), Mask: net.CIDRMask(h.slot.rng.Prefix.Bits(), addr.BitLen())}}
+		if cfg.Gateway.IsValid() && h.slot.rng.Prefix.Contains(cfg.Gateway) {
+			ipc.Gateway = net.IP(cfg.Gateway.AsSlice())
+		}
+		res.IPs = append(res.IPs, ipc)
+	}
+	cniVersion := cfg.CNIVersion
+	if cniVersion == "" {
+		cniVersion = "0.3.1"
+	}
+	return res.GetAsVersion(cniVersion)
+}

@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/config"
+)
+
+// tenure's CNI error codes (the spec leaves 100 and up to plugins).
+const (
+	// CodeRangeFull: every assignable address of a range is reserved.
+	CodeRangeFull uint = 100
+	// CodeAddressConflict: an address an IPAMClaim records is held by another owner.
+	CodeAddressConflict uint = 101
+	// CodeClaimMismatch: the IPAMClaim's recorded state does not fit this network.
+	CodeClaimMismatch uint = 102
+)
+
+// cniError is an error with the CNI code it should be reported with.
+type cniError struct {
+	code uint
+	msg  string
+	err  error
+}
+
+func (e *cniError) Error() string {
+	if e.err == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.err.Error()
+}
+
+func (e *cniError) Unwrap() error { return e.err }
+
+func codedf(code uint, err error, format string, args ...any) error {
+	return &cniError{code: code, msg: fmt.Sprintf(format, args...), err: err}
+}
+
+// toCNI maps any error of a command to the CNI error the shim prints.
+func toCNI(err error) *types.Error {
+	var ce *cniError
+	var cfgErr *config.Error
+	var full *allocator.FullError
+	var conflict *allocator.ConflictError
+	var notInRange *allocator.ErrNotInRange
+	var outside *outsideRangeError
+	switch {
+	case errors.As(err, &outside):
+		return &types.Error{Code: CodeClaimMismatch, Msg: outside.Error()}
+	case errors.As(err, &ce):
+		details := ""
+		if ce.err != nil {
+			details = ce.err.Error()
+		}
+		return &types.Error{Code: ce.code, Msg: ce.msg, Details: details}
+	case errors.As(err, &cfgErr):
+		return &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: cfgErr.Error()}
+	case errors.As(err, &full):
+		return &types.Error{Code: CodeRangeFull, Msg: full.Error()}
+	case errors.As(err, &conflict):
+		return &types.Error{Code: CodeAddressConflict, Msg: conflict.Error()}
+	case errors.As(err, &notInRange):
+		return &types.Error{Code: CodeClaimMismatch, Msg: notInRange.Error()}
+	case errors.Is(err, allocator.ErrNotReady):
+		return &types.Error{Code: types.ErrTryAgainLater, Msg: err.Error()}
+	default:
+		// API errors, timeouts: the runtime retries the sandbox.
+		return &types.Error{Code: types.ErrTryAgainLater, Msg: err.Error()}
+	}
+}

@@ -1,0 +1,378 @@
+// Package allocator hands out addresses and delegated prefixes by creating
+// one IPReservation per item. Choosing a candidate reads only the agent's
+// informer cache; the single write is the Create whose AlreadyExists tells
+// that another node won the race, as in Kubernetes' ClusterIP allocator.
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/internal/store"
+)
+
+var (
+	// ErrFull: no candidate of the range is free.
+	ErrFull = errors.New("range is full")
+	// ErrAllocated: the requested item is held by another owner.
+	ErrAllocated = errors.New("already allocated to another owner")
+	// ErrNotReady: the cache has not synced yet.
+	ErrNotReady = errors.New("allocator not ready: reservation cache not synced")
+)
+
+// ErrNotInRange is returned by Allocate for an item outside the space.
+type ErrNotInRange struct {
+	Item       string
+	ValidRange string
+}
+
+func (e *ErrNotInRange) Error() string {
+	return fmt.Sprintf("%s is not in range %s", e.Item, e.ValidRange)
+}
+
+// FullError says which range is full and how big it is.
+type FullError struct {
+	Range    string
+	Capacity uint64
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("range %s is full: all %d assignable addresses are reserved", e.Range, e.Capacity)
+}
+
+func (e *FullError) Is(target error) bool { return target == ErrFull }
+
+// ConflictError names who holds an item that was asked for explicitly.
+type ConflictError struct {
+	Item   string
+	Holder tenurev1.ReservationOwner
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s is held by %s %s/%s (uid %s)", e.Item, e.Holder.Kind, e.Holder.Namespace, e.Holder.Name, e.Holder.UID)
+}
+
+func (e *ConflictError) Is(target error) bool { return target == ErrAllocated }
+
+// Space is an ordered set of candidates: the addresses of a range or the
+// prefixes of a delegation pool.
+type Space interface {
+	Kind() tenurev1.ReservationKind
+	// Size is the number of indexes (saturating); Candidate(i) is the item at
+	// index i, false when that index is excluded.
+	Size() uint64
+	Candidate(i uint64) (netip.Prefix, bool)
+	Contains(p netip.Prefix) bool
+	Capacity() uint64
+	String() string
+}
+
+// Template is everything of a reservation but the item.
+type Template struct {
+	Owner      tenurev1.ReservationOwner
+	CNINetwork string
+	Pool       string
+}
+
+// Interface is the allocator of one space on one network.
+type Interface interface {
+	// Allocate reserves one given item for the template's owner; an item
+	// the owner already holds is returned as is.
+	Allocate(ctx context.Context, item netip.Prefix, t Template) (*tenurev1.IPReservation, error)
+	// AllocateNext reserves any free item.
+	AllocateNext(ctx context.Context, t Template) (*tenurev1.IPReservation, error)
+	// Release frees an item whoever holds it.
+	Release(ctx context.Context, item netip.Prefix) error
+	// Has reports whether the item is held, as this node knows.
+	Has(item netip.Prefix) bool
+	// ForEach calls fn for each held item of the space.
+	ForEach(fn func(*tenurev1.IPReservation))
+	// DryRun returns an allocator that chooses but never writes.
+	DryRun() Interface
+}
+
+// Factory builds allocators sharing one store, writer and per-space cursors.
+type Factory struct {
+	Store *store.Store
+	// Writer creates and deletes reservations.
+	Writer client.Client
+	// Quorum is read only when the cache says a range is full, to tell a
+	// really full range from a stale cache.
+	Quorum client.Reader
+	// Node seeds where the search starts, so nodes rarely race.
+	Node string
+
+	mu      sync.Mutex
+	cursors map[string]uint64
+}
+
+// For returns the allocator of space on network (a reservation.NetworkKey).
+func (f *Factory) For(network string, space Space) Interface {
+	return &allocator{f: f, network: network, space: space}
+}
+
+type allocator struct {
+	f       *Factory
+	network string
+	space   Space
+	dryRun  bool
+}
+
+var _ Interface = (*allocator)(nil)
+
+func (a *allocator) name(item netip.Prefix) string {
+	if a.space.Kind() == tenurev1.KindDelegatedPrefix {
+		return reservation.PrefixName(a.network, item)
+	}
+	return reservation.AddressName(a.network, item.Addr())
+}
+
+func itemString(kind tenurev1.ReservationKind, p netip.Prefix) string {
+	if kind == tenurev1.KindDelegatedPrefix {
+		return p.Masked().String()
+	}
+	return p.Addr().String()
+}
+
+func (a *allocator) object(item netip.Prefix, t Template) *tenurev1.IPReservation {
+	labels := map[string]string{
+		store.LabelNetwork:  reservation.NetworkLabel(a.network),
+		store.LabelOwnerUID: t.Owner.UID,
+	}
+	if t.Owner.Node != "" {
+		labels[store.LabelNode] = t.Owner.Node
+	}
+	return &tenurev1.IPReservation{
+		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1.GroupVersion.String(), Kind: "IPReservation"},
+		ObjectMeta: metav1.ObjectMeta{Name: a.name(item), Labels: labels},
+		Spec: tenurev1.IPReservationSpec{
+			Network:    a.network,
+			Kind:       a.space.Kind(),
+			Address:    itemString(a.space.Kind(), item),
+			Range:      a.space.String(),
+			Pool:       t.Pool,
+			CNINetwork: t.CNINetwork,
+			Owner:      t.Owner,
+		},
+	}
+}
+
+func (a *allocator) cursorKey() string { return a.network + "|" + a.space.String() }
+
+func (a *allocator) start() uint64 {
+	a.f.mu.Lock()
+	defer a.f.mu.Unlock()
+	if a.f.cursors == nil {
+		a.f.cursors = map[string]uint64{}
+	}
+	k := a.cursorKey()
+	if c, ok := a.f.cursors[k]; ok {
+		return c
+	}
+	h := fnv.New64a()
+	h.Write([]byte(a.f.Node + "|" + k))
+	c := h.Sum64() % a.space.Size()
+	a.f.cursors[k] = c
+	return c
+}
+
+func (a *allocator) advance(next uint64) {
+	a.f.mu.Lock()
+	a.f.cursors[a.cursorKey()] = next % a.space.Size()
+	a.f.mu.Unlock()
+}
+
+// maxProbes bounds one search; spaces larger than this (IPv6) are never
+// that full in practice, and a bounded search keeps ADD latency bounded.
+const maxProbes = 1 << 22
+
+func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1.IPReservation, error) {
+	if !a.f.Store.HasSynced() {
+		return nil, ErrNotReady
+	}
+	size := a.space.Size()
+	if size == 0 {
+		return nil, &FullError{Range: a.space.String()}
+	}
+	probes := min(size, maxProbes)
+	// taken decides candidates; first from the cache, then, if the cache
+	// says full, from one quorum list of the network.
+	taken := func(obj *tenurev1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
+	for pass := 0; pass < 2; pass++ {
+		start := a.start()
+		for i := uint64(0); i < probes; i++ {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			idx := (start + i) % size
+			item, ok := a.space.Candidate(idx)
+			if !ok {
+				continue
+			}
+			obj := a.object(item, t)
+			if taken(obj) {
+				continue
+			}
+			created, err := a.create(ctx, obj)
+			if apierrors.IsAlreadyExists(err) {
+				a.f.Store.MarkTakenElsewhere(obj.Name)
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			a.advance(idx + 1)
+			return created, nil
+		}
+		if pass == 0 && a.f.Quorum != nil {
+			held, err := a.quorumNames(ctx)
+			if err != nil {
+				return nil, err
+			}
+			taken = func(obj *tenurev1.IPReservation) bool {
+				if held[obj.Name] {
+					return true
+				}
+				return !a.f.Store.AssumeOverCache(obj)
+			}
+			continue
+		}
+		break
+	}
+	return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
+}
+
+func (a *allocator) quorumNames(ctx context.Context) (map[string]bool, error) {
+	list := &tenurev1.IPReservationList{}
+	if err := a.f.Quorum.List(ctx, list, client.MatchingLabels{store.LabelNetwork: reservation.NetworkLabel(a.network)}); err != nil {
+		return nil, fmt.Errorf("listing reservations of network %s: %w", a.network, err)
+	}
+	held := make(map[string]bool, len(list.Items))
+	for i := range list.Items {
+		held[list.Items[i].Name] = true
+	}
+	return held, nil
+}
+
+// create writes obj, which the caller has assumed in the store.
+func (a *allocator) create(ctx context.Context, obj *tenurev1.IPReservation) (*tenurev1.IPReservation, error) {
+	if a.dryRun {
+		a.f.Store.Forget(obj.Name)
+		return obj, nil
+	}
+	created := obj.DeepCopy()
+	if err := a.f.Writer.Create(ctx, created); err != nil {
+		a.f.Store.Forget(obj.Name)
+		return nil, err
+	}
+	a.f.Store.Confirm(created)
+	return created, nil
+}
+
+func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template) (*tenurev1.IPReservation, error) {
+	if !a.f.Store.HasSynced() {
+		return nil, ErrNotReady
+	}
+	if !a.space.Contains(item) {
+		return nil, &ErrNotInRange{Item: itemString(a.space.Kind(), item), ValidRange: a.space.String()}
+	}
+	obj := a.object(item, t)
+	if cur, ok := a.f.Store.Get(obj.Name); ok && cur.Spec.Owner.UID == t.Owner.UID && cur.UID != "" {
+		return cur, nil
+	}
+	// The cache may be stale either way; the API server decides.
+	a.f.Store.AssumeOverCache(obj)
+	created, err := a.create(ctx, obj)
+	if err == nil {
+		return created, nil
+	}
+	if !apierrors.IsAlreadyExists(err) || a.f.Quorum == nil {
+		return nil, err
+	}
+	cur := &tenurev1.IPReservation{}
+	if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: obj.Name}, cur); err != nil {
+		return nil, fmt.Errorf("reading holder of %s: %w", obj.Spec.Address, err)
+	}
+	if cur.Spec.Owner.UID == t.Owner.UID {
+		return cur, nil
+	}
+	return nil, &ConflictError{Item: obj.Spec.Address, Holder: cur.Spec.Owner}
+}
+
+func (a *allocator) Release(ctx context.Context, item netip.Prefix) error {
+	name := a.name(item)
+	if a.dryRun {
+		return nil
+	}
+	err := a.f.Writer.Delete(ctx, &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	a.f.Store.Released(name)
+	return nil
+}
+
+func (a *allocator) Has(item netip.Prefix) bool { return a.f.Store.Taken(a.name(item)) }
+
+func (a *allocator) ForEach(fn func(*tenurev1.IPReservation)) {
+	for _, r := range a.f.Store.ByNetwork(a.network) {
+		p, err := parseItem(r.Spec.Address)
+		if err == nil && r.Spec.Kind == a.space.Kind() && a.space.Contains(p) {
+			fn(r)
+		}
+	}
+}
+
+func (a *allocator) DryRun() Interface {
+	c := *a
+	c.dryRun = true
+	return &c
+}
+
+func parseItem(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p, nil
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(addr, addr.BitLen()), nil
+}
+
+// ParseItem reads a reservation's spec.address back into a prefix (an
+// address is a full-length prefix).
+func ParseItem(s string) (netip.Prefix, error) { return parseItem(s) }
+
+// ReleaseObject deletes exactly the reservation given: the UID
+// precondition makes it a no-op when the name has since been re-created
+// for someone else.
+func ReleaseObject(ctx context.Context, w client.Client, s *store.Store, r *tenurev1.IPReservation) error {
+	opts := []client.DeleteOption{}
+	if r.UID != "" {
+		uid := r.UID
+		opts = append(opts, client.Preconditions{UID: &uid})
+	}
+	err := w.Delete(ctx, &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: r.Name}}, opts...)
+	if apierrors.IsConflict(err) {
+		return nil // the name was re-created for another owner: not ours to free
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if s != nil {
+		s.Released(r.Name)
+	}
+	return nil
+}

@@ -1,0 +1,47 @@
+package allocator
+
+import (
+	"net/netip"
+	"strconv"
+
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/config"
+)
+
+// AddressSpace is the assignable addresses of one configured range.
+type AddressSpace struct{ Range config.Range }
+
+func (s AddressSpace) Kind() tenurev1.ReservationKind { return tenurev1.KindAddress }
+func (s AddressSpace) Size() uint64                   { return s.Range.Size() }
+func (s AddressSpace) Capacity() uint64               { return s.Range.Capacity() }
+func (s AddressSpace) String() string                 { return s.Range.String() }
+
+func (s AddressSpace) Candidate(i uint64) (netip.Prefix, bool) {
+	a := s.Range.At(i)
+	if !s.Range.Contains(a) {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, a.BitLen()), true
+}
+
+func (s AddressSpace) Contains(p netip.Prefix) bool {
+	return p.Bits() == p.Addr().BitLen() && s.Range.Contains(p.Addr())
+}
+
+// PrefixSpace is the delegable prefixes of a prefix_delegation pool.
+type PrefixSpace struct{ PD config.PrefixDelegation }
+
+func (s PrefixSpace) Kind() tenurev1.ReservationKind { return tenurev1.KindDelegatedPrefix }
+func (s PrefixSpace) Size() uint64                   { return s.PD.Count() }
+func (s PrefixSpace) Capacity() uint64               { return s.PD.Count() }
+func (s PrefixSpace) String() string {
+	return s.PD.Range.String() + " as /" + strconv.Itoa(s.PD.PrefixLength)
+}
+
+func (s PrefixSpace) Candidate(i uint64) (netip.Prefix, bool) { return s.PD.At(i), true }
+
+func (s PrefixSpace) Contains(p netip.Prefix) bool {
+	_, ok := s.PD.Index(p)
+	return ok
+}
+

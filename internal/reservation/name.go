@@ -1,0 +1,164 @@
+// Package reservation derives IPReservation object names from (network,
+// address) and back. The name is the lock: two agents that pick the same
+// address on the same network compute the same name, and the API server lets
+// only one Create succeed.
+package reservation
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// DefaultNetwork is the scope of configs without network_name, as in
+// whereabouts: every such range shares one cluster-wide address space, so
+// the same IP is never handed out twice by two attachments.
+const DefaultNetwork = "default"
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// maxLabel leaves room for the hash suffix within DNS-1123's 63.
+const maxLabel = 63
+
+// NetworkKey is the allocation scope of a range. With overlapping-range
+// protection on (the default) it is the network name alone, so overlapping
+// ranges of one network collide on the same object names. With it off, the
+// range is part of the scope and overlapping ranges allocate independently.
+func NetworkKey(networkName, rangeSpec string, overlappingProtection bool) string {
+	if networkName == "" {
+		networkName = DefaultNetwork
+	}
+	if overlappingProtection {
+		return networkName
+	}
+	return networkName + "/" + rangeSpec
+}
+
+// NetworkLabel maps a network key to one DNS-1123 label: the key itself when
+// it is one, otherwise a readable prefix plus a hash of the whole key.
+func NetworkLabel(key string) string {
+	if len(key) <= maxLabel && dnsLabel.MatchString(key) && !strings.Contains(key, "--") {
+		return key
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	sum := strconv.FormatUint(h.Sum64(), 36)
+	var b strings.Builder
+	for _, r := range strings.ToLower(key) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		case b.Len() > 0 && !strings.HasSuffix(b.String(), "-"):
+			b.WriteByte('-')
+		}
+		if b.Len() >= maxLabel-len(sum)-3 {
+			break
+		}
+	}
+	readable := strings.Trim(b.String(), "-")
+	if readable == "" {
+		readable = "n"
+	}
+	// "--" marks a hashed label so it can never equal a plain network name.
+	return readable + "--" + sum
+}
+
+// AddressName is the object name for one address of a network.
+func AddressName(networkKey string, addr netip.Addr) string {
+	return NetworkLabel(networkKey) + "." + encodeAddr(addr)
+}
+
+// PrefixName is the object name for one delegated prefix of a network.
+// Prefixes of one pool share a length, so equal base addresses are the only
+// way two of them can overlap, and they collide here.
+func PrefixName(networkKey string, p netip.Prefix) string {
+	p = p.Masked()
+	return NetworkLabel(networkKey) + ".pd." + encodeAddr(p.Addr()) + "." + strconv.Itoa(p.Bits())
+}
+
+func encodeAddr(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is4() {
+		return a.String()
+	}
+	// Colons are not allowed in object names; the full 8x4 hex form keeps
+	// the encoding one-to-one (no "::" ambiguity) and every label legal.
+	b := a.As16()
+	groups := make([]string, 8)
+	for i := range groups {
+		groups[i] = fmt.Sprintf("%02x%02x", b[2*i], b[2*i+1])
+	}
+	return strings.Join(groups, "-")
+}
+
+// Parsed is what a name says.
+type Parsed struct {
+	NetworkLabel string
+	Prefix       netip.Prefix // Bits()==32/128 for an address
+	IsPrefix     bool         // a delegated prefix, not an address
+}
+
+// Parse reverses AddressName and PrefixName.
+func Parse(name string) (Parsed, error) {
+	label, rest, ok := strings.Cut(name, ".")
+	if !ok || label == "" {
+		return Parsed{}, fmt.Errorf("reservation name %q: no network label", name)
+	}
+	out := Parsed{NetworkLabel: label}
+	if r, isPD := strings.CutPrefix(rest, "pd."); isPD {
+		out.IsPrefix = true
+		i := strings.LastIndexByte(r, '.')
+		if i < 0 {
+			return Parsed{}, fmt.Errorf("reservation name %q: prefix without length", name)
+		}
+		bits, err := strconv.Atoi(r[i+1:])
+		if err != nil {
+			return Parsed{}, fmt.Errorf("reservation name %q: bad prefix length: %v", name, err)
+		}
+		addr, err := decodeAddr(r[:i])
+		if err != nil {
+			return Parsed{}, fmt.Errorf("reservation name %q: %v", name, err)
+		}
+		p, err := addr.Prefix(bits)
+		if err != nil || p.Addr() != addr {
+			return Parsed{}, fmt.Errorf("reservation name %q: %s/%d is not a prefix", name, addr, bits)
+		}
+		out.Prefix = p
+		return out, nil
+	}
+	addr, err := decodeAddr(rest)
+	if err != nil {
+		return Parsed{}, fmt.Errorf("reservation name %q: %v", name, err)
+	}
+	out.Prefix = netip.PrefixFrom(addr, addr.BitLen())
+	return out, nil
+}
+
+func decodeAddr(s string) (netip.Addr, error) {
+	if strings.Contains(s, "-") {
+		groups := strings.Split(s, "-")
+		if len(groups) != 8 {
+			return netip.Addr{}, fmt.Errorf("%q is not 8 hex groups", s)
+		}
+		var b [16]byte
+		for i, g := range groups {
+			if len(g) != 4 {
+				return netip.Addr{}, fmt.Errorf("%q: group %q is not 4 hex digits", s, g)
+			}
+			v, err := strconv.ParseUint(g, 16, 16)
+			if err != nil {
+				return netip.Addr{}, fmt.Errorf("%q: %v", s, err)
+			}
+			b[2*i], b[2*i+1] = byte(v>>8), byte(v)
+		}
+		return netip.AddrFrom16(b), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		return netip.Addr{}, fmt.Errorf("%q is not an IPv4 address", s)
+	}
+	return a, nil
+}

@@ -1,0 +1,103 @@
+package reservation
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestAddressNameRoundTrip(t *testing.T) {
+	cases := []struct {
+		network string
+		addr    string
+		want    string
+	}{
+		{"default", "10.0.0.1", "default.10.0.0.1"},
+		{"san", "192.168.255.254", "san.192.168.255.254"},
+		{"vm-net", "2001:db8::1", "vm-net.2001-0db8-0000-0000-0000-0000-0000-0001"},
+		{"vm-net", "::", "vm-net.0000-0000-0000-0000-0000-0000-0000-0000"},
+		{"vm-net", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "vm-net.ffff-ffff-ffff-ffff-ffff-ffff-ffff-ffff"},
+	}
+	for _, c := range cases {
+		addr := netip.MustParseAddr(c.addr)
+		name := AddressName(c.network, addr)
+		if name != c.want {
+			t.Errorf("AddressName(%q, %s) = %q, want %q", c.network, addr, name, c.want)
+		}
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			t.Errorf("%q is not a valid object name: %v", name, errs)
+		}
+		p, err := Parse(name)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", name, err)
+		}
+		if p.IsPrefix || p.Prefix.Addr() != addr || p.Prefix.Bits() != addr.BitLen() || p.NetworkLabel != c.network {
+			t.Errorf("Parse(%q) = %+v, want %s on %s", name, p, addr, c.network)
+		}
+	}
+}
+
+func TestPrefixNameRoundTrip(t *testing.T) {
+	p := netip.MustParsePrefix("2001:db8:100:ab00::/56")
+	name := PrefixName("vm-net", p)
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		t.Fatalf("%q is not a valid object name: %v", name, errs)
+	}
+	got, err := Parse(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.IsPrefix || got.Prefix != p {
+		t.Fatalf("Parse(%q) = %+v, want prefix %s", name, got, p)
+	}
+	if AddressName("vm-net", p.Addr()) == name {
+		t.Fatal("a prefix and an address of the same base must not share a name")
+	}
+}
+
+func TestNetworkLabelIsAlwaysAValidLabel(t *testing.T) {
+	keys := []string{
+		"default", "SAN_Storage", "a/b", "net/10.0.0.0/24", "--", "", strings.Repeat("x", 200),
+		"tenant-a/2001:db8::/64", "éé",
+	}
+	seen := map[string]string{}
+	for _, k := range keys {
+		l := NetworkLabel(k)
+		if errs := validation.IsDNS1123Label(l); len(errs) > 0 {
+			t.Errorf("NetworkLabel(%q) = %q: %v", k, l, errs)
+		}
+		if other, dup := seen[l]; dup {
+			t.Errorf("NetworkLabel(%q) and NetworkLabel(%q) are both %q", k, other, l)
+		}
+		seen[l] = k
+		if name := AddressName(k, netip.MustParseAddr("2001:db8::1")); len(validation.IsDNS1123Subdomain(name)) > 0 {
+			t.Errorf("AddressName on %q = %q is invalid", k, name)
+		}
+	}
+}
+
+func TestNetworkKeyScopesOverlappingRanges(t *testing.T) {
+	a := NetworkKey("san", "10.0.0.0/24", true)
+	b := NetworkKey("san", "10.0.0.0/25", true)
+	if a != b {
+		t.Fatalf("with overlap protection, two ranges of one network must share a scope: %q vs %q", a, b)
+	}
+	a = NetworkKey("san", "10.0.0.0/24", false)
+	b = NetworkKey("san", "10.0.0.0/25", false)
+	if a == b {
+		t.Fatalf("without overlap protection, ranges must have their own scope: both %q", a)
+	}
+	if NetworkKey("", "10.0.0.0/24", true) != DefaultNetwork {
+		t.Fatal("no network_name must mean the default network")
+	}
+}
+
+func TestParseRejectsGarbage(t *testing.T) {
+	for _, n := range []string{"", "nolabel", "x.300.1.1.1", "x.2001-db8", "x.pd.10.0.0.0", "x.pd.2001-0db8-0000-0000-0000-0000-0000-0001.56", "x.zzzz-0000-0000-0000-0000-0000-0000-0000"} {
+		if p, err := Parse(n); err == nil {
+			t.Errorf("Parse(%q) = %+v, want an error", n, p)
+		}
+	}
+}
