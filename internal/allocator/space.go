@@ -44,4 +44,3 @@ func (s PrefixSpace) Contains(p netip.Prefix) bool {
 	_, ok := s.PD.Index(p)
 	return ok
 }
-

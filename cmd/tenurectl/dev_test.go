@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tenure-ipam/tenure/internal/controlplane"
+)
+
+// The test binary doubles as tenurectl: with this variable set it runs main,
+// so the tests exercise the real process boundary (dev up must leave the
+// control plane running after tenurectl exits) without a separate build.
+const runMainEnv = "TENURECTL_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func tenurectl(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	begin := time.Now()
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("tenurectl %s: %v", strings.Join(args, " "), err)
+	}
+	t.Logf("tenurectl %s (%v) -> %d\nstdout: %s\nstderr: %s", strings.Join(args, " "),
+		time.Since(begin).Round(time.Millisecond), r.code, r.stdout, r.stderr)
+	return r
+}
+
+func gone(pid int) bool {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+}
+
+func TestDevUpDown(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "dev")
+	t.Cleanup(func() { // never leak a control plane, whatever failed
+		if cp, err := controlplane.Attach(dir); err == nil {
+			_ = cp.Stop()
+		}
+	})
+
+	up := tenurectl(t, "dev", "up", "--dir", dir)
+	if up.code != 0 {
+		t.Fatalf("dev up exited %d", up.code)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if want := "export KUBECONFIG=" + kubeconfig + "\n"; up.stdout != want {
+		t.Errorf("dev up stdout = %q, want %q", up.stdout, want)
+	}
+	if !strings.Contains(up.stderr, "kubeconfig: "+kubeconfig) {
+		t.Errorf("dev up stderr lacks the kubeconfig path")
+	}
+
+	// tenurectl has exited; the control plane runs on.
+	cp, err := controlplane.Attach(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := cp.Pids()
+	if err := cp.Healthy(context.Background()); err != nil {
+		t.Fatalf("after dev up returned: %v", err)
+	}
+
+	again := tenurectl(t, "dev", "up", "--dir", dir)
+	if again.code != 0 || !strings.Contains(again.stderr, "already up") {
+		t.Errorf("second dev up: exit %d, stderr %q; want success saying it is already up", again.code, again.stderr)
+	}
+	if cp2, err := controlplane.Attach(dir); err != nil || !slices.Equal(cp2.Pids(), pids) {
+		t.Errorf("second dev up changed the processes: %v (%v), want %v", cp2, err, pids)
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.ApiextensionsV1().CustomResourceDefinitions().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, crd := range list.Items {
+		names = append(names, crd.Name)
+	}
+	slices.Sort(names)
+	want := []string{"ipamclaims.k8s.cni.cncf.io", "ippools.ipam.tenure.dev", "ipreservations.ipam.tenure.dev"}
+	if !slices.Equal(names, want) {
+		t.Errorf("CRDs = %v, want %v", names, want)
+	}
+
+	down := tenurectl(t, "dev", "down", "--dir", dir)
+	if down.code != 0 {
+		t.Fatalf("dev down exited %d", down.code)
+	}
+	for _, pid := range pids {
+		if !gone(pid) {
+			t.Errorf("pid %d still runs after dev down", pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, controlplane.StateFile)); !os.IsNotExist(err) {
+		t.Errorf("state file left after dev down: %v", err)
+	}
+
+	if again := tenurectl(t, "dev", "down", "--dir", dir); again.code != 0 {
+		t.Errorf("dev down with nothing running exited %d", again.code)
+	}
+	if none := tenurectl(t, "dev", "down", "--dir", filepath.Join(t.TempDir(), "never")); none.code != 0 {
+		t.Errorf("dev down on a dir that never existed exited %d", none.code)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: tenurectl <command>"},
+		{[]string{"help"}, 0, "dev"},
+		{[]string{"bogus"}, 2, `unknown command "bogus"`},
+		{[]string{"dev"}, 2, "usage: tenurectl dev <subcommand>"},
+		{[]string{"dev", "sideways"}, 2, `unknown subcommand "sideways"`},
+		{[]string{"dev", "up", "--nope"}, 2, "flag provided but not defined"},
+		{[]string{"dev", "down", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"dev", "up", "-h"}, 0, "-dir"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &env{stdout: &stdout, stderr: &stderr})
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("tenurectl %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
+		}
+	}
+}

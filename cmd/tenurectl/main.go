@@ -1,0 +1,143 @@
+// Command tenurectl is tenure's command-line tool.
+//
+// Subcommands register themselves in a file of their own (see dev.go): a
+// command has a name, a one-line summary and a run function that gets the
+// arguments after its name.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand of tenurectl.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what a command writes to.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+// errUsage makes run exit 2 without printing the error again: the command
+// printed its usage already.
+var errUsage = errors.New("usage")
+
+var commands = map[string]*command{}
+
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("tenurectl: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line args (without the program name) and returns
+// the exit code.
+func run(ctx context.Context, args []string, e *env) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(e.stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "tenurectl: unknown command %q\n\n", args[0])
+		usage(e.stderr)
+		return 2
+	}
+	err := c.run(ctx, e, args[1:])
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(e.stderr, "tenurectl %s: %v\n", c.name, err)
+		return 1
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: tenurectl <command> [arguments]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+}
+
+// subcommands dispatches args[0] among subs, for commands that group others
+// (tenurectl dev up). name is the full command path for messages.
+func subcommands(ctx context.Context, e *env, name string, subs []*command, args []string) error {
+	if len(args) > 0 {
+		for _, s := range subs {
+			if s.name == args[0] {
+				return s.run(ctx, e, args[1:])
+			}
+		}
+		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+			fmt.Fprintf(e.stderr, "tenurectl %s: unknown subcommand %q\n\n", name, args[0])
+		}
+	}
+	fmt.Fprintf(e.stderr, "usage: tenurectl %s <subcommand> [flags]\n\nsubcommands:\n", name)
+	for _, s := range subs {
+		fmt.Fprintf(e.stderr, "  %-10s %s\n", s.name, s.summary)
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		return flag.ErrHelp
+	}
+	return errUsage
+}
+
+// newFlagSet returns a flag set for "tenurectl <name>" that reports errors
+// to e.stderr and leaves exiting to run.
+func newFlagSet(e *env, name, argsUsage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("tenurectl "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: tenurectl %s %s\n", name, argsUsage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and refuses positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}

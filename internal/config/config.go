@@ -1,0 +1,885 @@
+// Package config parses and validates tenure's IPAM configuration: the ipam
+// section of a CNI network config, merged over the optional flat
+// configuration file, and (for configs naming a pool) an IPPool spec.
+//
+// The keys are those of whereabouts v0.9, so a whereabouts config works with
+// only its ipam type changed to "tenure"; whereabouts keys that mean nothing
+// to tenure (datastore, kubernetes, etcd_*, log_*, leader_*, ...) are
+// accepted and listed in Config.Ignored. Any other unknown key is an error.
+// Every error is a *Error naming the key and the value.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/tenure-ipam/tenure/api/v1alpha1"
+)
+
+// PluginType is the only accepted ipam "type".
+const PluginType = "tenure"
+
+// DefaultAgentSocket is the node agent's unix socket when agent_socket is
+// not set.
+const DefaultAgentSocket = "/run/tenure/agent.sock"
+
+// DefaultFlatFilePath is the flat configuration file read when the config has
+// no configuration_path. It may be missing. Tests point it elsewhere.
+var DefaultFlatFilePath = "/etc/cni/net.d/tenure.d/tenure.conf"
+
+// MaxFlatFileSize bounds the flat configuration file.
+const MaxFlatFileSize = 1 << 20
+
+// maxSocketPath is the longest path a unix socket address holds (sun_path is
+// 108 bytes with its terminating NUL).
+const maxSocketPath = 107
+
+// Config is a validated, normalised tenure IPAM configuration.
+type Config struct {
+	CNIVersion        string
+	Name              string         // top-level CNI network name
+	Ranges            []Range        // one address per entry per ADD, in config order
+	Gateway           netip.Addr     // zero if unset
+	Routes            []*types.Route // nil if unset
+	DNS               types.DNS
+	NetworkName       string // "" if unset
+	OverlappingRanges bool   // enable_overlapping_ranges, default true
+	Pool              string // declared pool name, "" if none
+	AgentSocket       string // default DefaultAgentSocket
+	PrefixDelegation  *PrefixDelegation
+	DHCPv6            *DHCPv6
+	Ignored           []string // whereabouts keys accepted but without effect, sorted
+
+	ConfigurationPath string // configuration_path as given in the ipam section, "" if unset
+	FlatFile          string // the flat file Load read its defaults from, "" if none
+
+	// Where values came from, for messages and for re-applying a pool.
+	gwField         field
+	pdRange         field
+	gwFromPool      bool
+	networkFromPool bool
+	pdFromPool      bool
+	poolField       field
+}
+
+// tenureKeys are the ipam keys tenure acts on.
+var tenureKeys = []string{
+	"type", "range", "range_start", "range_end", "exclude", "ipRanges", "gateway",
+	"routes", "dns", "network_name", "enable_overlapping_ranges", "configuration_path",
+	"pool", "agent_socket", "prefix_delegation", "dhcpv6",
+}
+
+// ignoredKeys are the keys whereabouts v0.9 accepts (pkg/types/types.go,
+// IPAMConfig and the alias its UnmarshalJSON decodes into) that mean nothing
+// to tenure, with the JSON type whereabouts decodes them as: a value
+// whereabouts would have refused is refused here too.
+var ignoredKeys = map[string]jsonKind{
+	"name":                       kindString, // whereabouts overwrites it with the network name
+	"datastore":                  kindString,
+	"kubernetes":                 kindObject, // kubeconfig, k8s_api_root
+	"etcd_host":                  kindString,
+	"etcd_username":              kindString,
+	"etcd_password":              kindString,
+	"etcd_key_file":              kindString,
+	"etcd_cert_file":             kindString,
+	"etcd_ca_cert_file":          kindString,
+	"log_file":                   kindString,
+	"log_level":                  kindString,
+	"reconciler_cron_expression": kindString,
+	"sleep_for_race":             kindNumber,
+	"leader_lease_duration":      kindNumber,
+	"leader_renew_deadline":      kindNumber,
+	"leader_retry_period":        kindNumber,
+	"node_slice_size":            kindString,
+	"addresses":                  kindArray, // static addresses; whereabouts never puts them in results
+}
+
+var (
+	rangeKeys = []string{"range", "range_start", "range_end", "exclude"}
+	routeKeys = []string{"dst", "gw", "mtu", "advmss", "priority", "table", "scope"}
+	dnsKeys   = []string{"nameservers", "domain", "search", "options"}
+	allKeys   = func() []string {
+		k := slices.Clone(tenureKeys)
+		for n := range ignoredKeys {
+			k = append(k, n)
+		}
+		slices.Sort(k)
+		return k
+	}()
+)
+
+func isKnown(k string) bool {
+	_, ign := ignoredKeys[k]
+	return ign || slices.Contains(tenureKeys, k)
+}
+
+func checkKeys(m map[string]field, allowed []string) error {
+	for _, k := range sortedKeys(m) {
+		if !slices.Contains(allowed, k) {
+			return unknownKey(m[k], k, allowed)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]field) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Load reads the flat file the netconf asks for (ReadFlatFile) and parses
+// the netconf over it (Parse).
+func Load(netconf []byte) (*Config, error) {
+	path, flat, err := ReadFlatFile(netconf)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(netconf, flat)
+	if err != nil {
+		return nil, err
+	}
+	c.FlatFile = path
+	return c, nil
+}
+
+// ReadFlatFile decides which flat configuration file applies to netconf and
+// reads it: ipam.configuration_path if given (missing is an error), else
+// DefaultFlatFilePath (missing is fine: it returns "", nil, nil). A netconf
+// that does not parse is left for Parse to report: the default file is read.
+func ReadFlatFile(netconf []byte) (path string, data []byte, err error) {
+	var cp *field
+	top := field{raw: netconf}
+	if json.Valid(netconf) && kindOf(netconf) == kindObject {
+		if m, err := top.object(); err == nil {
+			if ipam, ok := m["ipam"]; ok && kindOf(ipam.raw) == kindObject {
+				if im, err := ipam.object(); err == nil {
+					if f, ok := im["configuration_path"]; ok {
+						cp = &f
+					}
+				}
+			}
+		}
+	}
+	if cp != nil {
+		p, err := configurationPath(*cp)
+		if err != nil {
+			return "", nil, err
+		}
+		if p != "" {
+			data, err := readFile(p)
+			if err != nil {
+				e := &Error{Key: cp.path, Value: cp.show(), Reason: err.Error(), Err: err}
+				if errors.Is(err, fs.ErrNotExist) {
+					e.Reason = "no such file"
+				}
+				return "", nil, e
+			}
+			return p, data, nil
+		}
+	}
+	data, err = readFile(DefaultFlatFilePath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, &Error{Key: "flatfile", Value: quote(DefaultFlatFilePath), Reason: err.Error(), Err: err}
+	}
+	return DefaultFlatFilePath, data, nil
+}
+
+func readFile(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFlatFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFlatFileSize {
+		return nil, fmt.Errorf("larger than %d bytes", MaxFlatFileSize)
+	}
+	return data, nil
+}
+
+func configurationPath(f field) (string, error) {
+	s, err := f.str()
+	if err != nil || s == "" {
+		return "", err
+	}
+	if !filepath.IsAbs(s) {
+		return "", f.errorf("must be an absolute path")
+	}
+	return filepath.Clean(s), nil
+}
+
+// Parse parses the CNI network config netconf (the plugin's stdin) over the
+// flat configuration file's bytes flat (nil or empty if none): the flat
+// file's JSON object supplies defaults, the ipam section's keys win key by
+// key. For a config naming a pool, Ranges stays empty and the checks that
+// need ranges wait for ApplyPool.
+func Parse(netconf []byte, flat []byte) (*Config, error) {
+	if !json.Valid(netconf) {
+		err := json.Unmarshal(netconf, new(any))
+		return nil, &Error{Key: "netconf", Reason: fmt.Sprintf("not valid JSON: %v", err)}
+	}
+	if k := kindOf(netconf); k != kindObject {
+		return nil, &Error{Key: "netconf", Value: show(netconf), Reason: fmt.Sprintf("must be a JSON object, not %s", k)}
+	}
+	top, err := field{raw: netconf}.object()
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{OverlappingRanges: true, AgentSocket: DefaultAgentSocket}
+	if f, ok := top["cniVersion"]; ok {
+		if c.CNIVersion, err = f.str(); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := top["name"]; ok {
+		if c.Name, err = f.str(); err != nil {
+			return nil, err
+		}
+	}
+	ipam, ok := top["ipam"]
+	if !ok {
+		return nil, &Error{Key: "ipam", Reason: "is required"}
+	}
+	ipamFields, err := ipam.object()
+	if err != nil {
+		return nil, err
+	}
+
+	fields := map[string]field{}
+	ignored := map[string]bool{}
+	if len(bytes.TrimSpace(flat)) > 0 {
+		if !json.Valid(flat) {
+			err := json.Unmarshal(flat, new(any))
+			return nil, &Error{Key: "flatfile", Reason: fmt.Sprintf("not valid JSON: %v", err)}
+		}
+		flatFields, err := field{path: "flatfile", raw: flat}.object()
+		if err != nil {
+			return nil, err
+		}
+		for k, f := range flatFields {
+			if k == "configuration_path" {
+				// The file was already chosen; whereabouts ignores it here too.
+				if _, err := f.str(); err != nil {
+					return nil, err
+				}
+				if _, nad := ipamFields[k]; !nad {
+					ignored[k] = true
+				}
+				continue
+			}
+			fields[k] = f
+		}
+	}
+	for k, f := range ipamFields {
+		fields[k] = f
+	}
+
+	for _, k := range sortedKeys(fields) {
+		if !isKnown(k) {
+			return nil, unknownKey(fields[k], k, allKeys)
+		}
+		if kind, ok := ignoredKeys[k]; ok {
+			if err := checkIgnored(fields[k], k, kind); err != nil {
+				return nil, err
+			}
+			ignored[k] = true
+		}
+	}
+	for k := range ignored {
+		c.Ignored = append(c.Ignored, k)
+	}
+	slices.Sort(c.Ignored)
+
+	f, ok := fields["type"]
+	if !ok {
+		return nil, &Error{Key: "ipam.type", Reason: fmt.Sprintf("is required (%q)", PluginType)}
+	}
+	typ, err := f.str()
+	if err != nil {
+		return nil, err
+	}
+	if typ != PluginType {
+		return nil, f.errorf("must be %q", PluginType)
+	}
+
+	if f, ok := fields["pool"]; ok {
+		if c.Pool, err = f.str(); err != nil {
+			return nil, err
+		}
+		if !validName(c.Pool) {
+			return nil, f.errorf("must be the name of an IPPool (a lowercase RFC 1123 subdomain)")
+		}
+		c.poolField = f
+	}
+
+	built, err := parseRanges(c, fields)
+	if err != nil {
+		return nil, err
+	}
+
+	if f, ok := fields["gateway"]; ok {
+		s, err := f.str()
+		if err != nil {
+			return nil, err
+		}
+		if s != "" { // whereabouts treats "" as unset
+			if c.Gateway, err = f.addr(); err != nil {
+				return nil, err
+			}
+			c.gwField = f
+		}
+	}
+	if f, ok := fields["routes"]; ok {
+		if c.Routes, err = parseRoutes(f); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := fields["dns"]; ok {
+		if c.DNS, err = parseDNS(f); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := fields["network_name"]; ok {
+		if c.NetworkName, err = networkName(f); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := fields["enable_overlapping_ranges"]; ok {
+		if c.OverlappingRanges, err = f.boolean(); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := fields["agent_socket"]; ok {
+		s, err := f.str()
+		if err != nil {
+			return nil, err
+		}
+		if !filepath.IsAbs(s) || len(s) > maxSocketPath || strings.IndexByte(s, 0) >= 0 {
+			return nil, f.errorf("must be an absolute path of at most %d bytes", maxSocketPath)
+		}
+		c.AgentSocket = s
+	}
+	if f, ok := fields["configuration_path"]; ok {
+		if c.ConfigurationPath, err = configurationPath(f); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := fields["prefix_delegation"]; ok {
+		if c.PrefixDelegation, err = parsePrefixDelegation(f); err != nil {
+			return nil, err
+		}
+		c.pdRange = field{path: f.path + ".range"}
+		if m, err := f.object(); err == nil {
+			c.pdRange = m["range"]
+		}
+	}
+	if f, ok := fields["dhcpv6"]; ok {
+		if c.DHCPv6, err = parseDHCPv6(f); err != nil {
+			return nil, err
+		}
+	}
+
+	if c.Pool == "" {
+		if err := c.finish(built); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func checkIgnored(f field, key string, kind jsonKind) error {
+	if err := f.wantKind(kind, kind.String()); err != nil {
+		return err
+	}
+	switch key {
+	case "kubernetes":
+		m, err := f.object()
+		if err != nil {
+			return err
+		}
+		for _, k := range []string{"kubeconfig", "k8s_api_root"} {
+			if v, ok := m[k]; ok {
+				if _, err := v.str(); err != nil {
+					return err
+				}
+			}
+		}
+	case "sleep_for_race", "leader_lease_duration", "leader_renew_deadline", "leader_retry_period":
+		if _, err := f.integer(); err != nil {
+			return err
+		}
+	case "addresses":
+		elems, err := f.array()
+		if err != nil {
+			return err
+		}
+		for _, e := range elems {
+			if err := e.wantKind(kindObject, "an object"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// present returns the field for key unless it is absent or, for the range
+// keys whereabouts tests against their zero value, empty ("" or []).
+func present(fields map[string]field, key string) (field, bool, error) {
+	f, ok := fields[key]
+	if !ok {
+		return field{}, false, nil
+	}
+	switch kindOf(f.raw) {
+	case kindString:
+		s, err := f.str()
+		if err != nil {
+			return field{}, false, err
+		}
+		return f, s != "", nil
+	case kindArray:
+		elems, err := f.array()
+		if err != nil {
+			return field{}, false, err
+		}
+		return f, len(elems) > 0, nil
+	}
+	return f, true, nil
+}
+
+// parseRanges handles range, range_start, range_end, exclude, ipRanges and
+// their contradictions with pool. Like whereabouts, the top-level range is
+// the first entry, before the ipRanges entries.
+func parseRanges(c *Config, fields map[string]field) ([]builtRange, error) {
+	var (
+		got   = map[string]field{}
+		order = []string{"range", "range_start", "range_end", "exclude", "ipRanges"}
+	)
+	for _, k := range order {
+		f, ok, err := present(fields, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			got[k] = f
+		}
+	}
+	if c.Pool != "" {
+		for _, k := range order {
+			if f, ok := got[k]; ok {
+				return nil, f.errorf("contradicts %s %s: a config takes its ranges either from a declared pool or from its own range/ipRanges keys", c.poolField.path, c.poolField.show())
+			}
+		}
+		return nil, nil
+	}
+	rng, hasRange := got["range"]
+	ipr, hasIPR := got["ipRanges"]
+	if !hasRange && !hasIPR {
+		return nil, &Error{Key: "ipam", Reason: "one of range, ipRanges or pool is required"}
+	}
+	var topExclude []field
+	if f, ok := got["exclude"]; ok {
+		elems, err := f.array()
+		if err != nil {
+			return nil, err
+		}
+		topExclude = elems
+	}
+	var built []builtRange
+	if hasRange {
+		in := rangeInput{rng: rng, exclude: topExclude}
+		if f, ok := got["range_start"]; ok {
+			in.start = &f
+		}
+		if f, ok := got["range_end"]; ok {
+			in.end = &f
+		}
+		b, err := buildRange(in, "ipam")
+		if err != nil {
+			return nil, err
+		}
+		built = append(built, b)
+	} else {
+		for _, k := range []string{"range_start", "range_end"} {
+			if f, ok := got[k]; ok {
+				return nil, f.errorf("needs a top-level range; with ipRanges, set %s inside each entry", k)
+			}
+		}
+	}
+	if hasIPR {
+		entries, err := ipr.array()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			m, err := e.object()
+			if err != nil {
+				return nil, err
+			}
+			if err := checkKeys(m, rangeKeys); err != nil {
+				return nil, err
+			}
+			in := rangeInput{}
+			f, ok := m["range"]
+			if !ok {
+				return nil, &Error{Key: e.path + ".range", Reason: "is required"}
+			}
+			in.rng = f
+			if f, ok, err := present(m, "range_start"); err != nil {
+				return nil, err
+			} else if ok {
+				in.start = &f
+			}
+			if f, ok, err := present(m, "range_end"); err != nil {
+				return nil, err
+			} else if ok {
+				in.end = &f
+			}
+			if f, ok := m["exclude"]; ok {
+				if in.exclude, err = f.array(); err != nil {
+					return nil, err
+				}
+			}
+			if !hasRange {
+				// whereabouts drops a top-level exclude when there is no
+				// top-level range; tenure applies it to every entry rather
+				// than silently hand out addresses the user excluded.
+				in.exclude = append(in.exclude, topExclude...)
+			}
+			b, err := buildRange(in, e.path)
+			if err != nil {
+				return nil, err
+			}
+			built = append(built, b)
+		}
+	}
+	return built, nil
+}
+
+// finish runs the checks that need both the ranges and the rest of the
+// config, and sets c.Ranges.
+func (c *Config) finish(built []builtRange) error {
+	if len(built) == 0 {
+		return &Error{Key: "ipam", Reason: "one of range, ipRanges or pool is required"}
+	}
+	if c.Gateway.IsValid() {
+		ok := false
+		for _, b := range built {
+			ok = ok || b.r.Prefix.Addr().Is4() == c.Gateway.Is4()
+		}
+		if !ok {
+			fam := familyName(c.Gateway.Is4())
+			return c.gwField.errorf("is %s but no range is %s (%s %s)", fam, fam, built[0].in.rng.path, built[0].in.rng.show())
+		}
+	}
+	for i := range built {
+		b := &built[i]
+		r := &b.r
+		gwIn := c.Gateway.IsValid() && r.Prefix.Contains(c.Gateway)
+		if gwIn {
+			r.Exclude = append(r.Exclude, netip.PrefixFrom(c.Gateway, c.Gateway.BitLen()))
+		}
+		r.normalizeExcludes()
+		if r.capacity128() == (u128{}) {
+			var parts []string
+			if d := strings.TrimPrefix(b.in.boundsDesc(), " with "); d != "" {
+				parts = append(parts, d)
+			}
+			if d := b.in.excludeDesc(); d != "" {
+				parts = append(parts, d)
+			}
+			if gwIn {
+				parts = append(parts, c.gwField.path+" "+c.gwField.show())
+			}
+			return b.in.rng.errorf("has no assignable address with %s", strings.Join(parts, " and "))
+		}
+	}
+	for i := range built {
+		for j := range i {
+			a, b := built[i].r, built[j].r
+			if a.Prefix == b.Prefix && a.Start == b.Start && a.End == b.End {
+				return built[i].in.rng.errorf("is the same address range as %s %s", built[j].in.rng.path, built[j].in.rng.show())
+			}
+		}
+	}
+	if pd := c.PrefixDelegation; pd != nil {
+		for _, b := range built {
+			if pd.Range.Overlaps(b.r.Prefix) {
+				return c.pdRange.errorf("overlaps %s %s: delegated prefixes must lie outside the address ranges", b.in.rng.path, b.in.rng.show())
+			}
+		}
+	}
+	switch c.CNIVersion {
+	case "", "0.1.0", "0.2.0":
+		seen := map[bool]bool{}
+		for _, b := range built {
+			is4 := b.r.Prefix.Addr().Is4()
+			if seen[is4] {
+				return &Error{Key: "cniVersion", Value: quote(c.CNIVersion), Reason: fmt.Sprintf(
+					"allows one address per family, but %s %s is a second %s range", b.in.rng.path, b.in.rng.show(), familyName(is4))}
+			}
+			seen[is4] = true
+		}
+	}
+	c.Ranges = make([]Range, len(built))
+	for i, b := range built {
+		c.Ranges[i] = b.r
+	}
+	return nil
+}
+
+// ApplyPool fills Ranges from the declared IPPool name, and NetworkName,
+// Gateway and PrefixDelegation from it where the config did not set them,
+// with the same validation as Parse; errors name "IPPool NAME spec.…". It may
+// be called again with a newer spec. On error c is unchanged.
+func (c *Config) ApplyPool(name string, spec v1alpha1.IPPoolSpec) error {
+	if name == "" {
+		return &Error{Key: "IPPool", Value: `""`, Reason: "a pool name is required"}
+	}
+	if c.Pool != "" && c.Pool != name {
+		key := c.poolField.path
+		if key == "" {
+			key = "ipam.pool"
+		}
+		return &Error{Key: key, Value: quote(c.Pool), Reason: fmt.Sprintf("the config names this pool, not IPPool %s", name)}
+	}
+	if c.Pool == "" && len(c.Ranges) > 0 {
+		return &Error{Key: "IPPool " + name, Reason: fmt.Sprintf("cannot apply: the config has its own ranges (%s)", c.Ranges[0].Spec)}
+	}
+	prefix := "IPPool " + name + " spec"
+	if len(spec.Ranges) == 0 {
+		return &Error{Key: prefix + ".ranges", Value: "[]", Reason: "at least one range is required"}
+	}
+	n := *c
+	var built []builtRange
+	for i, pr := range spec.Ranges {
+		base := fmt.Sprintf("%s.ranges[%d]", prefix, i)
+		in := rangeInput{rng: jsonString(base+".range", pr.Range)}
+		if pr.RangeStart != "" {
+			f := jsonString(base+".range_start", pr.RangeStart)
+			in.start = &f
+		}
+		if pr.RangeEnd != "" {
+			f := jsonString(base+".range_end", pr.RangeEnd)
+			in.end = &f
+		}
+		for j, e := range pr.Exclude {
+			in.exclude = append(in.exclude, jsonString(fmt.Sprintf("%s.exclude[%d]", base, j), e))
+		}
+		b, err := buildRange(in, base)
+		if err != nil {
+			return err
+		}
+		built = append(built, b)
+	}
+	if n.gwFromPool {
+		n.Gateway, n.gwField, n.gwFromPool = netip.Addr{}, field{}, false
+	}
+	if !n.Gateway.IsValid() && spec.Gateway != "" {
+		f := jsonString(prefix+".gateway", spec.Gateway)
+		a, err := f.addr()
+		if err != nil {
+			return err
+		}
+		n.Gateway, n.gwField, n.gwFromPool = a, f, true
+	}
+	if n.networkFromPool {
+		n.NetworkName, n.networkFromPool = "", false
+	}
+	if n.NetworkName == "" && spec.NetworkName != "" {
+		s, err := networkName(jsonString(prefix+".network_name", spec.NetworkName))
+		if err != nil {
+			return err
+		}
+		n.NetworkName, n.networkFromPool = s, true
+	}
+	if n.pdFromPool {
+		n.PrefixDelegation, n.pdRange, n.pdFromPool = nil, field{}, false
+	}
+	if n.PrefixDelegation == nil && spec.PrefixDelegation != nil {
+		pd := spec.PrefixDelegation
+		rf := jsonString(prefix+".prefix_delegation.range", pd.Range)
+		lf := field{path: prefix + ".prefix_delegation.prefix_length", raw: []byte(strconv.Itoa(int(pd.PrefixLength)))}
+		p, err := buildPrefixDelegation(rf, lf, int64(pd.PrefixLength))
+		if err != nil {
+			return err
+		}
+		n.PrefixDelegation, n.pdRange, n.pdFromPool = p, rf, true
+	}
+	if err := n.finish(built); err != nil {
+		return err
+	}
+	n.Pool = name
+	*c = n
+	return nil
+}
+
+func networkName(f field) (string, error) {
+	s, err := f.str()
+	if err != nil || s == "" {
+		return "", err
+	}
+	if !validName(s) {
+		return "", f.errorf("must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.'; at most 253 bytes), as it names Kubernetes objects")
+	}
+	return s, nil
+}
+
+// validName reports whether s is a lowercase RFC 1123 subdomain, the form of
+// Kubernetes object names.
+func validName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i, ch := range []byte(label) {
+			alnum := ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9'
+			if !alnum && (ch != '-' || i == 0 || i == len(label)-1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func parseRoutes(f field) ([]*types.Route, error) {
+	elems, err := f.array()
+	if err != nil {
+		return nil, err
+	}
+	routes := make([]*types.Route, 0, len(elems))
+	for _, e := range elems {
+		m, err := e.object()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkKeys(m, routeKeys); err != nil {
+			return nil, err
+		}
+		df, ok := m["dst"]
+		if !ok {
+			return nil, &Error{Key: e.path + ".dst", Reason: "is required"}
+		}
+		s, err := df.str()
+		if err != nil {
+			return nil, err
+		}
+		p, err := parsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, df.errorf("not a CIDR: %v", err)
+		}
+		if p != p.Masked() {
+			return nil, df.errorf("has host bits set (did you mean %q?)", p.Masked().String())
+		}
+		rt := &types.Route{Dst: net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+		if gf, ok := m["gw"]; ok {
+			a, err := gf.addr()
+			if err != nil {
+				return nil, err
+			}
+			if a.Is4() != p.Addr().Is4() {
+				return nil, gf.errorf("is %s but %s %s is %s", familyName(a.Is4()), df.path, df.show(), familyName(p.Addr().Is4()))
+			}
+			rt.GW = net.IP(a.AsSlice())
+		}
+		for _, k := range []string{"mtu", "advmss", "priority", "table", "scope"} {
+			v, ok := m[k]
+			if !ok {
+				continue
+			}
+			n, err := v.integer()
+			if err != nil {
+				return nil, err
+			}
+			if n < 0 || n > 1<<32-1 {
+				return nil, v.errorf("must be from 0 to %d", int64(1<<32-1))
+			}
+			i := int(n)
+			switch k {
+			case "mtu":
+				rt.MTU = i
+			case "advmss":
+				rt.AdvMSS = i
+			case "priority":
+				rt.Priority = i
+			case "table":
+				rt.Table = &i
+			case "scope":
+				if n > 255 {
+					return nil, v.errorf("must be from 0 to 255")
+				}
+				rt.Scope = &i
+			}
+		}
+		routes = append(routes, rt)
+	}
+	return routes, nil
+}
+
+func parseDNS(f field) (types.DNS, error) {
+	var d types.DNS
+	m, err := f.object()
+	if err != nil {
+		return d, err
+	}
+	if err := checkKeys(m, dnsKeys); err != nil {
+		return d, err
+	}
+	if v, ok := m["nameservers"]; ok {
+		elems, err := v.array()
+		if err != nil {
+			return d, err
+		}
+		for _, e := range elems {
+			s, err := e.str()
+			if err != nil {
+				return d, err
+			}
+			if _, err := netip.ParseAddr(s); err != nil { // zones allowed: fe80::1%eth0
+				return d, e.errorf("not an IP address: %v", err)
+			}
+			d.Nameservers = append(d.Nameservers, s)
+		}
+	}
+	if v, ok := m["domain"]; ok {
+		if d.Domain, err = v.str(); err != nil {
+			return d, err
+		}
+	}
+	if v, ok := m["search"]; ok {
+		if d.Search, err = v.strList(); err != nil {
+			return d, err
+		}
+	}
+	if v, ok := m["options"]; ok {
+		if d.Options, err = v.strList(); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}

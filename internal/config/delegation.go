@@ -1,0 +1,216 @@
+package config
+
+import (
+	"math"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// PrefixDelegation hands out IPv6 prefixes of PrefixLength from Range.
+type PrefixDelegation struct {
+	Range        netip.Prefix // IPv6, masked
+	PrefixLength int          // > Range.Bits(), <= 128
+}
+
+func (p PrefixDelegation) valid() bool {
+	return p.Range.IsValid() && p.Range.Addr().Is6() && p.PrefixLength > p.Range.Bits() && p.PrefixLength <= 128
+}
+
+// Count returns the number of delegable prefixes, saturating at
+// math.MaxUint64.
+func (p PrefixDelegation) Count() uint64 {
+	if !p.valid() {
+		return 0
+	}
+	n := p.PrefixLength - p.Range.Bits()
+	if n >= 64 {
+		return math.MaxUint64
+	}
+	return 1 << n
+}
+
+// At returns the i-th prefix (i < Count()); the zero Prefix past the end.
+func (p PrefixDelegation) At(i uint64) netip.Prefix {
+	if !p.valid() {
+		return netip.Prefix{}
+	}
+	n := p.PrefixLength - p.Range.Bits()
+	if n < 64 && i >= 1<<n {
+		return netip.Prefix{}
+	}
+	base := u128From(p.Range.Masked().Addr())
+	a, _ := base.add(u128{lo: i}.shl(128 - p.PrefixLength))
+	return netip.PrefixFrom(a.addr(false), p.PrefixLength)
+}
+
+// Index returns i such that At(i) == q; false if q is not one of the
+// delegable prefixes (wrong length, host bits set, outside Range) or i does
+// not fit in 64 bits.
+func (p PrefixDelegation) Index(q netip.Prefix) (uint64, bool) {
+	if !p.valid() || !q.IsValid() || !q.Addr().Is6() || q.Addr().Is4In6() || q.Addr().Zone() != "" ||
+		q.Bits() != p.PrefixLength || q.Masked() != q || !p.Range.Contains(q.Addr()) {
+		return 0, false
+	}
+	d, _ := u128From(q.Addr()).sub(u128From(p.Range.Masked().Addr()))
+	idx := d.shr(128 - p.PrefixLength)
+	if idx.hi != 0 {
+		return 0, false
+	}
+	return idx.lo, true
+}
+
+// DHCPv6 configures the node agent's DHCPv6 service for the attachment.
+type DHCPv6 struct {
+	Enabled           bool          // default true when the dhcpv6 object is present
+	Interfaces        []string      // nil if unset
+	PreferredLifetime time.Duration // default 3600s
+	ValidLifetime     time.Duration // default 7200s, >= PreferredLifetime
+	InstallRoutes     bool          // default true
+}
+
+// Defaults of the dhcpv6 object.
+const (
+	DefaultPreferredLifetime = 3600 * time.Second
+	DefaultValidLifetime     = 7200 * time.Second
+)
+
+// maxLifetime is the largest DHCPv6 lifetime (32-bit seconds; 0xffffffff
+// means infinity, RFC 8415 section 7.7).
+const maxLifetime = math.MaxUint32
+
+var pdKeys = []string{"range", "prefix_length"}
+
+func parsePrefixDelegation(f field) (*PrefixDelegation, error) {
+	m, err := f.object()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(m, pdKeys); err != nil {
+		return nil, err
+	}
+	rf, ok := m["range"]
+	if !ok {
+		return nil, &Error{Key: f.path + ".range", Reason: "is required"}
+	}
+	lf, ok := m["prefix_length"]
+	if !ok {
+		return nil, &Error{Key: f.path + ".prefix_length", Reason: "is required"}
+	}
+	n, err := lf.integer()
+	if err != nil {
+		return nil, err
+	}
+	return buildPrefixDelegation(rf, lf, n)
+}
+
+func buildPrefixDelegation(rf, lf field, n int64) (*PrefixDelegation, error) {
+	s, err := rf.str()
+	if err != nil {
+		return nil, err
+	}
+	p, err := parsePrefix(strings.TrimSpace(s))
+	if err != nil {
+		return nil, rf.errorf("not a CIDR: %v", err)
+	}
+	if !p.Addr().Is6() {
+		return nil, rf.errorf("must be an IPv6 prefix")
+	}
+	p = p.Masked()
+	if n <= int64(p.Bits()) || n > 128 {
+		return nil, lf.errorf("must be longer than the /%d of %s %s and at most 128", p.Bits(), rf.path, rf.show())
+	}
+	return &PrefixDelegation{Range: p, PrefixLength: int(n)}, nil
+}
+
+var dhcpv6Keys = []string{"enabled", "interfaces", "preferred_lifetime", "valid_lifetime", "install_routes"}
+
+func parseDHCPv6(f field) (*DHCPv6, error) {
+	m, err := f.object()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(m, dhcpv6Keys); err != nil {
+		return nil, err
+	}
+	d := &DHCPv6{Enabled: true, PreferredLifetime: DefaultPreferredLifetime, ValidLifetime: DefaultValidLifetime, InstallRoutes: true}
+	if v, ok := m["enabled"]; ok {
+		if d.Enabled, err = v.boolean(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := m["install_routes"]; ok {
+		if d.InstallRoutes, err = v.boolean(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := m["interfaces"]; ok {
+		elems, err := v.array()
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]string{}
+		for _, e := range elems {
+			name, err := e.str()
+			if err != nil {
+				return nil, err
+			}
+			if !validIfName(name) {
+				return nil, e.errorf("not a valid interface name (1-15 bytes, no '/', ':', whitespace, not \".\" or \"..\")")
+			}
+			if prev, dup := seen[name]; dup {
+				return nil, e.errorf("duplicates %s", prev)
+			}
+			seen[name] = e.path
+			d.Interfaces = append(d.Interfaces, name)
+		}
+	}
+	var pf, vf *field
+	if v, ok := m["preferred_lifetime"]; ok {
+		pf = &v
+		if d.PreferredLifetime, err = lifetime(v); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := m["valid_lifetime"]; ok {
+		vf = &v
+		if d.ValidLifetime, err = lifetime(v); err != nil {
+			return nil, err
+		}
+	}
+	if d.ValidLifetime < d.PreferredLifetime {
+		pDesc := "the default 3600"
+		if pf != nil {
+			pDesc = pf.path + " " + pf.show()
+		}
+		if vf != nil {
+			return nil, vf.errorf("must not be less than %s", pDesc)
+		}
+		return nil, pf.errorf("exceeds the default valid_lifetime 7200 (%s.valid_lifetime must be >= preferred_lifetime)", f.path)
+	}
+	return d, nil
+}
+
+func lifetime(f field) (time.Duration, error) {
+	n, err := f.integer()
+	if err != nil {
+		return 0, err
+	}
+	if n <= 0 || n > maxLifetime {
+		return 0, f.errorf("must be a number of seconds from 1 to %d", int64(maxLifetime))
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// validIfName follows the kernel's dev_valid_name.
+func validIfName(s string) bool {
+	if s == "" || len(s) > 15 || s == "." || s == ".." {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c == '/' || c == ':' || c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

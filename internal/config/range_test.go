@@ -1,0 +1,269 @@
+package config
+
+import (
+	"math"
+	"net/netip"
+	"testing"
+)
+
+func TestRangeAtOffsetCarry(t *testing.T) {
+	c := mustParse(t, `{"type":"tenure","range":"10.0.0.0/16","exclude":["10.0.1.0/30","10.0.1.2"]}`)
+	r := c.Ranges[0]
+	// Start is 10.0.0.1: offset 254 is 10.0.0.255, 255 carries into 10.0.1.0.
+	for _, tc := range []struct {
+		off  uint64
+		addr string
+	}{
+		{0, "10.0.0.1"}, {254, "10.0.0.255"}, {255, "10.0.1.0"}, {256, "10.0.1.1"}, {65532, "10.0.255.253"}, {65533, "10.0.255.254"},
+	} {
+		if got := r.At(tc.off); got != addr(tc.addr) {
+			t.Errorf("At(%d) = %v, want %s", tc.off, got, tc.addr)
+		}
+		if off, ok := r.Offset(addr(tc.addr)); !ok || off != tc.off {
+			t.Errorf("Offset(%s) = %d, %v, want %d", tc.addr, off, ok, tc.off)
+		}
+	}
+	if r.Size() != 65534 || r.Capacity() != 65534-4 {
+		t.Errorf("Size, Capacity = %d, %d", r.Size(), r.Capacity())
+	}
+	if got := r.At(r.Size()); got.IsValid() {
+		t.Errorf("At(Size) = %v, want zero", got)
+	}
+	if got := r.At(math.MaxUint64); got.IsValid() {
+		t.Errorf("At(MaxUint64) = %v, want zero", got)
+	}
+	for _, a := range []string{"10.0.0.0", "10.0.255.255", "10.1.0.1", "9.255.255.255", "::ffff:10.0.0.5", "fd00::1"} {
+		if _, ok := r.Offset(addr(a)); ok {
+			t.Errorf("Offset(%s) ok, want outside", a)
+		}
+		if r.Contains(addr(a)) {
+			t.Errorf("Contains(%s)", a)
+		}
+	}
+	if _, ok := r.Offset(netip.Addr{}); ok {
+		t.Error("Offset(zero) ok")
+	}
+	for a, want := range map[string]bool{"10.0.0.255": true, "10.0.1.0": false, "10.0.1.2": false, "10.0.1.3": false, "10.0.1.4": true} {
+		if r.Contains(addr(a)) != want {
+			t.Errorf("Contains(%s) = %v, want %v", a, !want, want)
+		}
+	}
+	// Round trip over every address: Contains matches the excludes, and
+	// Capacity counts the contained addresses.
+	var n uint64
+	for off := range r.Size() {
+		a := r.At(off)
+		if o, ok := r.Offset(a); !ok || o != off {
+			t.Fatalf("Offset(At(%d)=%s) = %d, %v", off, a, o, ok)
+		}
+		if r.Contains(a) {
+			n++
+		}
+	}
+	if n != r.Capacity() {
+		t.Errorf("contained %d, Capacity %d", n, r.Capacity())
+	}
+}
+
+func TestRangeIPv6(t *testing.T) {
+	c := mustParse(t, `{"type":"tenure","range":"2001:db8::/32","exclude":["2001:db8:0:1::/64","2001:db8::1"]}`)
+	r := c.Ranges[0]
+	if r.Start != addr("2001:db8::1") || r.End != addr("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff") {
+		t.Fatalf("range = [%s, %s]", r.Start, r.End)
+	}
+	if r.Size() != math.MaxUint64 || r.Capacity() != math.MaxUint64 {
+		t.Errorf("Size, Capacity = %d, %d: want saturated", r.Size(), r.Capacity())
+	}
+	// Carry across the 64-bit halves: ::1 + (2^64-1) = 0:0:0:1::.
+	if got := r.At(math.MaxUint64); got != addr("2001:db8:0:1::") {
+		t.Errorf("At(MaxUint64) = %v", got)
+	}
+	if off, ok := r.Offset(addr("2001:db8:0:1::")); !ok || off != math.MaxUint64 {
+		t.Errorf("Offset = %d, %v", off, ok)
+	}
+	if _, ok := r.Offset(addr("2001:db8:0:1::1")); ok {
+		t.Error("Offset past 2^64-1 must not be representable")
+	}
+	if got := r.At(0xffff_ffff_ffff_fffe); got != addr("2001:db8::ffff:ffff:ffff:ffff") {
+		t.Errorf("At = %v", got)
+	}
+	for a, want := range map[string]bool{
+		"2001:db8::": false, "2001:db8::1": false, "2001:db8::2": true, "2001:db8::ffff:ffff:ffff:ffff": true,
+		"2001:db8:0:1::": false, "2001:db8:0:1:ffff::": false, "2001:db8:0:2::": true, "2001:db9::1": false, "10.0.0.1": false,
+		"2001:db8::2%eth0": false,
+	} {
+		if r.Contains(addr(a)) != want {
+			t.Errorf("Contains(%s) = %v, want %v", a, !want, want)
+		}
+	}
+
+	// A /64 has 2^64-1 candidates: exactly MaxUint64, the last one at offset
+	// MaxUint64-1.
+	r = mustParse(t, `{"type":"tenure","range":"fd00::/64","exclude":["fd00::ffff:ffff:ffff:ff00/120"]}`).Ranges[0]
+	if r.Size() != math.MaxUint64 || r.Capacity() != math.MaxUint64-256 {
+		t.Errorf("Size, Capacity = %d, %d", r.Size(), r.Capacity())
+	}
+	if got := r.At(math.MaxUint64 - 1); got != addr("fd00::ffff:ffff:ffff:ffff") {
+		t.Errorf("At(last) = %v", got)
+	}
+	if got := r.At(math.MaxUint64); got.IsValid() {
+		t.Errorf("At(MaxUint64) = %v, want zero", got)
+	}
+	if off, ok := r.Offset(addr("fd00::ffff:ffff:ffff:ffff")); !ok || off != math.MaxUint64-1 {
+		t.Errorf("Offset(last) = %d, %v", off, ok)
+	}
+
+	// /120: round trip over every address.
+	r = mustParse(t, `{"type":"tenure","range":"fd00::100/120","exclude":["fd00::1f0/124"],"gateway":"fd00::101"}`).Ranges[0]
+	var n uint64
+	for off := range r.Size() {
+		a := r.At(off)
+		if o, ok := r.Offset(a); !ok || o != off {
+			t.Fatalf("Offset(At(%d)=%s) = %d, %v", off, a, o, ok)
+		}
+		if r.Contains(a) {
+			n++
+		}
+	}
+	if r.Size() != 255 || n != 255-16-1 || r.Capacity() != n {
+		t.Errorf("Size %d, contained %d, Capacity %d", r.Size(), n, r.Capacity())
+	}
+}
+
+func TestRangeHandBuilt(t *testing.T) {
+	var zero Range
+	if zero.Size() != 0 || zero.Capacity() != 0 || zero.At(0).IsValid() || zero.Contains(addr("10.0.0.1")) || zero.Family() != 0 {
+		t.Error("zero Range must be empty")
+	}
+	if zero.String() != "<invalid range>" {
+		t.Errorf("String = %q", zero.String())
+	}
+	// Unnormalised, nested and overlapping-the-edge excludes.
+	r := Range{Prefix: pfx("10.0.0.0/24"), Start: addr("10.0.0.10"), End: addr("10.0.0.19"),
+		Exclude: pfxs("10.0.0.16/30", "10.0.0.17/32", "10.0.0.0/29", "10.0.0.8/30", "fd00::/64")}
+	// 10-19 minus 16-19 minus 10-11 (of 8-11).
+	if r.Size() != 10 || r.Capacity() != 4 {
+		t.Errorf("Size, Capacity = %d, %d", r.Size(), r.Capacity())
+	}
+	if r.String() != "10.0.0.10-10.0.0.19/24" || r.Family() != 4 {
+		t.Errorf("String, Family = %q, %d", r.String(), r.Family())
+	}
+	// Everything excluded saturates at zero, never underflows.
+	r.Exclude = pfxs("0.0.0.0/0", "10.0.0.0/8")
+	if r.Capacity() != 0 {
+		t.Errorf("Capacity = %d", r.Capacity())
+	}
+	// The whole IPv6 space.
+	all := Range{Prefix: pfx("::/0"), Start: addr("::"), End: addr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")}
+	if all.Size() != math.MaxUint64 || all.Capacity() != math.MaxUint64 || all.At(math.MaxUint64) != addr("::ffff:ffff:ffff:ffff") {
+		t.Errorf("all: %d %d %v", all.Size(), all.Capacity(), all.At(math.MaxUint64))
+	}
+	// End before Start.
+	bad := Range{Prefix: pfx("10.0.0.0/24"), Start: addr("10.0.0.9"), End: addr("10.0.0.1")}
+	if bad.Size() != 0 || bad.At(0).IsValid() {
+		t.Error("inverted Range must be empty")
+	}
+}
+
+func TestPrefixDelegation(t *testing.T) {
+	pd := PrefixDelegation{Range: pfx("2001:db8:100::/40"), PrefixLength: 56}
+	for i, want := range map[uint64]string{
+		0: "2001:db8:100::/56", 1: "2001:db8:100:100::/56", 255: "2001:db8:100:ff00::/56", 256: "2001:db8:101::/56", 65535: "2001:db8:1ff:ff00::/56",
+	} {
+		got := pd.At(i)
+		if got != pfx(want) {
+			t.Errorf("At(%d) = %v, want %s", i, got, want)
+		}
+		if idx, ok := pd.Index(got); !ok || idx != i {
+			t.Errorf("Index(%v) = %d, %v, want %d", got, idx, ok, i)
+		}
+	}
+	for _, q := range []string{"2001:db8:100::/64", "2001:db8:100::1/56", "2001:db8:200::/56", "10.0.0.0/24", "::ffff:10.0.0.0/120"} {
+		if _, ok := pd.Index(pfx(q)); ok {
+			t.Errorf("Index(%s) ok", q)
+		}
+	}
+	if _, ok := pd.Index(netip.Prefix{}); ok {
+		t.Error("Index(zero) ok")
+	}
+
+	// Carry across the 64-bit halves with /128 delegations from a /56.
+	pd = PrefixDelegation{Range: pfx("2001:db8::/56"), PrefixLength: 128}
+	if pd.Count() != math.MaxUint64 {
+		t.Errorf("Count = %d, want saturated", pd.Count())
+	}
+	if got := pd.At(math.MaxUint64); got != pfx("2001:db8::ffff:ffff:ffff:ffff/128") {
+		t.Errorf("At = %v", got)
+	}
+	if idx, ok := pd.Index(pfx("2001:db8:0:1::/128")); ok {
+		t.Errorf("Index past 2^64 = %d, want not representable", idx)
+	}
+	if idx, ok := pd.Index(pfx("2001:db8::ffff:ffff:ffff:ffff/128")); !ok || idx != math.MaxUint64 {
+		t.Errorf("Index = %d, %v", idx, ok)
+	}
+
+	pd = PrefixDelegation{Range: pfx("2001:db8::/48"), PrefixLength: 112}
+	if pd.Count() != math.MaxUint64 {
+		t.Errorf("Count of 2^64 = %d", pd.Count())
+	}
+	if got := pd.At(1 << 20); got != pfx("2001:db8::10:0:0/112") {
+		t.Errorf("At(2^20) = %v", got)
+	}
+	pd = PrefixDelegation{Range: pfx("2001:db8::/48"), PrefixLength: 64}
+	if pd.Count() != 65536 || pd.At(65536).IsValid() {
+		t.Errorf("Count = %d", pd.Count())
+	}
+
+	var zero PrefixDelegation
+	if zero.Count() != 0 || zero.At(0).IsValid() {
+		t.Error("zero PrefixDelegation must be empty")
+	}
+	if _, ok := zero.Index(pfx("2001:db8::/64")); ok {
+		t.Error("zero Index ok")
+	}
+}
+
+func TestU128(t *testing.T) {
+	if got := (u128{lo: 1}).shl(64); got != (u128{hi: 1}) {
+		t.Errorf("shl 64 = %v", got)
+	}
+	if got := (u128{lo: 3}).shl(63); got != (u128{hi: 1, lo: 1 << 63}) {
+		t.Errorf("shl 63 = %v", got)
+	}
+	if got := (u128{hi: 1, lo: 1 << 63}).shr(63); got != (u128{lo: 3}) {
+		t.Errorf("shr 63 = %v", got)
+	}
+	if got := (u128{hi: 1 << 63}).shr(127); got != (u128{lo: 1}) {
+		t.Errorf("shr 127 = %v", got)
+	}
+	if got := (u128{hi: 5}).shl(128); got != (u128{}) {
+		t.Errorf("shl 128 = %v", got)
+	}
+	if _, ov := ones(128).add(u128{lo: 1}); !ov {
+		t.Error("overflow not reported")
+	}
+	if _, un := (u128{}).sub(u128{lo: 1}); !un {
+		t.Error("underflow not reported")
+	}
+	if got, _ := (u128{hi: 1}).sub(u128{lo: 1}); got != (u128{lo: math.MaxUint64}) {
+		t.Errorf("borrow = %v", got)
+	}
+	if ones(64) != (u128{lo: math.MaxUint64}) || ones(65) != (u128{hi: 1, lo: math.MaxUint64}) || ones(0) != (u128{}) {
+		t.Error("ones")
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	e := &Error{Key: "ipam.range", Value: `"x"`, Reason: "bad"}
+	if e.Error() != `ipam.range: "x": bad` {
+		t.Errorf("Error = %q", e.Error())
+	}
+	e = &Error{Key: "ipam", Reason: "one of range, ipRanges or pool is required"}
+	if e.Error() != "ipam: one of range, ipRanges or pool is required" {
+		t.Errorf("Error = %q", e.Error())
+	}
+	long := show([]byte(`"` + string(make([]byte, 500)) + `"`))
+	if len(long) > maxShown+len("…") {
+		t.Errorf("show not truncated: %d bytes", len(long))
+	}
+}
