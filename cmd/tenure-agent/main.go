@@ -25,6 +25,8 @@ func main() {
 		switch os.Args[1] {
 		case "health":
 			os.Exit(health(os.Args[2:]))
+		case "install":
+			os.Exit(install(os.Args[2:]))
 		}
 	}
 	os.Exit(run(os.Args[1:]))

@@ -230,6 +230,9 @@ func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1.IPAM
 		return
 	}
 	a.recorder.Event(claim, corev1.EventTypeWarning, reason, cause.Error())
+	if claim.Status.IPs == nil {
+		claim.Status.IPs = []string{} // required by the upstream schema
+	}
 	if claims.SetCondition(claim, false, reason, cause.Error()) {
 		if err := a.client.Status().Update(ctx, claim); err != nil {
 			a.log.Info("could not record claim condition", "claim", claims.Key(claim), "err", err)

@@ -14,7 +14,7 @@ type PrefixDelegation struct {
 }
 
 func (p PrefixDelegation) valid() bool {
-	return p.Range.IsValid() && p.Range.Addr().Is6() && p.PrefixLength > p.Range.Bits() && p.PrefixLength <= 128
+	return p.Range.IsValid() && p.Range.Addr().Is6() && p.PrefixLength >= p.Range.Bits() && p.PrefixLength <= 128
 }
 
 // Count returns the number of delegable prefixes, saturating at
@@ -117,8 +117,9 @@ func buildPrefixDelegation(rf, lf field, n int64) (*PrefixDelegation, error) {
 		return nil, rf.errorf("must be an IPv6 prefix")
 	}
 	p = p.Masked()
-	if n <= int64(p.Bits()) || n > 128 {
-		return nil, lf.errorf("must be longer than the /%d of %s %s and at most 128", p.Bits(), rf.path, rf.show())
+	// Equal lengths are a pool of one prefix: legitimate for a single VM.
+	if n < int64(p.Bits()) || n > 128 {
+		return nil, lf.errorf("must be at least the /%d of %s %s and at most 128", p.Bits(), rf.path, rf.show())
 	}
 	return &PrefixDelegation{Range: p, PrefixLength: int(n)}, nil
 }

@@ -135,8 +135,9 @@ type ControlPlane struct {
 	removeDir bool    // Dir is a temp dir made by Start
 	ports     statePorts
 
-	mu      sync.Mutex
+	mu      sync.Mutex // serializes Stop
 	stopped bool
+	httpMu  sync.Mutex
 	http    *http.Client
 }
 
@@ -269,7 +270,9 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 		QPS:             -1,
 		Burst:           1000,
 	}
+	cp.httpMu.Lock()
 	cp.http = nil
+	cp.httpMu.Unlock()
 
 	pkiDir := filepath.Join(cp.Dir, "pki")
 	files := map[string][]byte{
@@ -511,9 +514,11 @@ func (cp *ControlPlane) Stop() error {
 		return err // keep the state file: a retry must find the pids
 	}
 	cp.stopped = true
+	cp.httpMu.Lock()
 	if cp.http != nil {
 		cp.http.CloseIdleConnections()
 	}
+	cp.httpMu.Unlock()
 	if cp.removeDir {
 		return os.RemoveAll(cp.Dir)
 	}
@@ -536,6 +541,8 @@ func (cp *ControlPlane) stopProcesses() error {
 }
 
 func (cp *ControlPlane) httpClient() (*http.Client, error) {
+	cp.httpMu.Lock()
+	defer cp.httpMu.Unlock()
 	if cp.http == nil {
 		hc, err := rest.HTTPClientFor(cp.Config)
 		if err != nil {

@@ -132,7 +132,7 @@ func (p *Process) Running() bool {
 
 // StartProcess runs bin with args, output to logPath.
 func StartProcess(name, bin, logPath string, args ...string) (*Process, error) {
-	f, err := os.Create(logPath)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}

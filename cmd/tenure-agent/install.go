@@ -1,0 +1,53 @@
+package main
+
+import (
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	cniinstall "github.com/tenure-ipam/tenure/internal/install"
+)
+
+// install is `tenure-agent install`, the agent DaemonSet's init container:
+// it copies the CNI shim into the host's CNI binary directory and writes
+// the flat configuration file, both atomically and idempotently.
+func install(args []string) int {
+	fs := flag.NewFlagSet("install", flag.ExitOnError)
+	binDir := fs.String("cni-bin-dir", cniinstall.DefaultCNIBinDir, "directory the container runtime executes CNI plugins from (the host's /opt/cni/bin)")
+	source := fs.String("source", "", "the tenure CNI shim binary to install (default: "+cniinstall.ShimName+" next to this executable)")
+	confDir := fs.String("cni-conf-dir", cniinstall.DefaultCNIConfDir, "the host's CNI configuration directory; the flat config goes to "+cniinstall.FlatConfigRel+" inside it")
+	flat := fs.String("flat-config", "", "flat configuration: JSON, or the path of a file holding it (not written when empty)")
+	_ = fs.Parse(args)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if fs.NArg() > 0 {
+		log.Error("unexpected arguments", "args", fs.Args())
+		return 2
+	}
+	src := *source
+	if src == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			log.Error("finding this executable to locate the shim; pass --source", "err", err)
+			return 1
+		}
+		src = filepath.Join(filepath.Dir(exe), cniinstall.ShimName)
+	}
+	flatConfig, err := cniinstall.ReadFlatConfigArg(*flat)
+	if err != nil {
+		log.Error("reading the flat config", "err", err)
+		return 1
+	}
+	_, err = cniinstall.Install(cniinstall.Options{
+		Source:     src,
+		CNIBinDir:  *binDir,
+		CNIConfDir: *confDir,
+		FlatConfig: flatConfig,
+		Log:        log,
+	})
+	if err != nil {
+		log.Error("install failed", "err", err)
+		return 1
+	}
+	return 0
+}

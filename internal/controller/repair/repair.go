@@ -1,0 +1,345 @@
+// Package repair decides whether one IPReservation is an orphan to give
+// back. It is pure: the caller gathers the facts about the reservation's
+// owner (from a cache to find candidates, then from live API reads to
+// confirm them) and Decide answers the same way for both, so the watch
+// path, the periodic sweep and `tenure-controller --once` share one rule
+// book.
+//
+// The rules, in the order Decide applies them:
+//
+// Owner kind Pod (the pod named owner.namespace/owner.name):
+//   - PodGone: no pod of that name exists.
+//   - PodReplaced: a pod of that name exists with another UID (a StatefulSet
+//     recreated it); the owner's UID can never come back, and the new pod's
+//     own reservations are untouched (they carry its UID).
+//   - EarlierSandbox: the pod exists, and another pod-owned reservation with
+//     the same owner UID, interface, network, kind and address family but a
+//     different containerID is newer (creationTimestamp, then
+//     resourceVersion, then name): the older sandbox died mid-ADD and never
+//     got its DEL.
+//   - NodeDeleted / NodeNotReady: the pod exists but is terminating
+//     (deletionTimestamp set) or terminal (Succeeded/Failed) on owner.node,
+//     and that Node object is gone, or its Ready condition has not been True
+//     for at least the grace period. A terminating pod on a dead node is
+//     never confirmed gone by its kubelet, so it would hold its address
+//     until someone force-deletes it.
+//
+// Owner kind IPAMClaim (the claim named owner.namespace/owner.name):
+//   - ClaimGone: no claim of that name, or one with another UID.
+//   - ClaimDeleted: the claim with the owner's UID has a deletionTimestamp.
+//
+// Never released: a pod-owned reservation whose pod (same UID) exists and is
+// neither terminating nor terminal, whatever its node says (a Node object
+// deleted under a running pod is the pod GC's business: once it deletes the
+// pod, PodGone applies); a claim-owned reservation whose claim exists and is
+// not being deleted, whatever happens to pods and nodes; anything whose
+// facts are unknown (nil) or whose owner is incomplete or of an unknown kind.
+package repair
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+)
+
+// Reason says why a reservation is released; it is the `reason` label of
+// tenure_releases_total and part of every Event and --dry-run line.
+type Reason string
+
+// The release reasons.
+const (
+	PodGone        Reason = "PodGone"
+	PodReplaced    Reason = "PodReplaced"
+	EarlierSandbox Reason = "EarlierSandbox"
+	NodeDeleted    Reason = "NodeDeleted"
+	NodeNotReady   Reason = "NodeNotReady"
+	ClaimGone      Reason = "ClaimGone"
+	ClaimDeleted   Reason = "ClaimDeleted"
+)
+
+// Reasons lists every Reason, for metric initialisation.
+var Reasons = []Reason{PodGone, PodReplaced, EarlierSandbox, NodeDeleted, NodeNotReady, ClaimGone, ClaimDeleted}
+
+// PodFact is what is known of the pod named by the owner.
+type PodFact struct {
+	Exists      bool
+	UID         string
+	NodeName    string
+	Terminating bool // deletionTimestamp set
+	Terminal    bool // phase Succeeded or Failed
+}
+
+// NodeFact is what is known of owner.node.
+type NodeFact struct {
+	Exists bool
+	Ready  bool
+	// NotReadySince is when the Ready condition stopped being True (its
+	// lastTransitionTime), or the node's creation when it has none.
+	NotReadySince time.Time
+}
+
+// ClaimFact is what is known of the IPAMClaim named by the owner.
+type ClaimFact struct {
+	Exists   bool
+	UID      string
+	Deleting bool
+}
+
+// Facts about one reservation's owner. A nil fact is unknown, and nothing
+// is ever released on the strength of an unknown.
+type Facts struct {
+	Now   time.Time
+	Pod   *PodFact
+	Node  *NodeFact
+	Claim *ClaimFact
+	// Siblings are reservations with the same owner.uid (the reservation
+	// itself may be among them); meaningful only when SiblingsKnown.
+	Siblings      []*tenurev1.IPReservation
+	SiblingsKnown bool
+}
+
+// Policy holds the tunables.
+type Policy struct {
+	// NodeGracePeriod is how long a node must have been NotReady before
+	// terminating pods on it lose their addresses.
+	NodeGracePeriod time.Duration
+}
+
+// Decision is Decide's answer.
+type Decision struct {
+	Release bool
+	Reason  Reason // set when Release
+	// Message says why, in words, for Events, logs and --dry-run; set for
+	// keeps too.
+	Message string
+	// RecheckAfter, when positive, is when the answer may change by the
+	// clock alone (a NotReady node reaching its grace period).
+	RecheckAfter time.Duration
+}
+
+func keep(format string, args ...any) Decision {
+	return Decision{Message: fmt.Sprintf(format, args...)}
+}
+
+func release(reason Reason, format string, args ...any) Decision {
+	return Decision{Release: true, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// NeedsSiblings reports whether Decide consults Facts.Siblings for r given
+// its pod: only when the owning pod exists with the owner's UID.
+func NeedsSiblings(r *tenurev1.IPReservation, pod *PodFact) bool {
+	o := r.Spec.Owner
+	return o.Kind == tenurev1.OwnerPod && pod != nil && pod.Exists && pod.UID == o.UID && o.ContainerID != ""
+}
+
+// NeedsNode reports whether Decide consults Facts.Node for r given its pod:
+// only when the owning pod is terminating or terminal on owner.node.
+func NeedsNode(r *tenurev1.IPReservation, pod *PodFact) bool {
+	o := r.Spec.Owner
+	return o.Kind == tenurev1.OwnerPod && o.Node != "" && pod != nil && pod.Exists && pod.UID == o.UID &&
+		(pod.Terminating || pod.Terminal) && pod.NodeName == o.Node
+}
+
+// Decide says whether r is to be released.
+func Decide(r *tenurev1.IPReservation, f Facts, p Policy) Decision {
+	o := r.Spec.Owner
+	if o.UID == "" || o.Namespace == "" || o.Name == "" {
+		return keep("owner is incomplete (namespace %q, name %q, uid %q)", o.Namespace, o.Name, o.UID)
+	}
+	switch o.Kind {
+	case tenurev1.OwnerPod:
+		return decidePod(r, f, p)
+	case tenurev1.OwnerIPAMClaim:
+		return decideClaim(r, f)
+	}
+	return keep("owner kind %q is not known", o.Kind)
+}
+
+func decidePod(r *tenurev1.IPReservation, f Facts, p Policy) Decision {
+	o := r.Spec.Owner
+	pod := f.Pod
+	switch {
+	case pod == nil:
+		return keep("pod %s/%s: state unknown", o.Namespace, o.Name)
+	case !pod.Exists:
+		return release(PodGone, "pod %s/%s (uid %s) no longer exists", o.Namespace, o.Name, o.UID)
+	case pod.UID == "":
+		return keep("pod %s/%s: uid unknown", o.Namespace, o.Name)
+	case pod.UID != o.UID:
+		return release(PodReplaced, "pod %s/%s is now uid %s; uid %s, which held this reservation, no longer exists",
+			o.Namespace, o.Name, pod.UID, o.UID)
+	}
+	if NeedsSiblings(r, pod) && f.SiblingsKnown {
+		if n := NewerSandbox(r, f.Siblings); n != nil {
+			return release(EarlierSandbox, "pod %s/%s interface %s: sandbox %s got %s (reservation %s) after sandbox %s got this one, which never got its DEL",
+				o.Namespace, o.Name, o.Interface, short(n.Spec.Owner.ContainerID), n.Spec.Address, n.Name, short(o.ContainerID))
+		}
+	}
+	if !NeedsNode(r, pod) {
+		return keep("pod %s/%s (uid %s) exists", o.Namespace, o.Name, o.UID)
+	}
+	state := "terminating"
+	if !pod.Terminating {
+		state = "terminal"
+	}
+	node := f.Node
+	switch {
+	case node == nil:
+		return keep("pod %s/%s is %s; node %s: state unknown", o.Namespace, o.Name, state, o.Node)
+	case !node.Exists:
+		return release(NodeDeleted, "pod %s/%s (uid %s) is %s on node %s, which was deleted", o.Namespace, o.Name, o.UID, state, o.Node)
+	case node.Ready:
+		return keep("pod %s/%s is %s on Ready node %s: its kubelet runs the DEL", o.Namespace, o.Name, state, o.Node)
+	}
+	down := f.Now.Sub(node.NotReadySince)
+	if down >= p.NodeGracePeriod {
+		return release(NodeNotReady, "pod %s/%s (uid %s) is %s on node %s, NotReady for %s (grace period %s)",
+			o.Namespace, o.Name, o.UID, state, o.Node, down.Round(time.Second), p.NodeGracePeriod)
+	}
+	d := keep("pod %s/%s is %s on node %s, NotReady for %s of its %s grace period",
+		o.Namespace, o.Name, state, o.Node, down.Round(time.Second), p.NodeGracePeriod)
+	d.RecheckAfter = p.NodeGracePeriod - down
+	return d
+}
+
+func decideClaim(r *tenurev1.IPReservation, f Facts) Decision {
+	o := r.Spec.Owner
+	c := f.Claim
+	switch {
+	case c == nil:
+		return keep("IPAMClaim %s/%s: state unknown", o.Namespace, o.Name)
+	case !c.Exists:
+		return release(ClaimGone, "IPAMClaim %s/%s (uid %s) no longer exists", o.Namespace, o.Name, o.UID)
+	case c.UID == "":
+		return keep("IPAMClaim %s/%s: uid unknown", o.Namespace, o.Name)
+	case c.UID != o.UID:
+		return release(ClaimGone, "IPAMClaim %s/%s is now uid %s; uid %s, which held this reservation, no longer exists",
+			o.Namespace, o.Name, c.UID, o.UID)
+	case c.Deleting:
+		return release(ClaimDeleted, "IPAMClaim %s/%s (uid %s) is being deleted", o.Namespace, o.Name, o.UID)
+	}
+	return keep("IPAMClaim %s/%s (uid %s) exists", o.Namespace, o.Name, o.UID)
+}
+
+func short(id string) string {
+	if len(id) > 16 {
+		return id[:16]
+	}
+	return id
+}
+
+// family is 4 or 6 for the reservation's address or prefix, 0 if unparsable.
+func family(r *tenurev1.IPReservation) int {
+	s := r.Spec.Address
+	var a netip.Addr
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return 0
+		}
+		a = p.Addr()
+	} else {
+		var err error
+		if a, err = netip.ParseAddr(s); err != nil {
+			return 0
+		}
+	}
+	if a.Unmap().Is4() {
+		return 4
+	}
+	return 6
+}
+
+// sameSlot reports whether two reservations fill the same slot of the same
+// pod attachment: same pod UID, interface, network, kind and family.
+func sameSlot(a, b *tenurev1.IPReservation) bool {
+	oa, ob := a.Spec.Owner, b.Spec.Owner
+	return ob.Kind == tenurev1.OwnerPod && oa.Kind == tenurev1.OwnerPod && oa.UID == ob.UID &&
+		oa.Interface == ob.Interface && a.Spec.Network == b.Spec.Network && a.Spec.Kind == b.Spec.Kind &&
+		family(a) != 0 && family(a) == family(b)
+}
+
+// NewerSandbox returns the newest reservation among siblings that fills the
+// same slot as r but was made by another sandbox (containerID), when it is
+// newer than every reservation of r's own sandbox in that slot; nil when
+// r's sandbox is the newest.
+func NewerSandbox(r *tenurev1.IPReservation, siblings []*tenurev1.IPReservation) *tenurev1.IPReservation {
+	if r.Spec.Owner.Kind != tenurev1.OwnerPod || r.Spec.Owner.ContainerID == "" || family(r) == 0 {
+		return nil
+	}
+	newest := r
+	for _, s := range siblings {
+		if s == nil || s.Spec.Owner.ContainerID == "" || !sameSlot(r, s) {
+			continue
+		}
+		if Newer(s, newest) {
+			newest = s
+		}
+	}
+	if newest.Spec.Owner.ContainerID == r.Spec.Owner.ContainerID {
+		return nil
+	}
+	return newest
+}
+
+// Newer orders reservations by creation: creationTimestamp (whole seconds),
+// then resourceVersion (reservations are never updated, so it is the
+// creation revision; comparable since Kubernetes 1.35, KEP-5504), then
+// name as the last tie-break.
+func Newer(a, b *tenurev1.IPReservation) bool {
+	ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
+	if !ta.Equal(tb) {
+		return ta.After(tb)
+	}
+	if c, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion); err == nil && c != 0 {
+		return c > 0
+	}
+	return a.Name > b.Name
+}
+
+// PodFactOf summarises a pod; nil means NotFound.
+func PodFactOf(p *corev1.Pod) *PodFact {
+	if p == nil {
+		return &PodFact{}
+	}
+	return &PodFact{
+		Exists:      true,
+		UID:         string(p.UID),
+		NodeName:    p.Spec.NodeName,
+		Terminating: p.DeletionTimestamp != nil,
+		Terminal:    p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
+	}
+}
+
+// NodeFactOf summarises a node; nil means NotFound.
+func NodeFactOf(n *corev1.Node) *NodeFact {
+	if n == nil {
+		return &NodeFact{}
+	}
+	f := &NodeFact{Exists: true, NotReadySince: n.CreationTimestamp.Time}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		f.Ready = c.Status == corev1.ConditionTrue
+		if !c.LastTransitionTime.IsZero() {
+			f.NotReadySince = c.LastTransitionTime.Time
+		}
+	}
+	return f
+}
+
+// ClaimFactOf summarises a claim; nil means NotFound.
+func ClaimFactOf(c *ipamclaimsv1.IPAMClaim) *ClaimFact {
+	if c == nil {
+		return &ClaimFact{}
+	}
+	return &ClaimFact{Exists: true, UID: string(c.UID), Deleting: c.DeletionTimestamp != nil}
+}

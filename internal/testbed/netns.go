@@ -1,0 +1,70 @@
+package testbed
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"github.com/vishvananda/netns"
+)
+
+// CanPlumb reports whether real network namespaces can be made here (root
+// and iproute2), and why not.
+func CanPlumb() (bool, string) {
+	if os.Geteuid() != 0 {
+		return false, "not root: network namespaces need CAP_SYS_ADMIN"
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return false, "iproute2's ip is not installed"
+	}
+	return true, ""
+}
+
+// AddNetns creates a named network namespace (/var/run/netns/NAME) with its
+// loopback up, and returns its path and a function deleting it.
+func AddNetns(name string) (path string, remove func(), err error) {
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("ip netns add %s: %v: %s", name, err, out)
+	}
+	remove = func() { _ = exec.Command("ip", "netns", "delete", name).Run() }
+	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		remove()
+		return "", nil, fmt.Errorf("lo up in %s: %v: %s", name, err, out)
+	}
+	return "/var/run/netns/" + name, remove, nil
+}
+
+// InNetns runs fn on an OS thread switched into the named namespace;
+// processes fn starts (CNI plugins) inherit it, so nothing fn plumbs touches
+// the machine's own network namespace.
+func InNetns(name string, fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	target, err := netns.GetFromName(name)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		return err
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(fmt.Sprintf("cannot return to the original network namespace: %v", err))
+		}
+	}()
+	return fn()
+}
+
+// IPIn runs `ip ARGS` in a namespace and returns its output.
+func IPIn(name string, args ...string) (string, error) {
+	out, err := exec.Command("ip", append([]string{"-n", name}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}

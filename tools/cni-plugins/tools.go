@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools pins the reference CNI plugins that the end-to-end tests
+// and the demo run with tenure as their IPAM.
+package tools
+
+import (
+	_ "github.com/containernetworking/plugins/plugins/main/bridge"
+	_ "github.com/containernetworking/plugins/plugins/main/macvlan"
+	_ "github.com/containernetworking/plugins/plugins/main/loopback"
+)
