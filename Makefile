@@ -1,0 +1,52 @@
+# tenure: cluster-wide IPAM for Kubernetes secondary networks.
+#
+#   make demo    start a local control plane and show tenure at work
+#   make test    every test (builds the local control plane once, cached)
+#   make build   binaries into bin/
+#   make bench   the benchmark (see docs/performance.md)
+
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+LDFLAGS := -s -w
+export CGO_ENABLED := 0
+
+.PHONY: all build generate verify control-plane cni-plugins test test-unit test-e2e demo bench clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	cp -f $(BIN)/tenurectl $(BIN)/kubectl-tenure
+
+generate:
+	$(GO) generate ./api/...
+
+control-plane:
+	@bash hack/build-control-plane.sh >/dev/null
+
+cni-plugins:
+	@bash hack/build-cni-plugins.sh >/dev/null
+
+# Unit and package tests run with the race detector (the race detector
+# needs cgo); the end-to-end packages drive separate processes and run
+# without it.
+test: control-plane cni-plugins build
+	$(GO) vet ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m ./api/... ./internal/... ./cmd/...
+	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m ./test/...
+
+test-unit:
+	CGO_ENABLED=1 $(GO) test -race -short -count=1 ./internal/config/... ./internal/reservation/... ./internal/claims/... ./internal/dhcp6/...
+
+test-e2e: control-plane cni-plugins build
+	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -v ./test/...
+
+demo: control-plane cni-plugins build
+	$(BIN)/tenurectl demo
+
+bench: control-plane build
+	$(BIN)/tenurectl bench
+
+clean:
+	rm -rf $(BIN)
