@@ -1,0 +1,166 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/config"
+)
+
+// ConditionSpecValid is the IPPool condition saying whether its spec
+// builds (capacity can only be reported for a valid spec).
+const ConditionSpecValid = "SpecValid"
+
+// PoolCapacity is the number of assignable addresses over all ranges of a
+// pool spec, computed by the same code the agent allocates with.
+func PoolCapacity(name string, spec tenurev1.IPPoolSpec) (int64, error) {
+	c := &config.Config{}
+	if err := c.ApplyPool(name, spec); err != nil {
+		return 0, err
+	}
+	var total uint64
+	for _, r := range c.Ranges {
+		n := r.Capacity()
+		if total+n < total {
+			total = math.MaxUint64
+			break
+		}
+		total += n
+	}
+	if total > math.MaxInt64 {
+		return math.MaxInt64, nil
+	}
+	return int64(total), nil
+}
+
+// usage counts the reservations of one pool.
+type usage struct{ addresses, prefixes int64 }
+
+// poolStatus writes pool usage to IPPool status and the tenure_reservations
+// gauge from the informer cache, in batches: at most once per interval,
+// only when a reservation or pool event happened since the last pass, and
+// only for pools whose numbers changed. An allocation never causes a write
+// of its own.
+type poolStatus struct {
+	cache    client.Reader
+	writer   client.Client
+	interval time.Duration
+	log      *slog.Logger
+	dirty    atomic.Bool
+}
+
+func (p *poolStatus) markDirty() { p.dirty.Store(true) }
+
+// Start runs until ctx ends; the manager runs it on the leader only.
+func (p *poolStatus) Start(ctx context.Context) error {
+	p.dirty.Store(true)
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	defer reservationsGauge.Reset()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if !p.dirty.Swap(false) {
+			continue
+		}
+		if err := p.update(ctx); err != nil {
+			p.dirty.Store(true)
+			p.log.Info("pool status not updated; retrying", "err", err)
+		}
+	}
+}
+
+func (p *poolStatus) update(ctx context.Context) error {
+	rl := &tenurev1.IPReservationList{}
+	if err := p.cache.List(ctx, rl); err != nil {
+		return err
+	}
+	used := map[string]*usage{}
+	for i := range rl.Items {
+		r := &rl.Items[i]
+		u := used[r.Spec.Pool]
+		if u == nil {
+			u = &usage{}
+			used[r.Spec.Pool] = u
+		}
+		if r.Spec.Kind == tenurev1.KindDelegatedPrefix {
+			u.prefixes++
+		} else {
+			u.addresses++
+		}
+	}
+	pl := &tenurev1.IPPoolList{}
+	if err := p.cache.List(ctx, pl); err != nil {
+		return err
+	}
+	reservationsGauge.Reset()
+	var firstErr error
+	declared := map[string]bool{}
+	for i := range pl.Items {
+		pool := &pl.Items[i]
+		declared[pool.Name] = true
+		u := used[pool.Name]
+		if u == nil {
+			u = &usage{}
+		}
+		free, err := p.write(ctx, pool, *u)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		reservationsGauge.WithLabelValues(pool.Name, "free").Set(float64(free))
+	}
+	for name, u := range used {
+		reservationsGauge.WithLabelValues(name, "allocated").Set(float64(u.addresses))
+		reservationsGauge.WithLabelValues(name, "delegated").Set(float64(u.prefixes))
+	}
+	for name := range declared {
+		if used[name] == nil {
+			reservationsGauge.WithLabelValues(name, "allocated").Set(0)
+			reservationsGauge.WithLabelValues(name, "delegated").Set(0)
+		}
+	}
+	return firstErr
+}
+
+// write patches one pool's status when its numbers changed; it returns
+// the free count.
+func (p *poolStatus) write(ctx context.Context, pool *tenurev1.IPPool, u usage) (int64, error) {
+	capacity, specErr := PoolCapacity(pool.Name, pool.Spec)
+	st := pool.Status.DeepCopy()
+	st.Capacity = capacity
+	st.Allocated = u.addresses
+	st.Free = max(capacity-u.addresses, 0)
+	st.DelegatedPrefixes = u.prefixes
+	cond := metav1.Condition{Type: ConditionSpecValid, Status: metav1.ConditionTrue, Reason: "Valid",
+		Message: "the ranges build", ObservedGeneration: pool.Generation}
+	if specErr != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "InvalidSpec", specErr.Error()
+	}
+	condChanged := meta.SetStatusCondition(&st.Conditions, cond)
+	old := pool.Status
+	if !condChanged && old.Capacity == st.Capacity && old.Allocated == st.Allocated && old.Free == st.Free &&
+		old.DelegatedPrefixes == st.DelegatedPrefixes && old.LastUpdated != nil {
+		return st.Free, nil
+	}
+	now := metav1.Now()
+	st.LastUpdated = &now
+	updated := pool.DeepCopy()
+	updated.Status = *st
+	err := p.writer.Status().Patch(ctx, updated, client.MergeFromWithOptions(pool, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		err = nil
+	}
+	return st.Free, err
+}
