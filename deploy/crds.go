@@ -1,5 +1,6 @@
-// Package deploy carries the generated CRD manifests into the binaries, so
-// `tenurectl dev up`, the demo and the tests install exactly what ships.
+// Package deploy carries the generated CRD manifests and the RBAC into the
+// binaries, so `tenurectl dev up`, the demo and the tests install exactly
+// what ships.
 package deploy
 
 import "embed"
@@ -8,3 +9,9 @@ import "embed"
 //
 //go:embed crds/*.yaml
 var CRDs embed.FS
+
+// RBAC holds the namespace and the service accounts, roles and bindings of
+// the agent and the controller.
+//
+//go:embed namespace.yaml rbac/*.yaml
+var RBAC embed.FS

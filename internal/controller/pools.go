@@ -60,7 +60,7 @@ type poolStatus struct {
 
 func (p *poolStatus) markDirty() { p.dirty.Store(true) }
 
-// Start runs until ctx ends; the manager runs it on the leader only.
+// Start runs until ctx ends; it runs on the leader only.
 func (p *poolStatus) Start(ctx context.Context) error {
 	p.dirty.Store(true)
 	t := time.NewTicker(p.interval)

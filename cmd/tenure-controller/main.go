@@ -1,0 +1,301 @@
+// Command tenure-controller gives back what leaked and never what is live:
+// it releases IPReservations whose owner is gone (pod deleted or replaced,
+// an earlier sandbox of a pod, terminating pods of a lost node, IPAMClaims
+// deleted), writes pool usage to IPPool status, and exports Events and
+// Prometheus metrics. Replicas elect a leader with a coordination.k8s.io
+// Lease; only the leader acts.
+//
+//	tenure-controller [--kubeconfig PATH] [flags]   (in-cluster config without --kubeconfig)
+//	tenure-controller --once [--dry-run]            (one full sweep, then exit)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/tenure-ipam/tenure/internal/controller"
+	"github.com/tenure-ipam/tenure/internal/kube"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+type flags struct {
+	kubeconfig         string
+	leaderElect        bool
+	leNamespace        string
+	leID               string
+	leaseDuration      time.Duration
+	renewDeadline      time.Duration
+	retryPeriod        time.Duration
+	sweepInterval      time.Duration
+	nodeGrace          time.Duration
+	poolStatusInterval time.Duration
+	workers            int
+	metricsAddr        string
+	healthAddr         string
+	once               bool
+	dryRun             bool
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var f flags
+	fs := flag.NewFlagSet("tenure-controller", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader with a coordination.k8s.io Lease; only the leader acts")
+	fs.StringVar(&f.leNamespace, "leader-election-namespace", "kube-system", "namespace of the leader Lease")
+	fs.StringVar(&f.leID, "leader-election-id", "tenure-controller", "name of the leader Lease")
+	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long non-leaders wait before taking over an unrenewed lease")
+	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up (and exits)")
+	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between lease acquire/renew attempts")
+	fs.DurationVar(&f.sweepInterval, "sweep-interval", 10*time.Minute, "interval between full sweeps over every reservation (the backstop of the watch-driven release)")
+	fs.DurationVar(&f.nodeGrace, "node-grace-period", 5*time.Minute, "how long a node must be NotReady before its terminating or finished pods lose their addresses")
+	fs.DurationVar(&f.poolStatusInterval, "pool-status-interval", 5*time.Second, "at most one IPPool status write per pool per interval")
+	fs.IntVar(&f.workers, "workers", 8, "reservations reconciled concurrently")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", ":9465", "address of the Prometheus /metrics endpoint; \"0\" disables it")
+	fs.StringVar(&f.healthAddr, "health-addr", ":9466", "address of /healthz and /readyz; \"0\" disables it")
+	fs.BoolVar(&f.once, "once", false, "run one full sweep, print each release (one line each, with its reason) and exit; ignores leader election")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "with --once: print what would be released and change nothing")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	klog.SetSlogLogger(log)
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	if fs.NArg() > 0 {
+		log.Error("unexpected arguments", "args", fs.Args())
+		return 2
+	}
+	if f.dryRun && !f.once {
+		log.Error("--dry-run needs --once")
+		return 2
+	}
+	for name, d := range map[string]time.Duration{"--sweep-interval": f.sweepInterval, "--pool-status-interval": f.poolStatusInterval} {
+		if d <= 0 {
+			log.Error(name + " must be positive")
+			return 2
+		}
+	}
+	if f.nodeGrace < 0 {
+		log.Error("--node-grace-period must not be negative")
+		return 2
+	}
+	cfg, err := kube.RESTConfig(f.kubeconfig)
+	if err != nil {
+		log.Error("loading API client config", "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if f.once {
+		return once(ctx, cfg, f, stdout, log)
+	}
+	return serve(ctx, cfg, f, log)
+}
+
+// once is `--once [--dry-run]`: the periodic sweep's code, one pass.
+func once(ctx context.Context, cfg *rest.Config, f flags, stdout io.Writer, log *slog.Logger) int {
+	c, err := kube.NewClient(cfg)
+	if err != nil {
+		log.Error("creating client", "err", err)
+		return 1
+	}
+	rel := &controller.Releaser{Live: c, Writer: c, DryRun: f.dryRun, Log: log}
+	rel.Policy.NodeGracePeriod = f.nodeGrace
+	if !f.dryRun {
+		rel.Events = &controller.SyncEventRecorder{Client: c, Log: log}
+	}
+	res, err := controller.NewSweeper(c, c, rel).Sweep(ctx)
+	verb := "released"
+	if f.dryRun {
+		verb = "would-release"
+	}
+	n := 0
+	for _, o := range res.Outcomes {
+		if !f.dryRun && !o.Released {
+			continue
+		}
+		n++
+		r, d := o.Reservation, o.Decision
+		fmt.Fprintf(stdout, "%s %s address=%s network=%s owner=%s/%s/%s uid=%s node=%s reason=%s: %s\n",
+			verb, o.Name, r.Spec.Address, r.Spec.Network, r.Spec.Owner.Kind, r.Spec.Owner.Namespace, r.Spec.Owner.Name,
+			r.Spec.Owner.UID, orDash(r.Spec.Owner.Node), d.Reason, d.Message)
+	}
+	log.Info("sweep done", "dryRun", f.dryRun, "reservations", res.Reservations, verb, n,
+		"keptOnLiveRead", res.Kept, "claimsFinalized", res.ClaimsFinalized, "finalizersAdded", res.FinalizersAdded, "duration", res.Duration)
+	if err != nil {
+		log.Error("sweep had errors", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func serve(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) int {
+	events, shutdownEvents, err := controller.NewEventRecorder(cfg)
+	if err != nil {
+		log.Error("creating event recorder", "err", err)
+		return 1
+	}
+	defer shutdownEvents()
+	c, err := controller.New(cfg, controller.Options{
+		NodeGracePeriod: f.nodeGrace, SweepInterval: f.sweepInterval, PoolStatusInterval: f.poolStatusInterval,
+		Workers: f.workers, Events: events, Logger: log,
+	})
+	if err != nil {
+		log.Error("creating controller", "err", err)
+		return 1
+	}
+	if f.metricsAddr != "0" && f.metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(crmetrics.Registry, promhttp.HandlerOpts{}))
+		if err := listen(ctx, "metrics", f.metricsAddr, mux, log); err != nil {
+			return 1
+		}
+	}
+	if f.healthAddr != "0" && f.healthAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !c.Ready() {
+				http.Error(w, "caches not synced", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ok\n")
+		})
+		if err := listen(ctx, "health", f.healthAddr, mux, log); err != nil {
+			return 1
+		}
+	}
+	if err := c.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
+		log.Error("starting caches", "err", err)
+		return 1
+	}
+	if !f.leaderElect {
+		c.Lead(ctx)
+		return 0
+	}
+	return elect(ctx, cfg, f, c, log)
+}
+
+// listen serves h on addr until ctx ends; the bound address is logged
+// (addr may end in :0).
+func listen(ctx context.Context, name, addr string, h http.Handler, log *slog.Logger) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("listening", "endpoint", name, "addr", addr, "err", err)
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serving", "endpoint", name, "err", err)
+		}
+	}()
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	log.Info("serving", "endpoint", name, "addr", l.Addr().String())
+	return nil
+}
+
+// elect runs c.Lead while this process holds the Lease. On SIGTERM it
+// stops acting first and only then releases the Lease, so two replicas
+// never act at once; a leader that loses its Lease exits non-zero (as
+// controller-runtime's manager does), to restart as a follower.
+func elect(ctx context.Context, cfg *rest.Config, f flags, c *controller.Controller, log *slog.Logger) int {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		log.Error("creating clientset", "err", err)
+		return 1
+	}
+	host, _ := os.Hostname()
+	id := host + "_" + string(uuid.NewUUID())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: f.leNamespace, Name: f.leID},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	var started atomic.Bool
+	leadDone := make(chan struct{})
+	electCtx, cancelElect := context.WithCancel(context.Background())
+	defer cancelElect()
+	go func() {
+		<-ctx.Done()
+		if started.Load() {
+			<-leadDone
+		}
+		cancelElect()
+	}()
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            f.leID,
+		LeaseDuration:   f.leaseDuration,
+		RenewDeadline:   f.renewDeadline,
+		RetryPeriod:     f.retryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				started.Store(true)
+				defer close(leadDone)
+				leadCtx, cancel := context.WithCancel(lctx)
+				defer cancel()
+				stopAfter := context.AfterFunc(ctx, cancel)
+				defer stopAfter()
+				log.Info("acquired the leader lease", "lease", f.leNamespace+"/"+f.leID, "identity", id)
+				c.Lead(leadCtx)
+			},
+			OnStoppedLeading: func() {},
+			OnNewLeader: func(identity string) {
+				if identity != id {
+					log.Info("following", "leader", identity, "lease", f.leNamespace+"/"+f.leID)
+				}
+			},
+		},
+	})
+	if err != nil {
+		log.Error("leader election", "err", err)
+		return 2
+	}
+	log.Info("waiting for the leader lease", "lease", f.leNamespace+"/"+f.leID, "identity", id)
+	le.Run(electCtx)
+	if started.Load() {
+		<-leadDone
+	}
+	if ctx.Err() == nil {
+		log.Error("lost the leader lease; exiting to restart as a follower", "lease", f.leNamespace+"/"+f.leID)
+		return 1
+	}
+	return 0
+}
+

@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Percentile returns the p-th percentile (0 < p <= 100) of sorted values by
+// the nearest-rank method: the smallest value such that at least p % of the
+// values are less than or equal to it. It returns 0 for no values.
+func Percentile(sorted []float64, p float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if p <= 0 {
+		return sorted[0]
+	}
+	if p >= 100 {
+		return sorted[n-1]
+	}
+	// Nearest rank: ceil(p/100 * n), 1-based. The epsilon keeps 50 % of
+	// 200 at rank 100 despite floating point (0.5*200 = 100.00000000000001).
+	rank := int(math.Ceil(p/100*float64(n) - 1e-9))
+	if rank < 1 {
+		rank = 1
+	}
+	return sorted[rank-1]
+}
+
+// Stats summarises a sample of latencies in milliseconds.
+type Stats struct {
+	N    int
+	Mean float64
+	P50  float64
+	P90  float64
+	P99  float64
+	Max  float64
+}
+
+// Summarize computes Stats over durations.
+func Summarize(ds []time.Duration) Stats {
+	ms := make([]float64, len(ds))
+	for i, d := range ds {
+		ms[i] = float64(d) / float64(time.Millisecond)
+	}
+	return SummarizeMs(ms)
+}
+
+// SummarizeMs computes Stats over values already in milliseconds. The
+// slice is not modified.
+func SummarizeMs(ms []float64) Stats {
+	if len(ms) == 0 {
+		return Stats{}
+	}
+	s := slices.Clone(ms)
+	slices.Sort(s)
+	var sum float64
+	for _, v := range s {
+		sum += v
+	}
+	return Stats{
+		N:    len(s),
+		Mean: sum / float64(len(s)),
+		P50:  Percentile(s, 50),
+		P90:  Percentile(s, 90),
+		P99:  Percentile(s, 99),
+		Max:  s[len(s)-1],
+	}
+}

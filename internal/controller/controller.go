@@ -1,0 +1,469 @@
+// Package controller is tenure's cluster controller: it gives back every
+// reservation whose owner is gone (pod deleted, node lost with its pods
+// terminating, IPAMClaim deleted, an earlier sandbox of a pod that never got
+// its DEL), and never one that is live; it writes pool usage to IPPool
+// status, and exports Events and metrics.
+//
+// Shape, after Kubernetes' ipallocator repair controller and
+// controller-runtime's examples: level-triggered, idempotent reconcilers
+// keyed by reservation name and by claim, fed by informers on
+// IPReservations, Pods, Nodes and IPAMClaims; a periodic full sweep over
+// live lists as a backstop; one pure decision (package repair) used
+// everywhere; and one release path (Releaser) that decides again on live
+// reads before a delete carrying the reservation's UID and resourceVersion.
+// A cache only ever nominates candidates; it never decides a release.
+//
+// The caches run on every replica (a new leader acts at once); the queues'
+// workers, the sweep and the pool status writer run only while Lead runs,
+// which the command calls when it holds the leader Lease.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/kube"
+)
+
+// Field indexes on the reservation cache.
+const (
+	indexOwnerUID = "spec.owner.uid"
+	indexNode     = "spec.owner.node"
+)
+
+// Options configure the controller.
+type Options struct {
+	// NodeGracePeriod: how long a node is NotReady before terminating pods
+	// on it lose their addresses.
+	NodeGracePeriod time.Duration
+	// SweepInterval between full sweeps; the first runs when Lead starts.
+	SweepInterval time.Duration
+	// PoolStatusInterval bounds how often pool status is written.
+	PoolStatusInterval time.Duration
+	// Workers reconcile reservations concurrently.
+	Workers int
+	Events  EventRecorder
+	Logger  *slog.Logger
+}
+
+// Controller is the watch-driven release, the sweep and the pool status.
+type Controller struct {
+	opts    Options
+	log     *slog.Logger
+	cache   cache.Cache
+	live    client.Client
+	rel     *Releaser
+	cf      *claimFinalizer
+	sweeper *Sweeper
+	pools   *poolStatus
+
+	resQ   workqueue.TypedRateLimitingInterface[string]
+	claimQ workqueue.TypedRateLimitingInterface[types.NamespacedName]
+
+	leading atomic.Bool
+	synced  atomic.Bool
+}
+
+// New builds the controller on cfg: a live client and an informer cache
+// (pods and nodes trimmed to what the decision reads). Call Start, then
+// Lead while holding the lease.
+func New(cfg *rest.Config, o Options) (*Controller, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Workers <= 0 {
+		o.Workers = 8
+	}
+	if o.PoolStatusInterval <= 0 {
+		o.PoolStatusInterval = 5 * time.Second
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = 10 * time.Minute
+	}
+	live, err := kube.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := cache.New(cfg, cache.Options{
+		Scheme:           kube.Scheme,
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:  {Transform: transformTrim},
+			&corev1.Node{}: {Transform: transformTrim},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{opts: o, log: o.Logger, cache: ch, live: live}
+	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Policy: repair.Policy{NodeGracePeriod: o.NodeGracePeriod}, Log: o.Logger}
+	c.cf = &claimFinalizer{live: live, writer: live, rel: c.rel, cached: func(ctx context.Context, uid string) []string {
+		return names(ctx, ch, client.MatchingFields{indexOwnerUID: uid})
+	}}
+	c.sweeper = &Sweeper{Live: live, Releaser: c.rel, claims: c.cf}
+	c.pools = &poolStatus{cache: ch, writer: live, interval: o.PoolStatusInterval, log: o.Logger}
+	c.resQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipreservation_release"})
+	c.claimQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "ipamclaim_finalizer"})
+	initMetrics()
+	leaderGauge.Set(0)
+	return c, nil
+}
+
+// Ready reports whether the caches have synced.
+func (c *Controller) Ready() bool { return c.synced.Load() }
+
+// Start registers indexes and event handlers, starts the caches and waits
+// for them to sync. The caches run until ctx ends.
+func (c *Controller) Start(ctx context.Context) error {
+	if err := c.cache.IndexField(ctx, &tenurev1.IPReservation{}, indexOwnerUID, func(obj client.Object) []string {
+		return []string{obj.(*tenurev1.IPReservation).Spec.Owner.UID}
+	}); err != nil {
+		return err
+	}
+	if err := c.cache.IndexField(ctx, &tenurev1.IPReservation{}, indexNode, func(obj client.Object) []string {
+		if n := obj.(*tenurev1.IPReservation).Spec.Owner.Node; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	handlers := []struct {
+		obj client.Object
+		h   toolscache.ResourceEventHandler
+	}{
+		{&tenurev1.IPReservation{}, c.reservationHandler()},
+		{&corev1.Pod{}, c.podHandler()},
+		{&corev1.Node{}, c.nodeHandler()},
+		{&ipamclaimsv1.IPAMClaim{}, c.claimHandler()},
+		{&tenurev1.IPPool{}, toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.pools.markDirty() },
+			UpdateFunc: func(any, any) { c.pools.markDirty() },
+			DeleteFunc: func(any) { c.pools.markDirty() },
+		}},
+	}
+	for _, h := range handlers {
+		inf, err := c.cache.GetInformer(ctx, h.obj)
+		if err != nil {
+			return fmt.Errorf("informer for %T: %w", h.obj, err)
+		}
+		if _, err := inf.AddEventHandler(h.h); err != nil {
+			return err
+		}
+	}
+	go func() {
+		if err := c.cache.Start(ctx); err != nil {
+			c.log.Error("cache stopped", "err", err)
+		}
+	}()
+	if !c.cache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("caches did not sync: %w", ctx.Err())
+	}
+	c.synced.Store(true)
+	c.log.Info("caches synced")
+	return nil
+}
+
+// Lead acts until ctx ends: reservation and claim workers, the sweep
+// (first pass at once) and the pool status writer. Call it only while
+// holding the leader lease, once per process.
+func (c *Controller) Lead(ctx context.Context) {
+	c.log.Info("leading: acting")
+	leaderGauge.Set(1)
+	defer leaderGauge.Set(0)
+	c.leading.Store(true)
+	defer c.leading.Store(false)
+	// Level-triggered: start from everything, as a fresh informer would.
+	for _, n := range names(ctx, c.cache) {
+		c.resQ.Add(n)
+	}
+	claims := &ipamclaimsv1.IPAMClaimList{}
+	if err := c.cache.List(ctx, claims); err == nil {
+		for _, cl := range claims.Items {
+			c.claimQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
+		}
+	}
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Go(func() { work(ctx, c.resQ, c.reconcileReservation, c.log) })
+	}
+	for range 2 {
+		wg.Go(func() { work(ctx, c.claimQ, c.reconcileClaim, c.log) })
+	}
+	wg.Go(func() { _ = c.sweeper.Run(ctx, c.opts.SweepInterval, c.log) })
+	wg.Go(func() { _ = c.pools.Start(ctx) })
+	<-ctx.Done()
+	c.resQ.ShutDown()
+	c.claimQ.ShutDown()
+	wg.Wait()
+}
+
+// work runs one queue worker: errors are retried with the queue's
+// rate-limited backoff, a positive RequeueAfter re-adds later.
+func work[K comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[K], reconcile func(context.Context, K) (time.Duration, error), log *slog.Logger) {
+	for {
+		key, shutdown := q.Get()
+		if shutdown {
+			return
+		}
+		after, err := reconcile(ctx, key)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Info("reconcile failed; retrying", "key", key, "err", err)
+			q.AddRateLimited(key)
+		case after > 0:
+			q.Forget(key)
+			q.AddAfter(key, after)
+		default:
+			q.Forget(key)
+		}
+		q.Done(key)
+	}
+}
+
+// Run sweeps now and then every interval until ctx ends.
+func (s *Sweeper) Run(ctx context.Context, interval time.Duration, log *slog.Logger) error {
+	for {
+		res, err := s.Sweep(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		released := 0
+		for _, o := range res.Outcomes {
+			if o.Released {
+				released++
+			}
+		}
+		if err != nil {
+			log.Info("sweep finished with errors", "reservations", res.Reservations, "released", released, "err", err)
+		} else if released > 0 || res.Kept > 0 || res.ClaimsFinalized > 0 {
+			log.Info("sweep", "reservations", res.Reservations, "released", released, "keptOnLiveRead", res.Kept,
+				"claimsFinalized", res.ClaimsFinalized, "duration", res.Duration)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+func names(ctx context.Context, c client.Reader, opts ...client.ListOption) []string {
+	list := &tenurev1.IPReservationList{}
+	if err := c.List(ctx, list, opts...); err != nil {
+		return nil
+	}
+	out := make([]string, len(list.Items))
+	for i := range list.Items {
+		out[i] = list.Items[i].Name
+	}
+	return out
+}
+
+func unwrap(obj any) any {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+// enqueue adds reservation names, only while leading (Lead starts from a
+// full list anyway).
+func (c *Controller) enqueue(ns ...string) {
+	if !c.leading.Load() {
+		return
+	}
+	for _, n := range ns {
+		c.resQ.Add(n)
+	}
+}
+
+func (c *Controller) byIndex(index, key string) []string {
+	if !c.leading.Load() || key == "" {
+		return nil
+	}
+	return names(context.Background(), c.cache, client.MatchingFields{index: key})
+}
+
+// reservationHandler enqueues the reservation, and on creation its
+// siblings (same owner UID): a new sandbox's reservation is what makes an
+// earlier sandbox's reservation an orphan. Claim-owned reservations also
+// nominate their claim for the finalizer.
+func (c *Controller) reservationHandler() toolscache.ResourceEventHandler {
+	claimOf := func(r *tenurev1.IPReservation) {
+		if r.Spec.Owner.Kind == tenurev1.OwnerIPAMClaim && c.leading.Load() {
+			c.claimQ.Add(types.NamespacedName{Namespace: r.Spec.Owner.Namespace, Name: r.Spec.Owner.Name})
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			c.pools.markDirty()
+			r, ok := obj.(*tenurev1.IPReservation)
+			if !ok {
+				return
+			}
+			c.enqueue(r.Name)
+			if r.Spec.Owner.Kind == tenurev1.OwnerPod {
+				c.enqueue(c.byIndex(indexOwnerUID, r.Spec.Owner.UID)...)
+			}
+			claimOf(r)
+		},
+		UpdateFunc: func(_, obj any) {
+			c.pools.markDirty()
+			if r, ok := obj.(*tenurev1.IPReservation); ok {
+				c.enqueue(r.Name)
+				claimOf(r)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			c.pools.markDirty()
+			if r, ok := unwrap(obj).(*tenurev1.IPReservation); ok {
+				claimOf(r)
+			}
+		},
+	}
+}
+
+func terminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// podHandler enqueues a pod's reservations when it is deleted, starts
+// terminating or reaches a terminal phase.
+func (c *Controller) podHandler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, obj any) {
+			o, ok1 := oldObj.(*corev1.Pod)
+			n, ok2 := obj.(*corev1.Pod)
+			if ok1 && ok2 && ((o.DeletionTimestamp == nil && n.DeletionTimestamp != nil) || (!terminal(o) && terminal(n))) {
+				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if p, ok := unwrap(obj).(*corev1.Pod); ok {
+				c.enqueue(c.byIndex(indexOwnerUID, string(p.UID))...)
+			}
+		},
+	}
+}
+
+// nodeHandler enqueues the reservations made on a node when it is deleted
+// or its readiness changes.
+func (c *Controller) nodeHandler() toolscache.ResourceEventHandler {
+	ready := func(n *corev1.Node) bool { return repair.NodeFactOf(n).Ready }
+	return toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, obj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := obj.(*corev1.Node)
+			if ok1 && ok2 && ready(o) != ready(n) {
+				c.enqueue(c.byIndex(indexNode, n.Name)...)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if n, ok := unwrap(obj).(*corev1.Node); ok {
+				c.enqueue(c.byIndex(indexNode, n.Name)...)
+			}
+		},
+	}
+}
+
+// claimHandler nominates a claim for the finalizer, and its reservations
+// when it is deleted or starts terminating.
+func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
+	key := func(cl *ipamclaimsv1.IPAMClaim) {
+		if c.leading.Load() {
+			c.claimQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if cl, ok := obj.(*ipamclaimsv1.IPAMClaim); ok {
+				key(cl)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			o, ok1 := oldObj.(*ipamclaimsv1.IPAMClaim)
+			n, ok2 := obj.(*ipamclaimsv1.IPAMClaim)
+			if !ok1 || !ok2 {
+				return
+			}
+			key(n)
+			if o.DeletionTimestamp == nil && n.DeletionTimestamp != nil {
+				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if cl, ok := unwrap(obj).(*ipamclaimsv1.IPAMClaim); ok {
+				c.enqueue(c.byIndex(indexOwnerUID, string(cl.UID))...)
+			}
+		},
+	}
+}
+
+// reconcileReservation nominates from the cache and releases through the
+// Releaser, which decides again on live reads.
+func (c *Controller) reconcileReservation(ctx context.Context, name string) (time.Duration, error) {
+	r := &tenurev1.IPReservation{}
+	if err := c.cache.Get(ctx, types.NamespacedName{Name: name}, r); err != nil {
+		return 0, client.IgnoreNotFound(err)
+	}
+	g, err := gather(ctx, cacheSource(c.cache), r, c.rel.now())
+	if err != nil {
+		return 0, err
+	}
+	d := repair.Decide(r, g.facts, c.rel.Policy)
+	if !d.Release {
+		return d.RecheckAfter, nil
+	}
+	out, err := c.rel.Release(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if out.Reservation != nil && !out.Released {
+		c.log.Info("the cache nominated a reservation that the live read keeps", "reservation", name,
+			"cache", d.Message, "live", out.Decision.Message)
+		return out.Decision.RecheckAfter, nil
+	}
+	return 0, nil
+}
+
+// reconcileClaim adds the finalizer to a claim that holds something and
+// honours it on deletion.
+func (c *Controller) reconcileClaim(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
+	cl := &ipamclaimsv1.IPAMClaim{}
+	if err := c.cache.Get(ctx, key, cl); err != nil {
+		return 0, client.IgnoreNotFound(err)
+	}
+	cl = cl.DeepCopy()
+	if cl.DeletionTimestamp != nil {
+		_, err := c.cf.finalize(ctx, cl)
+		return 0, err
+	}
+	list := &tenurev1.IPReservationList{}
+	if err := c.cache.List(ctx, list, client.MatchingFields{indexOwnerUID: string(cl.UID)}); err != nil {
+		return 0, err
+	}
+	holds := false
+	for _, r := range list.Items {
+		holds = holds || r.Spec.Owner.Kind == tenurev1.OwnerIPAMClaim
+	}
+	_, err := c.cf.ensure(ctx, cl, holds)
+	return 0, err
+}

@@ -1,0 +1,341 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/store"
+)
+
+type recorded struct {
+	obj     runtime.Object
+	reason  string
+	message string
+}
+
+type fakeRecorder struct {
+	mu     sync.Mutex
+	events []recorded
+}
+
+func (f *fakeRecorder) Eventf(obj runtime.Object, _, reason, format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, recorded{obj, reason, fmt.Sprintf(format, args...)})
+}
+
+func pod(ns, name, uid, node string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: node}}
+}
+
+func reservation(name, addr string, owner tenurev1.ReservationOwner) *tenurev1.IPReservation {
+	return &tenurev1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("r-" + name), Labels: map[string]string{store.LabelOwnerUID: owner.UID}},
+		Spec:       tenurev1.IPReservationSpec{Network: "n", Kind: tenurev1.KindAddress, Address: addr, Owner: owner},
+	}
+}
+
+func podOwner(ns, name, uid, container, node string) tenurev1.ReservationOwner {
+	return tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: ns, Name: name, UID: uid, PodName: name, PodUID: uid,
+		ContainerID: container, Interface: "net1", Node: node}
+}
+
+func newFake(objs ...client.Object) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(objs...).
+		WithStatusSubresource(&tenurev1.IPPool{}, &ipamclaimsv1.IPAMClaim{}).Build()
+}
+
+func exists(t *testing.T, c client.Client, name string) bool {
+	t.Helper()
+	err := c.Get(context.Background(), types.NamespacedName{Name: name}, &tenurev1.IPReservation{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+func TestSweepDryRunThenRelease(t *testing.T) {
+	ctx := context.Background()
+	now := metav1.Now()
+	terminating := pod("ns", "term", "uid-term", "dead")
+	terminating.DeletionTimestamp = &now
+	terminating.Finalizers = []string{"hold"} // the fake refuses a deletionTimestamp without one
+	deadNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
+	objs := []client.Object{
+		pod("ns", "live", "uid-live", "a"),
+		pod("ns", "db-0", "uid-new", "a"), // recreated: uid-old is gone
+		terminating, deadNode,
+		reservation("n.1", "10.0.0.1", podOwner("ns", "live", "uid-live", "c1", "a")),
+		reservation("n.2", "10.0.0.2", podOwner("ns", "gone", "uid-gone", "c2", "a")),
+		reservation("n.3", "10.0.0.3", podOwner("ns", "db-0", "uid-old", "c3", "a")),
+		reservation("n.4", "10.0.0.4", podOwner("ns", "db-0", "uid-new", "c4", "a")),
+		reservation("n.5", "10.0.0.5", podOwner("ns", "term", "uid-term", "c5", "dead")),
+	}
+	c := newFake(objs...)
+	rec := &fakeRecorder{}
+	rel := &Releaser{Live: c, Writer: c, Events: rec, Policy: repair.Policy{NodeGracePeriod: time.Minute}, DryRun: true}
+	sw := NewSweeper(c, c, rel)
+	sw.PageSize = 2 // exercise paging
+
+	res, err := sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]repair.Reason{"n.2": repair.PodGone, "n.3": repair.PodReplaced, "n.5": repair.NodeNotReady}
+	got := map[string]repair.Reason{}
+	for _, o := range res.Outcomes {
+		if o.Released {
+			t.Errorf("dry run released %s", o.Name)
+		}
+		got[o.Name] = o.Decision.Reason
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("dry run would release %v, want %v", got, want)
+	}
+	for _, n := range []string{"n.1", "n.2", "n.3", "n.4", "n.5"} {
+		if !exists(t, c, n) {
+			t.Fatalf("dry run deleted %s", n)
+		}
+	}
+	if len(rec.events) != 0 {
+		t.Fatalf("dry run recorded %d events", len(rec.events))
+	}
+
+	rel.DryRun = false
+	res, err = sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := 0
+	for _, o := range res.Outcomes {
+		if o.Released {
+			released++
+		}
+	}
+	if released != 3 {
+		t.Fatalf("released %d, want 3: %+v", released, res.Outcomes)
+	}
+	for n, want := range map[string]bool{"n.1": true, "n.2": false, "n.3": false, "n.4": true, "n.5": false} {
+		if exists(t, c, n) != want {
+			t.Errorf("%s exists=%v, want %v", n, !want, want)
+		}
+	}
+	if len(rec.events) != 3 {
+		t.Fatalf("%d events, want 3", len(rec.events))
+	}
+	for _, e := range rec.events {
+		if e.reason != EventReason {
+			t.Errorf("event reason %q", e.reason)
+		}
+		if strings.Contains(e.message, "10.0.0.5") {
+			// The terminating pod still exists: the event is about it.
+			if p, ok := e.obj.(*corev1.Pod); !ok || p.Name != "term" {
+				t.Errorf("event for the terminating pod's release is on %T", e.obj)
+			}
+		} else if _, ok := e.obj.(*tenurev1.IPReservation); !ok {
+			t.Errorf("event for a gone pod's release is on %T, want the reservation (no pool)", e.obj)
+		}
+	}
+}
+
+func TestReleaseRefusesAChangedReservation(t *testing.T) {
+	ctx := context.Background()
+	r := reservation("n.9", "10.0.0.9", podOwner("ns", "gone", "uid-gone", "c", "a"))
+	c := newFake(r)
+	// A writer that changes the object between the live read and the delete.
+	once := sync.Once{}
+	w := &interposer{Client: c, before: func() {
+		once.Do(func() {
+			cur := &tenurev1.IPReservation{}
+			if err := c.Get(ctx, types.NamespacedName{Name: "n.9"}, cur); err != nil {
+				t.Fatal(err)
+			}
+			cur.Labels["touched"] = "yes"
+			if err := c.Update(ctx, cur); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}}
+	rel := &Releaser{Live: c, Writer: w}
+	_, err := rel.Release(ctx, "n.9")
+	if err == nil || !strings.Contains(err.Error(), ErrChanged.Error()) {
+		t.Fatalf("err %v, want ErrChanged", err)
+	}
+	if !exists(t, c, "n.9") {
+		t.Fatal("a reservation that changed after the decision was deleted")
+	}
+	out, err := rel.Release(ctx, "n.9")
+	if err != nil || !out.Released {
+		t.Fatalf("second attempt: %+v %v", out, err)
+	}
+}
+
+type interposer struct {
+	client.Client
+	before func()
+}
+
+func (i *interposer) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	i.before()
+	return i.Client.Delete(ctx, obj, opts...)
+}
+
+func TestEventTargetPrefersPodThenClaimThenPool(t *testing.T) {
+	ctx := context.Background()
+	pool := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p1", UID: "pool-uid"}}
+	c := newFake(pool)
+	rel := &Releaser{Live: c}
+	r := reservation("x", "10.0.0.1", podOwner("ns", "p", "u1", "c", "a"))
+	r.Spec.Pool = "p1"
+	if got := rel.eventTarget(ctx, r, gathered{pod: pod("ns", "p", "u1", "a")}); got.(*corev1.Pod).Name != "p" {
+		t.Errorf("live pod: %T", got)
+	}
+	if got := rel.eventTarget(ctx, r, gathered{pod: pod("ns", "p", "u2", "a")}); got.(*tenurev1.IPPool).Name != "p1" {
+		t.Errorf("replaced pod: %T, want the pool", got)
+	}
+	cl := &ipamclaimsv1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "u1"}}
+	if got := rel.eventTarget(ctx, r, gathered{claim: cl}); got.(*ipamclaimsv1.IPAMClaim).Name != "vm" {
+		t.Errorf("claim: %T", got)
+	}
+	r.Spec.Pool = "missing"
+	if got := rel.eventTarget(ctx, r, gathered{}); got.(*tenurev1.IPReservation).Name != "x" {
+		t.Errorf("fallback: %T", got)
+	}
+}
+
+func TestClaimFinalizer(t *testing.T) {
+	ctx := context.Background()
+	claim := &ipamclaimsv1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "claim-uid"},
+		Spec: ipamclaimsv1.IPAMClaimSpec{Network: "n", Interface: "net1"}}
+	owner := tenurev1.ReservationOwner{Kind: tenurev1.OwnerIPAMClaim, Namespace: "ns", Name: "vm", UID: "claim-uid"}
+	pd := reservation("n.pd", "2001:db8::/56", owner)
+	pd.Spec.Kind = tenurev1.KindDelegatedPrefix
+	other := reservation("n.other", "10.0.0.8", podOwner("ns", "p", "pod-uid", "c", "a"))
+	c := newFake(claim, reservation("n.a", "10.0.0.7", owner), pd, other, pod("ns", "p", "pod-uid", "a"))
+	rel := &Releaser{Live: c, Writer: c}
+	cf := &claimFinalizer{live: c, writer: c, rel: rel}
+
+	cur := &ipamclaimsv1.IPAMClaim{}
+	get := func() {
+		t.Helper()
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "vm"}, cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get()
+	if wrote, err := cf.ensure(ctx, cur, false); err != nil || wrote {
+		t.Fatalf("ensure on a claim that holds nothing: %v %v", wrote, err)
+	}
+	get()
+	if wrote, err := cf.ensure(ctx, cur, true); err != nil || !wrote {
+		t.Fatalf("ensure: %v %v", wrote, err)
+	}
+	get()
+	if len(cur.Finalizers) != 1 || cur.Finalizers[0] != ClaimFinalizer {
+		t.Fatalf("finalizers %v", cur.Finalizers)
+	}
+	// The claim is still live: nothing of it may be released.
+	if out, err := rel.Release(ctx, "n.a"); err != nil || out.Released {
+		t.Fatalf("released a live claim's address: %+v %v", out, err)
+	}
+	if err := c.Delete(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	get() // still there: Terminating with the finalizer
+	if cur.DeletionTimestamp == nil {
+		t.Fatal("no deletionTimestamp")
+	}
+	n, err := cf.finalize(ctx, cur)
+	if err != nil || n != 2 {
+		t.Fatalf("finalize: released %d, %v", n, err)
+	}
+	if exists(t, c, "n.a") || exists(t, c, "n.pd") || !exists(t, c, "n.other") {
+		t.Fatal("finalize must release exactly the claim's reservations")
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "vm"}, cur); !apierrors.IsNotFound(err) {
+		t.Fatalf("claim after finalize: %v (finalizers %v)", err, cur.Finalizers)
+	}
+}
+
+func TestPoolCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		spec tenurev1.IPPoolSpec
+		want int64
+		err  string
+	}{
+		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29"}}}, 6, ""},
+		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/24", RangeStart: "10.0.0.10", RangeEnd: "10.0.0.19"}}}, 10, ""},
+		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29", Exclude: []string{"10.0.0.1/32"}}}, Gateway: "10.0.0.6"}, 4, ""},
+		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29"}, {Range: "fd00::/120"}}}, 6 + 255, ""},
+		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "fd00::/32"}}}, 1<<63 - 1, ""},
+		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/33"}}}, 0, "spec.ranges[0].range"},
+	} {
+		got, err := PoolCapacity("p", tc.spec)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%+v: err %v, want one naming %s", tc.spec, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%+v: %d %v, want %d", tc.spec, got, err, tc.want)
+		}
+	}
+}
+
+func TestPoolStatusWritesOnlyChanges(t *testing.T) {
+	ctx := context.Background()
+	pool := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Spec: tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29"}}}}
+	bad := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/33"}}}}
+	r1 := reservation("n.1", "10.0.0.1", podOwner("ns", "a", "u", "c", "n"))
+	r1.Spec.Pool = "p1"
+	r2 := reservation("n.2", "10.0.0.2", podOwner("ns", "a", "u", "c", "n"))
+	r2.Spec.Pool = "p1"
+	c := newFake(pool, bad, r1, r2)
+	ps := &poolStatus{cache: c, writer: c, interval: time.Second}
+	if err := ps.update(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := &tenurev1.IPPool{}
+	if err := c.Get(ctx, types.NamespacedName{Name: "p1"}, got); err != nil {
+		t.Fatal(err)
+	}
+	st := got.Status
+	if st.Capacity != 6 || st.Allocated != 2 || st.Free != 4 || st.LastUpdated == nil {
+		t.Fatalf("status %+v", st)
+	}
+	rv := got.ResourceVersion
+	if err := ps.update(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Name: "p1"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != rv {
+		t.Fatal("an unchanged pool was written again")
+	}
+	if err := c.Get(ctx, types.NamespacedName{Name: "bad"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Status != metav1.ConditionFalse ||
+		!strings.Contains(got.Status.Conditions[0].Message, "spec.ranges[0].range") {
+		t.Fatalf("invalid pool conditions %+v", got.Status.Conditions)
+	}
+}

@@ -1,0 +1,131 @@
+package deploy_test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenure-ipam/tenure/internal/testbed"
+)
+
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestControllerRunsAsDeployed runs tenure-controller with the Deployment's
+// arguments (the listen addresses moved to free loopback ports) and nothing
+// but its own RBAC (impersonating its service account): its health and
+// readiness endpoints answer on the port the probes use, it wins the
+// leader-election Lease in tenure-system, and nothing it does is refused.
+func TestControllerRunsAsDeployed(t *testing.T) {
+	bins, err := testbed.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bins.Controller == "" {
+		t.Skip("cmd/tenure-controller is not in the tree yet: the Deployment's command is not exercised")
+	}
+	ctx := testContext(t, 3*time.Minute)
+	objs := kustomizeBuild(t)
+	d := typed[appsv1.Deployment](t, find(t, objs, "Deployment", "tenure-controller"))
+	c := adminClient(t)
+	applyRBAC(t, ctx, c, objs)
+	dir := t.TempDir()
+	kubeconfig := impersonatingKubeconfig(t, d.Spec.Template.Spec.ServiceAccountName, dir)
+
+	ctr := &d.Spec.Template.Spec.Containers[0]
+	var args []string
+	var healthAddr string
+	for _, a := range ctr.Args {
+		switch k, _, _ := strings.Cut(a, "="); k {
+		case "--metrics-addr":
+			a = k + "=" + freeLoopbackAddr(t)
+		case "--health-addr":
+			healthAddr = freeLoopbackAddr(t)
+			a = k + "=" + healthAddr
+		}
+		args = append(args, a)
+	}
+	if healthAddr == "" {
+		t.Fatal("the Deployment passes no --health-addr")
+	}
+	args = append(args, "--kubeconfig="+kubeconfig) // stands in for the in-cluster config
+	logPath := filepath.Join(dir, "controller.log")
+	proc, err := testbed.StartProcess("controller", bins.Controller, logPath, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		proc.Stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("controller log:\n%s", b)
+		}
+	})
+
+	get := func(path string) error {
+		resp, err := http.Get("http://" + healthAddr + path)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return nil
+	}
+	waitFor := func(what string, cond func() error) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			err := cond()
+			if err == nil {
+				return
+			}
+			if !proc.Running() || time.Now().After(deadline) {
+				t.Fatalf("%s: %v (controller running: %v)", what, err, proc.Running())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for _, p := range []string{ctr.LivenessProbe.HTTPGet.Path, ctr.ReadinessProbe.HTTPGet.Path} {
+		waitFor("probe "+p, func() error { return get(p) })
+	}
+	waitFor("a leader-election Lease held in "+namespace, func() error {
+		list := &coordinationv1.LeaseList{}
+		if err := c.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			return err
+		}
+		for _, l := range list.Items {
+			if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+				t.Logf("lease %s held by %s", l.Name, *l.Spec.HolderIdentity)
+				return nil
+			}
+		}
+		return fmt.Errorf("%d leases, none held", len(list.Items))
+	})
+	time.Sleep(2 * time.Second) // let its informers start and its first sweep run
+	logData, _ := os.ReadFile(logPath)
+	if bytes.Contains(bytes.ToLower(logData), []byte("forbidden")) {
+		t.Errorf("the controller was refused something its work needs:\n%s", logData)
+	}
+	if !proc.Running() {
+		t.Error("the controller exited")
+	}
+}

@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/internal/testbed"
+)
+
+// ctl is a tenure-controller process with its metrics and health endpoints.
+type ctl struct {
+	*testbed.Process
+	metrics, health string // base URLs
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// ctlStart starts tenure-controller against the test control plane with its
+// own Lease (lease), waits until its caches have synced, and stops it when
+// the test ends (its log is printed if the test failed).
+func ctlStart(t *testing.T, ctx context.Context, lease string, extra ...string) *ctl {
+	t.Helper()
+	if bins.Controller == "" {
+		t.Fatal("tenure-controller was not built")
+	}
+	maddr, haddr := freeAddr(t), freeAddr(t)
+	args := append([]string{
+		"--kubeconfig", cptest.Current().KubeconfigPath,
+		"--metrics-addr", maddr, "--health-addr", haddr,
+		"--leader-election-id", lease,
+		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "250ms",
+		"--pool-status-interval", "500ms",
+	}, extra...)
+	log := filepath.Join(t.TempDir(), "controller.log")
+	p, err := testbed.StartProcess("controller-"+lease, bins.Controller, log, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &ctl{Process: p, metrics: "http://" + maddr, health: "http://" + haddr}
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(log)
+			if len(b) > 20000 {
+				b = b[len(b)-20000:]
+			}
+			t.Logf("%s log:\n%s", p.Name, b)
+		}
+	})
+	ctlPoll(t, ctx, "controller ready", func() (bool, error) {
+		if !p.Running() {
+			b, _ := os.ReadFile(log)
+			return false, fmt.Errorf("controller exited: %v\n%s", p.Wait(), b)
+		}
+		resp, err := http.Get(c.health + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	return c
+}
+
+// scrape returns the /metrics text.
+func (c *ctl) scrape() (string, error) {
+	resp, err := http.Get(c.metrics + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// metric sums the samples of one metric whose labels include want
+// (label="value" strings). Found is false when no sample matched.
+func (c *ctl) metric(t *testing.T, name string, want ...string) (sum float64, found bool) {
+	t.Helper()
+	text, err := c.scrape()
+	if err != nil {
+		t.Fatalf("scraping %s: %v", c.Name, err)
+	}
+	return metricIn(text, name, want...)
+}
+
+func metricIn(text, name string, want ...string) (sum float64, found bool) {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		series, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		n, labels, _ := strings.Cut(series, "{")
+		if n != name {
+			continue
+		}
+		match := true
+		for _, w := range want {
+			match = match && strings.Contains(labels, w)
+		}
+		if !match {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		sum += v
+		found = true
+	}
+	return sum, found
+}
+
+func (c *ctl) leading(t *testing.T) bool {
+	v, _ := c.metric(t, "tenure_controller_leader")
+	return v == 1
+}
+
+func (c *ctl) waitLeading(t *testing.T, ctx context.Context) {
+	t.Helper()
+	ctlPoll(t, ctx, c.Name+" leading", func() (bool, error) { return c.leading(t), nil })
+}
+
+// waitSweepAfter waits until a full sweep has completed after since.
+func (c *ctl) waitSweepAfter(t *testing.T, ctx context.Context, since time.Time) {
+	t.Helper()
+	ctlPoll(t, ctx, "a full sweep after "+since.Format(time.RFC3339Nano), func() (bool, error) {
+		v, _ := c.metric(t, "tenure_last_sweep_success_timestamp_seconds")
+		return v > float64(since.UnixNano())/1e9, nil
+	})
+}
+
+// ctlPoll polls cond every 50 ms until it holds, fails or ctx ends.
+func ctlPoll(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
+	t.Helper()
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ctlReservation creates a reservation directly, as the agent would have
+// (same name derivation and labels).
+func ctlReservation(t *testing.T, ctx context.Context, c client.Client, network, item string, owner tenurev1.ReservationOwner) *tenurev1.IPReservation {
+	t.Helper()
+	kind := tenurev1.KindAddress
+	var name string
+	if strings.Contains(item, "/") {
+		kind = tenurev1.KindDelegatedPrefix
+		name = reservation.PrefixName(network, netip.MustParsePrefix(item))
+	} else {
+		name = reservation.AddressName(network, netip.MustParseAddr(item))
+	}
+	labels := map[string]string{store.LabelNetwork: reservation.NetworkLabel(network), store.LabelOwnerUID: owner.UID}
+	if owner.Node != "" {
+		labels[store.LabelNode] = owner.Node
+	}
+	r := &tenurev1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       tenurev1.IPReservationSpec{Network: network, Kind: kind, Address: item, Owner: owner},
+	}
+	if err := c.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// ghostOwner is a pod owner whose pod never existed.
+func ghostOwner(ns string, i int) tenurev1.ReservationOwner {
+	uid := fmt.Sprintf("00000000-0000-4000-8000-%012d", time.Now().UnixNano()%1e12+int64(i))
+	return tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: ns, Name: fmt.Sprintf("ghost-%d", i), UID: uid,
+		PodName: fmt.Sprintf("ghost-%d", i), PodUID: uid, ContainerID: "ghost-sandbox-" + strconv.Itoa(i), Interface: "net1", Node: "ghost-node"}
+}
+
+// present maps the reservation names of a network that exist now to their UIDs.
+func present(t *testing.T, ctx context.Context, network string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, r := range reservationsOf(t, ctx, network) {
+		out[r.Name] = string(r.UID)
+	}
+	return out
+}
+
+func reservationName(network, addr string) string {
+	return reservation.AddressName(network, netip.MustParseAddr(addr))
+}
