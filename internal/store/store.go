@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -77,6 +78,7 @@ func New(c client.WithWatch, selector client.ListOption) *Store {
 			return []string{obj.(*tenurev1.IPReservation).Spec.Network}, nil
 		},
 	}, opts...)
+	_ = inf.SetTransform(compact)
 	s := &Store{informer: inf, assumed: map[string]assumedEntry{}, released: map[string]time.Time{}}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.observed(obj) },
@@ -283,4 +285,25 @@ func (s *Store) AssumeOverCache(r *tenurev1.IPReservation) bool {
 	delete(s.released, r.Name)
 	s.assumed[r.Name] = assumedEntry{obj: r, at: time.Now()}
 	return true
+}
+
+// compact trims a cached reservation to what the agent reads and shares the
+// strings that repeat across thousands of objects (network, range, node...),
+// so a 100,000-reservation cluster fits a node agent's memory budget.
+func compact(obj any) (any, error) {
+	r, ok := obj.(*tenurev1.IPReservation)
+	if !ok {
+		return obj, nil
+	}
+	r.ManagedFields = nil
+	r.Labels = nil
+	r.Annotations = nil
+	r.OwnerReferences = nil
+	sp := &r.Spec
+	for _, f := range []*string{&sp.Network, &sp.Range, &sp.Pool, &sp.CNINetwork, &sp.Owner.Namespace, &sp.Owner.Node, &sp.Owner.Interface} {
+		*f = unique.Make(*f).Value()
+	}
+	sp.Kind = tenurev1.ReservationKind(unique.Make(string(sp.Kind)).Value())
+	sp.Owner.Kind = tenurev1.OwnerKind(unique.Make(string(sp.Owner.Kind)).Value())
+	return r, nil
 }

@@ -1,0 +1,199 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/internal/store"
+)
+
+func TestMain(m *testing.M) { os.Exit(cptest.Main(m, nil)) }
+
+func rangeOf(t *testing.T, ipam string) config.Range {
+	t.Helper()
+	c, err := config.Parse([]byte(`{"cniVersion":"1.1.0","name":"t","ipam":`+ipam+`}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Ranges[0]
+}
+
+func owner(uid string) allocator.Template {
+	return allocator.Template{Owner: tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "p-" + uid, UID: uid, PodName: "p-" + uid, PodUID: uid, Node: "n1"}}
+}
+
+// newFactory starts a store; stop() freezes it, leaving a stale cache.
+func newFactory(t *testing.T, node string) (f *allocator.Factory, stop func()) {
+	t.Helper()
+	c, err := kube.NewClient(cptest.Current().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s := store.New(c, nil)
+	go s.Run(ctx)
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	if err := s.WaitForSync(sctx); err != nil {
+		t.Fatal(err)
+	}
+	return &allocator.Factory{Store: s, Writer: c, Quorum: c, Node: node}, cancel
+}
+
+func TestAllocateNextFillsThenReportsFull(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newFactory(t, "n1")
+	a := f.For("alloc-full", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/30"}`)})
+	got := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		r, err := a.AllocateNext(ctx, owner(string(rune('a'+i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[r.Spec.Address] = true
+	}
+	if !got["10.1.0.1"] || !got["10.1.0.2"] {
+		t.Fatalf("a /30 has .1 and .2, got %v", got)
+	}
+	_, err := a.AllocateNext(ctx, owner("c"))
+	var full *allocator.FullError
+	if !errors.As(err, &full) || !errors.Is(err, allocator.ErrFull) || full.Capacity != 2 {
+		t.Fatalf("third allocation: %v, want FullError with capacity 2", err)
+	}
+	if !a.Has(netip.MustParsePrefix("10.1.0.1/32")) {
+		t.Fatal("Has must report an allocated address")
+	}
+	n := 0
+	a.ForEach(func(*tenurev1.IPReservation) { n++ })
+	if n != 2 {
+		t.Fatalf("ForEach saw %d, want 2", n)
+	}
+}
+
+func TestAllocateExplicitConflictAndRange(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newFactory(t, "n1")
+	a := f.For("alloc-explicit", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)})
+	item := netip.MustParsePrefix("10.2.0.9/32")
+	r1, err := a.Allocate(ctx, item, owner("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := a.Allocate(ctx, item, owner("x"))
+	if err != nil || r2.UID != r1.UID {
+		t.Fatalf("the owner asking again must get its own reservation: %v %v", r2, err)
+	}
+	_, err = a.Allocate(ctx, item, owner("y"))
+	var conflict *allocator.ConflictError
+	if !errors.As(err, &conflict) || !errors.Is(err, allocator.ErrAllocated) || conflict.Holder.UID != "x" {
+		t.Fatalf("another owner: %v, want ConflictError naming x", err)
+	}
+	_, err = a.Allocate(ctx, netip.MustParsePrefix("10.3.0.1/32"), owner("x"))
+	var nir *allocator.ErrNotInRange
+	if !errors.As(err, &nir) {
+		t.Fatalf("outside the range: %v, want ErrNotInRange", err)
+	}
+	if err := a.Release(ctx, item); err != nil {
+		t.Fatal(err)
+	}
+	if a.Has(item) {
+		t.Fatal("released item still held")
+	}
+}
+
+// A stale cache must never cause a duplicate (the API server refuses the
+// Create) nor a false "full" (one quorum list settles it).
+func TestStaleCacheNeitherDuplicatesNorReportsFalselyFull(t *testing.T) {
+	ctx := context.Background()
+	rng := rangeOf(t, `{"type":"tenure","range":"10.4.0.0/30"}`)
+	stale, freeze := newFactory(t, "n1")
+	fresh, _ := newFactory(t, "n2")
+	freeze() // from here on, stale's cache sees nothing
+
+	// Taken behind the stale cache's back: both addresses.
+	c := fresh.Writer
+	taken := []*tenurev1.IPReservation{}
+	for _, ip := range []string{"10.4.0.1", "10.4.0.2"} {
+		r := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: reservation.AddressName("alloc-stale", netip.MustParseAddr(ip))},
+			Spec: tenurev1.IPReservationSpec{Network: "alloc-stale", Kind: tenurev1.KindAddress, Address: ip, Owner: owner("other").Owner}}
+		if err := c.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, r)
+	}
+	a := stale.For("alloc-stale", allocator.AddressSpace{Range: rng})
+	if _, err := a.AllocateNext(ctx, owner("me")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("every address is taken though the cache does not know: %v, want ErrFull", err)
+	}
+	// Free one behind its back: the stale cache still believes it taken
+	// (it recorded the AlreadyExists), the quorum list finds it.
+	if err := c.Delete(ctx, taken[1]); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.AllocateNext(ctx, owner("me"))
+	if err != nil {
+		t.Fatalf("after a release elsewhere: %v", err)
+	}
+	if r.Spec.Address != "10.4.0.2" {
+		t.Fatalf("got %s, want the freed 10.4.0.2", r.Spec.Address)
+	}
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newFactory(t, "n1")
+	a := f.For("alloc-dry", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.5.0.0/30"}`)}).DryRun()
+	r, err := a.AllocateNext(ctx, owner("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := &tenurev1.IPReservationList{}
+	if err := f.Writer.List(ctx, list); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range list.Items {
+		if it.Name == r.Name {
+			t.Fatalf("dry run created %s", r.Name)
+		}
+	}
+}
+
+func TestPrefixSpace(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newFactory(t, "n1")
+	c, err := config.Parse([]byte(`{"cniVersion":"1.1.0","name":"t","ipam":{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"2001:db8:100::/55","prefix_length":56}}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.For("alloc-pd", allocator.PrefixSpace{PD: *c.PrefixDelegation})
+	seen := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		r, err := a.AllocateNext(ctx, owner(string(rune('p'+i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Spec.Kind != tenurev1.KindDelegatedPrefix || seen[r.Spec.Address] {
+			t.Fatalf("bad prefix reservation %+v", r.Spec)
+		}
+		seen[r.Spec.Address] = true
+	}
+	if !seen["2001:db8:100::/56"] || !seen["2001:db8:100:100::/56"] {
+		t.Fatalf("a /55 as /56 has two prefixes, got %v", seen)
+	}
+	if _, err := a.AllocateNext(ctx, owner("z")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("third prefix: %v", err)
+	}
+}
