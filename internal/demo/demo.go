@@ -431,4 +431,3 @@ func (r *run) show(ctx context.Context) error {
 }
 
 func indent(s string) string { return "      " + strings.ReplaceAll(s, "\n", "\n      ") }
-
