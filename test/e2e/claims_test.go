@@ -11,6 +11,7 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -339,4 +340,72 @@ func TestClaimNetworkMismatchAndOutsideRange(t *testing.T) {
 	if n := len(reservationsOf(t, ctx, "mm")); n != 0 {
 		t.Fatalf("%d reservations written", n)
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs := claimEvents(t, ctx, c, ns, "vm.moved")
+		if len(evs) > 0 && evs[0].Reason == ipamclaimsv1.ReasonAddressesOutsideRange && strings.Contains(evs[0].Message, "10.255.0.9") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no AddressesOutsideRange Event on the claim: %+v", evs)
+		}
+		time.Sleep(50 * time.Millisecond) // events are sent asynchronously by the agent's broadcaster
+	}
+}
+
+func TestPodWithoutClaimGetsAPrefixOnlyWhenItOptsIn(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	c := apiClient(t)
+	agents := startAgents(t, ctx, "pdopt")
+	conf := netconf("pdopt", agents["pdopt"].Socket, `{"range":"fd00:94::/64","prefix_delegation":{"range":"fd00:9400::/40","prefix_length":56},"network_name":"pdopt"}`)
+	plain := newPod(t, ctx, c, "pdopt", "pdopt", nil)
+	if _, err := add(ctx, plain, conf); err != nil {
+		t.Fatal(err)
+	}
+	if items := reservedItems(ownedBy(t, ctx, plain.uid)); len(items) != 1 || strings.Contains(items[0], "/") {
+		t.Fatalf("a pod that did not opt in holds %v, want one address and no prefix", items)
+	}
+	for name, ann := range map[string]map[string]string{
+		"pod annotation": {"ipam.tenure.dev/prefix-delegation": "net1"},
+		"cni-args":       {"k8s.v1.cni.cncf.io/networks": `[{"name":"pdopt","interface":"net1","cni-args":{"tenure.dev/prefix-delegation":true}}]`},
+	} {
+		p := newPod(t, ctx, c, "pdopt", "pdopt", ann)
+		r, err := add(ctx, p, conf)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(r.IPs) != 1 {
+			t.Fatalf("%s: the CNI result lists %d IPs: a delegated prefix is not an interface address", name, len(r.IPs))
+		}
+		var prefixes []string
+		for _, res := range ownedBy(t, ctx, p.uid) {
+			if res.Spec.Kind == tenurev1.KindDelegatedPrefix {
+				prefixes = append(prefixes, res.Spec.Address)
+			}
+		}
+		if len(prefixes) != 1 || !strings.HasSuffix(prefixes[0], "/56") {
+			t.Fatalf("%s: delegated prefixes %v, want one /56", name, prefixes)
+		}
+		if err := del(ctx, p, conf); err != nil {
+			t.Fatal(err)
+		}
+		if left := ownedBy(t, ctx, p.uid); len(left) != 0 {
+			t.Fatalf("%s: DEL left %v", name, reservedItems(left))
+		}
+	}
+}
+
+func claimEvents(t *testing.T, ctx context.Context, c client.Client, ns, name string) []corev1.Event {
+	t.Helper()
+	list := &corev1.EventList{}
+	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "IPAMClaim" && e.InvolvedObject.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
 }
