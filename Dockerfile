@@ -29,7 +29,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -ldflags="-s -w -buildid=" -o /out/ ./cmd/... \
- && for b in tenure tenure-agent tenurectl; do test -x "/out/$b" || { echo "missing /out/$b" >&2; exit 1; }; done \
+ && for b in tenure tenure-agent tenure-controller tenurectl; do test -x "/out/$b" || { echo "missing /out/$b" >&2; exit 1; }; done \
  && ls -l /out/
 
 FROM scratch

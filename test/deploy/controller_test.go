@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,8 +14,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -32,7 +35,8 @@ func freeLoopbackAddr(t *testing.T) string {
 // arguments (the listen addresses moved to free loopback ports) and nothing
 // but its own RBAC (impersonating its service account): its health and
 // readiness endpoints answer on the port the probes use, it wins the
-// leader-election Lease in tenure-system, and nothing it does is refused.
+// leader-election Lease in tenure-system, writes an IPPool's usage to its
+// status, and nothing it does is refused.
 func TestControllerRunsAsDeployed(t *testing.T) {
 	bins, err := testbed.Build("")
 	if err != nil {
@@ -48,6 +52,16 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 	applyRBAC(t, ctx, c, objs)
 	dir := t.TempDir()
 	kubeconfig := impersonatingKubeconfig(t, d.Spec.Template.Spec.ServiceAccountName, dir)
+
+	// A pool for it to report on: the status write needs its RBAC too.
+	pool := &tenurev1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "deploy-test-pool"},
+		Spec:       tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.250.0.0/29"}}},
+	}
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
 
 	ctr := &d.Spec.Template.Spec.Containers[0]
 	var args []string
@@ -120,7 +134,17 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 		}
 		return fmt.Errorf("%d leases, none held", len(list.Items))
 	})
-	time.Sleep(2 * time.Second) // let its informers start and its first sweep run
+	waitFor("IPPool status written", func() error {
+		got := &tenurev1.IPPool{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pool), got); err != nil {
+			return err
+		}
+		if got.Status.Capacity == 0 {
+			return fmt.Errorf("status %+v", got.Status)
+		}
+		t.Logf("pool status: capacity %d, allocated %d, free %d", got.Status.Capacity, got.Status.Allocated, got.Status.Free)
+		return nil
+	})
 	logData, _ := os.ReadFile(logPath)
 	if bytes.Contains(bytes.ToLower(logData), []byte("forbidden")) {
 		t.Errorf("the controller was refused something its work needs:\n%s", logData)

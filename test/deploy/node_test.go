@@ -307,7 +307,7 @@ func TestAgentPodOnANode(t *testing.T) {
 	socket, _ := flagValue(argv, "socket")
 
 	exs := examples(t)
-	ns := "tenure-node-test"
+	ns := fmt.Sprintf("tenure-node-test-%d", time.Now().UnixNano()%1_000_000) // fresh under -count
 	if err := testbed.EnsureNamespace(ctx, c, ns); err != nil {
 		t.Fatal(err)
 	}
