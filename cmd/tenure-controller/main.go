@@ -298,4 +298,3 @@ func elect(ctx context.Context, cfg *rest.Config, f flags, c *controller.Control
 	}
 	return 0
 }
-

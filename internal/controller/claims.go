@@ -114,7 +114,17 @@ func (cf *claimFinalizer) finalize(ctx context.Context, c *ipamclaimsv1.IPAMClai
 	}
 	orig := c.DeepCopy()
 	controllerutil.RemoveFinalizer(c, ClaimFinalizer)
-	if err := cf.writer.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+	err = cf.writer.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		// Someone else wrote the claim; done if that was our finalizer's
+		// removal (a concurrent sweep or reconcile), else decide again.
+		cur := &ipamclaimsv1.IPAMClaim{}
+		if gerr := cf.live.Get(ctx, client.ObjectKeyFromObject(c), cur); apierrors.IsNotFound(gerr) ||
+			(gerr == nil && (cur.UID != c.UID || !controllerutil.ContainsFinalizer(cur, ClaimFinalizer))) {
+			return released, nil
+		}
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
 		return released, fmt.Errorf("removing finalizer %s from IPAMClaim %s/%s: %w", ClaimFinalizer, c.Namespace, c.Name, err)
 	}
 	cf.rel.log().Info("released IPAMClaim", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "reservations", released)

@@ -16,6 +16,15 @@
 // The caches run on every replica (a new leader acts at once); the queues'
 // workers, the sweep and the pool status writer run only while Lead runs,
 // which the command calls when it holds the leader Lease.
+//
+// Built from client-go's leaderelection and workqueue and
+// controller-runtime's informer cache rather than controller-runtime's
+// manager: the manager (and its controller package) pull in modules the
+// module does not require (fsnotify for certwatcher, gomodules.xyz/jsonpatch
+// for webhooks), and what it would add here is small: a Lease elector, a
+// metrics and a health endpoint, and queue workers. Metrics still go to
+// controller-runtime's registry, which carries client-go's workqueue, REST
+// client and leader-election metrics.
 package controller
 
 import (
@@ -424,24 +433,32 @@ func (c *Controller) reconcileReservation(ctx context.Context, name string) (tim
 	if err := c.cache.Get(ctx, types.NamespacedName{Name: name}, r); err != nil {
 		return 0, client.IgnoreNotFound(err)
 	}
-	g, err := gather(ctx, cacheSource(c.cache), r, c.rel.now())
+	after, _, err := nominate(ctx, cacheSource(c.cache), c.rel, r, c.log)
+	return after, err
+}
+
+// nominate decides on src (a cache) whether r looks like an orphan, and if
+// so hands it to the Releaser, which decides again on live reads. It
+// returns when to look again and the Releaser's outcome, if it was called.
+func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1.IPReservation, log *slog.Logger) (time.Duration, *Outcome, error) {
+	g, err := gather(ctx, src, r, rel.now())
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	d := repair.Decide(r, g.facts, c.rel.Policy)
+	d := repair.Decide(r, g.facts, rel.Policy)
 	if !d.Release {
-		return d.RecheckAfter, nil
+		return d.RecheckAfter, nil, nil
 	}
-	out, err := c.rel.Release(ctx, name)
+	out, err := rel.Release(ctx, r.Name)
 	if err != nil {
-		return 0, err
+		return 0, &out, err
 	}
-	if out.Reservation != nil && !out.Released {
-		c.log.Info("the cache nominated a reservation that the live read keeps", "reservation", name,
+	if out.Reservation != nil && !out.Released && !rel.DryRun {
+		log.Info("the cache nominated a reservation that the live read keeps", "reservation", r.Name,
 			"cache", d.Message, "live", out.Decision.Message)
-		return out.Decision.RecheckAfter, nil
+		return out.Decision.RecheckAfter, &out, nil
 	}
-	return 0, nil
+	return 0, &out, nil
 }
 
 // reconcileClaim adds the finalizer to a claim that holds something and

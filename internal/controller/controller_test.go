@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -337,5 +338,46 @@ func TestPoolStatusWritesOnlyChanges(t *testing.T) {
 	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Status != metav1.ConditionFalse ||
 		!strings.Contains(got.Status.Conditions[0].Message, "spec.ranges[0].range") {
 		t.Fatalf("invalid pool conditions %+v", got.Status.Conditions)
+	}
+}
+
+// A stale cache (pod not seen yet, node missing) nominates; the live reads
+// keep: nothing a cache says alone ever releases.
+func TestStaleCacheNominatesLiveReadKeeps(t *testing.T) {
+	ctx := context.Background()
+	now := metav1.Now()
+	live := pod("ns", "new", "uid-new", "fresh-node")
+	terminating := pod("ns", "term", "uid-term", "fresh-node")
+	terminating.DeletionTimestamp = &now
+	terminating.Finalizers = []string{"hold"}
+	freshNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "fresh-node"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}}
+	rNew := reservation("n.1", "10.0.0.1", podOwner("ns", "new", "uid-new", "c1", "fresh-node"))
+	rTerm := reservation("n.2", "10.0.0.2", podOwner("ns", "term", "uid-term", "c2", "fresh-node"))
+	c := newFake(live, terminating, freshNode, rNew, rTerm)
+	rel := &Releaser{Live: c, Writer: c, Policy: repair.Policy{NodeGracePeriod: time.Minute}}
+
+	// The cache has neither the new pod nor the node; it has the
+	// terminating pod.
+	stale := &snapshot{
+		pods:    map[types.NamespacedName]*corev1.Pod{{Namespace: "ns", Name: "term"}: terminating},
+		nodes:   map[string]*corev1.Node{},
+		claims:  map[types.NamespacedName]*ipamclaimsv1.IPAMClaim{},
+		byOwner: map[string][]*tenurev1.IPReservation{},
+	}
+	for _, r := range []*tenurev1.IPReservation{rNew, rTerm} {
+		_, out, err := nominate(ctx, stale, rel, r, slog.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out == nil {
+			t.Fatalf("%s: the stale cache did not nominate it; the test proves nothing", r.Name)
+		}
+		if out.Released || out.Decision.Release {
+			t.Fatalf("%s released on a stale cache: %+v", r.Name, out.Decision)
+		}
+		if !exists(t, c, r.Name) {
+			t.Fatalf("%s deleted", r.Name)
+		}
 	}
 }

@@ -158,7 +158,9 @@ func (p *poolStatus) write(ctx context.Context, pool *tenurev1.IPPool, u usage) 
 	st.LastUpdated = &now
 	updated := pool.DeepCopy()
 	updated.Status = *st
-	err := p.writer.Status().Patch(ctx, updated, client.MergeFromWithOptions(pool, client.MergeFromWithOptimisticLock{}))
+	// An update (the cached resourceVersion makes it conditional; a
+	// conflict is retried on the next tick) of the status subresource only.
+	err := p.writer.Status().Update(ctx, updated)
 	if apierrors.IsNotFound(err) {
 		err = nil
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,7 +99,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			holds = holds || r.Spec.Owner.Kind == tenurev1.OwnerIPAMClaim
 		}
 		if wrote, err := s.claims.ensure(ctx, c, holds); err != nil {
-			errs = append(errs, err)
+			if !apierrors.IsConflict(err) { // the claim changed: its reconcile or the next sweep retries
+				errs = append(errs, err)
+			}
 		} else if wrote {
 			res.FinalizersAdded++
 		}
