@@ -2,6 +2,7 @@
 // a unix socket from informer caches of the cluster's reservations.
 //
 //	tenure-agent --node-name NAME --socket PATH [--kubeconfig PATH]
+//	             [--metrics-addr ADDR] [--dataplane-netns PATH]
 //	tenure-agent install ...   (the DaemonSet's init container)
 //	tenure-agent health --socket PATH   (liveness/readiness probe)
 package main
@@ -11,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -37,6 +39,8 @@ func run(args []string) int {
 	node := fs.String("node-name", os.Getenv("NODE_NAME"), "name of the node this agent serves (default $NODE_NAME)")
 	socket := fs.String("socket", cniwire.DefaultSocket, "unix socket the CNI shim calls")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
+	metricsAddr := fs.String("metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. :9466); empty disables it")
+	dataplaneNetns := fs.String("dataplane-netns", "", "network namespace (path) DHCPv6 is served in and prefix routes are installed in; empty is the agent's own")
 	_ = fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if *node == "" {
@@ -50,7 +54,8 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := agent.New(agent.Options{NodeName: *node, Config: cfg, Logger: log})
+	a, err := agent.New(agent.Options{NodeName: *node, Config: cfg, Logger: log,
+		Dataplane: agent.DataplaneOptions{Netns: *dataplaneNetns, StateFile: *socket + ".dataplane.json"}})
 	if err != nil {
 		log.Error("creating agent", "err", err)
 		return 1
@@ -59,6 +64,19 @@ func run(args []string) int {
 	if err := a.Start(ctx); err != nil {
 		log.Error("starting agent", "err", err)
 		return 1
+	}
+	if *metricsAddr != "" {
+		ml, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			log.Error("listening for metrics", "addr", *metricsAddr, "err", err)
+			return 1
+		}
+		log.Info("serving metrics", "addr", ml.Addr().String())
+		go func() {
+			if err := a.ServeMetrics(ctx, ml); err != nil {
+				log.Error("serving metrics", "err", err)
+			}
+		}()
 	}
 	l, err := agent.Listen(*socket)
 	if err != nil {

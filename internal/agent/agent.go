@@ -35,6 +35,8 @@ type Options struct {
 	// PodWait is how long an ADD waits for its pod to reach the cache
 	// before reading it from the API server.
 	PodWait time.Duration
+	// Dataplane configures the DHCPv6 service and prefix routes.
+	Dataplane DataplaneOptions
 }
 
 // Agent serves CNI calls for one node.
@@ -53,6 +55,8 @@ type Agent struct {
 	events   record.EventBroadcaster
 
 	locks keyedMutex
+
+	dataplane *agentDataplane
 }
 
 // New builds an agent; Start runs it.
@@ -81,6 +85,9 @@ func New(opts Options) (*Agent, error) {
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1.IPAMClaimList{} }, &ipamclaimsv1.IPAMClaim{}, nil)
 	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1.IPPoolList{} }, &tenurev1.IPPool{}, nil)
+	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
+		return nil, err
+	}
 	a.events = record.NewBroadcaster()
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	a.recorder = a.events.NewRecorder(kube.Scheme, corev1.EventSource{Component: "tenure-agent", Host: opts.NodeName})
@@ -99,6 +106,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.pods.HasSynced, a.claims.HasSynced, a.pools.HasSynced) {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
+	go a.dataplane.Run(ctx)
 	a.log.Info("caches synced", "node", a.node, "reservations", a.store.Len())
 	return nil
 }

@@ -164,6 +164,7 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 	if err != nil {
 		return nil, err
 	}
+	a.dataplane.Attached(at.cfg)
 	return buildResult(at.cfg, held)
 }
 

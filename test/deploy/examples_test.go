@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -129,8 +130,16 @@ func TestExampleKubeVirt(t *testing.T) {
 	if claim.Spec.Network != c.Name {
 		t.Errorf("IPAMClaim %s spec.network %q, the CNI network is %q", claim.Name, claim.Spec.Network, c.Name)
 	}
-	if !slices.Contains(c.DHCPv6.Interfaces, claim.Spec.Interface) {
-		t.Errorf("IPAMClaim interface %q is not among dhcpv6.interfaces %v", claim.Spec.Interface, c.DHCPv6.Interfaces)
+	// The agent serves DHCPv6 on the node side: the bridge the VMs' pod
+	// interfaces are plugged into.
+	var main struct {
+		Bridge string `json:"bridge"`
+	}
+	if err := json.Unmarshal(raw, &main); err != nil || main.Bridge == "" {
+		t.Fatalf("vm-net names no bridge: %v", err)
+	}
+	if !slices.Contains(c.DHCPv6.Interfaces, main.Bridge) {
+		t.Errorf("the node bridge %q is not among dhcpv6.interfaces %v", main.Bridge, c.DHCPv6.Interfaces)
 	}
 	pod := typed[corev1.Pod](t, find(t, exs, "Pod", ""))
 	sel, err := claims.Select(pod, claim.Spec.Interface)

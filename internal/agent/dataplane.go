@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/dataplane"
+)
+
+// DataplaneOptions configure the agent's DHCPv6 service and prefix routes
+// (internal/dataplane).
+type DataplaneOptions struct {
+	// Netns is the path of the network namespace DHCPv6 is served in and
+	// routes are installed in; "" is the agent's own.
+	Netns string
+	// StateFile keeps the dhcpv6 settings learnt at ADD across agent
+	// restarts; "" keeps them in memory only.
+	StateFile string
+	// Resync is the period of the full reconcile; 0 means 30 s.
+	Resync time.Duration
+}
+
+// agentDataplane is the Agent's dataplane field: the service and the
+// metrics registry its DHCPv6 servers report to.
+type agentDataplane struct {
+	svc     *dataplane.Service
+	metrics *agentMetrics
+}
+
+func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
+	m := newAgentMetrics()
+	svc, err := dataplane.New(dataplane.Options{
+		Source: informerSource{a}, Netns: opts.Netns, StateFile: opts.StateFile, Resync: opts.Resync,
+		Observer: m, Logger: a.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	trigger := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { svc.Trigger() },
+		UpdateFunc: func(any, any) { svc.Trigger() },
+		DeleteFunc: func(any) { svc.Trigger() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{a.pods, a.claims} {
+		if _, err := inf.AddEventHandler(trigger); err != nil {
+			return nil, err
+		}
+	}
+	return &agentDataplane{svc: svc, metrics: m}, nil
+}
+
+// Attached is called after every successful ADD: the network's dhcpv6
+// settings are learnt from its IPAM config, and the bindings recomputed.
+func (d *agentDataplane) Attached(cfg *config.Config) {
+	d.svc.Learn(cfg.Name, cfg.DHCPv6)
+	d.svc.Trigger()
+}
+
+// Run reconciles until ctx ends; Start calls it once the caches synced.
+func (d *agentDataplane) Run(ctx context.Context) { d.svc.Run(ctx) }
+
+// informerSource reads the agent's informer caches.
+type informerSource struct{ a *Agent }
+
+func (s informerSource) Pods() []*corev1.Pod {
+	objs := s.a.pods.GetStore().List()
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == s.a.node {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (s informerSource) Claim(namespace, name string) (*ipamclaimsv1.IPAMClaim, bool) {
+	obj, ok, _ := s.a.claims.GetIndexer().GetByKey(namespace + "/" + name)
+	if !ok {
+		return nil, false
+	}
+	c, ok := obj.(*ipamclaimsv1.IPAMClaim)
+	return c, ok
+}

@@ -1,0 +1,307 @@
+package dataplane
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
+	corev1 "k8s.io/api/core/v1"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/dhcp6"
+)
+
+// Where a binding's MAC came from.
+const (
+	MACFromSelection     = "network-selection-element"
+	MACFromNetworkStatus = "network-status"
+)
+
+// noSettings is the reason of a skip for a network without dhcpv6.
+const noSettings = "has no dhcpv6 settings learnt on this node"
+
+// Binding is one client this node answers: a claim's IPv6 state, the MAC of
+// the guest presenting it, and where it is served.
+type Binding struct {
+	dhcp6.Binding // Key is "namespace/claim"
+
+	// Network is the CNI network name (the claim's spec.network).
+	Network string
+	// Pod is namespace/name of the owner pod, PodInterface its interface.
+	Pod, PodInterface string
+	// MACSource is MACFromSelection or MACFromNetworkStatus.
+	MACSource string
+	// Interfaces are the DHCPv6 interfaces (dataplane namespace) serving it.
+	Interfaces []string
+	// InstallRoutes is the network's dhcpv6.install_routes.
+	InstallRoutes bool
+}
+
+// Skip says why an attachment that presents a claim has no binding here.
+type Skip struct {
+	Pod, PodInterface, Claim string
+	Reason                   string
+}
+
+// Inputs are what bindings are computed from.
+type Inputs struct {
+	// Pods are the pods of this node.
+	Pods []*corev1.Pod
+	// Claim returns the claim namespace/name, if it exists.
+	Claim func(namespace, name string) (*ipamclaimsv1.IPAMClaim, bool)
+	// Networks are the learnt dhcpv6 settings by CNI network name.
+	Networks map[string]config.DHCPv6
+}
+
+// Compute returns this node's bindings, sorted by Key, and the attachments
+// that present a claim but get no binding, with the reason. It is a pure
+// function of its inputs; the package documentation gives the rules.
+func Compute(in Inputs) ([]Binding, []Skip) {
+	var (
+		out   []Binding
+		skips []Skip
+	)
+	pods := slices.Clone(in.Pods)
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	for _, pod := range pods {
+		if pod == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if pod.Annotations[nadv1.NetworkAttachmentAnnot] == "" {
+			continue
+		}
+		podKey := pod.Namespace + "/" + pod.Name
+		elems, err := nadutils.ParsePodNetworkAnnotation(pod)
+		if err != nil {
+			skips = append(skips, Skip{Pod: podKey, Reason: fmt.Sprintf("annotation %s: %v", nadv1.NetworkAttachmentAnnot, err)})
+			continue
+		}
+		var statuses []nadv1.NetworkStatus
+		var statusErr error
+		if s := pod.Annotations[nadv1.NetworkStatusAnnot]; s != "" {
+			statusErr = json.Unmarshal([]byte(s), &statuses)
+		}
+		for i, e := range elems {
+			if e == nil || e.IPAMClaimReference == "" {
+				continue
+			}
+			ifName := e.InterfaceRequest
+			if ifName == "" {
+				ifName = "net" + strconv.Itoa(i+1)
+			}
+			skip := func(format string, args ...any) {
+				skips = append(skips, Skip{Pod: podKey, PodInterface: ifName, Claim: pod.Namespace + "/" + e.IPAMClaimReference, Reason: fmt.Sprintf(format, args...)})
+			}
+			b, reason := bind(pod, ifName, e, statuses, statusErr, in)
+			if reason != "" {
+				skip("%s", reason)
+				continue
+			}
+			out = append(out, b)
+		}
+	}
+	return dedupe(out, skips)
+}
+
+func bind(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, statuses []nadv1.NetworkStatus, statusErr error, in Inputs) (Binding, string) {
+	var b Binding
+	if in.Claim == nil {
+		return b, "no claim source"
+	}
+	claim, ok := in.Claim(pod.Namespace, e.IPAMClaimReference)
+	if !ok || claim == nil {
+		return b, "claim not found"
+	}
+	if claim.DeletionTimestamp != nil {
+		return b, "claim is being deleted"
+	}
+	settings, ok := in.Networks[claim.Spec.Network]
+	if !ok || !settings.Enabled {
+		return b, fmt.Sprintf("network %q %s", claim.Spec.Network, noSettings)
+	}
+	if len(settings.Interfaces) == 0 {
+		return b, fmt.Sprintf("network %q: dhcpv6.interfaces is empty", claim.Spec.Network)
+	}
+	if claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name == "" {
+		return b, "claim has no status.ownerPod"
+	}
+	if claim.Status.OwnerPod.Name != pod.Name {
+		return b, fmt.Sprintf("claim is owned by pod %s", claim.Status.OwnerPod.Name)
+	}
+	rec, _ := claims.ParseStatus(claim.Status) // unparsable entries are skipped
+	for _, p := range rec.Addresses {
+		if p.Addr().Is6() && !p.Addr().Is4In6() {
+			b.Address = p.Addr()
+			break
+		}
+	}
+	for _, p := range rec.Prefixes {
+		if p.Addr().Is6() && !p.Addr().Is4In6() {
+			b.Prefix = p
+			break
+		}
+	}
+	if !b.Address.IsValid() && !b.Prefix.IsValid() {
+		return b, "claim status holds no IPv6 address or delegated prefix"
+	}
+	mac, source, reason := macOf(ifName, e, statuses, statusErr)
+	if mac == nil {
+		return b, reason
+	}
+	b.Key = pod.Namespace + "/" + e.IPAMClaimReference
+	b.MAC = mac
+	b.MACSource = source
+	b.Network = claim.Spec.Network
+	b.Pod = pod.Namespace + "/" + pod.Name
+	b.PodInterface = ifName
+	b.Interfaces = slices.Clone(settings.Interfaces)
+	b.InstallRoutes = settings.InstallRoutes
+	return b, ""
+}
+
+// macOf finds the guest's MAC: the element's mac, else the network-status
+// entry of the interface. reason explains a nil MAC.
+func macOf(ifName string, e *nadv1.NetworkSelectionElement, statuses []nadv1.NetworkStatus, statusErr error) (net.HardwareAddr, string, string) {
+	var why []string
+	if e.MacRequest != "" {
+		if mac, err := parseMAC(e.MacRequest); err == nil {
+			return mac, MACFromSelection, ""
+		}
+		why = append(why, fmt.Sprintf("network-selection element mac %q is not an Ethernet MAC", e.MacRequest))
+	}
+	if statusErr != nil {
+		why = append(why, fmt.Sprintf("annotation %s is malformed: %v", nadv1.NetworkStatusAnnot, statusErr))
+	}
+	for _, s := range statuses {
+		if s.Interface != ifName || s.Mac == "" {
+			continue
+		}
+		if mac, err := parseMAC(s.Mac); err == nil {
+			return mac, MACFromNetworkStatus, ""
+		}
+		why = append(why, fmt.Sprintf("network-status mac %q of %s is not an Ethernet MAC", s.Mac, ifName))
+		break
+	}
+	if len(why) == 0 {
+		why = append(why, fmt.Sprintf("no MAC: the network-selection element has no mac and %s has no entry with a mac for interface %s (yet)", nadv1.NetworkStatusAnnot, ifName))
+	}
+	return nil, "", strings.Join(why, "; ")
+}
+
+func parseMAC(s string) (net.HardwareAddr, error) {
+	mac, err := net.ParseMAC(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("%d bytes", len(mac))
+	}
+	return mac, nil
+}
+
+// dedupe keeps, in key order, the first binding of each claim and drops a
+// binding whose MAC another one already uses on a shared interface.
+func dedupe(bs []Binding, skips []Skip) ([]Binding, []Skip) {
+	slices.SortStableFunc(bs, func(a, b Binding) int { return cmp.Compare(a.Key, b.Key) })
+	type slot struct{ mac, ifname string }
+	taken := map[slot]string{}
+	seen := map[string]bool{}
+	out := bs[:0:0]
+	for _, b := range bs {
+		s := Skip{Pod: b.Pod, PodInterface: b.PodInterface, Claim: b.Key}
+		if seen[b.Key] {
+			s.Reason = "the claim is presented twice by the pod; the first interface serves it"
+			skips = append(skips, s)
+			continue
+		}
+		clash := ""
+		for _, ifn := range b.Interfaces {
+			if other, ok := taken[slot{b.MAC.String(), ifn}]; ok {
+				clash = fmt.Sprintf("MAC %s is also the MAC of claim %s on interface %s", b.MAC, other, ifn)
+				break
+			}
+		}
+		if clash != "" {
+			s.Reason = clash
+			skips = append(skips, s)
+			continue
+		}
+		seen[b.Key] = true
+		for _, ifn := range b.Interfaces {
+			taken[slot{b.MAC.String(), ifn}] = b.Key
+		}
+		out = append(out, b)
+	}
+	return out, skips
+}
+
+// Route is one wanted route: Prefix via Via dev Dev onlink.
+type Route struct {
+	Prefix netip.Prefix
+	Via    netip.Addr
+	Dev    string
+}
+
+func (r Route) String() string { return fmt.Sprintf("%s via %s dev %s onlink", r.Prefix, r.Via, r.Dev) }
+
+// DesiredRoutes returns the routes this node must have, sorted by prefix:
+// one per binding with an address and a prefix on a network with
+// install_routes, through the interface the client was last heard on
+// (lastHeard, by binding Key) when the network lists it, else the network's
+// first DHCPv6 interface.
+func DesiredRoutes(bs []Binding, lastHeard map[string]string) []Route {
+	var out []Route
+	for _, b := range bs {
+		if !b.InstallRoutes || !b.Address.IsValid() || !b.Prefix.IsValid() || len(b.Interfaces) == 0 {
+			continue
+		}
+		dev := b.Interfaces[0]
+		if h, ok := lastHeard[b.Key]; ok && slices.Contains(b.Interfaces, h) {
+			dev = h
+		}
+		out = append(out, Route{Prefix: b.Prefix.Masked(), Via: b.Address, Dev: dev})
+	}
+	slices.SortStableFunc(out, func(a, b Route) int {
+		return cmp.Or(a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()))
+	})
+	// Reservations make prefixes unique; should two bindings still name one
+	// prefix, the first (by binding key) wins, as a kernel table holds one.
+	return slices.CompactFunc(out, func(a, b Route) bool { return a.Prefix == b.Prefix })
+}
+
+// PlanRoutes compares the wanted routes with those present (tenure's, by
+// protocol) and returns what to replace and what to delete. A present route
+// whose Dev is "" (its interface is gone) counts as different.
+func PlanRoutes(want, have []Route) (replace, remove []Route) {
+	wanted := map[netip.Prefix]Route{}
+	for _, r := range want {
+		wanted[r.Prefix] = r
+	}
+	present := map[netip.Prefix]bool{}
+	for _, h := range have {
+		w, ok := wanted[h.Prefix]
+		switch {
+		case !ok:
+			remove = append(remove, h)
+		case w == h:
+			present[h.Prefix] = true
+		}
+	}
+	for _, w := range want {
+		if !present[w.Prefix] {
+			replace = append(replace, w)
+		}
+	}
+	return replace, remove
+}

@@ -1,0 +1,336 @@
+package dataplane
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/config"
+)
+
+const (
+	nets   = "k8s.v1.cni.cncf.io/networks"
+	status = "k8s.v1.cni.cncf.io/network-status"
+	vmMAC  = "02:00:00:aa:bb:01"
+)
+
+func testPod(name string, ann map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: name, Annotations: ann}, Spec: corev1.PodSpec{NodeName: "n1"}}
+}
+
+func testClaim(name, network, owner string, ips, prefixes []string) *ipamclaimsv1.IPAMClaim {
+	c := &ipamclaimsv1.IPAMClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: name},
+		Spec:       ipamclaimsv1.IPAMClaimSpec{Network: network, Interface: "net1"},
+		Status:     ipamclaimsv1.IPAMClaimStatus{IPs: ips, DelegatedPrefixes: prefixes},
+	}
+	if owner != "" {
+		c.Status.OwnerPod = &ipamclaimsv1.OwnerPod{Name: owner}
+	}
+	return c
+}
+
+func claimSource(cs ...*ipamclaimsv1.IPAMClaim) func(ns, name string) (*ipamclaimsv1.IPAMClaim, bool) {
+	return func(ns, name string) (*ipamclaimsv1.IPAMClaim, bool) {
+		for _, c := range cs {
+			if c.Namespace == ns && c.Name == name {
+				return c, true
+			}
+		}
+		return nil, false
+	}
+}
+
+var san = map[string]config.DHCPv6{
+	"san": {Enabled: true, Interfaces: []string{"br0", "br1"}, InstallRoutes: true, PreferredLifetime: time.Hour, ValidLifetime: 2 * time.Hour},
+}
+
+func TestCompute(t *testing.T) {
+	dual := []string{"10.0.0.7/24", "fd00::7/64"}
+	pd := []string{"fd00:9000:0:700::/56"}
+	withMAC := map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"02:00:00:AA:BB:01"}]`}
+	noMAC := map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san"}]`}
+	statusMAC := func(ifName, mac string) string {
+		return `[{"name":"default/pod-net","interface":"eth0","mac":"0a:58:0a:f4:00:05","default":true},` +
+			`{"name":"vms/san","interface":"` + ifName + `","mac":"` + mac + `"}]`
+	}
+	merge := func(a map[string]string, kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range a {
+			out[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+
+	type want struct {
+		key, mac, source, addr, prefix, pod, ifName string
+	}
+	cases := []struct {
+		name     string
+		pods     []*corev1.Pod
+		claims   []*ipamclaimsv1.IPAMClaim
+		networks map[string]config.DHCPv6
+		want     []want
+		skip     string // substring of the only skip reason, "" for none
+	}{
+		{name: "MAC from the network-selection element",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
+		{name: "element MAC wins over network-status",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", merge(withMAC, status, statusMAC("net1", "02:00:00:00:00:99")))},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
+		{name: "MAC from network-status of the interface",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", merge(noMAC, status, statusMAC("net1", vmMAC)))},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromNetworkStatus, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
+		{name: "malformed element MAC falls through to network-status",
+			pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
+				nets:   `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"not-a-mac"}]`,
+				status: statusMAC("net1", vmMAC)})},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromNetworkStatus, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
+		{name: "interface by position matches network-status net2",
+			pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
+				nets:   `[{"name":"other"},{"name":"san","ipam-claim-reference":"vm1.san"}]`,
+				status: statusMAC("net2", vmMAC)})},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromNetworkStatus, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net2"}}},
+		{name: "no MAC: network-status not written yet",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", noMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			skip:   "no MAC"},
+		{name: "no MAC: network-status has another interface only",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", merge(noMAC, status, statusMAC("net7", vmMAC)))},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			skip:   "no MAC"},
+		{name: "no MAC: network-status malformed",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", merge(noMAC, status, `[{"name":`))},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			skip:   "network-status is malformed"},
+		{name: "ownerPod is this node's pod",
+			pods:   []*corev1.Pod{testPod("virt-launcher-src", withMAC), testPod("virt-launcher-dst", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-dst", "net1"}},
+			skip:   "owned by pod virt-launcher-dst"},
+		{name: "ownerPod runs elsewhere",
+			pods:   []*corev1.Pod{testPod("virt-launcher-src", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd)},
+			skip:   "owned by pod virt-launcher-dst"},
+		{name: "claim without ownerPod",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "", dual, pd)},
+			skip:   "no status.ownerPod"},
+		{name: "claim without prefix: address only",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, nil)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "invalid Prefix", "vms/virt-launcher-a", "net1"}}},
+		{name: "claim with IPv4 only and a prefix: prefix only",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"10.0.0.7/24"}, pd)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "invalid IP", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
+		{name: "claim with nothing IPv6",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"10.0.0.7/24"}, nil)},
+			skip:   "no IPv6 address or delegated prefix"},
+		{name: "bare IPv6 in status.ips",
+			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::9"}, pd)},
+			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::9", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
+		{name: "claim missing",
+			pods: []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			skip: "claim not found"},
+		{name: "claim being deleted",
+			pods: []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1.IPAMClaim{func() *ipamclaimsv1.IPAMClaim {
+				c := testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)
+				c.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+				return c
+			}()},
+			skip: "being deleted"},
+		{name: "network without dhcpv6 learnt",
+			pods:     []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims:   []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			networks: map[string]config.DHCPv6{"other": san["san"]},
+			skip:     `network "san" has no dhcpv6`},
+		{name: "network with dhcpv6 but no interfaces",
+			pods:     []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims:   []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			networks: map[string]config.DHCPv6{"san": {Enabled: true, InstallRoutes: true}},
+			skip:     "dhcpv6.interfaces is empty"},
+		{name: "terminal pod",
+			pods: []*corev1.Pod{func() *corev1.Pod {
+				p := testPod("virt-launcher-a", withMAC)
+				p.Status.Phase = corev1.PodSucceeded
+				return p
+			}()},
+			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)}},
+		{name: "attachment without claim is ignored",
+			pods: []*corev1.Pod{testPod("plain", map[string]string{nets: `[{"name":"san","interface":"net1","mac":"02:00:00:aa:bb:01"}]`})}},
+		{name: "malformed networks annotation",
+			pods: []*corev1.Pod{testPod("bad", map[string]string{nets: `[{"name":`})},
+			skip: "annotation k8s.v1.cni.cncf.io/networks"},
+		{name: "two claims with one MAC: first key wins",
+			pods: []*corev1.Pod{
+				testPod("virt-launcher-a", withMAC),
+				testPod("virt-launcher-b", map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm0.san","mac":"02:00:00:aa:bb:01"}]`}),
+			},
+			claims: []*ipamclaimsv1.IPAMClaim{
+				testClaim("vm1.san", "san", "virt-launcher-a", dual, pd),
+				testClaim("vm0.san", "san", "virt-launcher-b", []string{"fd00::8/64"}, nil),
+			},
+			want: []want{{"vms/vm0.san", vmMAC, MACFromSelection, "fd00::8", "invalid Prefix", "vms/virt-launcher-b", "net1"}},
+			skip: "also the MAC of claim vms/vm0.san"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			networks := c.networks
+			if networks == nil {
+				networks = san
+			}
+			got, skips := Compute(Inputs{Pods: c.pods, Claim: claimSource(c.claims...), Networks: networks})
+			if len(got) != len(c.want) {
+				t.Fatalf("got %d bindings %+v (skips %+v), want %d", len(got), got, skips, len(c.want))
+			}
+			for i, w := range c.want {
+				b := got[i]
+				g := want{b.Key, b.MAC.String(), b.MACSource, b.Address.String(), b.Prefix.String(), b.Pod, b.PodInterface}
+				if g != w {
+					t.Errorf("binding %d = %+v, want %+v", i, g, w)
+				}
+				if !slices.Equal(b.Interfaces, []string{"br0", "br1"}) || !b.InstallRoutes || b.Network != "san" {
+					t.Errorf("binding %d serves on %v routes %v network %q", i, b.Interfaces, b.InstallRoutes, b.Network)
+				}
+			}
+			switch {
+			case c.skip == "" && len(skips) != 0:
+				t.Errorf("unexpected skips %+v", skips)
+			case c.skip != "" && (len(skips) != 1 || !strings.Contains(skips[0].Reason, c.skip)):
+				t.Errorf("skips %+v, want one containing %q", skips, c.skip)
+			}
+		})
+	}
+}
+
+func TestComputeIsOrderIndependent(t *testing.T) {
+	var pods []*corev1.Pod
+	var cls []*ipamclaimsv1.IPAMClaim
+	for _, n := range []string{"c", "a", "b"} {
+		pods = append(pods, testPod("p-"+n, map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"` + n + `","mac":"02:00:00:00:00:0` + string(n[0]-'a'+'1') + `"}]`}))
+		cls = append(cls, testClaim(n, "san", "p-"+n, []string{"fd00::" + n + "/64"}, nil))
+	}
+	a, _ := Compute(Inputs{Pods: pods, Claim: claimSource(cls...), Networks: san})
+	slices.Reverse(pods)
+	b, _ := Compute(Inputs{Pods: pods, Claim: claimSource(cls...), Networks: san})
+	keys := func(bs []Binding) (out []string) {
+		for _, x := range bs {
+			out = append(out, x.Key)
+		}
+		return out
+	}
+	if !slices.Equal(keys(a), []string{"vms/a", "vms/b", "vms/c"}) || !slices.Equal(keys(a), keys(b)) {
+		t.Fatalf("keys %v and %v", keys(a), keys(b))
+	}
+}
+
+func binding(key, addr, prefix string, routes bool, ifaces ...string) Binding {
+	b := Binding{InstallRoutes: routes, Interfaces: ifaces}
+	b.Key = key
+	if addr != "" {
+		b.Address = netip.MustParseAddr(addr)
+	}
+	if prefix != "" {
+		b.Prefix = netip.MustParsePrefix(prefix)
+	}
+	return b
+}
+
+func route(prefix, via, dev string) Route {
+	return Route{Prefix: netip.MustParsePrefix(prefix), Via: netip.MustParseAddr(via), Dev: dev}
+}
+
+func TestDesiredRoutes(t *testing.T) {
+	cases := []struct {
+		name  string
+		bs    []Binding
+		heard map[string]string
+		want  []Route
+	}{
+		{name: "address and prefix: first interface",
+			bs:   []Binding{binding("vms/a", "fd00::7", "fd00:9000:0:700::/56", true, "br0", "br1")},
+			want: []Route{route("fd00:9000:0:700::/56", "fd00::7", "br0")}},
+		{name: "client heard on the second interface",
+			bs:    []Binding{binding("vms/a", "fd00::7", "fd00:9000:0:700::/56", true, "br0", "br1")},
+			heard: map[string]string{"vms/a": "br1"},
+			want:  []Route{route("fd00:9000:0:700::/56", "fd00::7", "br1")}},
+		{name: "heard on an interface the network no longer lists",
+			bs:    []Binding{binding("vms/a", "fd00::7", "fd00:9000:0:700::/56", true, "br0")},
+			heard: map[string]string{"vms/a": "br9"},
+			want:  []Route{route("fd00:9000:0:700::/56", "fd00::7", "br0")}},
+		{name: "install_routes false",
+			bs: []Binding{binding("vms/a", "fd00::7", "fd00:9000:0:700::/56", false, "br0")}},
+		{name: "claim without prefix",
+			bs: []Binding{binding("vms/a", "fd00::7", "", true, "br0")}},
+		{name: "claim without IPv6 address: nothing to route via",
+			bs: []Binding{binding("vms/a", "", "fd00:9000:0:700::/56", true, "br0")}},
+		{name: "sorted by prefix; unmasked prefix masked",
+			bs: []Binding{
+				binding("vms/b", "fd00::8", "fd00:9000:0:800::/56", true, "br0"),
+				binding("vms/a", "fd00::7", "fd00:9000:0:701::/56", true, "br0"),
+			},
+			want: []Route{route("fd00:9000:0:700::/56", "fd00::7", "br0"), route("fd00:9000:0:800::/56", "fd00::8", "br0")}},
+		{name: "one prefix twice: the first binding wins",
+			bs: []Binding{
+				binding("vms/a", "fd00::7", "fd00:9000:0:700::/56", true, "br0"),
+				binding("vms/b", "fd00::8", "fd00:9000:0:700::/56", true, "br0"),
+			},
+			want: []Route{route("fd00:9000:0:700::/56", "fd00::7", "br0")}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := DesiredRoutes(c.bs, c.heard); !slices.Equal(got, c.want) {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPlanRoutes(t *testing.T) {
+	a := route("fd00:9000:0:700::/56", "fd00::7", "br0")
+	b := route("fd00:9000:0:800::/56", "fd00::8", "br0")
+	aMoved := route("fd00:9000:0:700::/56", "fd00::7", "br1")
+	aNewVia := route("fd00:9000:0:700::/56", "fd00::9", "br0")
+	aGone := route("fd00:9000:0:700::/56", "fd00::7", "")
+	cases := []struct {
+		name            string
+		want, have      []Route
+		replace, remove []Route
+	}{
+		{name: "nothing"},
+		{name: "install", want: []Route{a, b}, replace: []Route{a, b}},
+		{name: "in place: idempotent", want: []Route{a, b}, have: []Route{b, a}},
+		{name: "owner moved away: remove", have: []Route{a}, remove: []Route{a}},
+		{name: "one stays one goes", want: []Route{b}, have: []Route{a, b}, remove: []Route{a}},
+		{name: "different interface: replace", want: []Route{aMoved}, have: []Route{a}, replace: []Route{aMoved}},
+		{name: "different next hop: replace", want: []Route{aNewVia}, have: []Route{a}, replace: []Route{aNewVia}},
+		{name: "interface vanished: replace", want: []Route{a}, have: []Route{aGone}, replace: []Route{a}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep, rem := PlanRoutes(c.want, c.have)
+			if !slices.Equal(rep, c.replace) || !slices.Equal(rem, c.remove) {
+				t.Fatalf("replace %v remove %v, want %v %v", rep, rem, c.replace, c.remove)
+			}
+		})
+	}
+}

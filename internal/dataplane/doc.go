@@ -1,0 +1,134 @@
+// Package dataplane is the node agent's side of the data path for
+// claim-bound (IPAMClaim) interfaces: it serves DHCPv6 (IA_NA + IA_PD) to the
+// guest behind the interface from the claim's persisted state, and installs
+// the route to the guest's delegated prefix on the node that hosts the
+// claim's owner pod. Everything it does is derived, level-triggered, from
+// three inputs, and recomputed whole on every change and on a periodic
+// resync:
+//
+//   - the pods of this node (the agent's pods informer);
+//   - the IPAMClaims (the agent's claims informer);
+//   - the dhcpv6 settings of each CNI network, learnt from the IPAM configs
+//     the agent parses at ADD (see "Network settings" below).
+//
+// Nothing here writes to the API server or to tenure's reservations: a
+// wrong answer can at worst tell a guest what its claim already holds.
+//
+// # Which clients are answered (bindings)
+//
+// [Compute] turns the inputs into bindings. For every pod of this node that
+// is not in a terminal phase (Succeeded, Failed), for every element of its
+// k8s.v1.cni.cncf.io/networks annotation with an ipam-claim-reference:
+//
+//  1. the pod interface is the element's "interface", else net<N> for the
+//     N-th element (1-based), as Multus names interfaces and as
+//     claims.Select matches them;
+//  2. the claim is <pod namespace>/<ipam-claim-reference>; a missing claim,
+//     or one being deleted, gives no binding;
+//  3. the claim's spec.network is the CNI network name; the network must have
+//     learnt dhcpv6 settings with enabled=true and at least one interface;
+//  4. the claim's status.ownerPod.name must be this pod. This is what makes
+//     exactly one node answer during a live migration: the agent's ADD for
+//     the target pod moves ownerPod to the target, and from the moment each
+//     agent's claims cache sees that, the source node falls silent and the
+//     target node answers (an informer lag can at worst make both answer for
+//     an instant, with identical content);
+//  5. the binding holds the first IPv6 entry of status.ips (IA_NA) and the
+//     first IPv6 entry of status.delegatedPrefixes (IA_PD); a claim with
+//     neither gives no binding, a claim with only one of them is served that
+//     one (the handler answers the other IA with NoAddrsAvail/NoPrefixAvail);
+//  6. the client's MAC is, in this order:
+//     a. the element's "mac" (the MAC KubeVirt or the user asked Multus for);
+//     b. the "mac" of the entry of the pod's k8s.v1.cni.cncf.io/network-status
+//     annotation whose "interface" is the pod interface of step 1 (Multus
+//     writes it after the ADD; KubeVirt's bridge binding hands that MAC to
+//     the guest);
+//     c. otherwise there is no binding: without a MAC there is nothing to
+//     map a DHCPv6 client to. The guest's DUID is chosen by the guest and
+//     is not checked against anything but the MAC (see internal/dhcp6), so
+//     no MAC means no answer, never a guess. The binding appears as soon as
+//     Multus writes network-status (a pod update event).
+//     An unparsable value at a. falls through to b. and is logged.
+//
+// Two bindings on this node with the same MAC on a shared DHCPv6 interface
+// are ambiguous: the one whose key (namespace/claim) sorts first is kept and
+// the other is dropped with a logged reason. The same claim appearing twice
+// is kept once.
+//
+// The handler (internal/dhcp6) derives candidate MACs from the packet (RFC
+// 6939 option, DUID-LL/LLT link-layer address, EUI-64 of the link-local
+// source) and asks [Service.Lookup] with the interface the message came in
+// on; the answer is the binding whose MAC matches and whose network lists
+// that interface. Everyone else gets no answer. On a bridge shared by
+// several guests the MAC is asserted by the guest, so MAC-spoofing protection
+// on the bridge ports (e.g. the bridge plugin's macspoofchk, KubeVirt's
+// bridge binding) is what ties a MAC to a guest; without it a guest can learn
+// (not take) another guest's address and prefix.
+//
+// # Where DHCPv6 is served
+//
+// On every interface listed by the dhcpv6.interfaces of any enabled network,
+// as names in the dataplane network namespace: the node-side interfaces the
+// guests' traffic reaches, typically the node bridge the VMs' pod interfaces
+// are plugged into (br-vm), or a VLAN interface for macvlan networks. One
+// [dhcp6.Server] per interface, started when a network lists it (retried on
+// every resync while the interface does not exist yet), restarted when the
+// interface is re-created (its index changed) or its settings change, and
+// stopped when no network lists it any more. A network without interfaces is
+// not served.
+//
+// When several networks list one interface, its server uses the smallest
+// preferred and the smallest valid lifetime among them.
+//
+// All servers present one server identifier, a DUID-UUID (RFC 6355) that is
+// the same on every node of every cluster running tenure ([ServerDUID]).
+// tenure's DHCPv6 service is one logical server whose state lives in the
+// IPAMClaims; a shared identity lets a guest that migrated keep renewing
+// (Renew carries the server identifier) with whichever node now hosts it,
+// instead of waiting for its Renew to time out and Rebind. Two nodes never
+// answer the same client (rule 4), so the shared DUID never confuses one.
+// Advertise carries Preference 255: an agent only ever answers a client it
+// holds the binding of, so the client need not wait for other servers.
+//
+// # Routes
+//
+// On the node hosting the owner pod, for each binding with both an address
+// and a prefix on a network whose dhcpv6.install_routes is true (the
+// default), the route
+//
+//	PREFIX via ADDRESS dev HOSTIF onlink proto 116
+//
+// is installed in the main table of the dataplane namespace, where HOSTIF is
+// the DHCPv6 interface on which this client was last heard from, else the
+// first interface the network lists. The protocol number 116 ([RouteProtocol])
+// marks tenure's routes: each reconcile lists the IPv6 routes of the main
+// table with that protocol, replaces (RTM_NEWROUTE with NLM_F_REPLACE) the
+// wanted ones that differ and deletes the others, so a route disappears from
+// a node whose pod no longer owns the claim (ownerPod moved, pod deleted,
+// claim deleted, install_routes turned off) also after an agent restart, and
+// routes nobody else marked 116 are never touched. The routes stay when the
+// agent stops, so an agent restart does not interrupt forwarding.
+//
+// # Network settings
+//
+// The agent learns a network's dhcpv6 settings from the IPAM config of each
+// successful ADD ([Service.Learn], keyed by the CNI network name, which is
+// what an IPAMClaim's spec.network names); an ADD whose config has no dhcpv6
+// key, or enabled=false, forgets them. They are written to a small JSON
+// state file (the agent's --socket path + ".dataplane.json", on the host's
+// /run/tenure in the DaemonSet) and read back at start, so an agent restart
+// keeps serving the guests already running instead of waiting for the next
+// ADD of each network. Without a state file, a restarted agent serves a
+// network again from its next ADD on this node.
+//
+// # Network namespace
+//
+// With a dataplane namespace path (tenure-agent --dataplane-netns), every
+// DHCPv6 socket is opened, and every interface name resolved, on an OS thread
+// switched into that namespace; the thread is then discarded (its goroutine
+// exits locked), and the socket stays in the namespace it was made in. Route
+// changes go through a netlink handle opened in that namespace
+// (netlink.NewHandleAt). The agent's API traffic, its CNI socket and its
+// metrics stay in the agent's own namespace. Without a path, all of it is
+// the agent's own namespace (the host's, in the DaemonSet).
+package dataplane

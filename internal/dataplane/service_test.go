@@ -1,0 +1,235 @@
+package dataplane
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	corev1 "k8s.io/api/core/v1"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/internal/testbed"
+)
+
+type fakeSource struct {
+	mu     sync.Mutex
+	pods   []*corev1.Pod
+	claims []*ipamclaimsv1.IPAMClaim
+}
+
+func (f *fakeSource) Pods() []*corev1.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.pods)
+}
+
+func (f *fakeSource) Claim(ns, name string) (*ipamclaimsv1.IPAMClaim, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return claimSource(f.claims...)(ns, name)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func TestLookupFollowsOwnerAndInterface(t *testing.T) {
+	src := &fakeSource{
+		pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
+			nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"02:00:00:aa:bb:01"}]`})},
+		claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})},
+	}
+	s, err := New(Options{Source: src, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac, _ := net.ParseMAC(vmMAC)
+	other, _ := net.ParseMAC("02:00:00:aa:bb:02")
+
+	if _, ok := s.Lookup(mac, "br0"); ok {
+		t.Fatal("answered before any reconcile")
+	}
+	s.Learn("san", &config.DHCPv6{Enabled: true, Interfaces: []string{"br0"}, InstallRoutes: true, PreferredLifetime: time.Hour, ValidLifetime: 2 * time.Hour})
+	s.rebind(s.Networks())
+	b, ok := s.Lookup(mac, "br0")
+	if !ok || b.Key != "vms/vm1.san" || b.Address.String() != "fd00::7" || b.Prefix.String() != "fd00:9000:0:700::/56" {
+		t.Fatalf("lookup = %+v %v", b, ok)
+	}
+	if _, ok := s.Lookup(mac, "br1"); ok {
+		t.Fatal("answered on an interface the network does not list")
+	}
+	if _, ok := s.Lookup(other, "br0"); ok {
+		t.Fatal("answered a client without a binding")
+	}
+
+	// Migration: the claim's owner is now a pod on another node.
+	src.mu.Lock()
+	src.claims[0] = testClaim("vm1.san", "san", "virt-launcher-b", []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})
+	src.mu.Unlock()
+	s.rebind(s.Networks())
+	if _, ok := s.Lookup(mac, "br0"); ok {
+		t.Fatal("still answering after ownerPod moved to another node")
+	}
+
+	// A config without dhcpv6 forgets the network.
+	src.mu.Lock()
+	src.claims[0] = testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::7/64"}, nil)
+	src.mu.Unlock()
+	s.rebind(s.Networks())
+	if _, ok := s.Lookup(mac, "br0"); !ok {
+		t.Fatal("owner back: no answer")
+	}
+	s.Learn("san", nil)
+	s.rebind(s.Networks())
+	if _, ok := s.Lookup(mac, "br0"); ok {
+		t.Fatal("answering for a network whose config dropped dhcpv6")
+	}
+}
+
+func TestStateFileRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock.dataplane.json")
+	s, err := New(Options{Source: &fakeSource{}, StateFile: path, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.DHCPv6{Enabled: true, Interfaces: []string{"br0", "vlan200"}, InstallRoutes: false, PreferredLifetime: 600 * time.Second, ValidLifetime: 900 * time.Second}
+	s.Learn("san", &want)
+	s.Learn("gone", &config.DHCPv6{Enabled: true, Interfaces: []string{"br9"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
+	s.Learn("gone", &config.DHCPv6{Enabled: false})
+	s.persist()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	again, err := New(Options{Source: &fakeSource{}, StateFile: path, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := again.Networks()
+	if len(got) != 1 || !sameSettings(got["san"], want) {
+		t.Fatalf("restored %+v, want san=%+v", got, want)
+	}
+	// A torn or foreign file is ignored, not fatal.
+	if err := os.WriteFile(path, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken, err := New(Options{Source: &fakeSource{}, StateFile: path, Logger: quietLogger()})
+	if err != nil || len(broken.Networks()) != 0 {
+		t.Fatalf("broken state file: %v %v", err, broken.Networks())
+	}
+}
+
+func TestHandlerConfigAndServerDUID(t *testing.T) {
+	cfgs := handlerConfig(map[string]config.DHCPv6{
+		"a": {Enabled: true, Interfaces: []string{"br0"}, PreferredLifetime: 600 * time.Second, ValidLifetime: 7200 * time.Second},
+		"b": {Enabled: true, Interfaces: []string{"br0", "br1"}, PreferredLifetime: 3600 * time.Second, ValidLifetime: 3600 * time.Second},
+	})
+	if c := cfgs["br0"]; c.PreferredLifetime != 600*time.Second || c.ValidLifetime != 3600*time.Second || c.Preference != 255 {
+		t.Errorf("br0 config %+v: want the smallest lifetimes of both networks", c)
+	}
+	if c := cfgs["br1"]; c.PreferredLifetime != 3600*time.Second || c.ValidLifetime != 3600*time.Second {
+		t.Errorf("br1 config %+v", c)
+	}
+	for name, c := range cfgs {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	a, b := ServerDUID().ToBytes(), ServerDUID().ToBytes()
+	if string(a) != string(b) {
+		t.Fatal("ServerDUID is not stable")
+	}
+	d, err := dhcpv6.DUIDFromBytes(a)
+	if err != nil || d.DUIDType() != dhcpv6.DUID_UUID {
+		t.Fatalf("ServerDUID %x: %v %v", a, d, err)
+	}
+}
+
+// TestRoutesInANamespace drives reconcileRoutes against a real kernel table
+// in a network namespace the test makes (root only).
+func TestRoutesInANamespace(t *testing.T) {
+	if ok, why := testbed.CanPlumb(); !ok {
+		t.Skip(why)
+	}
+	name := fmt.Sprintf("tdp-rt-%d", os.Getpid())
+	path, remove, err := testbed.AddNetns(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	ip := func(args ...string) string {
+		t.Helper()
+		out, err := testbed.IPIn(name, args...)
+		if err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+		return out
+	}
+	ip("link", "add", "br0", "type", "bridge")
+	ip("link", "add", "br1", "type", "bridge")
+	ip("link", "set", "br0", "up")
+	ip("link", "set", "br1", "up")
+	// A route of someone else's, with another protocol: never touched.
+	ip("-6", "route", "add", "fd00:9000:0:900::/56", "via", "fd00::9", "dev", "br0", "onlink", "proto", "static")
+
+	s, err := New(Options{Source: &fakeSource{}, Netns: path, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.nl.Close(); s.ns.close() })
+	routes := func() string { return ip("-6", "route", "show", "proto", "116") }
+
+	a := binding("vms/a", "fd00::7", "fd00:9000:0:700::/56", true, "br0", "br1")
+	b := binding("vms/b", "fd00::8", "fd00:9000:0:800::/56", true, "br0")
+	s.reconcileRoutes([]Binding{a, b})
+	got := routes()
+	for _, w := range []string{"fd00:9000:0:700::/56 via fd00::7 dev br0", "fd00:9000:0:800::/56 via fd00::8 dev br0", "onlink"} {
+		if !strings.Contains(got, w) {
+			t.Fatalf("routes %q lack %q", got, w)
+		}
+	}
+	// The kernel's listing reads back as exactly what is wanted: a second
+	// pass changes nothing.
+	have, err := s.tenureRoutes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, rem := PlanRoutes(DesiredRoutes([]Binding{a, b}, nil), have); len(rep) != 0 || len(rem) != 0 {
+		t.Fatalf("not idempotent: have %v, would replace %v remove %v", have, rep, rem)
+	}
+	// The client is heard on br1: the route follows.
+	s.heard["vms/a"] = "br1"
+	s.reconcileRoutes([]Binding{a, b})
+	if got := routes(); !strings.Contains(got, "fd00:9000:0:700::/56 via fd00::7 dev br1") {
+		t.Fatalf("route did not move to br1: %q", got)
+	}
+	// b's owner moved away: its route goes, a's stays, the foreign one stays.
+	s.reconcileRoutes([]Binding{a})
+	got = routes()
+	if strings.Contains(got, "fd00:9000:0:800::/56") || !strings.Contains(got, "fd00:9000:0:700::/56") {
+		t.Fatalf("routes after b left: %q", got)
+	}
+	s.reconcileRoutes(nil)
+	if got := routes(); got != "" {
+		t.Fatalf("routes left: %q", got)
+	}
+	if all := ip("-6", "route", "show"); !strings.Contains(all, "fd00:9000:0:900::/56 via fd00::9 dev br0 proto static") {
+		t.Fatalf("foreign route touched: %q", all)
+	}
+	// A route re-created by hand with tenure's protocol but a wrong next hop
+	// is corrected.
+	ip("-6", "route", "add", "fd00:9000:0:700::/56", "via", "fd00::99", "dev", "br0", "onlink", "proto", "116")
+	s.reconcileRoutes([]Binding{binding("vms/a", "fd00::7", "fd00:9000:0:700::/56", true, "br0")})
+	if got := routes(); !strings.Contains(got, "fd00:9000:0:700::/56 via fd00::7 dev br0") || strings.Contains(got, "fd00::99") {
+		t.Fatalf("wrong next hop not corrected: %q", got)
+	}
+}
+
+var _ dhcp6.Lookup = (*Service)(nil)
