@@ -100,7 +100,7 @@ func health(args []string) int {
 	if *ready {
 		path = agent.PathReadyz
 	}
-	if err := cniwire.Probe(context.Background(), *socket, path); err != nil {
+	if err := agent.Probe(context.Background(), *socket, path); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

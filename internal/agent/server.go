@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -44,20 +47,11 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve answers CNI calls on l until ctx ends.
+// Serve answers CNI calls on l until ctx ends. A connection whose first
+// byte is '{' carries one cniwire request; anything else is HTTP (the
+// health probes), served from the same socket.
 func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+cniwire.Path, func(w http.ResponseWriter, r *http.Request) {
-		var req cniwire.Request
-		var resp *cniwire.Response
-		if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
-			resp = &cniwire.Response{Error: &types.Error{Code: types.ErrDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
-		} else {
-			resp = a.Handle(r.Context(), &req)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(resp)
-	})
 	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET "+PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
 		if !a.Ready() {
@@ -66,15 +60,115 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	httpConns := &connListener{addr: l.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(httpConns) }()
 	go func() {
 		<-ctx.Done()
+		_ = l.Close()
+		httpConns.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go a.serveConn(ctx, conn, httpConns)
+	}
+}
+
+func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connListener) {
+	br := bufio.NewReader(conn)
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	first, err := br.Peek(1)
+	if err != nil {
+		conn.Close()
+		return
+	}
+	if first[0] != '{' {
+		httpConns.push(&peekedConn{Conn: conn, r: br})
+		return
+	}
+	defer conn.Close()
+	var req cniwire.Request
+	var resp *cniwire.Response
+	if err := cniwire.ReadJSON(br, &req); err != nil {
+		resp = &cniwire.Response{Error: &types.Error{Code: types.ErrDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
+	} else {
+		_ = conn.SetReadDeadline(time.Time{})
+		resp = a.Handle(ctx, &req)
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	_ = json.NewEncoder(conn).Encode(resp)
+}
+
+// connListener hands connections already accepted (and sniffed) to an
+// http.Server.
+type connListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *connListener) push(c net.Conn) {
+	select {
+	case l.conns <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }
+
+// peekedConn replays the bytes the sniffing read.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// Probe GETs a health path of the agent on its socket.
+func Probe(ctx context.Context, socket, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tenure-agent"+path, nil)
+	if err != nil {
 		return err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return fmt.Errorf("%w at %s: %v", cniwire.ErrAgentUnreachable, socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("agent at %s: %s: %s", socket, resp.Status, bytes.TrimSpace(b))
 	}
 	return nil
 }

@@ -1,18 +1,17 @@
 // Package cniwire is the protocol between the CNI shim (the `tenure` binary
-// the runtime executes) and the node agent: one JSON request per CNI call
-// over HTTP on a unix socket. It imports nothing from client-go so the shim
-// stays small and starts fast.
+// the runtime executes) and the node agent: one JSON request and one JSON
+// response per connection on a unix socket. It deliberately avoids net/http
+// and client-go: the runtime starts the shim for every attachment, and their
+// package initialisation (TLS, HTTP/2, compression tables) would cost more
+// CPU than the call itself.
 package cniwire
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -22,10 +21,12 @@ import (
 // agent_socket says otherwise.
 const DefaultSocket = "/run/tenure/agent.sock"
 
-// Path is the HTTP path of CNI calls on the agent socket.
-const Path = "/v1/cni"
+// MaxMessage bounds a request or a response.
+const MaxMessage = 16 << 20
 
-// Request is one CNI invocation as the runtime made it.
+// Request is one CNI invocation as the runtime made it. On the wire it is a
+// JSON object, so the agent tells it from an HTTP request (health probes
+// share the socket) by its first byte, '{'.
 type Request struct {
 	Command     string `json:"command"`
 	ContainerID string `json:"containerID,omitempty"`
@@ -61,63 +62,50 @@ type Client struct {
 // Do sends req and returns the agent's response. Transport failures wrap
 // ErrAgentUnreachable; the context bounds the whole call.
 func (c Client) Do(ctx context.Context, req *Request) (*Response, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
 	dialTimeout := c.DialTimeout
 	if dialTimeout == 0 {
 		dialTimeout = 2 * time.Second
 	}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			d := net.Dialer{Timeout: dialTimeout}
-			return d.DialContext(ctx, "unix", c.Socket)
-		},
-		DisableKeepAlives: true,
-	}
-	defer tr.CloseIdleConnections()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://tenure-agent"+Path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hresp, err := (&http.Client{Transport: tr}).Do(hreq)
+	d := net.Dialer{Timeout: dialTimeout}
+	conn, err := d.DialContext(ctx, "unix", c.Socket)
 	if err != nil {
 		return nil, fmt.Errorf("%w at %s: %v", ErrAgentUnreachable, c.Socket, err)
 	}
-	defer hresp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(hresp.Body, 16<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%w at %s: reading answer: %v", ErrAgentUnreachable, c.Socket, err)
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return nil, fmt.Errorf("%w at %s: sending: %v", ErrAgentUnreachable, c.Socket, err)
+	}
+	if uc, ok := conn.(*net.UnixConn); ok {
+		_ = uc.CloseWrite()
 	}
 	var resp Response
-	if err := json.Unmarshal(data, &resp); err != nil {
-		return nil, fmt.Errorf("agent at %s answered %s with undecodable body: %v", c.Socket, hresp.Status, err)
+	if err := ReadJSON(conn, &resp); err != nil {
+		return nil, fmt.Errorf("%w at %s: reading the answer: %v", ErrAgentUnreachable, c.Socket, err)
 	}
 	return &resp, nil
 }
 
-// Probe GETs a health path of the agent on its socket.
-func Probe(ctx context.Context, socket, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tenure-agent"+path, nil)
-	if err != nil {
-		return err
+// ReadJSON decodes one bounded JSON value from r.
+func ReadJSON(r interface{ Read([]byte) (int, error) }, v any) error {
+	return json.NewDecoder(&limited{r: r, n: MaxMessage}).Decode(v)
+}
+
+type limited struct {
+	r interface{ Read([]byte) (int, error) }
+	n int64
+}
+
+func (l *limited) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, fmt.Errorf("message larger than %d bytes", MaxMessage)
 	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return fmt.Errorf("%w at %s: %v", ErrAgentUnreachable, socket, err)
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("agent at %s: %s: %s", socket, resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }

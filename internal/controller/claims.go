@@ -35,11 +35,15 @@ func recordsItems(c *ipamclaimsv1.IPAMClaim) bool {
 	return len(c.Status.IPs) > 0 || len(c.Status.DelegatedPrefixes) > 0
 }
 
-// ensure adds the finalizer to a live claim that holds something (holds:
-// a reservation is owned by its UID, or its status records items). c must
-// be the caller's copy. It reports whether it wrote.
+// ensure adds the finalizer to a live claim whose status records items. It
+// waits for the agent's status write rather than acting on the first
+// reservation: adding it earlier races that write (one conflict per new
+// claim), and reservations of a claim deleted before recording anything are
+// released anyway, by the ClaimGone rule. c must be the caller's copy. It
+// reports whether it wrote.
 func (cf *claimFinalizer) ensure(ctx context.Context, c *ipamclaimsv1.IPAMClaim, holds bool) (bool, error) {
-	if cf.rel.DryRun || c.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(c, ClaimFinalizer) || !(holds || recordsItems(c)) {
+	_ = holds // owned reservations alone do not call for the finalizer; see above
+	if cf.rel.DryRun || c.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(c, ClaimFinalizer) || !recordsItems(c) {
 		return false, nil
 	}
 	orig := c.DeepCopy()

@@ -245,6 +245,14 @@ func TestClaimFinalizer(t *testing.T) {
 		t.Fatalf("ensure on a claim that holds nothing: %v %v", wrote, err)
 	}
 	get()
+	if wrote, err := cf.ensure(ctx, cur, true); err != nil || wrote {
+		t.Fatalf("ensure before the agent recorded anything: %v %v, want no write (it would race the agent's status write)", wrote, err)
+	}
+	cur.Status.IPs = []string{"10.0.0.7/24"}
+	if err := c.Status().Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	get()
 	if wrote, err := cf.ensure(ctx, cur, true); err != nil || !wrote {
 		t.Fatalf("ensure: %v %v", wrote, err)
 	}
