@@ -321,15 +321,18 @@ func (c *Controller) reservationHandler() toolscache.ResourceEventHandler {
 			c.claimQ.Add(types.NamespacedName{Namespace: r.Spec.Owner.Namespace, Name: r.Spec.Owner.Name})
 		}
 	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
 			c.pools.markDirty()
 			r, ok := obj.(*tenurev1.IPReservation)
 			if !ok {
 				return
 			}
 			c.enqueue(r.Name)
-			if r.Spec.Owner.Kind == tenurev1.OwnerPod {
+			// Siblings matter only for a reservation made while we watch; at
+			// start-up every reservation is enqueued once anyway, and
+			// enqueueing each one's siblings would cost O(n x siblings).
+			if r.Spec.Owner.Kind == tenurev1.OwnerPod && !isInInitialList {
 				c.enqueue(c.byIndex(indexOwnerUID, r.Spec.Owner.UID)...)
 			}
 			claimOf(r)
