@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
+	"github.com/tenure-ipam/tenure/internal/health"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
@@ -26,7 +27,7 @@ func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "health":
-			os.Exit(health(os.Args[2:]))
+			os.Exit(runHealth(os.Args[2:]))
 		case "install":
 			os.Exit(install(os.Args[2:]))
 		}
@@ -91,7 +92,7 @@ func run(args []string) int {
 	return 0
 }
 
-func health(args []string) int {
+func runHealth(args []string) int {
 	fs := flag.NewFlagSet("health", flag.ExitOnError)
 	socket := fs.String("socket", cniwire.DefaultSocket, "agent socket")
 	ready := fs.Bool("ready", false, "check readiness (caches synced), not just liveness")
@@ -100,7 +101,7 @@ func health(args []string) int {
 	if *ready {
 		path = agent.PathReadyz
 	}
-	if err := agent.Probe(context.Background(), *socket, path); err != nil {
+	if err := health.Probe(context.Background(), *socket, path); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,12 +17,13 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/tenure-ipam/tenure/internal/cniwire"
+	"github.com/tenure-ipam/tenure/internal/health"
 )
 
-// Health paths served on the socket next to the CNI path.
+// Health paths served on the socket next to the CNI calls.
 const (
-	PathHealthz = "/healthz"
-	PathReadyz  = "/readyz"
+	PathHealthz = health.PathHealthz
+	PathReadyz  = health.PathReadyz
 )
 
 // Listen opens the unix socket, replacing a stale one left by a killed
@@ -148,27 +148,3 @@ type peekedConn struct {
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// Probe GETs a health path of the agent on its socket.
-func Probe(ctx context.Context, socket, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tenure-agent"+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return fmt.Errorf("%w at %s: %v", cniwire.ErrAgentUnreachable, socket, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("agent at %s: %s: %s", socket, resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
-}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/tenure-ipam/tenure/internal/agent"
+	"github.com/tenure-ipam/tenure/internal/health"
 )
 
 // Binaries are the built tenure commands.
@@ -179,7 +179,7 @@ func StartAgent(ctx context.Context, bins Binaries, dir, kubeconfig, node string
 // WaitReady polls the agent's readiness with ctx's deadline.
 func (a *Agent) WaitReady(ctx context.Context) error {
 	for {
-		err := agent.Probe(ctx, a.Socket, "/readyz")
+		err := health.Probe(ctx, a.Socket, "/readyz")
 		if err == nil {
 			return nil
 		}
