@@ -168,13 +168,16 @@ type APICost struct {
 	// ByCode counts non-watch requests by HTTP code ("409": conflicts and
 	// AlreadyExists).
 	ByCode map[string]float64
+	// Errors counts non-watch requests answered with a code of 400 or more
+	// by "VERB resource[/subresource] CODE".
+	Errors map[string]float64
 }
 
 // Cost summarises a difference of counters. Non-resource requests (GET
 // /metrics, /readyz and such, which have no resource label) are not
 // counted: the bench's own metric scrapes are among them.
 func Cost(d RequestCounts) APICost {
-	c := APICost{ByVerbResource: map[string]float64{}, ByCode: map[string]float64{}}
+	c := APICost{ByVerbResource: map[string]float64{}, ByCode: map[string]float64{}, Errors: map[string]float64{}}
 	for k, v := range d {
 		if k.Resource == "" {
 			continue
@@ -189,6 +192,9 @@ func Cost(d RequestCounts) APICost {
 		}
 		c.Requests += v
 		c.ByCode[k.Code] += v
+		if code, err := strconv.Atoi(k.Code); err == nil && code >= 400 {
+			c.Errors[name+" "+k.Code] += v
+		}
 		if IsWrite(k.Verb) {
 			c.Writes += v
 		}

@@ -54,6 +54,9 @@ func TestParseRequestCountsAndCost(t *testing.T) {
 	if c.ByVerbResource["POST ipreservations"] != 505 || c.ByVerbResource["PUT ipamclaims/status"] != 7 || c.ByVerbResource["WATCH ipreservations"] != 4 {
 		t.Fatalf("breakdown %v", c.ByVerbResource)
 	}
+	if c.Errors["POST ipreservations 409"] != 5 || len(c.Errors) != 1 {
+		t.Fatalf("errors %v", c.Errors)
+	}
 	if c.ByCode["409"] != 5 {
 		t.Fatalf("by code %v", c.ByCode)
 	}
@@ -103,5 +106,18 @@ func TestVerbClasses(t *testing.T) {
 	}
 	if !IsWatch("WATCH") || !IsWatch("watchlist") || IsWatch("LIST") {
 		t.Error("watch classification")
+	}
+}
+
+func TestMetricValue(t *testing.T) {
+	text := "# HELP x\ntenure_sweep_duration_seconds_sum 2.5\ntenure_sweep_duration_seconds_count 2\ntenure_sweep_duration_seconds_bucket{le=\"1\"} 1\n"
+	if v, ok := metricValue(text, "tenure_sweep_duration_seconds_count"); !ok || v != 2 {
+		t.Fatalf("count %v %v", v, ok)
+	}
+	if v, ok := metricValue(text, "tenure_sweep_duration_seconds_sum"); !ok || v != 2.5 {
+		t.Fatalf("sum %v %v", v, ok)
+	}
+	if _, ok := metricValue(text, "tenure_sweep_duration_seconds"); ok {
+		t.Fatal("a prefix must not match")
 	}
 }

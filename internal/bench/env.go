@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -43,9 +44,6 @@ const (
 	// agent serves it, so no agent's pod cache holds them; it is Ready, so
 	// the controller keeps what they own.
 	fillerNode = "bench-filler"
-	// perOwner reservations share one owner pod (and one containerID, so
-	// the controller's EarlierSandbox rule never applies among them).
-	perOwner = 100
 	rawNetwork = "bench-raw"
 )
 
@@ -59,19 +57,25 @@ type env struct {
 
 	agents map[string]*testbed.Agent
 
-	controller      *testbed.Process
-	controllerState string
+	controller        *testbed.Process
+	controllerState   string
+	controllerMetrics string // its /metrics URL while running
 
 	rawOwner benchPod
 	rawSeq   atomic.Uint64
 
+	// perOwner reservations made directly through the API share one owner
+	// pod (and one containerID, so the controller's EarlierSandbox rule
+	// never applies among them).
+	perOwner int
 	ownersMu sync.Mutex
 	owners   []benchPod
 
 	podSeq atomic.Int64
 
-	cpuMu   sync.Mutex
-	shimCPU []float64 // every shim call of the run, ms
+	cpuMu      sync.Mutex
+	shimCPU    []float64 // every shim call of the run, ms
+	shimMinflt int64     // their minor page faults, summed
 }
 
 func (e *env) logf(format string, args ...any) {
@@ -81,7 +85,7 @@ func (e *env) logf(format string, args ...any) {
 // startEnv starts the control plane, installs the CRDs and creates what
 // every scenario shares.
 func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries) (*env, error) {
-	e := &env{log: log, bins: bins, agents: map[string]*testbed.Agent{}}
+	e := &env{log: log, bins: bins, agents: map[string]*testbed.Agent{}, perOwner: 1}
 	dir, err := os.MkdirTemp("", "tbench-")
 	if err != nil {
 		return nil, err
@@ -217,7 +221,55 @@ func (e *env) startController(ctx context.Context) {
 	}
 	e.controller = p
 	e.controllerState = "running (--leader-elect=false --sweep-interval 1h)"
+	// The controller sweeps once at start; that sweep must not land in a
+	// scenario's window.
+	metrics := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics"
+	for ctx.Err() == nil && time.Now().Before(deadline.Add(5*time.Minute)) {
+		if n, ok := sweepsDone(ctx, metrics); ok && n >= 1 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.controllerMetrics = metrics
 	e.quiesce(ctx, 15*time.Second)
+}
+
+// sweepsDone reads tenure_sweep_duration_seconds_count from the
+// controller's metrics; false when it cannot be read.
+func sweepsDone(ctx context.Context, url string) (float64, bool) {
+	text, ok := httpGet(ctx, url)
+	if !ok {
+		return 0, false
+	}
+	return metricValue(text, "tenure_sweep_duration_seconds_count")
+}
+
+// metricValue returns the value of an unlabelled series in a Prometheus
+// text exposition.
+func metricValue(text, name string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, found := strings.CutPrefix(line, name+" "); found {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+func httpGet(ctx context.Context, url string) (string, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err == nil && resp.StatusCode == http.StatusOK
 }
 
 func httpOK(ctx context.Context, url string) bool {
@@ -239,6 +291,7 @@ func (e *env) stopController() {
 	if e.controller != nil {
 		e.controller.Stop()
 		e.controller = nil
+		e.controllerMetrics = ""
 	}
 }
 
@@ -296,6 +349,28 @@ func (e *env) quiesce(ctx context.Context, max time.Duration) {
 	}
 }
 
+// settle waits until the API server is quiet (quiesce) and the agents and
+// the controller have worked off their backlog: under 25 ms of CPU
+// between them in 500 ms. It gives up after max.
+func (e *env) settle(ctx context.Context, max time.Duration) {
+	deadline := time.Now().Add(max)
+	e.quiesce(ctx, max)
+	ours := func() float64 {
+		s := e.sampleCPU()
+		return s.groups["agent"] + s.groups["controller"]
+	}
+	prev := ours()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(500 * time.Millisecond)
+		cur := ours()
+		if cur-prev < 25 {
+			return
+		}
+		prev = cur
+	}
+	e.logf("agents and controller still busy after %v; measuring anyway", max)
+}
+
 // benchPod is a pod bound to a node, as the kubelet sees it before ADD.
 type benchPod struct {
 	ns, name, uid, node, containerID string
@@ -307,7 +382,7 @@ func (p benchPod) args() string { return testbed.PodArgs(p.ns, p.name, p.uid) }
 func (e *env) createPods(ctx context.Context, prefix string, nodes []string, n int, annotations func(i int) map[string]string) ([]benchPod, error) {
 	out := make([]benchPod, n)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(32)
+	g.SetLimit(48)
 	for i := range n {
 		g.Go(func() error {
 			seq := e.podSeq.Add(1)
@@ -343,15 +418,19 @@ func (e *env) deletePods(ctx context.Context, pods []benchPod) error {
 // pods as needed; reservations made directly through the API are spread
 // perOwner to a pod.
 func (e *env) ensureOwners(ctx context.Context, reservations int) ([]benchPod, error) {
-	want := (reservations + perOwner - 1) / perOwner
+	want := (reservations + e.perOwner - 1) / e.perOwner
 	e.ownersMu.Lock()
 	defer e.ownersMu.Unlock()
 	if n := want - len(e.owners); n > 0 {
+		begin := time.Now()
 		more, err := e.createPods(ctx, "owner", []string{fillerNode}, n, nil)
 		if err != nil {
 			return nil, err
 		}
 		e.owners = append(e.owners, more...)
+		if n >= 1000 {
+			e.logf("created %d owner pods in %v", n, time.Since(begin).Round(time.Millisecond))
+		}
 	}
 	return e.owners[:want], nil
 }
@@ -462,10 +541,11 @@ type call struct {
 
 // callOutcome is what one shim execution did.
 type callOutcome struct {
-	dur   time.Duration
-	cpu   time.Duration
-	addrs []string
-	err   error
+	dur    time.Duration
+	cpu    time.Duration
+	minflt int64 // minor page faults of the child
+	addrs  []string
+	err    error
 }
 
 // execShim runs the tenure binary once, as a runtime does (the same
@@ -485,6 +565,9 @@ func execShim(ctx context.Context, shim string, c call) callOutcome {
 	out := callOutcome{dur: time.Since(begin)}
 	if ps := cmd.ProcessState; ps != nil {
 		out.cpu = ps.UserTime() + ps.SystemTime()
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			out.minflt = ru.Minflt
+		}
 	}
 	if err != nil {
 		var exitErr *exec.ExitError
@@ -571,8 +654,13 @@ func (e *env) run(ctx context.Context, calls []call, conc int, checkDuplicates b
 			}
 		}
 	}
+	var faults int64
+	for _, o := range res.outcomes {
+		faults += o.minflt
+	}
 	e.cpuMu.Lock()
 	e.shimCPU = append(e.shimCPU, res.cpu...)
+	e.shimMinflt += faults
 	e.cpuMu.Unlock()
 	return res
 }

@@ -48,6 +48,7 @@ type Result struct {
 	APIWrites           float64            `json:"api_writes"`
 	APIByVerbResource   map[string]float64 `json:"api_by_verb_resource,omitempty"`
 	APIByCode           map[string]float64 `json:"api_by_code,omitempty"`
+	APIErrors           map[string]float64 `json:"api_errors,omitempty"` // "VERB resource CODE": n, codes >= 400
 
 	// The API server's own limit in the same run: as many plain creates of
 	// IPReservations as the scenario's ops, at its concurrency, right after it.
@@ -60,6 +61,12 @@ type Result struct {
 	// Shim CPU (user+system of the child, from wait4's rusage) per call.
 	ShimCPUMsMean float64 `json:"shim_cpu_ms_mean,omitempty"`
 	ShimCPUMsP99  float64 `json:"shim_cpu_ms_p99,omitempty"`
+
+	// CPU per call by process group (shim, agent, controller,
+	// kube-apiserver, etcd, bench = this driver, other = the rest of the
+	// machine), in ms, and how busy the machine was during the calls.
+	CPUMsPerOp     map[string]float64 `json:"cpu_ms_per_op,omitempty"`
+	MachineBusyPct float64            `json:"machine_busy_pct,omitempty"`
 
 	// Scale rows.
 	SyncS       float64 `json:"sync_s,omitempty"`
@@ -104,6 +111,14 @@ type ShimFacts struct {
 	CPUMsMean   float64 `json:"cpu_ms_mean"`
 	CPUMsP50    float64 `json:"cpu_ms_p50"`
 	CPUMsP99    float64 `json:"cpu_ms_p99"`
+	// TrueCPUMs is the CPU of executing /bin/true the same way, measured
+	// in the same run: the floor any exec'd plugin pays on this machine
+	// at this load.
+	TrueCPUMs float64 `json:"true_exec_cpu_ms,omitempty"`
+	// Minor page faults per call, the shim's and /bin/true's: on a VM
+	// where a fault is expensive they are most of an exec's CPU.
+	MinorFaultsPerCall float64 `json:"minor_faults_per_call,omitempty"`
+	TrueMinorFaults    float64 `json:"true_exec_minor_faults,omitempty"`
 }
 
 // Report is a whole run.
@@ -174,8 +189,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms over %d calls\n",
-		r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.Calls)
+	fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms, %.0f minor faults, over %d calls (exec of /bin/true: %.2f ms, %.0f faults)\n",
+		r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.TrueCPUMs, r.Shim.TrueMinorFaults)
 	fmt.Fprintf(w, "machine: %d CPUs, %d MiB, load average %.2f at start, %.2f at end; controller: %s\n",
 		r.Machine.NumCPU, r.Machine.MemTotalMiB, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Controller)
 	fmt.Fprintln(w, "\ntargets:")
@@ -216,8 +231,8 @@ func (r *Report) Markdown() []byte {
 	for _, s := range r.Scenarios {
 		mdRow(s.cells())
 	}
-	fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms over %d calls.\n",
-		r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.Calls)
+	fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms, %.0f minor page faults, over %d calls; executing /bin/true the same way costs %.2f ms and %.0f faults here.\n",
+		r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.TrueCPUMs, r.Shim.TrueMinorFaults)
 	fmt.Fprintf(&b, "\nMachine: %d CPUs (%s), %d MiB memory, kernel %s, %s; 1-minute load average %.2f at start, %.2f at end. Controller: %s. API server: %s. Run took %.0f s.\n",
 		r.Machine.NumCPU, r.Machine.CPUModel, r.Machine.MemTotalMiB, r.Machine.Kernel, r.Machine.GoVersion, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Controller, r.APIServer, r.DurationS)
 	b.WriteString("\n| target | want | measured | status |\n|---|---|---|---|\n")
@@ -265,6 +280,7 @@ func (r *Report) LatencyPlot() Plot {
 		XLabel: "concurrent ADDs",
 		YLabel: "latency (ms)",
 		Series: series,
+		HLines: []HLine{{Y: targetP99Ms, Label: fmt.Sprintf("p99 target %.0f ms (c50, 4 nodes)", targetP99Ms)}},
 		Note: fmt.Sprintf("%s · %d CPUs · load %.1f→%.1f · %s", r.Command, r.Machine.NumCPU, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd,
 			r.Started.UTC().Format("2006-01-02 15:04 UTC")),
 	}
@@ -306,6 +322,9 @@ func (r *Result) finish(cost APICost, per float64) {
 		r.APIRequestsPerOp = cost.Requests / float64(r.Ops)
 		r.APIWritesPerOp = cost.Writes / float64(r.Ops)
 		r.APIByVerbResource, r.APIByCode = cost.ByVerbResource, cost.ByCode
+		if len(cost.Errors) > 0 {
+			r.APIErrors = cost.Errors
+		}
 	}
 	if per > 0 {
 		r.AddressesPerOp = per

@@ -17,11 +17,13 @@ import (
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
-func clientKey(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+func clientKey(ns, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
 
 const (
-	scaleNetwork = "bench-scale"
-	scaleNode    = "bench-scale-a"
+	scaleNetwork  = "bench-scale"
+	scaleNode     = "bench-scale-a"
 	scaleFillConc = 64
 )
 
@@ -74,9 +76,9 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 		picked[off] = true
 		v := baseU + off
 		a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-		objs = append(objs, directReservation(scaleNetwork, prefix.String(), a, owners[len(objs)/perOwner]))
+		objs = append(objs, directReservation(scaleNetwork, prefix.String(), a, owners[len(objs)/e.perOwner]))
 	}
-	e.logf("scale: creating %d reservations in %s (%d owner pods) at concurrency %d", n, prefix, len(owners), scaleFillConc)
+	e.logf("scale: creating %d reservations in %s (owned by %d pods) at concurrency %d", n, prefix, len(owners), scaleFillConc)
 	e.quiesce(ctx, 10*time.Second)
 	before, err := e.snapshot(ctx)
 	if err != nil {
@@ -104,11 +106,15 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 	e.quiesce(ctx, 30*time.Second)
 
 	// A fresh agent: process start to ready (every cache synced).
+	startBefore, _ := e.snapshot(ctx)
+	cpuBefore := e.sampleCPU()
 	a, took, err := e.startAgent(ctx, scaleNode)
 	if err != nil {
 		return out, err
 	}
 	rss, hwm, rerr := readRSS(a.Cmd.Process.Pid)
+	cpuAfter := e.sampleCPU()
+	startAfter, _ := e.snapshot(ctx)
 	start := Result{
 		ID: "scale-agent-start", Name: fmt.Sprintf("scale: agent start-up, %d reservations", n),
 		Ops: 1, WallS: round3(took.Seconds()), SyncS: round3(took.Seconds()), RSSMiB: round3(rss), HWMMiB: round3(hwm), Reservation: n,
@@ -117,29 +123,74 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 	if rerr != nil {
 		start.Notes += "; RSS: " + rerr.Error()
 	}
+	// Where the start-up went: CPU by process (the new agent's whole
+	// life so far is its start-up) and the API requests it made.
+	start.CPUMsPerOp, start.MachineBusyPct = cpuPerOp(cpuBefore, cpuAfter, 0, 1)
+	delete(start.CPUMsPerOp, "shim")
+	start.Notes += fmt.Sprintf("; CPU ms: %s (machine %.0f %% busy)", FormatBreakdown(start.CPUMsPerOp, 1), start.MachineBusyPct)
+	if startBefore != nil && startAfter != nil {
+		c := Cost(startAfter.Sub(startBefore))
+		start.APIRequests, start.APIWrites = c.Requests, c.Writes
+		start.APIRequestsPerOp, start.APIWritesPerOp = c.Requests, c.Writes
+		start.APIByVerbResource = c.ByVerbResource
+		start.Notes += "; API: " + FormatBreakdown(c.ByVerbResource, 1)
+	}
 	out = append(out, start)
 	e.logf("scale: %s", start.Notes)
 
 	// A controller full sweep, alone.
-	out = append(out, e.sweep(ctx, n))
+	sw := e.sweep(ctx, n)
 
-	if hadController {
-		e.startController(ctx)
-	}
-	pods, err := e.createPods(ctx, "scale", []string{scaleNode}, seqOps, nil)
+	pods, err := e.createPods(ctx, "scale", []string{scaleNode}, 2*seqOps, nil)
 	if err != nil {
-		return out, err
+		return append(out, sw), err
 	}
 	conf := netconf(scaleNetwork, a.Socket, fmt.Sprintf(`{"range":%q,"network_name":%q}`, prefix.String(), scaleNetwork))
-	cs := calls(pods, "ADD", map[string][]byte{scaleNode: conf}, 1)
+	confs := map[string][]byte{scaleNode: conf}
+	// ADDs with the agent alone (no controller), then with the controller
+	// running as in the other scenarios: the second row is the target's.
+	alone, err := e.measure(ctx, spec{
+		id: "scale-add-no-controller", name: fmt.Sprintf("scale: ADD ×%d sequential, %d reservations, no controller", seqOps, n), command: "ADD",
+		nodes: 1, conc: 1, calls: calls(pods[:seqOps], "ADD", confs, 1), perOp: 1, checkDuplicates: true,
+	})
+	alone.Reservation = n
+	if base := rep.Find("add-seq"); base != nil && base.P50Ms > 0 {
+		alone.P50VsEmpty = round3(alone.P50Ms / base.P50Ms)
+		alone.Notes = fmt.Sprintf("p50 %.2f× of the empty cluster's sequential ADD", alone.P50VsEmpty)
+	}
+	if err != nil {
+		return append(out, sw, alone), err
+	}
+
+	if hadController {
+		// The long-running controller sweeps once at start (and
+		// startController waits for it): its own histogram says how long
+		// that took.
+		begin := time.Now()
+		e.startController(ctx)
+		if e.controllerMetrics != "" {
+			sw.Notes += fmt.Sprintf("; a running controller took %.0f s from start to its first sweep done", time.Since(begin).Seconds())
+			if text, ok := httpGet(ctx, e.controllerMetrics); ok {
+				sum, ok1 := metricValue(text, "tenure_sweep_duration_seconds_sum")
+				cnt, ok2 := metricValue(text, "tenure_sweep_duration_seconds_count")
+				if ok1 && ok2 && cnt > 0 {
+					sw.Notes += fmt.Sprintf(" (the sweep itself %.2f s by tenure_sweep_duration_seconds)", sum/cnt)
+				}
+			}
+			if rss, _, err := readRSS(e.controller.Cmd.Process.Pid); err == nil {
+				sw.Notes += fmt.Sprintf("; its RSS %.0f MiB", rss)
+			}
+		}
+	}
+	out = append(out, sw, alone)
 	r, err := e.measure(ctx, spec{
 		id: "scale-add", name: fmt.Sprintf("scale: ADD ×%d sequential, %d reservations", seqOps, n), command: "ADD",
-		nodes: 1, conc: 1, calls: cs, perOp: 1, checkDuplicates: true,
+		nodes: 1, conc: 1, calls: calls(pods[seqOps:], "ADD", confs, 1), perOp: 1, checkDuplicates: true,
 	})
 	r.Reservation = n
 	if base := rep.Find("add-seq"); base != nil && base.P50Ms > 0 {
 		r.P50VsEmpty = round3(r.P50Ms / base.P50Ms)
-		r.Notes = fmt.Sprintf("p50 %.2f× of the empty cluster's sequential ADD; same network as the %d (%.0f %% used)",
+		r.Notes = fmt.Sprintf("p50 %.2f× of the empty cluster's sequential ADD; controller running; same network as the %d (%.0f %% used)",
 			r.P50VsEmpty, n, 100*float64(n)/float64(size-2))
 	}
 	if rss2, _, err := readRSS(a.Cmd.Process.Pid); err == nil {
@@ -150,7 +201,7 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 	if err != nil {
 		return out, err
 	}
-	if rr := e.run(ctx, calls(pods, "DEL", map[string][]byte{scaleNode: conf}, 0), 8, false); rr.failures > 0 {
+	if rr := e.run(ctx, calls(pods, "DEL", confs, 0), 8, false); rr.failures > 0 {
 		e.logf("scale cleanup DELs: %d failed", rr.failures)
 	}
 	return out, e.deletePods(ctx, pods)
@@ -201,4 +252,3 @@ func (e *env) sweep(ctx context.Context, n int) Result {
 	e.logf("scale: sweep: %s", r.Notes)
 	return r
 }
-

@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -168,7 +170,7 @@ func (e *env) warmup(ctx context.Context, nets *netAlloc) error {
 		}
 	}
 	e.cpuMu.Lock()
-	e.shimCPU = nil // the run's figures start after the warm-up
+	e.shimCPU, e.shimMinflt = nil, 0 // the run's figures start after the warm-up
 	e.cpuMu.Unlock()
 	return e.deletePods(ctx, pods)
 }
@@ -204,12 +206,14 @@ type spec struct {
 // measure runs one batch between two metric snapshots, then the raw
 // create rate at the same size and concurrency.
 func (e *env) measure(ctx context.Context, s spec) (Result, error) {
-	e.quiesce(ctx, 10*time.Second)
+	e.settle(ctx, 2*time.Minute)
 	before, err := e.snapshot(ctx)
 	if err != nil {
 		return Result{}, err
 	}
+	cpuBefore := e.sampleCPU()
 	rr := e.run(ctx, s.calls, s.conc, s.checkDuplicates)
+	cpuAfter := e.sampleCPU()
 	// Trailing work the calls caused (controller reactions, events) is
 	// theirs; wait for it before the second snapshot.
 	e.quiesce(ctx, 5*time.Second)
@@ -225,6 +229,11 @@ func (e *env) measure(ctx context.Context, s spec) (Result, error) {
 		P50Ms: round3(st.P50), P90Ms: round3(st.P90), P99Ms: round3(st.P99), MeanMs: round3(st.Mean), MaxMs: round3(st.Max),
 		Failures: rr.failures, Duplicates: rr.dups, Errors: rr.errs, Notes: s.notes, shimCPU: rr.cpu,
 	}
+	var shimMs float64
+	for _, v := range rr.cpu {
+		shimMs += v
+	}
+	r.CPUMsPerOp, r.MachineBusyPct = cpuPerOp(cpuBefore, cpuAfter, shimMs, len(s.calls))
 	raw, rawStats, rawDel, err := e.rawCreate(ctx, len(s.calls), s.conc)
 	if err != nil {
 		return r, fmt.Errorf("raw create rate after %s: %w", s.name, err)
@@ -424,7 +433,7 @@ func (e *env) usageScenario(ctx context.Context, nets *netAlloc) ([]Result, erro
 		}
 		rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 		for i, a := range cands[:fill] {
-			objs = append(objs, directReservation(network, space.String(), a, owners[i/perOwner]))
+			objs = append(objs, directReservation(network, space.String(), a, owners[i/e.perOwner]))
 		}
 		pools = append(pools, pool{pct: pct, network: network, conf: ipam, fill: fill, free: uint64(len(cands) - fill)})
 	}
@@ -432,9 +441,8 @@ func (e *env) usageScenario(ctx context.Context, nets *netAlloc) ([]Result, erro
 	if _, _, err := e.createAll(ctx, objs, 32, 0); err != nil {
 		return nil, err
 	}
-	// The agents learn of the fill through their watch; give it time.
-	e.quiesce(ctx, 10*time.Second)
-	time.Sleep(2 * time.Second)
+	// The agents (and the controller) learn of the fill through their
+	// watches; measure() settles until they have worked it off.
 
 	var out []Result
 	for _, p := range pools {
@@ -489,9 +497,38 @@ func (e *env) shimFacts() ShimFacts {
 	}
 	e.cpuMu.Lock()
 	s := SummarizeMs(e.shimCPU)
+	faults := e.shimMinflt
 	e.cpuMu.Unlock()
 	f.Calls, f.CPUMsMean, f.CPUMsP50, f.CPUMsP99 = s.N, round3(s.Mean), round3(s.P50), round3(s.P99)
+	if s.N > 0 {
+		f.MinorFaultsPerCall = round3(float64(faults) / float64(s.N))
+	}
+	cpu, flt := execCPU("/bin/true", 50)
+	f.TrueCPUMs, f.TrueMinorFaults = round3(cpu), round3(flt)
 	return f
+}
+
+// execCPU is the mean CPU (user+system, from the child's rusage) in ms
+// and minor page faults of executing bin n times, one after another.
+func execCPU(bin string, n int) (cpuMs, minflt float64) {
+	var total time.Duration
+	var faults int64
+	ok := 0
+	for range n {
+		cmd := exec.Command(bin)
+		if cmd.Run() != nil || cmd.ProcessState == nil {
+			continue
+		}
+		total += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		if ru, isRU := cmd.ProcessState.SysUsage().(*syscall.Rusage); isRU {
+			faults += ru.Minflt
+		}
+		ok++
+	}
+	if ok == 0 {
+		return 0, 0
+	}
+	return float64(total) / float64(ok) / float64(time.Millisecond), float64(faults) / float64(ok)
 }
 
 func machineInfo() Machine {

@@ -20,6 +20,12 @@ type Series struct {
 	Points []Point
 }
 
+// HLine is a labelled horizontal reference line.
+type HLine struct {
+	Y     float64
+	Label string
+}
+
 // Plot is a line chart with a linear y axis from 0 and x ticks at the
 // points' x values.
 type Plot struct {
@@ -27,6 +33,8 @@ type Plot struct {
 	XLabel string
 	YLabel string
 	Series []Series
+	// HLines are horizontal reference lines (targets).
+	HLines []HLine
 	// Note is a line of small text under the chart (machine, command).
 	Note string
 }
@@ -50,6 +58,9 @@ func (p Plot) SVG() []byte {
 				maxY = pt.Y
 			}
 		}
+	}
+	for _, h := range p.HLines {
+		maxY = max(maxY, h.Y)
 	}
 	xticks := make([]float64, 0, len(xs))
 	for x := range xs {
@@ -91,6 +102,10 @@ func (p Plot) SVG() []byte {
 	}
 	f(`<text x="%g" y="%g" text-anchor="middle">%s</text>`+"\n", left+plotW/2, top+plotH+38, esc(p.XLabel))
 	f(`<text x="16" y="%g" text-anchor="middle" transform="rotate(-90 16 %g)">%s</text>`+"\n", top+plotH/2, top+plotH/2, esc(p.YLabel))
+	for _, h := range p.HLines {
+		f(`<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#2ca02c" stroke-width="1.5" stroke-dasharray="4 4"/>`+"\n", left, py(h.Y), left+plotW, py(h.Y))
+		f(`<text x="%g" y="%.1f" text-anchor="end" fill="#2ca02c" font-size="11">%s</text>`+"\n", left+plotW-4, py(h.Y)-4, esc(h.Label))
+	}
 	// Series.
 	for i, s := range p.Series {
 		pts := append([]Point(nil), s.Points...)

@@ -18,7 +18,8 @@ func TestPlotSVGIsWellFormed(t *testing.T) {
 			{Label: "p50, 1 node", Color: "#1f77b4", Points: []Point{{10, 12.5}, {25, 30}, {50, 61}}},
 			{Label: "p99, 4 nodes", Color: "#d62728", Dashed: "6 3", Points: []Point{{50, 240}, {10, 40}, {25, 90}}},
 		},
-		Note: `tenurectl bench -o table "quoted"`,
+		HLines: []HLine{{Y: 250, Label: "target"}},
+		Note:   `tenurectl bench -o table "quoted"`,
 	}
 	data := p.SVG()
 	dir := t.TempDir()

@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTick is USER_HZ, the unit of /proc/PID/stat and /proc/stat times;
+// 100 on every Linux architecture Go supports.
+const clockTick = 100.0
+
+// cpuSample is the CPU used so far (ms) by each group of processes, and
+// by the whole machine.
+type cpuSample struct {
+	groups map[string]float64
+	// busy and total are the machine's (all CPUs) busy and total time.
+	busy, total float64
+}
+
+// procCPU returns utime+stime of a process (all its threads), in ms.
+func procCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseProcStatCPU(string(b))
+}
+
+// parseProcStatCPU reads fields 14 and 15 (utime, stime) of a
+// /proc/PID/stat line; the command name in parentheses may hold spaces.
+func parseProcStatCPU(line string) (float64, error) {
+	i := strings.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in %q", line)
+	}
+	f := strings.Fields(line[i+1:])
+	// f[0] is field 3 (state); utime is field 14, stime 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short stat line %q", line)
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bad utime/stime in %q", line)
+	}
+	return (ut + st) / clockTick * 1000, nil
+}
+
+// parseMachineCPU reads the aggregate "cpu" line of /proc/stat and returns
+// busy and total time in ms (busy excludes idle and iowait).
+func parseMachineCPU(stat string) (busy, total float64, err error) {
+	for _, line := range strings.Split(stat, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || f[0] != "cpu" {
+			continue
+		}
+		var v [10]float64
+		for i := 1; i < len(f) && i <= 10; i++ {
+			v[i-1], _ = strconv.ParseFloat(f[i], 64)
+		}
+		// user nice system idle iowait irq softirq steal guest guest_nice;
+		// guest time is already counted in user.
+		idle := v[3] + v[4]
+		b := v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+		return b / clockTick * 1000, (b + idle) / clockTick * 1000, nil
+	}
+	return 0, 0, fmt.Errorf("no cpu line in /proc/stat")
+}
+
+// sampleCPU reads the CPU of the processes this run started.
+func (e *env) sampleCPU() cpuSample {
+	s := cpuSample{groups: map[string]float64{}}
+	add := func(group string, pid int) {
+		if pid <= 0 {
+			return
+		}
+		if ms, err := procCPU(pid); err == nil {
+			s.groups[group] += ms
+		}
+	}
+	for _, a := range e.agents {
+		add("agent", a.Cmd.Process.Pid)
+	}
+	if e.controller != nil {
+		add("controller", e.controller.Cmd.Process.Pid)
+	}
+	if pids := e.cp.Pids(); len(pids) == 2 {
+		add("etcd", pids[0])
+		add("kube-apiserver", pids[1])
+	}
+	add("bench", os.Getpid())
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		s.busy, s.total, _ = parseMachineCPU(string(b))
+	}
+	return s
+}
+
+// cpuPerOp turns two samples and the shims' own CPU into ms per op by
+// group; "other" is the machine's busy time that none of ours explains
+// (other users of the machine). busyPct is the machine's busy share.
+func cpuPerOp(before, after cpuSample, shimMs float64, ops int) (perOp map[string]float64, busyPct float64) {
+	if ops <= 0 {
+		return nil, 0
+	}
+	perOp = map[string]float64{}
+	ours := shimMs
+	perOp["shim"] = round3(shimMs / float64(ops))
+	for g, v := range after.groups {
+		d := v - before.groups[g]
+		if d < 0 {
+			d = 0 // a process restarted in between
+		}
+		ours += d
+		perOp[g] = round3(d / float64(ops))
+	}
+	busy := after.busy - before.busy
+	if total := after.total - before.total; total > 0 {
+		busyPct = round3(100 * busy / total)
+	}
+	if other := busy - ours; other > 0 {
+		perOp["other"] = round3(other / float64(ops))
+	} else {
+		perOp["other"] = 0
+	}
+	return perOp, busyPct
+}

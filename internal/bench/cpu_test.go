@@ -1,0 +1,39 @@
+package bench
+
+import (
+	"os"
+	"testing"
+)
+
+func TestParseProcStatCPU(t *testing.T) {
+	// The command name holds a space and a parenthesis.
+	line := "1234 (tenure agent)) S 1 1234 1234 0 -1 4194560 500 0 0 0 150 50 0 0 20 0 12 0 100 1000000 2000 18446744073709551615"
+	ms, err := parseProcStatCPU(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms != 2000 { // (150+50) ticks at 100 Hz
+		t.Fatalf("cpu %v ms, want 2000", ms)
+	}
+	if _, err := parseProcStatCPU("1234 no parens"); err == nil {
+		t.Fatal("want an error")
+	}
+	self, err := procCPU(os.Getpid())
+	if err != nil || self < 0 {
+		t.Fatalf("own cpu %v %v", self, err)
+	}
+}
+
+func TestParseMachineCPUAndPerOp(t *testing.T) {
+	stat := "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\nintr 1\n"
+	busy, total, err := parseMachineCPU(stat)
+	if err != nil || busy != 1500 || total != 10000 {
+		t.Fatalf("busy %v total %v err %v", busy, total, err)
+	}
+	before := cpuSample{groups: map[string]float64{"agent": 100, "kube-apiserver": 1000}, busy: 0, total: 0}
+	after := cpuSample{groups: map[string]float64{"agent": 300, "kube-apiserver": 1400}, busy: 2000, total: 4000}
+	per, pct := cpuPerOp(before, after, 1000, 100)
+	if per["shim"] != 10 || per["agent"] != 2 || per["kube-apiserver"] != 4 || per["other"] != 4 || pct != 50 {
+		t.Fatalf("per op %v busy %v", per, pct)
+	}
+}
