@@ -6,6 +6,6 @@ package tools
 
 import (
 	_ "github.com/containernetworking/plugins/plugins/main/bridge"
-	_ "github.com/containernetworking/plugins/plugins/main/macvlan"
 	_ "github.com/containernetworking/plugins/plugins/main/loopback"
+	_ "github.com/containernetworking/plugins/plugins/main/macvlan"
 )
