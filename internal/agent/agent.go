@@ -80,7 +80,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c}
-	a.store = store.New(c, nil)
+	a.store = store.New(c, opts.NodeName)
 	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Quorum: c, Node: opts.NodeName}
 	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})

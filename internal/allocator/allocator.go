@@ -254,7 +254,10 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1.IPR
 }
 
 func (a *allocator) quorumNames(ctx context.Context) (map[string]bool, error) {
-	list := &tenurev1.IPReservationList{}
+	// Metadata only: the names are the answer, and a full range of a large
+	// network is thousands of objects.
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(tenurev1.GroupVersion.WithKind("IPReservationList"))
 	if err := a.f.Quorum.List(ctx, list, client.MatchingLabels{store.LabelNetwork: reservation.NetworkLabel(a.network)}); err != nil {
 		return nil, fmt.Errorf("listing reservations of network %s: %w", a.network, err)
 	}

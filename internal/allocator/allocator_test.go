@@ -43,7 +43,7 @@ func newFactory(t *testing.T, node string) (f *allocator.Factory, stop func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s := store.New(c, nil)
+	s := store.New(c, node)
 	go s.Run(ctx)
 	sctx, scancel := context.WithTimeout(ctx, time.Minute)
 	defer scancel()

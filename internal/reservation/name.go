@@ -94,6 +94,13 @@ func encodeAddr(a netip.Addr) string {
 	return strings.Join(groups, "-")
 }
 
+// NetworkLabelOf is the network label a reservation name starts with, what
+// Parse(name).NetworkLabel says, without decoding the rest.
+func NetworkLabelOf(name string) string {
+	label, _, _ := strings.Cut(name, ".")
+	return label
+}
+
 // Parsed is what a name says.
 type Parsed struct {
 	NetworkLabel string
