@@ -1,21 +1,20 @@
 // Command tenure is the CNI IPAM plugin the container runtime executes. It is
 // a shim: it forwards the call to the node agent over a unix socket and
 // prints the agent's answer, so it holds no credentials and no state.
+//
+// It talks to the kernel through syscall only (no os, no fmt): the runtime
+// starts it for every attachment, and each package's start-up is paid there.
 package main
 
 import (
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/version"
+	"syscall"
 
 	"github.com/tenure-ipam/tenure/internal/shim"
 )
 
 func main() {
-	skel.PluginMainFuncs(skel.CNIFuncs{
-		Add:    shim.Add,
-		Del:    shim.Del,
-		Check:  shim.Check,
-		GC:     shim.GC,
-		Status: shim.Status,
-	}, version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0"), "tenure: cluster-wide IPAM through the Kubernetes API")
+	out := shim.Run(shim.OSEnv())
+	shim.Write(1, out.Stdout)
+	shim.Write(2, out.Stderr)
+	syscall.Exit(out.Exit)
 }

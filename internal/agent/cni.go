@@ -24,13 +24,24 @@ import (
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
+// Response is the outcome of one CNI call: the result to print, already
+// encoded in the requested cniVersion (nil when the command prints none), or
+// a CNI error.
+type Response struct {
+	Result json.RawMessage
+	Error  *types.Error
+}
+
 // Handle runs one CNI call. It is the agent's plain Go API; the socket
 // server is a thin transport over it.
-func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *cniwire.Response {
+func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 	var (
 		res types.Result
 		err error
 	)
+	if verr := validateCall(req); verr != nil {
+		return &Response{Error: verr}
+	}
 	switch req.Command {
 	case "ADD":
 		res, err = a.add(ctx, req)
@@ -42,21 +53,19 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *cniwire.Respo
 		err = a.gc(ctx, req)
 	case "STATUS":
 		err = a.status(ctx)
-	default:
-		err = codedf(types.ErrInvalidEnvironmentVariables, nil, "CNI_COMMAND %q is not supported", req.Command)
 	}
 	if err != nil {
 		a.log.Info("cni call failed", "command", req.Command, "containerID", req.ContainerID, "ifName", req.IfName, "err", err)
-		return &cniwire.Response{Error: toCNI(err)}
+		return &Response{Error: toCNI(err)}
 	}
 	if res == nil {
-		return &cniwire.Response{}
+		return &Response{}
 	}
 	data, err := json.Marshal(res)
 	if err != nil {
-		return &cniwire.Response{Error: toCNI(err)}
+		return &Response{Error: toCNI(err)}
 	}
-	return &cniwire.Response{Result: data}
+	return &Response{Result: data}
 }
 
 // slot is one thing an ADD hands out: an address of a range, or a prefix.
@@ -66,12 +75,17 @@ type slot struct {
 	rng     *config.Range // nil for the prefix slot
 }
 
+// holds reads the reservation's name, which says its network and item
+// whether the cache holds the whole object or only its metadata.
 func (s slot) holds(r *tenurev1.IPReservation) bool {
-	if r.Spec.Network != s.network || r.Spec.Kind != s.space.Kind() {
+	p, err := reservation.Parse(r.Name)
+	if err != nil || p.NetworkLabel != reservation.NetworkLabel(s.network) {
 		return false
 	}
-	p, err := allocator.ParseItem(r.Spec.Address)
-	return err == nil && s.space.Contains(p)
+	if p.IsPrefix != (s.space.Kind() == tenurev1.KindDelegatedPrefix) {
+		return false
+	}
+	return s.space.Contains(p.Prefix)
 }
 
 func slots(cfg *config.Config, withPrefix bool) []slot {
@@ -314,7 +328,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 		valid[v.ContainerID+"/"+v.IfName] = true
 	}
 	var errs []error
-	for _, r := range a.store.List() {
+	for _, r := range a.store.Local() {
 		o := r.Spec.Owner
 		if o.Kind != tenurev1.OwnerPod || o.Node != a.node || r.Spec.CNINetwork != conf.Name {
 			continue

@@ -97,15 +97,28 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connLis
 	}
 	defer conn.Close()
 	var req cniwire.Request
-	var resp *cniwire.Response
-	if err := cniwire.ReadJSON(br, &req); err != nil {
-		resp = &cniwire.Response{Error: &types.Error{Code: types.ErrDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
+	var resp *Response
+	if err := json.NewDecoder(io.LimitReader(br, cniwire.MaxMessage)).Decode(&req); err != nil {
+		resp = &Response{Error: &types.Error{Code: types.ErrDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
 	} else {
 		_ = conn.SetReadDeadline(time.Time{})
 		resp = a.Handle(ctx, &req)
 	}
 	_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	_ = json.NewEncoder(conn).Encode(resp)
+	_, _ = conn.Write(encodeResponse(resp))
+}
+
+// encodeResponse frames resp as the shim prints it: the result, or the
+// error object as libcni's skel prints one.
+func encodeResponse(resp *Response) []byte {
+	if resp.Error != nil {
+		data, err := json.MarshalIndent(resp.Error, "", "    ")
+		if err != nil {
+			data = []byte(`{"code":999,"msg":"encoding the error failed"}`)
+		}
+		return cniwire.AppendResponse(nil, cniwire.StatusError, data)
+	}
+	return cniwire.AppendResponse(nil, cniwire.StatusOK, resp.Result)
 }
 
 // connListener hands connections already accepted (and sniffed) to an

@@ -1,18 +1,17 @@
-// Package shim implements the CNI commands of the `tenure` binary by
-// forwarding them to the node agent.
+// Package shim implements the `tenure` binary the runtime executes: it
+// checks the CNI environment, finds the node agent's socket in the network
+// configuration, forwards the call and prints the agent's answer.
+//
+// It is as lean as the cniwire package, for the same reason: the runtime
+// starts it for every attachment. It therefore reads the two IPAM keys it
+// needs with a small JSON scanner (scan.go) rather than encoding/json; the
+// agent parses and validates the configuration in full.
 package shim
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
+	"syscall"
 	"time"
-
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
+	"unicode"
 
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
@@ -21,96 +20,289 @@ import (
 // as whereabouts reads /etc/cni/net.d/whereabouts.d/whereabouts.conf.
 var DefaultFlatConfig = "/etc/cni/net.d/tenure.d/tenure.conf"
 
-// Timeout bounds one call. Runtimes give a sandbox a few minutes in total;
-// an agent that holds a call longer than this is as good as absent.
+// Timeout bounds each read and write of one call after connecting.
+// Runtimes give a sandbox a few minutes in total; an agent that holds a
+// call longer than this is as good as absent.
 var Timeout = 90 * time.Second
 
-// CNI error codes the spec assigns to an unreachable agent.
+// DialTimeout bounds connecting to the agent.
+var DialTimeout = 2 * time.Second
+
+// About is printed on stderr when the binary runs without CNI_COMMAND.
+const About = "tenure: cluster-wide IPAM through the Kubernetes API"
+
+// SupportedVersions are the CNI versions tenure speaks.
+var SupportedVersions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// CNI error codes the shim reports itself (spec "Error codes").
 const (
-	codeTryAgainLater      = 11
-	codePluginNotAvailable = 50
+	codeInvalidEnvironmentVariables = 4
+	codeIOFailure                   = 5
+	codeDecodingFailure             = 6
+	codeInvalidNetworkConfig        = 7
+	codeInvalidNetNS                = 8
+	codeTryAgainLater               = 11
+	codePluginNotAvailable          = 50
 )
 
-// Add forwards ADD.
-func Add(args *skel.CmdArgs) error { return forward("ADD", args, true) }
-
-// Del forwards DEL.
-func Del(args *skel.CmdArgs) error { return forward("DEL", args, false) }
-
-// Check forwards CHECK.
-func Check(args *skel.CmdArgs) error { return forward("CHECK", args, false) }
-
-// GC forwards GC.
-func GC(args *skel.CmdArgs) error { return forward("GC", args, false) }
-
-// Status forwards STATUS; an unreachable agent is "plugin not available".
-func Status(args *skel.CmdArgs) error { return forward("STATUS", args, false) }
-
-type ipamKeys struct {
-	IPAM struct {
-		AgentSocket       string `json:"agent_socket"`
-		ConfigurationPath string `json:"configuration_path"`
-	} `json:"ipam"`
+// Env is what the runtime hands the plugin.
+type Env struct {
+	Getenv func(string) string
+	Stdin  func() ([]byte, error)
+	// NetNS identifies the shim's own network namespace (dev, inode), or
+	// ok=false when it cannot be read.
+	OwnNetNS func() (dev, ino uint64, ok bool)
 }
 
-// flatAgentSocket is the one key the shim itself reads from the flat file.
-type flatAgentSocket struct {
-	AgentSocket string `json:"agent_socket"`
+// Outcome is what the shim prints and how it exits.
+type Outcome struct {
+	Stdout, Stderr []byte
+	Exit           int
 }
 
-func forward(cmd string, args *skel.CmdArgs, printResult bool) error {
-	var keys ipamKeys
-	if err := json.Unmarshal(args.StdinData, &keys); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "decoding network configuration", err.Error())
+// Run executes one CNI call.
+func Run(env Env) Outcome {
+	cmd := env.Getenv("CNI_COMMAND")
+	switch cmd {
+	case "":
+		return Outcome{Stderr: aboutText()}
+	case "VERSION":
+		return Outcome{Stdout: versionJSON()}
+	case "ADD", "DEL", "CHECK", "GC", "STATUS":
+	default:
+		return fail(codeInvalidEnvironmentVariables, "unknown CNI_COMMAND: "+cmd, "")
 	}
-	req := &cniwire.Request{
-		Command: cmd, ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName,
-		Args: args.Args, Path: args.Path, StdinData: args.StdinData,
+	req := cniwire.Request{
+		Command: cmd, ContainerID: env.Getenv("CNI_CONTAINERID"), Netns: env.Getenv("CNI_NETNS"),
+		IfName: env.Getenv("CNI_IFNAME"), Args: env.Getenv("CNI_ARGS"), Path: env.Getenv("CNI_PATH"),
 	}
-	flatPath := keys.IPAM.ConfigurationPath
-	explicit := flatPath != ""
+	if o, bad := checkEnv(&req); bad {
+		return o
+	}
+	if (cmd == "ADD" || cmd == "DEL") && req.Netns != "" && !override(env.Getenv("CNI_NETNS_OVERRIDE")) && env.OwnNetNS != nil {
+		if dev, ino, ok := env.OwnNetNS(); ok {
+			var st syscall.Stat_t
+			if syscall.Stat(req.Netns, &st) == nil && uint64(st.Dev) == dev && st.Ino == ino {
+				return fail(codeInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", "")
+			}
+		}
+	}
+	stdin, err := env.Stdin()
+	if err != nil {
+		return fail(codeIOFailure, "error reading from stdin: "+err.Error(), "")
+	}
+	req.StdinData = stdin
+	keys, err := ipamKeys(stdin)
+	if err != nil {
+		return fail(codeDecodingFailure, "decoding network configuration", err.Error())
+	}
+	flatPath, explicit := keys.configurationPath, keys.configurationPath != ""
 	if !explicit {
 		flatPath = DefaultFlatConfig
 	}
-	data, err := os.ReadFile(flatPath)
+	data, err := readFile(flatPath)
 	switch {
 	case err == nil:
 		req.FlatConfig, req.FlatConfigPath = data, flatPath
-	case explicit || !errors.Is(err, os.ErrNotExist):
-		return types.NewError(types.ErrInvalidNetworkConfig,
-			fmt.Sprintf("ipam.configuration_path: %s: cannot read", flatPath), err.Error())
+	case explicit || err != syscall.ENOENT:
+		return fail(codeInvalidNetworkConfig, "ipam.configuration_path: "+flatPath+": cannot read", err.Error())
 	}
-	socket := keys.IPAM.AgentSocket
+	socket := keys.agentSocket
 	if socket == "" && req.FlatConfig != nil {
-		var f flatAgentSocket
-		_ = json.Unmarshal(req.FlatConfig, &f) // the agent reports a bad file with the key that is wrong
-		socket = f.AgentSocket
+		// A bad flat file is reported by the agent, with the key that is wrong.
+		socket, _ = topLevelString(req.FlatConfig, "agent_socket")
 	}
 	if socket == "" {
 		socket = cniwire.DefaultSocket
 	}
-	if !filepath.IsAbs(socket) {
-		return types.NewError(types.ErrInvalidNetworkConfig,
-			fmt.Sprintf("ipam.agent_socket: %q: must be an absolute path", socket), "")
+	if socket[0] != '/' {
+		return fail(codeInvalidNetworkConfig, "ipam.agent_socket: "+string(cniwire.AppendString(nil, socket))+": must be an absolute path", "")
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	resp, err := cniwire.Client{Socket: socket}.Do(ctx, req)
+	status, payload, err := cniwire.Call(socket, cniwire.AppendRequest(make([]byte, 0, 512+2*len(stdin)+2*len(data)), &req), DialTimeout, Timeout)
 	if err != nil {
-		code := uint(codeTryAgainLater)
+		code := codeTryAgainLater
 		if cmd == "STATUS" {
 			code = codePluginNotAvailable
 		}
-		return types.NewError(code, "tenure node agent is not reachable", err.Error())
+		return fail(code, "tenure node agent is not reachable", err.Error())
 	}
-	if resp.Error != nil {
-		return resp.Error
+	if status == cniwire.StatusError {
+		return Outcome{Stdout: payload, Exit: 1}
 	}
-	if printResult && len(resp.Result) > 0 {
-		if _, err := os.Stdout.Write(resp.Result); err != nil {
-			return types.NewError(types.ErrIOFailure, "writing result", err.Error())
+	return Outcome{Stdout: payload}
+}
+
+// override: CNI_NETNS_OVERRIDE "1" or "true" in any case, as skel reads it.
+func override(v string) bool {
+	if v == "1" {
+		return true
+	}
+	if len(v) != 4 {
+		return false
+	}
+	for i, c := range []byte(v) {
+		if c|0x20 != "true"[i] {
+			return false
 		}
 	}
-	return nil
+	return true
+}
+
+// checkEnv applies the CNI spec's required variables per command with the
+// messages of libcni's skel, which runtimes and people already know.
+func checkEnv(req *cniwire.Request) (Outcome, bool) {
+	needs := func(cmds ...string) bool {
+		for _, c := range cmds {
+			if c == req.Command {
+				return true
+			}
+		}
+		return false
+	}
+	var missing []byte
+	for _, v := range [...]struct {
+		name     string
+		val      string
+		required bool
+	}{
+		{"CNI_CONTAINERID", req.ContainerID, needs("ADD", "CHECK", "DEL")},
+		{"CNI_NETNS", req.Netns, needs("ADD", "CHECK")},
+		{"CNI_IFNAME", req.IfName, needs("ADD", "CHECK", "DEL")},
+		{"CNI_PATH", req.Path, true},
+	} {
+		if v.val == "" && v.required {
+			if len(missing) > 0 {
+				missing = append(missing, ',')
+			}
+			missing = append(missing, v.name...)
+		}
+	}
+	if len(missing) > 0 {
+		return fail(codeInvalidEnvironmentVariables, "required env variables ["+string(missing)+"] missing", ""), true
+	}
+	if needs("ADD", "CHECK", "DEL") {
+		if !validContainerID(req.ContainerID) {
+			return fail(codeInvalidEnvironmentVariables, "invalid characters in containerID", req.ContainerID), true
+		}
+		if msg, details := checkIfName(req.IfName); msg != "" {
+			return fail(codeInvalidEnvironmentVariables, msg, details), true
+		}
+	}
+	return Outcome{}, false
+}
+
+// validContainerID: ^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$, as libcni's utils.
+func validContainerID(id string) bool {
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return id != ""
+}
+
+// checkIfName applies the kernel's rules for an interface name.
+func checkIfName(name string) (msg, details string) {
+	switch {
+	case len(name) > 15:
+		return "interface name is too long", "interface name should be less than 16 characters"
+	case name == "." || name == "..":
+		return "interface name is . or ..", ""
+	}
+	for _, r := range name {
+		if r == '/' || r == ':' || unicode.IsSpace(r) {
+			return "interface name contains / or : or whitespace characters", ""
+		}
+	}
+	return "", ""
+}
+
+func fail(code int, msg, details string) Outcome {
+	return Outcome{Stdout: ErrorJSON(code, msg, details), Exit: 1}
+}
+
+// ErrorJSON is a CNI error object as the spec prints it.
+func ErrorJSON(code int, msg, details string) []byte {
+	b := append(make([]byte, 0, 64+len(msg)+len(details)), `{"code":`...)
+	b = appendUint(b, uint(code))
+	b = append(b, `,"msg":`...)
+	b = cniwire.AppendString(b, msg)
+	if details != "" {
+		b = append(b, `,"details":`...)
+		b = cniwire.AppendString(b, details)
+	}
+	return append(b, '}', '\n')
+}
+
+func appendUint(b []byte, v uint) []byte {
+	var d [20]byte
+	i := len(d)
+	for {
+		i--
+		d[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	return append(b, d[i:]...)
+}
+
+func versionJSON() []byte {
+	b := []byte(`{"cniVersion":"1.1.0","supportedVersions":[`)
+	for i, v := range SupportedVersions {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = cniwire.AppendString(b, v)
+	}
+	return append(b, ']', '}', '\n')
+}
+
+func aboutText() []byte {
+	b := []byte(About + "\nCNI protocol versions supported: ")
+	for i, v := range SupportedVersions {
+		if i > 0 {
+			b = append(b, ',', ' ')
+		}
+		b = append(b, v...)
+	}
+	return append(b, '\n')
+}
+
+// readFile reads a whole file with syscalls (os would add its package
+// start-up to every call).
+func readFile(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	return ReadAll(fd)
+}
+
+// ReadAll reads fd to its end.
+func ReadAll(fd int) ([]byte, error) {
+	b := make([]byte, 0, 4096)
+	for {
+		if len(b) == cap(b) {
+			if len(b) >= cniwire.MaxMessage {
+				return nil, syscall.EFBIG
+			}
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := syscall.Read(fd, b[len(b):cap(b)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return b, nil
+		}
+		b = b[:len(b)+n]
+	}
 }
