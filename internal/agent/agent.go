@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,6 +59,8 @@ type Agent struct {
 	locks keyedMutex
 
 	dataplane *agentDataplane
+	// started: Start has returned, caches synced and start-up garbage freed.
+	started atomic.Bool
 }
 
 // New builds an agent; Start runs it.
@@ -111,13 +114,14 @@ func (a *Agent) Start(ctx context.Context) error {
 	// The initial list's decoding garbage is several times the cache itself
 	// in a large cluster; hand it back now rather than at the GC's leisure.
 	debug.FreeOSMemory()
+	a.started.Store(true)
 	a.log.Info("caches synced", "node", a.node, "reservations", a.store.Len())
 	return nil
 }
 
 // Ready reports whether every cache has synced.
 func (a *Agent) Ready() bool {
-	return a.store.HasSynced() && a.pods.HasSynced() && a.claims.HasSynced() && a.pools.HasSynced()
+	return a.started.Load() && a.store.HasSynced() && a.pods.HasSynced() && a.claims.HasSynced() && a.pools.HasSynced()
 }
 
 // Shutdown stops the event broadcaster.
