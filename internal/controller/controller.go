@@ -125,7 +125,7 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 		return names(ctx, ch, client.MatchingFields{indexOwnerUID: uid})
 	}}
 	c.sweeper = &Sweeper{Live: live, Releaser: c.rel, claims: c.cf}
-	c.pools = &poolStatus{cache: ch, writer: live, interval: o.PoolStatusInterval, log: o.Logger}
+	c.pools = &poolStatus{counts: &reservationCounts{}, cache: ch, writer: live, interval: o.PoolStatusInterval, log: o.Logger}
 	c.resQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipreservation_release"})
 	c.claimQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
@@ -159,6 +159,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		h   toolscache.ResourceEventHandler
 	}{
 		{&tenurev1.IPReservation{}, c.reservationHandler()},
+		{&tenurev1.IPReservation{}, c.pools.counts.Handler()},
 		{&corev1.Pod{}, c.podHandler()},
 		{&corev1.Node{}, c.nodeHandler()},
 		{&ipamclaimsv1.IPAMClaim{}, c.claimHandler()},

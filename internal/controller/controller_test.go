@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -318,7 +319,10 @@ func TestPoolStatusWritesOnlyChanges(t *testing.T) {
 	r2 := reservation("n.2", "10.0.0.2", podOwner("ns", "a", "u", "c", "n"))
 	r2.Spec.Pool = "p1"
 	c := newFake(pool, bad, r1, r2)
-	ps := &poolStatus{cache: c, writer: c, interval: time.Second}
+	ps := &poolStatus{counts: &reservationCounts{}, cache: c, writer: c, interval: time.Second}
+	h := ps.counts.Handler()
+	h.OnAdd(r1, true)
+	h.OnAdd(r2, true)
 	if err := ps.update(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -387,5 +391,37 @@ func TestStaleCacheNominatesLiveReadKeeps(t *testing.T) {
 		if !exists(t, c, r.Name) {
 			t.Fatalf("%s deleted", r.Name)
 		}
+	}
+}
+
+func TestReservationCountsFollowEvents(t *testing.T) {
+	c := &reservationCounts{}
+	h := c.Handler()
+	a := reservation("n.1", "10.0.0.1", podOwner("ns", "a", "u1", "c", "n"))
+	a.Spec.Pool = "p1"
+	b := reservation("n.2", "10.0.0.2", podOwner("ns", "b", "u2", "c", "n"))
+	b.Spec.Pool = "p1"
+	pd := reservation("n.pd.fd00-0000-0000-0100-0000-0000-0000-0000.56", "fd00:0:0:100::/56", podOwner("ns", "b", "u2", "c", "n"))
+	pd.Spec.Pool, pd.Spec.Kind = "p1", tenurev1.KindDelegatedPrefix
+	h.OnAdd(a, true)
+	h.OnAdd(b, false)
+	h.OnAdd(pd, false)
+	if got := c.snapshot()["p1"]; got == nil || *got != (usage{addresses: 2, prefixes: 1}) {
+		t.Fatalf("after three adds: %+v", got)
+	}
+	moved := b.DeepCopy()
+	moved.Spec.Pool = "p2"
+	h.OnUpdate(b, moved)
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: a.Name, Obj: a})
+	snap := c.snapshot()
+	if got := snap["p1"]; got == nil || *got != (usage{prefixes: 1}) {
+		t.Fatalf("p1 after moving b and deleting a: %+v", got)
+	}
+	if got := snap["p2"]; got == nil || *got != (usage{addresses: 1}) {
+		t.Fatalf("p2: %+v", got)
+	}
+	h.OnDelete(pd)
+	if _, ok := c.snapshot()["p1"]; ok {
+		t.Fatal("an empty pool keeps no entry")
 	}
 }
