@@ -119,6 +119,20 @@ type ShimFacts struct {
 	// where a fault is expensive they are most of an exec's CPU.
 	MinorFaultsPerCall float64 `json:"minor_faults_per_call,omitempty"`
 	TrueMinorFaults    float64 `json:"true_exec_minor_faults,omitempty"`
+	// EmptyGo*: executing a Go program whose main does nothing, built as
+	// the shim is: the floor for a plugin written in Go (0 when no Go
+	// toolchain was found to build it).
+	EmptyGoCPUMs       float64 `json:"empty_go_exec_cpu_ms,omitempty"`
+	EmptyGoMinorFaults float64 `json:"empty_go_exec_minor_faults,omitempty"`
+}
+
+// floors says what executing /bin/true and an empty Go program cost.
+func (f ShimFacts) floors() string {
+	s := fmt.Sprintf("/bin/true: %.2f ms, %.0f faults", f.TrueCPUMs, f.TrueMinorFaults)
+	if f.EmptyGoCPUMs > 0 {
+		s += fmt.Sprintf("; an empty Go program: %.2f ms, %.0f faults", f.EmptyGoCPUMs, f.EmptyGoMinorFaults)
+	}
+	return s
 }
 
 // Report is a whole run.
@@ -189,8 +203,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms, %.0f minor faults, over %d calls (exec of /bin/true: %.2f ms, %.0f faults)\n",
-		r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.TrueCPUMs, r.Shim.TrueMinorFaults)
+	fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms, %.0f minor faults, over %d calls (exec of %s)\n",
+		r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
 	fmt.Fprintf(w, "machine: %d CPUs, %d MiB, load average %.2f at start, %.2f at end; controller: %s\n",
 		r.Machine.NumCPU, r.Machine.MemTotalMiB, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Controller)
 	fmt.Fprintln(w, "\ntargets:")
@@ -231,8 +245,8 @@ func (r *Report) Markdown() []byte {
 	for _, s := range r.Scenarios {
 		mdRow(s.cells())
 	}
-	fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms, %.0f minor page faults, over %d calls; executing /bin/true the same way costs %.2f ms and %.0f faults here.\n",
-		r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.TrueCPUMs, r.Shim.TrueMinorFaults)
+	fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms, %.0f minor page faults, over %d calls; executed the same way here, %s.\n",
+		r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
 	fmt.Fprintf(&b, "\nMachine: %d CPUs (%s), %d MiB memory, kernel %s, %s; 1-minute load average %.2f at start, %.2f at end. Controller: %s. API server: %s. Run took %.0f s.\n",
 		r.Machine.NumCPU, r.Machine.CPUModel, r.Machine.MemTotalMiB, r.Machine.Kernel, r.Machine.GoVersion, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Controller, r.APIServer, r.DurationS)
 	b.WriteString("\n| target | want | measured | status |\n|---|---|---|---|\n")

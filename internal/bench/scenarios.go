@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -513,7 +514,42 @@ func (e *env) shimFacts() ShimFacts {
 	}
 	cpu, flt := execCPU("/bin/true", 50)
 	f.TrueCPUMs, f.TrueMinorFaults = round3(cpu), round3(flt)
+	if bin, err := buildEmptyGo(); err == nil {
+		cpu, flt := execCPU(bin, 50)
+		f.EmptyGoCPUMs, f.EmptyGoMinorFaults = round3(cpu), round3(flt)
+		os.RemoveAll(filepath.Dir(bin))
+	} else {
+		e.logf("no empty-Go exec floor: %v", err)
+	}
 	return f
+}
+
+// buildEmptyGo builds `func main() {}` as make build builds the shim
+// (static, -trimpath, -s -w) and returns the binary's path.
+func buildEmptyGo() (string, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "tenure-emptygo-")
+	if err != nil {
+		return "", err
+	}
+	for name, content := range map[string]string{"go.mod": "module emptygo\n", "main.go": "package main\n\nfunc main() {}\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	bin := filepath.Join(dir, "emptygo")
+	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("building an empty Go program: %v: %s", err, out)
+	}
+	return bin, nil
 }
 
 // execCPU is the mean CPU (user+system, from the child's rusage) in ms
