@@ -132,11 +132,17 @@ func (p *Process) Running() bool {
 
 // StartProcess runs bin with args, output to logPath.
 func StartProcess(name, bin, logPath string, args ...string) (*Process, error) {
+	return StartProcessEnv(name, bin, logPath, nil, args...)
+}
+
+// StartProcessEnv is StartProcess with the environment env (nil: ours).
+func StartProcessEnv(name, bin, logPath string, env []string, args ...string) (*Process, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group, so nothing we signal reaches the test binary.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

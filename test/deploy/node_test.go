@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,20 +109,33 @@ func (p *pod) setUp(c *corev1.Container, bins testbed.Binaries) {
 	}
 }
 
+// env resolves the container's environment as the kubelet would, for the
+// sources the manifests use; anything else is left out, and
+// TestAgentPodOnANode checks that nothing is.
+func (p *pod) env(c *corev1.Container) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			env[e.Name] = p.nodeName
+		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.ContainerName == c.Name:
+			if q, ok := c.Resources.Limits[corev1.ResourceName(strings.TrimPrefix(e.ValueFrom.ResourceFieldRef.Resource, "limits."))]; ok &&
+				strings.HasPrefix(e.ValueFrom.ResourceFieldRef.Resource, "limits.") {
+				env[e.Name] = strconv.FormatInt(q.Value(), 10)
+			}
+		}
+	}
+	return env
+}
+
 var kubeletVar = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
 // argv is what the container runs for cmd (its command+args or a probe's
 // command).
 func (p *pod) argv(c *corev1.Container, cmd []string) []string {
-	env := map[string]string{}
-	for _, e := range c.Env {
-		switch {
-		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
-			env[e.Name] = p.nodeName
-		case e.ValueFrom == nil:
-			env[e.Name] = e.Value
-		}
-	}
+	env := p.env(c)
 	var out []string
 	for _, a := range cmd {
 		a = kubeletVar.ReplaceAllStringFunc(a, func(m string) string {
@@ -277,7 +291,18 @@ func TestAgentPodOnANode(t *testing.T) {
 	// impersonating kubeconfig stands in for it.
 	argv = append(argv, "--kubeconfig="+kubeconfig)
 	logPath := filepath.Join(root, "agent.log")
-	proc, err := testbed.StartProcess("agent", argv[0], logPath, argv[1:]...)
+	env := p.env(ac)
+	if len(env) != len(ac.Env) {
+		t.Fatalf("the agent container's env has sources this test cannot resolve: %+v", ac.Env)
+	}
+	if v, err := strconv.ParseInt(env["GOMEMLIMIT"], 10, 64); err != nil || v != ac.Resources.Limits.Memory().Value() {
+		t.Fatalf("GOMEMLIMIT resolves to %q, want the container's memory limit in bytes", env["GOMEMLIMIT"])
+	}
+	environ := os.Environ()
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	proc, err := testbed.StartProcessEnv("agent", argv[0], logPath, environ, argv[1:]...)
 	if err != nil {
 		t.Fatal(err)
 	}
