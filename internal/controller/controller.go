@@ -31,6 +31,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,7 @@ import (
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/store"
 )
 
 // Field indexes on the reservation cache.
@@ -112,8 +114,9 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 		Scheme:           kube.Scheme,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:  {Transform: transformTrim},
-			&corev1.Node{}: {Transform: transformTrim},
+			&corev1.Pod{}:             {Transform: transformTrim},
+			&corev1.Node{}:            {Transform: transformTrim},
+			&tenurev1.IPReservation{}: {Transform: store.CompactReservation},
 		},
 	})
 	if err != nil {
@@ -255,6 +258,10 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration, log *slog.Log
 		if ctx.Err() != nil {
 			return nil
 		}
+		// A sweep's lists are garbage now; at 100,000 reservations they are
+		// hundreds of MiB the runtime would otherwise keep until it
+		// scavenges them.
+		debug.FreeOSMemory()
 		released := 0
 		for _, o := range res.Outcomes {
 			if o.Released {

@@ -99,7 +99,7 @@ func New(c client.WithWatch, node string) *Store {
 			return []string{reservation.NetworkLabelOf(obj.(*tenurev1.IPReservation).Name)}, nil
 		},
 	}, client.MatchingLabels{LabelNode: node})
-	_ = s.local.SetTransform(compact)
+	_ = s.local.SetTransform(CompactReservation)
 	for _, inf := range []cache.SharedIndexInformer{s.cluster, s.local} {
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    s.observed,
@@ -442,9 +442,12 @@ func (s *Store) AssumeOverCache(r *tenurev1.IPReservation) bool {
 	return true
 }
 
-// compact trims a cached reservation of this node to what the agent reads
-// and shares the strings that repeat across its objects.
-func compact(obj any) (any, error) {
+// CompactReservation is an informer transform for whole reservations: it
+// drops what no tenure cache reads (managed fields, annotations, owner
+// references, labels other than the node's) and shares the strings that
+// repeat across thousands of objects. Objects of other types pass as they
+// are.
+func CompactReservation(obj any) (any, error) {
 	r, ok := obj.(*tenurev1.IPReservation)
 	if !ok {
 		return obj, nil
@@ -452,8 +455,11 @@ func compact(obj any) (any, error) {
 	r.ManagedFields = nil
 	r.Annotations = nil
 	r.OwnerReferences = nil
-	node := r.Labels[LabelNode]
-	r.Labels = map[string]string{LabelNode: unique.Make(node).Value()}
+	if node := r.Labels[LabelNode]; node != "" {
+		r.Labels = map[string]string{LabelNode: unique.Make(node).Value()}
+	} else {
+		r.Labels = nil
+	}
 	sp := &r.Spec
 	for _, f := range []*string{&sp.Network, &sp.Range, &sp.Pool, &sp.CNINetwork, &sp.Owner.Namespace, &sp.Owner.Node, &sp.Owner.Interface} {
 		*f = unique.Make(*f).Value()
