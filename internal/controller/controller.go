@@ -31,7 +31,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -258,10 +257,6 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration, log *slog.Log
 		if ctx.Err() != nil {
 			return nil
 		}
-		// A sweep's lists are garbage now; at 100,000 reservations they are
-		// hundreds of MiB the runtime would otherwise keep until it
-		// scavenges them.
-		debug.FreeOSMemory()
 		released := 0
 		for _, o := range res.Outcomes {
 			if o.Released {

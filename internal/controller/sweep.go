@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,6 +109,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 	}
 	res.Duration = time.Since(start)
+	// The sweep's lists are garbage now: at 100,000 reservations, hundreds
+	// of MiB the runtime would otherwise keep until it scavenges them.
+	debug.FreeOSMemory()
 	sweepDuration.Observe(res.Duration.Seconds())
 	if len(errs) == 0 {
 		lastSweepSuccess.SetToCurrentTime()
