@@ -141,6 +141,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Shim = e.shimFacts()
 	rep.Machine.LoadAvgEnd = loadAvg()
 	rep.DurationS = round3(time.Since(rep.Started).Seconds())
+	flagBusyAPIServer(rep.Scenarios)
 	rep.Targets = evaluate(rep)
 	rep.Observations = observe(rep)
 	return rep, nil

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -67,5 +68,38 @@ func SummarizeMs(ms []float64) Stats {
 		P90:  Percentile(s, 90),
 		P99:  Percentile(s, 99),
 		Max:  s[len(s)-1],
+	}
+}
+
+// flagBusyAPIServer notes the rows in which the API server spent far more
+// CPU per request than it does in the run's typical row: its own background
+// work (garbage collection after a large list, compaction) fell into those
+// calls, and their latencies say more about that than about tenure.
+func flagBusyAPIServer(rows []Result) {
+	perRequest := func(r *Result) (float64, bool) {
+		cpu, ok := r.CPUMsPerOp["kube-apiserver"]
+		if !ok || r.Ops < 2 || r.APIRequestsPerOp <= 0 {
+			return 0, false
+		}
+		return cpu / r.APIRequestsPerOp, true
+	}
+	var all []float64
+	for i := range rows {
+		if v, ok := perRequest(&rows[i]); ok {
+			all = append(all, v)
+		}
+	}
+	if len(all) < 3 {
+		return
+	}
+	median := SummarizeMs(all).P50
+	for i := range rows {
+		r := &rows[i]
+		if v, ok := perRequest(r); ok && v > 3*median && v > 10 {
+			if r.Notes != "" {
+				r.Notes += "; "
+			}
+			r.Notes += fmt.Sprintf("API server busy with its own work: %.0f ms of CPU per request, %.1f× the run's median", v, v/median)
+		}
 	}
 }

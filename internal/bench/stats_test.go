@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -56,5 +57,26 @@ func TestSummarizeDoesNotReorderAndConvertsToMs(t *testing.T) {
 	}
 	if (SummarizeMs(nil) != Stats{}) {
 		t.Fatal("empty sample must give zero stats")
+	}
+}
+
+func TestFlagBusyAPIServer(t *testing.T) {
+	row := func(name string, apiCPU, reqs float64) Result {
+		return Result{Name: name, Ops: 200, APIRequestsPerOp: reqs, CPUMsPerOp: map[string]float64{"kube-apiserver": apiCPU}}
+	}
+	rows := []Result{
+		row("seq", 8, 1), row("c50", 4, 1), row("dual", 18, 2), row("claim", 18, 5),
+		row("disturbed", 39, 1), row("one op", 0, 0),
+	}
+	rows[5].Ops = 1
+	flagBusyAPIServer(rows)
+	for _, r := range rows {
+		flagged := strings.Contains(r.Notes, "API server busy")
+		if flagged != (r.Name == "disturbed") {
+			t.Errorf("%s: notes %q", r.Name, r.Notes)
+		}
+	}
+	if !strings.Contains(rows[4].Notes, "39 ms of CPU per request, 4.9× the run's median") {
+		t.Errorf("disturbed row: %q", rows[4].Notes)
 	}
 }
