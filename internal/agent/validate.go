@@ -29,8 +29,10 @@ func validateCall(req *cniwire.Request) *types.Error {
 	default:
 		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("unknown CNI_COMMAND: %v", req.Command), "")
 	}
+	// One decode for both: create.DecodeVersion's rule, "" is 0.1.0.
 	var conf struct {
-		Name string `json:"name"`
+		Name       string `json:"name"`
+		CNIVersion string `json:"cniVersion"`
 	}
 	if err := json.Unmarshal(req.StdinData, &conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("error unmarshall network config: %v", err), "")
@@ -41,9 +43,9 @@ func validateCall(req *cniwire.Request) *types.Error {
 	if err := utils.ValidateNetworkName(conf.Name); err != nil {
 		return err
 	}
-	configVersion, err := (&version.ConfigDecoder{}).Decode(req.StdinData)
-	if err != nil {
-		return types.NewError(types.ErrDecodingFailure, err.Error(), "")
+	configVersion := conf.CNIVersion
+	if configVersion == "" {
+		configVersion = "0.1.0"
 	}
 	if minimum != "" {
 		ok, err := version.GreaterThanOrEqualTo(configVersion, minimum)

@@ -26,6 +26,7 @@ func TestValidateCallAppliesSkelsConfigChecks(t *testing.T) {
 		{"ADD", `{"cniVersion":"1.1.0","name":"bad name"}`, 7, "invalid characters found in network name"},
 		{"ADD", `{"cniVersion":"9.9.9","name":"san"}`, 1, "incompatible CNI versions"},
 		{"ADD", `{"cniVersion":"one","name":"san"}`, 1, "incompatible CNI versions"},
+		{"ADD", `{"name":"san"}`, 1, "incompatible CNI versions"}, // no cniVersion is 0.1.0
 		{"CHECK", `{"cniVersion":"0.3.1","name":"san"}`, 1, "config version does not allow CHECK"},
 		{"GC", `{"cniVersion":"1.0.0","name":"san"}`, 1, "config version does not allow GC"},
 		{"STATUS", `{"cniVersion":"0.4.0","name":"san"}`, 1, "config version does not allow STATUS"},
