@@ -270,6 +270,12 @@ func sketch(e *entry) *tenurev1.IPReservation {
 func (s *Store) Taken(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.takenLocked(name)
+}
+
+// takenLocked is getLocked without building a sketch: the allocator asks it
+// of every candidate it passes over.
+func (s *Store) takenLocked(name string) bool {
 	if _, gone := s.released[name]; gone {
 		return false
 	}
@@ -288,7 +294,7 @@ func (s *Store) Taken(name string) bool {
 func (s *Store) TryAssume(r *tenurev1.IPReservation) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.getLocked(r.Name); ok {
+	if s.takenLocked(r.Name) {
 		return false
 	}
 	delete(s.released, r.Name)
@@ -325,7 +331,7 @@ func (s *Store) Forget(name string) {
 func (s *Store) MarkTakenElsewhere(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.getLocked(name); ok {
+	if s.takenLocked(name) {
 		return
 	}
 	s.assumed[name] = assumedEntry{obj: &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}}, at: time.Now()}
