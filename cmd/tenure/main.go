@@ -9,12 +9,13 @@ package main
 import (
 	"syscall"
 
+	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/shim"
 )
 
 func main() {
 	out := shim.Run(shim.OSEnv())
-	shim.Write(1, out.Stdout)
-	shim.Write(2, out.Stderr)
+	_ = cniwire.WriteAll(1, out.Stdout)
+	_ = cniwire.WriteAll(2, out.Stderr)
 	syscall.Exit(out.Exit)
 }

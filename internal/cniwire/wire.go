@@ -180,42 +180,19 @@ func Call(socket string, request []byte, dialTimeout, ioTimeout time.Duration) (
 			return fail("connect", err)
 		}
 	}
-	for len(request) > 0 {
-		n, err := syscall.Write(fd, request)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fail("send", err)
-		}
-		request = request[n:]
+	if err := WriteAll(fd, request); err != nil {
+		return fail("send", err)
 	}
 	_ = syscall.Shutdown(fd, syscall.SHUT_WR)
-	resp := make([]byte, 0, 4096)
-	for {
-		if len(resp) == cap(resp) {
-			resp = append(resp, 0)[:len(resp)]
-		}
-		n, err := syscall.Read(fd, resp[len(resp):cap(resp)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fail("receive", err)
-		}
-		if n == 0 {
-			break
-		}
-		resp = resp[:len(resp)+n]
-		if len(resp) > MaxMessage {
-			return fail("receive", errTooLarge)
-		}
+	resp, err := ReadAll(fd)
+	if err != nil {
+		return fail("receive", err)
 	}
 	return ParseResponse(resp)
 }
 
 var (
-	errTooLarge  = errors.New("response larger than the wire limit")
+	errTooLarge  = errors.New("larger than the wire limit")
 	errMalformed = errors.New("malformed response")
 )
 
@@ -231,6 +208,45 @@ func ParseResponse(resp []byte) (status byte, payload []byte, err error) {
 func AppendResponse(b []byte, status byte, payload []byte) []byte {
 	b = append(b, status, '\n')
 	return append(b, payload...)
+}
+
+// ReadAll reads fd to its end, at most MaxMessage bytes.
+func ReadAll(fd int) ([]byte, error) {
+	b := make([]byte, 0, 4096)
+	for {
+		if len(b) == cap(b) {
+			if len(b) >= MaxMessage {
+				return nil, errTooLarge
+			}
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := syscall.Read(fd, b[len(b):cap(b)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return b, nil
+		}
+		b = b[:len(b)+n]
+	}
+}
+
+// WriteAll writes all of b to fd.
+func WriteAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := syscall.Write(fd, b)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 func setTimeout(fd, opt int, d time.Duration) error {

@@ -1,13 +1,17 @@
 package shim
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/tenure-ipam/tenure/internal/cniwire"
+)
 
 // OSEnv is the environment of the running process, read through syscall
 // only (os would add its package start-up to every call).
 func OSEnv() Env {
 	return Env{
 		Getenv:   func(k string) string { v, _ := syscall.Getenv(k); return v },
-		Stdin:    func() ([]byte, error) { return ReadAll(0) },
+		Stdin:    func() ([]byte, error) { return cniwire.ReadAll(0) },
 		OwnNetNS: ownNetNS,
 	}
 }
@@ -20,18 +24,4 @@ func ownNetNS() (dev, ino uint64, ok bool) {
 		return 0, 0, false
 	}
 	return uint64(st.Dev), st.Ino, true
-}
-
-// Write writes all of b to fd.
-func Write(fd int, b []byte) {
-	for len(b) > 0 {
-		n, err := syscall.Write(fd, b)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		b = b[n:]
-	}
 }

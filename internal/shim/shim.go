@@ -280,29 +280,5 @@ func readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer syscall.Close(fd)
-	return ReadAll(fd)
-}
-
-// ReadAll reads fd to its end.
-func ReadAll(fd int) ([]byte, error) {
-	b := make([]byte, 0, 4096)
-	for {
-		if len(b) == cap(b) {
-			if len(b) >= cniwire.MaxMessage {
-				return nil, syscall.EFBIG
-			}
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := syscall.Read(fd, b[len(b):cap(b)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return b, nil
-		}
-		b = b[:len(b)+n]
-	}
+	return cniwire.ReadAll(fd)
 }
