@@ -7,16 +7,24 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 // GroupVersion is the API group and version of tenure's own objects.
 var GroupVersion = schema.GroupVersion{Group: "ipam.tenure.dev", Version: "v1alpha1"}
 
 var (
-	// SchemeBuilder registers the types of this package with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder collects the functions that add this package's types
+	// to a scheme, as k8s.io/api's packages do.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds the types of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &IPReservation{}, &IPReservationList{}, &IPPool{}, &IPPoolList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -119,7 +119,3 @@ type IPReservationList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []IPReservation `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&IPReservation{}, &IPReservationList{})
-}

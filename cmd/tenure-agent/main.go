@@ -55,7 +55,7 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := agent.New(agent.Options{NodeName: *node, Config: cfg, Logger: log,
+	a, err := agent.NewForConfig(cfg, agent.Options{NodeName: *node, Logger: log,
 		Dataplane: agent.DataplaneOptions{Netns: *dataplaneNetns, StateFile: *socket + ".dataplane.json"}})
 	if err != nil {
 		log.Error("creating agent", "err", err)

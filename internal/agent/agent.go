@@ -32,7 +32,12 @@ import (
 type Options struct {
 	// NodeName is the node this agent serves; reservations record it.
 	NodeName string
-	Config   *rest.Config
+	// Client reads and writes the API; its List and Watch feed every
+	// informer of the agent. NewForConfig builds it from a rest.Config;
+	// tests pass a fake (internal/kube/kubefake).
+	Client client.WithWatch
+	// Recorder records Events on pods and claims; nil records none.
+	Recorder record.EventRecorder
 	Logger   *slog.Logger
 	// PodWait is how long an ADD waits for its pod to reach the cache
 	// before reading it from the API server.
@@ -54,7 +59,8 @@ type Agent struct {
 	claims   cache.SharedIndexInformer
 	pools    cache.SharedIndexInformer
 	recorder record.EventRecorder
-	events   record.EventBroadcaster
+	// shutdown stops what NewForConfig started beside the agent.
+	shutdown func()
 
 	locks keyedMutex
 
@@ -63,10 +69,37 @@ type Agent struct {
 	started atomic.Bool
 }
 
-// New builds an agent; Start runs it.
+// NewForConfig builds an agent talking to the API server of cfg, with an
+// Event recorder of its own; Shutdown stops the recorder.
+func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
+	c, err := kube.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	events := record.NewBroadcaster()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	opts.Client = c
+	opts.Recorder = events.NewRecorder(kube.Scheme, corev1.EventSource{Component: "tenure-agent", Host: opts.NodeName})
+	a, err := New(opts)
+	if err != nil {
+		events.Shutdown()
+		return nil, err
+	}
+	a.shutdown = events.Shutdown
+	return a, nil
+}
+
+// New builds an agent on opts.Client; Start runs it.
 func New(opts Options) (*Agent, error) {
 	if opts.NodeName == "" {
 		return nil, fmt.Errorf("node name is required")
+	}
+	if opts.Client == nil {
+		return nil, fmt.Errorf("an API client is required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -74,27 +107,21 @@ func New(opts Options) (*Agent, error) {
 	if opts.PodWait == 0 {
 		opts.PodWait = time.Second
 	}
-	c, err := kube.NewClient(opts.Config)
-	if err != nil {
-		return nil, err
+	if opts.Recorder == nil {
+		opts.Recorder = &record.FakeRecorder{} // a nil Events channel: records nothing
 	}
-	cs, err := kubernetes.NewForConfig(opts.Config)
-	if err != nil {
-		return nil, err
-	}
-	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c}
+	c := opts.Client
+	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c, recorder: opts.Recorder, shutdown: func() {}}
 	a.store = store.New(c, opts.NodeName)
 	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Quorum: c, Node: opts.NodeName}
 	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1.IPAMClaimList{} }, &ipamclaimsv1.IPAMClaim{}, nil)
 	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1.IPPoolList{} }, &tenurev1.IPPool{}, nil)
+	var err error
 	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
 		return nil, err
 	}
-	a.events = record.NewBroadcaster()
-	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	a.recorder = a.events.NewRecorder(kube.Scheme, corev1.EventSource{Component: "tenure-agent", Host: opts.NodeName})
 	return a, nil
 }
 
@@ -124,8 +151,8 @@ func (a *Agent) Ready() bool {
 	return a.started.Load() && a.store.HasSynced() && a.pods.HasSynced() && a.claims.HasSynced() && a.pools.HasSynced()
 }
 
-// Shutdown stops the event broadcaster.
-func (a *Agent) Shutdown() { a.events.Shutdown() }
+// Shutdown stops the Event broadcaster NewForConfig started.
+func (a *Agent) Shutdown() { a.shutdown() }
 
 // Store exposes the reservation cache (for status and tests).
 func (a *Agent) Store() *store.Store { return a.store }

@@ -6,16 +6,20 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 
 	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 func (a *Agent) getClaim(ctx context.Context, namespace, name string, fresh bool) (*ipamclaimsv1.IPAMClaim, error) {
@@ -43,42 +47,53 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 	var mine []*tenurev1.IPReservation // created by this call, not yet recorded
 	defer func() { a.rollback(mine) }()
 
-	for attempt := 0; attempt < 8; attempt++ {
-		claim, err := a.getClaim(ctx, ns, at.sel.Claim, attempt > 0)
+	var held []heldSlot
+	first := true
+	err := retry.RetryOnConflict(claimUpdateBackoff, func() error {
+		// After a conflict the cache is behind the writer who won: read the
+		// claim from the API server.
+		claim, err := a.getClaim(ctx, ns, at.sel.Claim, !first)
+		first = false
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if claim.DeletionTimestamp != nil {
-			return nil, codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s is being deleted", claims.Key(claim))
+			return codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s is being deleted", claims.Key(claim))
 		}
 		if claim.Spec.Network != at.cfg.Name {
-			return nil, codedf(types.ErrInvalidNetworkConfig, nil, "IPAMClaim %s has spec.network %q but the CNI network is %q", claims.Key(claim), claim.Spec.Network, at.cfg.Name)
+			return codedf(types.ErrInvalidNetworkConfig, nil, "IPAMClaim %s has spec.network %q but the CNI network is %q", claims.Key(claim), claim.Spec.Network, at.cfg.Name)
 		}
 		rec, bad := claims.ParseStatus(claim.Status)
 		if len(bad) > 0 {
-			return nil, codedf(CodeClaimMismatch, nil, "IPAMClaim %s: unparsable %s", claims.Key(claim), strings.Join(bad, ", "))
+			return codedf(CodeClaimMismatch, nil, "IPAMClaim %s: unparsable %s", claims.Key(claim), strings.Join(bad, ", "))
 		}
 		// Items this call created that the claim did not end up recording
 		// (a concurrent ADD of the same claim recorded others) are freed.
 		mine = a.keepRecorded(mine, rec)
 
 		tmpl := allocator.Template{Owner: a.claimOwner(at, claim), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
-		held, fresh, err := a.reserveForClaim(ctx, at, claim, rec, tmpl, &mine)
+		h, fresh, err := a.reserveForClaim(ctx, at, claim, rec, tmpl, &mine)
 		if err != nil {
 			a.reportClaimFailure(ctx, claim, err)
-			return nil, err
+			return err
 		}
-		if err := a.recordClaim(ctx, claim, at.pod, held, fresh); err != nil {
-			if apierrors.IsConflict(err) {
-				continue // someone else wrote the claim: read it again
-			}
-			return nil, err
+		if err := a.recordClaim(ctx, claim, at.pod, h, fresh); err != nil {
+			return err // a conflict: someone else wrote the claim, read it again
 		}
 		mine = nil // recorded: the claim owns them now
-		return held, nil
+		held = h
+		return nil
+	})
+	if apierrors.IsConflict(err) {
+		return nil, codedf(types.ErrTryAgainLater, err, "IPAMClaim %s/%s: too many concurrent updates", ns, at.sel.Claim)
 	}
-	return nil, codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s/%s: too many concurrent updates", ns, at.sel.Claim)
+	return held, err
 }
+
+// claimUpdateBackoff spaces the re-reads of a claim whose status update
+// met a conflict: the writers are the pods presenting one claim (a
+// migration's source and target), rarely more than two.
+var claimUpdateBackoff = wait.Backoff{Steps: 8, Duration: 5 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: time.Second}
 
 func (a *Agent) claimOwner(at *attachment, claim *ipamclaimsv1.IPAMClaim) tenurev1.ReservationOwner {
 	return tenurev1.ReservationOwner{
@@ -101,7 +116,7 @@ func (a *Agent) keepRecorded(mine []*tenurev1.IPReservation, rec claims.Recorded
 	}
 	var release []*tenurev1.IPReservation
 	for _, r := range mine {
-		if p, err := allocator.ParseItem(r.Spec.Address); err != nil || !recorded[p.Addr()] {
+		if p, err := reservation.ParseItem(r.Spec.Address); err != nil || !recorded[p.Addr()] {
 			release = append(release, r)
 		}
 	}
@@ -184,7 +199,7 @@ func (e *outsideRangeError) Error() string {
 func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1.IPAMClaim, pod *corev1.Pod, held []heldSlot, fresh bool) error {
 	var ips, prefixes []string
 	for _, h := range held {
-		p, err := allocator.ParseItem(h.res.Spec.Address)
+		p, err := reservation.ParseItem(h.res.Spec.Address)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
@@ -292,7 +293,7 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	have := map[netip.Addr]bool{}
 	for _, r := range held {
 		if r.Spec.Kind == tenurev1.KindAddress {
-			if p, err := allocator.ParseItem(r.Spec.Address); err == nil {
+			if p, err := reservation.ParseItem(r.Spec.Address); err == nil {
 				have[p.Addr()] = true
 			}
 		}
@@ -360,19 +361,21 @@ func (a *Agent) status(ctx context.Context) error {
 func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
 	key := args.Namespace + "/" + args.Name
 	match := func(p *corev1.Pod) bool { return args.UID == "" || string(p.UID) == args.UID }
-	deadline := time.Now().Add(a.podWait)
-	for {
+	// The runtime calls ADD right after the pod was bound, often before the
+	// pod informer has it: wait a moment for the cache, then ask the API.
+	var cached *corev1.Pod
+	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, a.podWait, true, func(context.Context) (bool, error) {
 		if obj, ok, _ := a.pods.GetIndexer().GetByKey(key); ok && match(obj.(*corev1.Pod)) {
-			return obj.(*corev1.Pod), nil
+			cached = obj.(*corev1.Pod)
+			return true, nil
 		}
-		if time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
+		return false, nil
+	})
+	if cached != nil {
+		return cached, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	p := &corev1.Pod{}
 	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: args.Namespace, Name: args.Name}, p); err != nil {
@@ -396,7 +399,7 @@ func buildResult(cfg *config.Config, held []heldSlot) (types.Result, error) {
 		if h.slot.rng == nil {
 			continue // a delegated prefix is not an interface address
 		}
-		p, err := allocator.ParseItem(h.res.Spec.Address)
+		p, err := reservation.ParseItem(h.res.Spec.Address)
 		if err != nil {
 			return nil, err
 		}

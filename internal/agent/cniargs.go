@@ -2,7 +2,8 @@ package agent
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
 )
 
 // podArgs are the Kubernetes keys runtimes put in CNI_ARGS.
@@ -10,29 +11,29 @@ type podArgs struct {
 	Namespace, Name, UID, InfraContainerID string
 }
 
+// k8sArgs is CNI_ARGS as types.LoadArgs fills it: one field per key,
+// named as the key is.
+type k8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString
+	K8S_POD_NAME               types.UnmarshallableString
+	K8S_POD_UID                types.UnmarshallableString
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString
+}
+
 func parseCNIArgs(s string) (podArgs, error) {
-	var a podArgs
 	if s == "" {
-		return a, fmt.Errorf("CNI_ARGS is empty: K8S_POD_NAMESPACE and K8S_POD_NAME are required")
+		return podArgs{}, fmt.Errorf("CNI_ARGS is empty: K8S_POD_NAMESPACE and K8S_POD_NAME are required")
 	}
-	for _, kv := range strings.Split(s, ";") {
-		if kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return a, fmt.Errorf("CNI_ARGS: %q is not KEY=VALUE", kv)
-		}
-		switch k {
-		case "K8S_POD_NAMESPACE":
-			a.Namespace = v
-		case "K8S_POD_NAME":
-			a.Name = v
-		case "K8S_POD_UID":
-			a.UID = v
-		case "K8S_POD_INFRA_CONTAINER_ID":
-			a.InfraContainerID = v
-		}
+	// Keys other runtimes or meta-plugins add are none of ours: ignore them
+	// unless the caller says IgnoreUnknown=false.
+	args := k8sArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
+	if err := types.LoadArgs(s, &args); err != nil {
+		return podArgs{}, fmt.Errorf("CNI_ARGS %q: %w", s, err)
+	}
+	a := podArgs{
+		Namespace: string(args.K8S_POD_NAMESPACE), Name: string(args.K8S_POD_NAME),
+		UID: string(args.K8S_POD_UID), InfraContainerID: string(args.K8S_POD_INFRA_CONTAINER_ID),
 	}
 	if a.Namespace == "" || a.Name == "" {
 		return a, fmt.Errorf("CNI_ARGS %q: K8S_POD_NAMESPACE and K8S_POD_NAME are required", s)

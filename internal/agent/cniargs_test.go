@@ -16,7 +16,9 @@ func TestParseCNIArgs(t *testing.T) {
 		{in: "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p", want: podArgs{Namespace: "ns", Name: "p"}},
 		{in: "", wantErr: "CNI_ARGS is empty"},
 		{in: "K8S_POD_NAME=p", wantErr: "K8S_POD_NAMESPACE and K8S_POD_NAME are required"},
-		{in: "K8S_POD_NAMESPACE", wantErr: "is not KEY=VALUE"},
+		{in: "K8S_POD_NAMESPACE", wantErr: "invalid pair"},
+		{in: "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;MAC=00:11:22:33:44:55", want: podArgs{Namespace: "ns", Name: "p"}},
+		{in: "IgnoreUnknown=false;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;MAC=x", wantErr: "unknown args"},
 	}
 	for _, c := range cases {
 		got, err := parseCNIArgs(c.in)

@@ -19,7 +19,6 @@ import (
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/reservation"
-	"github.com/tenure-ipam/tenure/internal/store"
 )
 
 var (
@@ -102,9 +101,39 @@ type Interface interface {
 	DryRun() Interface
 }
 
+// Store is the allocator's view of the cluster's reservations: the cache
+// it chooses candidates from, and the ledger of its own writes that the
+// cache has not reported yet, so that two allocations on one node never
+// pick the same item. internal/store implements it over informers.
+type Store interface {
+	// HasSynced reports whether the cache holds the initial list.
+	HasSynced() bool
+	// Get returns the reservation of that name as the cache knows it.
+	Get(name string) (*tenurev1.IPReservation, bool)
+	// Taken reports whether a name is held, counting unconfirmed writes.
+	Taken(name string) bool
+	// ByNetwork returns every reservation of one network key.
+	ByNetwork(network string) []*tenurev1.IPReservation
+	// TryAssume marks r's name as ours before its Create is sent; false
+	// when the name is already taken.
+	TryAssume(r *tenurev1.IPReservation) bool
+	// AssumeOverCache assumes r's name although the cache holds it, for
+	// when a quorum read showed the cache stale; false when this node has
+	// an unconfirmed write of that name itself.
+	AssumeOverCache(r *tenurev1.IPReservation) bool
+	// Confirm records the created object in place of the assumption.
+	Confirm(r *tenurev1.IPReservation)
+	// Forget drops an assumption whose Create failed.
+	Forget(name string)
+	// MarkTakenElsewhere records a Create refused as AlreadyExists.
+	MarkTakenElsewhere(name string)
+	// Released records a delete of ours.
+	Released(name string)
+}
+
 // Factory builds allocators sharing one store, writer and per-space cursors.
 type Factory struct {
-	Store *store.Store
+	Store Store
 	// Writer creates and deletes reservations.
 	Writer client.Client
 	// Quorum is read only when the cache says a range is full, to tell a
@@ -132,40 +161,14 @@ type allocator struct {
 var _ Interface = (*allocator)(nil)
 
 func (a *allocator) name(item netip.Prefix) string {
-	if a.space.Kind() == tenurev1.KindDelegatedPrefix {
-		return reservation.PrefixName(a.network, item)
-	}
-	return reservation.AddressName(a.network, item.Addr())
-}
-
-func itemString(kind tenurev1.ReservationKind, p netip.Prefix) string {
-	if kind == tenurev1.KindDelegatedPrefix {
-		return p.Masked().String()
-	}
-	return p.Addr().String()
+	return reservation.Name(a.network, a.space.Kind(), item)
 }
 
 func (a *allocator) object(item netip.Prefix, t Template) *tenurev1.IPReservation {
-	labels := map[string]string{
-		store.LabelNetwork:  reservation.NetworkLabel(a.network),
-		store.LabelOwnerUID: t.Owner.UID,
-	}
-	if t.Owner.Node != "" {
-		labels[store.LabelNode] = t.Owner.Node
-	}
-	return &tenurev1.IPReservation{
-		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1.GroupVersion.String(), Kind: "IPReservation"},
-		ObjectMeta: metav1.ObjectMeta{Name: a.name(item), Labels: labels},
-		Spec: tenurev1.IPReservationSpec{
-			Network:    a.network,
-			Kind:       a.space.Kind(),
-			Address:    itemString(a.space.Kind(), item),
-			Range:      a.space.String(),
-			Pool:       t.Pool,
-			CNINetwork: t.CNINetwork,
-			Owner:      t.Owner,
-		},
-	}
+	return reservation.New(reservation.Spec{
+		Network: a.network, Kind: a.space.Kind(), Item: item, Range: a.space.String(),
+		Pool: t.Pool, CNINetwork: t.CNINetwork, Owner: t.Owner,
+	})
 }
 
 func (a *allocator) cursorKey() string { return a.network + "|" + a.space.String() }
@@ -258,7 +261,7 @@ func (a *allocator) quorumNames(ctx context.Context) (map[string]bool, error) {
 	// network is thousands of objects.
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(tenurev1.GroupVersion.WithKind("IPReservationList"))
-	if err := a.f.Quorum.List(ctx, list, client.MatchingLabels{store.LabelNetwork: reservation.NetworkLabel(a.network)}); err != nil {
+	if err := a.f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(a.network)}); err != nil {
 		return nil, fmt.Errorf("listing reservations of network %s: %w", a.network, err)
 	}
 	held := make(map[string]bool, len(list.Items))
@@ -288,7 +291,7 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 		return nil, ErrNotReady
 	}
 	if !a.space.Contains(item) {
-		return nil, &ErrNotInRange{Item: itemString(a.space.Kind(), item), ValidRange: a.space.String()}
+		return nil, &ErrNotInRange{Item: reservation.ItemString(a.space.Kind(), item), ValidRange: a.space.String()}
 	}
 	obj := a.object(item, t)
 	if cur, ok := a.f.Store.Get(obj.Name); ok && cur.Spec.Owner.UID == t.Owner.UID && cur.UID != "" {
@@ -330,7 +333,7 @@ func (a *allocator) Has(item netip.Prefix) bool { return a.f.Store.Taken(a.name(
 
 func (a *allocator) ForEach(fn func(*tenurev1.IPReservation)) {
 	for _, r := range a.f.Store.ByNetwork(a.network) {
-		p, err := parseItem(r.Spec.Address)
+		p, err := reservation.ParseItem(r.Spec.Address)
 		if err == nil && r.Spec.Kind == a.space.Kind() && a.space.Contains(p) {
 			fn(r)
 		}
@@ -343,25 +346,10 @@ func (a *allocator) DryRun() Interface {
 	return &c
 }
 
-func parseItem(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p, nil
-	}
-	addr, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(addr, addr.BitLen()), nil
-}
-
-// ParseItem reads a reservation's spec.address back into a prefix (an
-// address is a full-length prefix).
-func ParseItem(s string) (netip.Prefix, error) { return parseItem(s) }
-
 // ReleaseObject deletes exactly the reservation given: the UID
 // precondition makes it a no-op when the name has since been re-created
 // for someone else.
-func ReleaseObject(ctx context.Context, w client.Client, s *store.Store, r *tenurev1.IPReservation) error {
+func ReleaseObject(ctx context.Context, w client.Client, s Store, r *tenurev1.IPReservation) error {
 	opts := []client.DeleteOption{}
 	if r.UID != "" {
 		uid := r.UID

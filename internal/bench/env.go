@@ -33,7 +33,6 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
-	"github.com/tenure-ipam/tenure/internal/store"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -439,23 +438,13 @@ func (e *env) ensureOwners(ctx context.Context, reservations int) ([]benchPod, e
 // directReservation is a reservation as the agent would have made it for
 // owner, created by the bench straight through the API.
 func directReservation(network, rng string, addr netip.Addr, owner benchPod) *tenurev1.IPReservation {
-	return &tenurev1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: reservation.AddressName(network, addr),
-			Labels: map[string]string{
-				store.LabelNetwork:  reservation.NetworkLabel(network),
-				store.LabelOwnerUID: owner.uid,
-				store.LabelNode:     owner.node,
-			},
+	return reservation.New(reservation.Spec{
+		Network: network, Kind: tenurev1.KindAddress, Item: netip.PrefixFrom(addr, addr.BitLen()), Range: rng, CNINetwork: network,
+		Owner: tenurev1.ReservationOwner{
+			Kind: tenurev1.OwnerPod, Namespace: owner.ns, Name: owner.name, UID: owner.uid,
+			PodName: owner.name, PodUID: owner.uid, ContainerID: owner.containerID, Interface: "net1", Node: owner.node,
 		},
-		Spec: tenurev1.IPReservationSpec{
-			Network: network, Kind: tenurev1.KindAddress, Address: addr.String(), Range: rng, CNINetwork: network,
-			Owner: tenurev1.ReservationOwner{
-				Kind: tenurev1.OwnerPod, Namespace: owner.ns, Name: owner.name, UID: owner.uid,
-				PodName: owner.name, PodUID: owner.uid, ContainerID: owner.containerID, Interface: "net1", Node: owner.node,
-			},
-		},
-	}
+	})
 }
 
 // createAll creates objs at concurrency conc and returns each create's

@@ -11,7 +11,7 @@ import (
 
 	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // ClaimFinalizer keeps an IPAMClaim that holds reservations until the
@@ -63,7 +63,7 @@ func (cf *claimFinalizer) ensure(ctx context.Context, c *ipamclaimsv1.IPAMClaim,
 func (cf *claimFinalizer) owned(ctx context.Context, c *ipamclaimsv1.IPAMClaim) ([]string, error) {
 	uid := string(c.UID)
 	list := &tenurev1.IPReservationList{}
-	if err := cf.live.List(ctx, list, client.MatchingLabels{store.LabelOwnerUID: uid}); err != nil {
+	if err := cf.live.List(ctx, list, client.MatchingLabels{reservation.LabelOwnerUID: uid}); err != nil {
 		return nil, fmt.Errorf("listing reservations of IPAMClaim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	seen := map[string]bool{}

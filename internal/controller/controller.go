@@ -47,7 +47,7 @@ import (
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/kube"
-	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // Field indexes on the reservation cache.
@@ -115,7 +115,7 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:             {Transform: transformTrim},
 			&corev1.Node{}:            {Transform: transformTrim},
-			&tenurev1.IPReservation{}: {Transform: store.CompactReservation},
+			&tenurev1.IPReservation{}: {Transform: reservation.Compact},
 		},
 	})
 	if err != nil {

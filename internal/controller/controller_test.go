@@ -22,7 +22,7 @@ import (
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/kube"
-	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 type recorded struct {
@@ -46,9 +46,9 @@ func pod(ns, name, uid, node string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: node}}
 }
 
-func reservation(name, addr string, owner tenurev1.ReservationOwner) *tenurev1.IPReservation {
+func reservationOf(name, addr string, owner tenurev1.ReservationOwner) *tenurev1.IPReservation {
 	return &tenurev1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("r-" + name), Labels: map[string]string{store.LabelOwnerUID: owner.UID}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("r-" + name), Labels: map[string]string{reservation.LabelOwnerUID: owner.UID}},
 		Spec:       tenurev1.IPReservationSpec{Network: "n", Kind: tenurev1.KindAddress, Address: addr, Owner: owner},
 	}
 }
@@ -84,11 +84,11 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 		pod("ns", "live", "uid-live", "a"),
 		pod("ns", "db-0", "uid-new", "a"), // recreated: uid-old is gone
 		terminating, deadNode,
-		reservation("n.1", "10.0.0.1", podOwner("ns", "live", "uid-live", "c1", "a")),
-		reservation("n.2", "10.0.0.2", podOwner("ns", "gone", "uid-gone", "c2", "a")),
-		reservation("n.3", "10.0.0.3", podOwner("ns", "db-0", "uid-old", "c3", "a")),
-		reservation("n.4", "10.0.0.4", podOwner("ns", "db-0", "uid-new", "c4", "a")),
-		reservation("n.5", "10.0.0.5", podOwner("ns", "term", "uid-term", "c5", "dead")),
+		reservationOf("n.1", "10.0.0.1", podOwner("ns", "live", "uid-live", "c1", "a")),
+		reservationOf("n.2", "10.0.0.2", podOwner("ns", "gone", "uid-gone", "c2", "a")),
+		reservationOf("n.3", "10.0.0.3", podOwner("ns", "db-0", "uid-old", "c3", "a")),
+		reservationOf("n.4", "10.0.0.4", podOwner("ns", "db-0", "uid-new", "c4", "a")),
+		reservationOf("n.5", "10.0.0.5", podOwner("ns", "term", "uid-term", "c5", "dead")),
 	}
 	c := newFake(objs...)
 	rec := &fakeRecorder{}
@@ -159,7 +159,7 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 
 func TestReleaseRefusesAChangedReservation(t *testing.T) {
 	ctx := context.Background()
-	r := reservation("n.9", "10.0.0.9", podOwner("ns", "gone", "uid-gone", "c", "a"))
+	r := reservationOf("n.9", "10.0.0.9", podOwner("ns", "gone", "uid-gone", "c", "a"))
 	c := newFake(r)
 	// A writer that changes the object between the live read and the delete.
 	once := sync.Once{}
@@ -204,7 +204,7 @@ func TestEventTargetPrefersPodThenClaimThenPool(t *testing.T) {
 	pool := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p1", UID: "pool-uid"}}
 	c := newFake(pool)
 	rel := &Releaser{Live: c}
-	r := reservation("x", "10.0.0.1", podOwner("ns", "p", "u1", "c", "a"))
+	r := reservationOf("x", "10.0.0.1", podOwner("ns", "p", "u1", "c", "a"))
 	r.Spec.Pool = "p1"
 	if got := rel.eventTarget(ctx, r, gathered{pod: pod("ns", "p", "u1", "a")}); got.(*corev1.Pod).Name != "p" {
 		t.Errorf("live pod: %T", got)
@@ -227,10 +227,10 @@ func TestClaimFinalizer(t *testing.T) {
 	claim := &ipamclaimsv1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "claim-uid"},
 		Spec: ipamclaimsv1.IPAMClaimSpec{Network: "n", Interface: "net1"}}
 	owner := tenurev1.ReservationOwner{Kind: tenurev1.OwnerIPAMClaim, Namespace: "ns", Name: "vm", UID: "claim-uid"}
-	pd := reservation("n.pd", "2001:db8::/56", owner)
+	pd := reservationOf("n.pd", "2001:db8::/56", owner)
 	pd.Spec.Kind = tenurev1.KindDelegatedPrefix
-	other := reservation("n.other", "10.0.0.8", podOwner("ns", "p", "pod-uid", "c", "a"))
-	c := newFake(claim, reservation("n.a", "10.0.0.7", owner), pd, other, pod("ns", "p", "pod-uid", "a"))
+	other := reservationOf("n.other", "10.0.0.8", podOwner("ns", "p", "pod-uid", "c", "a"))
+	c := newFake(claim, reservationOf("n.a", "10.0.0.7", owner), pd, other, pod("ns", "p", "pod-uid", "a"))
 	rel := &Releaser{Live: c, Writer: c}
 	cf := &claimFinalizer{live: c, writer: c, rel: rel}
 
@@ -314,9 +314,9 @@ func TestPoolStatusWritesOnlyChanges(t *testing.T) {
 	ctx := context.Background()
 	pool := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Spec: tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29"}}}}
 	bad := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/33"}}}}
-	r1 := reservation("n.1", "10.0.0.1", podOwner("ns", "a", "u", "c", "n"))
+	r1 := reservationOf("n.1", "10.0.0.1", podOwner("ns", "a", "u", "c", "n"))
 	r1.Spec.Pool = "p1"
-	r2 := reservation("n.2", "10.0.0.2", podOwner("ns", "a", "u", "c", "n"))
+	r2 := reservationOf("n.2", "10.0.0.2", podOwner("ns", "a", "u", "c", "n"))
 	r2.Spec.Pool = "p1"
 	c := newFake(pool, bad, r1, r2)
 	ps := &poolStatus{counts: &reservationCounts{}, cache: c, writer: c, interval: time.Second}
@@ -364,8 +364,8 @@ func TestStaleCacheNominatesLiveReadKeeps(t *testing.T) {
 	terminating.Finalizers = []string{"hold"}
 	freshNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "fresh-node"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}}
-	rNew := reservation("n.1", "10.0.0.1", podOwner("ns", "new", "uid-new", "c1", "fresh-node"))
-	rTerm := reservation("n.2", "10.0.0.2", podOwner("ns", "term", "uid-term", "c2", "fresh-node"))
+	rNew := reservationOf("n.1", "10.0.0.1", podOwner("ns", "new", "uid-new", "c1", "fresh-node"))
+	rTerm := reservationOf("n.2", "10.0.0.2", podOwner("ns", "term", "uid-term", "c2", "fresh-node"))
 	c := newFake(live, terminating, freshNode, rNew, rTerm)
 	rel := &Releaser{Live: c, Writer: c, Policy: repair.Policy{NodeGracePeriod: time.Minute}}
 
@@ -397,11 +397,11 @@ func TestStaleCacheNominatesLiveReadKeeps(t *testing.T) {
 func TestReservationCountsFollowEvents(t *testing.T) {
 	c := &reservationCounts{}
 	h := c.Handler()
-	a := reservation("n.1", "10.0.0.1", podOwner("ns", "a", "u1", "c", "n"))
+	a := reservationOf("n.1", "10.0.0.1", podOwner("ns", "a", "u1", "c", "n"))
 	a.Spec.Pool = "p1"
-	b := reservation("n.2", "10.0.0.2", podOwner("ns", "b", "u2", "c", "n"))
+	b := reservationOf("n.2", "10.0.0.2", podOwner("ns", "b", "u2", "c", "n"))
 	b.Spec.Pool = "p1"
-	pd := reservation("n.pd.fd00-0000-0000-0100-0000-0000-0000-0000.56", "fd00:0:0:100::/56", podOwner("ns", "b", "u2", "c", "n"))
+	pd := reservationOf("n.pd.fd00-0000-0000-0100-0000-0000-0000-0000.56", "fd00:0:0:100::/56", podOwner("ns", "b", "u2", "c", "n"))
 	pd.Spec.Pool, pd.Spec.Kind = "p1", tenurev1.KindDelegatedPrefix
 	h.OnAdd(a, true)
 	h.OnAdd(b, false)

@@ -12,7 +12,7 @@ import (
 	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
-	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // source answers the questions Decide needs. Three kinds exist: live API
@@ -88,7 +88,7 @@ type readerSource struct {
 
 func liveSource(r client.Reader) readerSource {
 	return readerSource{r: r, siblingOpts: func(uid string) []client.ListOption {
-		return []client.ListOption{client.MatchingLabels{store.LabelOwnerUID: uid}}
+		return []client.ListOption{client.MatchingLabels{reservation.LabelOwnerUID: uid}}
 	}}
 }
 

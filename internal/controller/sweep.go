@@ -17,7 +17,7 @@ import (
 	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
-	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // Sweeper is the backstop: one pass of the same decision over full live
@@ -155,7 +155,7 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, []*tenurev1.IPReserv
 	if err := s.listAll(ctx, rl, func() {
 		for i := range rl.Items {
 			r := rl.Items[i].DeepCopy()
-			_, _ = store.CompactReservation(r)
+			_, _ = reservation.Compact(r)
 			all = append(all, r)
 			snap.byOwner[r.Spec.Owner.UID] = append(snap.byOwner[r.Spec.Owner.UID], r)
 		}

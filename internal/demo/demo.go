@@ -33,7 +33,7 @@ import (
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/kube"
-	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -270,7 +270,7 @@ func (r *run) nodeLoss(ctx context.Context) error {
 	for {
 		left := 0
 		list := &tenurev1.IPReservationList{}
-		if err := r.c.List(ctx, list, client.MatchingLabels{store.LabelNode: lost}); err != nil {
+		if err := r.c.List(ctx, list, client.MatchingLabels{reservation.LabelNode: lost}); err != nil {
 			return err
 		}
 		left = len(list.Items)

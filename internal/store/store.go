@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unique"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,14 +33,6 @@ import (
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
-)
-
-// Labels put on every reservation so the controller, the exhaustion
-// fallback and the agents' caches can select server-side.
-const (
-	LabelNetwork  = "ipam.tenure.dev/network"
-	LabelNode     = "ipam.tenure.dev/node"
-	LabelOwnerUID = "ipam.tenure.dev/owner-uid"
 )
 
 const (
@@ -98,8 +89,8 @@ func New(c client.WithWatch, node string) *Store {
 		indexNetwork: func(obj any) ([]string, error) {
 			return []string{reservation.NetworkLabelOf(obj.(*tenurev1.IPReservation).Name)}, nil
 		},
-	}, client.MatchingLabels{LabelNode: node})
-	_ = s.local.SetTransform(CompactReservation)
+	}, client.MatchingLabels{reservation.LabelNode: node})
+	_ = s.local.SetTransform(reservation.Compact)
 	for _, inf := range []cache.SharedIndexInformer{s.cluster, s.local} {
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    s.observed,
@@ -130,7 +121,7 @@ func toEntry(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	return &entry{name: m.Name, resourceVersion: m.ResourceVersion, uid: m.UID, owner: m.Labels[LabelOwnerUID]}, nil
+	return &entry{name: m.Name, resourceVersion: m.ResourceVersion, uid: m.UID, owner: m.Labels[reservation.LabelOwnerUID]}, nil
 }
 
 // ownerBucket is the owner-UID index key: a bucket of owners rather than
@@ -164,7 +155,7 @@ func (s *Store) observed(obj any) {
 	if !ok || a.obj.UID != uid {
 		return
 	}
-	if a.obj.Labels[LabelNode] == s.node {
+	if a.obj.Labels[reservation.LabelNode] == s.node {
 		if _, inLocal := s.localGet(name, uid); !inLocal {
 			return
 		}
@@ -307,7 +298,7 @@ func (s *Store) Confirm(r *tenurev1.IPReservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	confirmed := false
-	if r.Labels[LabelNode] == s.node {
+	if r.Labels[reservation.LabelNode] == s.node {
 		_, confirmed = s.localGet(r.Name, r.UID)
 	} else if obj, ok, _ := s.cluster.GetIndexer().GetByKey(r.Name); ok {
 		confirmed = obj.(*entry).uid == r.UID
@@ -366,7 +357,7 @@ func (s *Store) ByNetwork(network string) []*tenurev1.IPReservation {
 
 // Local returns every reservation of this node.
 func (s *Store) Local() []*tenurev1.IPReservation {
-	return s.collect("", "", false, func(r *tenurev1.IPReservation) bool { return r.Labels[LabelNode] == s.node })
+	return s.collect("", "", false, func(r *tenurev1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.node })
 }
 
 // collect reads index key from the local cache and, with cluster, the
@@ -446,31 +437,4 @@ func (s *Store) AssumeOverCache(r *tenurev1.IPReservation) bool {
 	delete(s.released, r.Name)
 	s.assumed[r.Name] = assumedEntry{obj: r, at: time.Now()}
 	return true
-}
-
-// CompactReservation is an informer transform for whole reservations: it
-// drops what no tenure cache reads (managed fields, annotations, owner
-// references, labels other than the node's) and shares the strings that
-// repeat across thousands of objects. Objects of other types pass as they
-// are.
-func CompactReservation(obj any) (any, error) {
-	r, ok := obj.(*tenurev1.IPReservation)
-	if !ok {
-		return obj, nil
-	}
-	r.ManagedFields = nil
-	r.Annotations = nil
-	r.OwnerReferences = nil
-	if node := r.Labels[LabelNode]; node != "" {
-		r.Labels = map[string]string{LabelNode: unique.Make(node).Value()}
-	} else {
-		r.Labels = nil
-	}
-	sp := &r.Spec
-	for _, f := range []*string{&sp.Network, &sp.Range, &sp.Pool, &sp.CNINetwork, &sp.Owner.Namespace, &sp.Owner.Node, &sp.Owner.Interface} {
-		*f = unique.Make(*f).Value()
-	}
-	sp.Kind = tenurev1.ReservationKind(unique.Make(string(sp.Kind)).Value())
-	sp.Owner.Kind = tenurev1.OwnerKind(unique.Make(string(sp.Owner.Kind)).Value())
-	return r, nil
 }

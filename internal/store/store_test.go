@@ -16,7 +16,7 @@ import (
 
 func metadata(name, uid, owner string) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), ResourceVersion: "7",
-		Labels: map[string]string{LabelOwnerUID: owner, LabelNode: "n1", LabelNetwork: "san"}}}
+		Labels: map[string]string{reservation.LabelOwnerUID: owner, reservation.LabelNode: "n1", reservation.LabelNetwork: "san"}}}
 }
 
 func TestSketchReadsTheName(t *testing.T) {
@@ -101,30 +101,5 @@ func BenchmarkClusterCacheMemory(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/reservation")
 		runtime.KeepAlive(x)
-	}
-}
-
-func TestCompactReservationKeepsWhatCachesRead(t *testing.T) {
-	r := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "san.10.0.0.5", UID: "u1", ResourceVersion: "9",
-		Labels:          map[string]string{LabelNode: "n1", LabelOwnerUID: "o1", LabelNetwork: "san"},
-		Annotations:     map[string]string{"a": "b"},
-		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "m"}},
-		OwnerReferences: []metav1.OwnerReference{{Name: "x"}}},
-		Spec: tenurev1.IPReservationSpec{Network: "san", Kind: tenurev1.KindAddress, Address: "10.0.0.5", Range: "10.0.0.0/29",
-			Owner: tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "p", UID: "o1", ContainerID: "c1", Interface: "net1", Node: "n1"}}}
-	want := r.Spec
-	out, err := CompactReservation(r)
-	if err != nil || out != r {
-		t.Fatalf("CompactReservation: %v", err)
-	}
-	if r.Annotations != nil || r.ManagedFields != nil || r.OwnerReferences != nil || len(r.Labels) != 1 || r.Labels[LabelNode] != "n1" {
-		t.Fatalf("metadata after compaction: %+v", r.ObjectMeta)
-	}
-	if r.Spec != want || r.Name != "san.10.0.0.5" || r.UID != "u1" || r.ResourceVersion != "9" {
-		t.Fatalf("compaction changed what caches read: %+v %+v", r.ObjectMeta, r.Spec)
-	}
-	noNode := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{LabelOwnerUID: "o"}}}
-	if _, _ = CompactReservation(noNode); noNode.Labels != nil {
-		t.Fatalf("a reservation without a node label keeps no label map: %v", noNode.Labels)
 	}
 }

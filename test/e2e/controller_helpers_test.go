@@ -15,13 +15,11 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/reservation"
-	"github.com/tenure-ipam/tenure/internal/store"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -185,22 +183,14 @@ func ctlPoll(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 // (same name derivation and labels).
 func ctlReservation(t *testing.T, ctx context.Context, c client.Client, network, item string, owner tenurev1.ReservationOwner) *tenurev1.IPReservation {
 	t.Helper()
-	kind := tenurev1.KindAddress
-	var name string
+	spec := reservation.Spec{Network: network, Kind: tenurev1.KindAddress, Owner: owner}
 	if strings.Contains(item, "/") {
-		kind = tenurev1.KindDelegatedPrefix
-		name = reservation.PrefixName(network, netip.MustParsePrefix(item))
+		spec.Kind, spec.Item = tenurev1.KindDelegatedPrefix, netip.MustParsePrefix(item)
 	} else {
-		name = reservation.AddressName(network, netip.MustParseAddr(item))
+		addr := netip.MustParseAddr(item)
+		spec.Item = netip.PrefixFrom(addr, addr.BitLen())
 	}
-	labels := map[string]string{store.LabelNetwork: reservation.NetworkLabel(network), store.LabelOwnerUID: owner.UID}
-	if owner.Node != "" {
-		labels[store.LabelNode] = owner.Node
-	}
-	r := &tenurev1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec:       tenurev1.IPReservationSpec{Network: network, Kind: kind, Address: item, Owner: owner},
-	}
+	r := reservation.New(spec)
 	if err := c.Create(ctx, r); err != nil {
 		t.Fatal(err)
 	}

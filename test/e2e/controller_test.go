@@ -22,7 +22,7 @@ import (
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
-	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -403,7 +403,7 @@ func TestControllerNeverReleasesLiveReservationsDuringConcurrentAdds(t *testing.
 			snapshot := append([]held(nil), returned...)
 			mu.Unlock()
 			list := &tenurev1.IPReservationList{}
-			if err := c.List(ctx, list, client.MatchingLabels{store.LabelNetwork: network}); err != nil {
+			if err := c.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: network}); err != nil {
 				continue
 			}
 			owner := map[string]string{}
@@ -587,7 +587,7 @@ func TestControllerClaimDeletion(t *testing.T) {
 		// Watch from now on: the claim must disappear only after its
 		// reservations (resourceVersions are etcd revisions, comparable
 		// across resources of one etcd).
-		rw, err := c.Watch(ctx, &tenurev1.IPReservationList{}, client.MatchingLabels{store.LabelOwnerUID: string(cl.UID)})
+		rw, err := c.Watch(ctx, &tenurev1.IPReservationList{}, client.MatchingLabels{reservation.LabelOwnerUID: string(cl.UID)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,6 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
-	"github.com/tenure-ipam/tenure/internal/store"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -135,7 +134,7 @@ func cniCode(err error) uint {
 func reservationsOf(t *testing.T, ctx context.Context, network string) []tenurev1.IPReservation {
 	t.Helper()
 	list := &tenurev1.IPReservationList{}
-	if err := apiClient(t).List(ctx, list, client.MatchingLabels{store.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
+	if err := apiClient(t).List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
 		t.Fatal(err)
 	}
 	return list.Items

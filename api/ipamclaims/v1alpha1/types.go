@@ -71,7 +71,3 @@ const (
 	ReasonIPAddressConflict     = "IPAddressConflict"
 	ReasonAddressesOutsideRange = "AddressesOutsideRange"
 )
-
-func init() {
-	SchemeBuilder.Register(&IPAMClaim{}, &IPAMClaimList{})
-}

@@ -1,0 +1,120 @@
+package reservation
+
+import (
+	"net/netip"
+	"unique"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+)
+
+// Labels put on every reservation so that the controller, the allocator's
+// exhaustion fallback and the agents' caches can select server-side.
+const (
+	// LabelNetwork is NetworkLabel(spec.network): every reservation of one
+	// allocation scope.
+	LabelNetwork = "ipam.tenure.dev/network"
+	// LabelNode is the node whose agent made the reservation: what an
+	// agent's cache of its own reservations selects.
+	LabelNode = "ipam.tenure.dev/node"
+	// LabelOwnerUID is spec.owner.uid: what a pod or claim holds.
+	LabelOwnerUID = "ipam.tenure.dev/owner-uid"
+)
+
+// Spec is what a reservation is made of; New derives the rest.
+type Spec struct {
+	// Network is the allocation scope (NetworkKey).
+	Network string
+	Kind    tenurev1.ReservationKind
+	// Item is the address (a full-length prefix) or the delegated prefix.
+	Item netip.Prefix
+	// Range is the configured range or prefix pool the item came from.
+	Range      string
+	Pool       string
+	CNINetwork string
+	Owner      tenurev1.ReservationOwner
+}
+
+// New builds the IPReservation of s: its name derived from (network, item),
+// the labels every reader selects by, and the spec. It is the one place
+// where the object's shape is decided.
+func New(s Spec) *tenurev1.IPReservation {
+	labels := map[string]string{
+		LabelNetwork:  NetworkLabel(s.Network),
+		LabelOwnerUID: s.Owner.UID,
+	}
+	if s.Owner.Node != "" {
+		labels[LabelNode] = s.Owner.Node
+	}
+	return &tenurev1.IPReservation{
+		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1.GroupVersion.String(), Kind: "IPReservation"},
+		ObjectMeta: metav1.ObjectMeta{Name: Name(s.Network, s.Kind, s.Item), Labels: labels},
+		Spec: tenurev1.IPReservationSpec{
+			Network:    s.Network,
+			Kind:       s.Kind,
+			Address:    ItemString(s.Kind, s.Item),
+			Range:      s.Range,
+			Pool:       s.Pool,
+			CNINetwork: s.CNINetwork,
+			Owner:      s.Owner,
+		},
+	}
+}
+
+// Name is the object name of item on a network: PrefixName for a delegated
+// prefix, AddressName for an address.
+func Name(network string, kind tenurev1.ReservationKind, item netip.Prefix) string {
+	if kind == tenurev1.KindDelegatedPrefix {
+		return PrefixName(network, item)
+	}
+	return AddressName(network, item.Addr())
+}
+
+// ItemString is spec.address of item: the CIDR of a delegated prefix, the
+// bare IP of an address.
+func ItemString(kind tenurev1.ReservationKind, item netip.Prefix) string {
+	if kind == tenurev1.KindDelegatedPrefix {
+		return item.Masked().String()
+	}
+	return item.Addr().String()
+}
+
+// ParseItem reads spec.address back into a prefix (an address is a
+// full-length prefix).
+func ParseItem(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p, nil
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(addr, addr.BitLen()), nil
+}
+
+// Compact is an informer transform for whole reservations: it drops what no
+// tenure cache reads (managed fields, annotations, owner references, labels
+// other than the node's) and shares the strings that repeat across
+// thousands of objects. Objects of other types pass as they are.
+func Compact(obj any) (any, error) {
+	r, ok := obj.(*tenurev1.IPReservation)
+	if !ok {
+		return obj, nil
+	}
+	r.ManagedFields = nil
+	r.Annotations = nil
+	r.OwnerReferences = nil
+	if node := r.Labels[LabelNode]; node != "" {
+		r.Labels = map[string]string{LabelNode: unique.Make(node).Value()}
+	} else {
+		r.Labels = nil
+	}
+	sp := &r.Spec
+	for _, f := range []*string{&sp.Network, &sp.Range, &sp.Pool, &sp.CNINetwork, &sp.Owner.Namespace, &sp.Owner.Node, &sp.Owner.Interface} {
+		*f = unique.Make(*f).Value()
+	}
+	sp.Kind = tenurev1.ReservationKind(unique.Make(string(sp.Kind)).Value())
+	sp.Owner.Kind = tenurev1.OwnerKind(unique.Make(string(sp.Owner.Kind)).Value())
+	return r, nil
+}

@@ -1,0 +1,81 @@
+package reservation
+
+import (
+	"net/netip"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+)
+
+func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
+	owner := tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "p", UID: "o1", Node: "n1"}
+	for _, tc := range []struct {
+		name       string
+		spec       Spec
+		wantName   string
+		wantAddr   string
+		wantLabels map[string]string
+	}{
+		{"IPv4 address", Spec{Network: "san", Kind: tenurev1.KindAddress, Item: netip.MustParsePrefix("10.0.0.5/32"), Owner: owner},
+			"san.10.0.0.5", "10.0.0.5", map[string]string{LabelNetwork: "san", LabelOwnerUID: "o1", LabelNode: "n1"}},
+		{"IPv6 address", Spec{Network: "vm-net", Kind: tenurev1.KindAddress, Item: netip.MustParsePrefix("2001:db8::1/128"), Owner: owner},
+			"vm-net.2001-0db8-0000-0000-0000-0000-0000-0001", "2001:db8::1", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1"}},
+		{"delegated prefix, unmasked input", Spec{Network: "vm-net", Kind: tenurev1.KindDelegatedPrefix, Item: netip.MustParsePrefix("2001:db8:0:100::1/56"), Owner: owner},
+			"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", "2001:db8:0:100::/56", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1"}},
+		{"no node: no node label", Spec{Network: "a/b", Kind: tenurev1.KindAddress, Item: netip.MustParsePrefix("10.0.0.1/32"), Owner: tenurev1.ReservationOwner{UID: "o2"}},
+			AddressName("a/b", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", map[string]string{LabelNetwork: NetworkLabel("a/b"), LabelOwnerUID: "o2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(tc.spec)
+			if r.Name != tc.wantName || r.Spec.Address != tc.wantAddr || r.Spec.Network != tc.spec.Network || r.Spec.Kind != tc.spec.Kind {
+				t.Fatalf("New = %s %+v, want name %s address %s", r.Name, r.Spec, tc.wantName, tc.wantAddr)
+			}
+			if len(r.Labels) != len(tc.wantLabels) {
+				t.Fatalf("labels %v, want %v", r.Labels, tc.wantLabels)
+			}
+			for k, v := range tc.wantLabels {
+				if r.Labels[k] != v {
+					t.Fatalf("labels %v, want %v", r.Labels, tc.wantLabels)
+				}
+			}
+			if r.APIVersion != tenurev1.GroupVersion.String() || r.Kind != "IPReservation" {
+				t.Fatalf("type meta %+v", r.TypeMeta)
+			}
+			back, err := ParseItem(r.Spec.Address)
+			if err != nil || Name(r.Spec.Network, r.Spec.Kind, back) != r.Name {
+				t.Fatalf("ParseItem(%q) = %v, %v: does not name the object back", r.Spec.Address, back, err)
+			}
+			p, err := Parse(r.Name)
+			if err != nil || p.NetworkLabel != r.Labels[LabelNetwork] || p.IsPrefix != (tc.spec.Kind == tenurev1.KindDelegatedPrefix) {
+				t.Fatalf("Parse(%s) = %+v, %v", r.Name, p, err)
+			}
+		})
+	}
+}
+
+func TestCompactKeepsWhatCachesRead(t *testing.T) {
+	r := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "san.10.0.0.5", UID: "u1", ResourceVersion: "9",
+		Labels:          map[string]string{LabelNode: "n1", LabelOwnerUID: "o1", LabelNetwork: "san"},
+		Annotations:     map[string]string{"a": "b"},
+		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "m"}},
+		OwnerReferences: []metav1.OwnerReference{{Name: "x"}}},
+		Spec: tenurev1.IPReservationSpec{Network: "san", Kind: tenurev1.KindAddress, Address: "10.0.0.5", Range: "10.0.0.0/29",
+			Owner: tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "p", UID: "o1", ContainerID: "c1", Interface: "net1", Node: "n1"}}}
+	want := r.Spec
+	out, err := Compact(r)
+	if err != nil || out != r {
+		t.Fatalf("Compact: %v", err)
+	}
+	if r.Annotations != nil || r.ManagedFields != nil || r.OwnerReferences != nil || len(r.Labels) != 1 || r.Labels[LabelNode] != "n1" {
+		t.Fatalf("metadata after compaction: %+v", r.ObjectMeta)
+	}
+	if r.Spec != want || r.Name != "san.10.0.0.5" || r.UID != "u1" || r.ResourceVersion != "9" {
+		t.Fatalf("compaction changed what caches read: %+v %+v", r.ObjectMeta, r.Spec)
+	}
+	noNode := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{LabelOwnerUID: "o"}}}
+	if _, _ = Compact(noNode); noNode.Labels != nil {
+		t.Fatalf("a reservation without a node label keeps no label map: %v", noNode.Labels)
+	}
+}
