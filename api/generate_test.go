@@ -1,3 +1,5 @@
+//go:build integration
+
 package api_test
 
 import (
@@ -13,9 +15,6 @@ import (
 // manifests in a copy of the tree and fails when the checked-in ones differ:
 // run `make generate` after changing api/.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs controller-gen")
-	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(file))
 	tmp := t.TempDir()

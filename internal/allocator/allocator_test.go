@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -13,13 +12,9 @@ import (
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/config"
-	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
-	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/store"
 )
-
-func TestMain(m *testing.M) { os.Exit(cptest.Main(m, nil)) }
 
 func rangeOf(t *testing.T, ipam string) config.Range {
 	t.Helper()
@@ -37,10 +32,7 @@ func owner(uid string) allocator.Template {
 // newFactory starts a store; stop() freezes it, leaving a stale cache.
 func newFactory(t *testing.T, node string) (f *allocator.Factory, stop func()) {
 	t.Helper()
-	c, err := kube.NewClient(cptest.Current().Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	s := store.New(c, node)

@@ -70,7 +70,9 @@ func NewInformer(c client.WithWatch, newList func() client.ObjectList, obj runti
 	if indexers == nil {
 		indexers = cache.Indexers{}
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, obj, cache.SharedIndexInformerOptions{Indexers: indexers})
+	// The reflector streams a watch's initial events where the client can;
+	// a client that says it cannot (kubefake) is listed, then watched.
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, c), obj, cache.SharedIndexInformerOptions{Indexers: indexers})
 	_ = inf.SetTransform(StripManagedFields)
 	return inf
 }

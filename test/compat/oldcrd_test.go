@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package compat checks that tenure works beside an IPAMClaim CRD installed
 // by someone else without status.delegatedPrefixes (the upstream NPWG CRD):
 // addresses keep working, and the additive field is simply not stored.

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package demo_test runs `make demo`'s story end to end and checks that
 // what it prints is true.
 package demo_test

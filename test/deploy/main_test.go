@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package deploy_test checks what `kubectl apply -k deploy/` installs: the
 // kustomize build, a server-side dry run of every object against a real
 // kube-apiserver, the security properties of the workloads and their RBAC

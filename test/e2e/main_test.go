@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package e2e proves tenure's behaviour with real parts: a real
 // kube-apiserver and etcd on 127.0.0.1, tenure-agent processes posing as
 // nodes, the tenure CNI shim executed as a runtime executes it, and (as

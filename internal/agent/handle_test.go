@@ -1,0 +1,413 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/cniwire"
+	"github.com/tenure-ipam/tenure/internal/kube/kubefake"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+)
+
+// The table tests of Agent.Handle: the agent's whole CNI path (config,
+// pod and claim lookup, allocator, store and its informers) on an
+// in-memory API. The same behaviour against a real API server, CNI plugins
+// and network namespaces is tested in test/e2e.
+
+const (
+	thisNode = "node-a"
+	san29    = `{"cniVersion":"1.1.0","name":"san","type":"macvlan","ipam":{"type":"tenure","range":"10.0.0.0/29","network_name":"san"}}`
+	vmNet    = `{"cniVersion":"1.1.0","name":"vm-net","type":"bridge","ipam":{"type":"tenure","range":"10.1.0.0/24","network_name":"vm-net",` +
+		`"prefix_delegation":{"range":"2001:db8:100::/48","prefix_length":56}}}`
+)
+
+type harness struct {
+	t     *testing.T
+	ctx   context.Context
+	fake  *kubefake.Client
+	agent *Agent
+}
+
+func startAgent(t *testing.T, objs ...client.Object) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	fc := kubefake.New(objs...)
+	a, err := New(Options{NodeName: thisNode, Client: fc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PodWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Shutdown)
+	startCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	if err := a.Start(startCtx); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, ctx: ctx, fake: fc, agent: a}
+}
+
+func pod(name, node string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: annotations},
+		Spec:       corev1.PodSpec{NodeName: node},
+	}
+}
+
+func claimPod(name, claim string) *corev1.Pod {
+	return pod(name, thisNode, map[string]string{
+		"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":"vm-net","ipam-claim-reference":%q}]`, claim),
+	})
+}
+
+func ipamClaim(name, network string, status ipamclaimsv1.IPAMClaimStatus) *ipamclaimsv1.IPAMClaim {
+	return &ipamclaimsv1.IPAMClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("claim-uid-" + name)},
+		Spec:       ipamclaimsv1.IPAMClaimSpec{Network: network, Interface: "net1"},
+		Status:     status,
+	}
+}
+
+// heldBy is a reservation made before the agent starts, as another node's
+// agent would have made it.
+func heldBy(network, addr, ownerUID, node string) *tenurev1.IPReservation {
+	a := netip.MustParseAddr(addr)
+	return reservation.New(reservation.Spec{Network: network, Kind: tenurev1.KindAddress, Item: netip.PrefixFrom(a, a.BitLen()),
+		Owner: tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "other", UID: ownerUID, PodName: "other",
+			PodUID: ownerUID, ContainerID: "c-other", Interface: "net1", Node: node}})
+}
+
+// call is one CNI call of pod's sandbox container ctr on interface net1.
+type call struct {
+	cmd, ctr, pod, conf string
+	// prev is CHECK's prevResult: these addresses, /29.
+	prev []string
+	// valid is GC's cni.dev/valid-attachments: container IDs with net1.
+	valid []string
+}
+
+func (h *harness) do(c call) *Response {
+	h.t.Helper()
+	conf := c.conf
+	if conf == "" {
+		conf = san29
+	}
+	if c.cmd == "CHECK" {
+		res := current.Result{CNIVersion: "1.1.0"}
+		for _, ip := range c.prev {
+			p := netip.MustParsePrefix(ip + "/29")
+			res.IPs = append(res.IPs, &current.IPConfig{Address: net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}})
+		}
+		conf = withKey(h.t, conf, "prevResult", res)
+	}
+	if c.cmd == "GC" {
+		var valid []map[string]string
+		for _, v := range c.valid {
+			valid = append(valid, map[string]string{"containerID": v, "ifname": "net1"})
+		}
+		conf = withKey(h.t, conf, "cni.dev/valid-attachments", valid)
+	}
+	req := &cniwire.Request{Command: c.cmd, ContainerID: c.ctr, IfName: "net1", Netns: "/var/run/netns/" + c.ctr, StdinData: []byte(conf)}
+	if c.pod != "" {
+		req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + c.pod + ";K8S_POD_UID=uid-" + c.pod
+	}
+	return h.agent.Handle(h.ctx, req)
+}
+
+func withKey(t *testing.T, conf, key string, v any) string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(conf), &m); err != nil {
+		t.Fatal(err)
+	}
+	m[key] = v
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// ips is the interface addresses of an ADD result.
+func ips(t *testing.T, r *Response) []string {
+	t.Helper()
+	if r.Error != nil {
+		t.Fatalf("call failed: code %d: %s", r.Error.Code, r.Error.Msg)
+	}
+	var res current.Result
+	if err := json.Unmarshal(r.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ipc := range res.IPs {
+		out = append(out, ipc.Address.IP.String())
+	}
+	return out
+}
+
+// held lists the API's reservations as "address=owner".
+func (h *harness) held() []string {
+	h.t.Helper()
+	var list tenurev1.IPReservationList
+	if err := h.fake.List(h.ctx, &list); err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, r := range list.Items {
+		out = append(out, r.Spec.Address+"="+r.Spec.Owner.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// step is one call and what it must answer.
+type step struct {
+	before   func(h *harness)
+	call     call
+	wantCode uint // 0: success
+	wantMsg  string
+	wantIPs  int // ADD: how many addresses the result holds
+	sameAs   int // ADD: 1-based index of an earlier step whose addresses this one must equal
+}
+
+func TestHandle(t *testing.T) {
+	cases := []struct {
+		name  string
+		objs  []client.Object
+		steps []step
+		// wantHeld is every reservation left in the API, as "address=owner".
+		wantHeld []string
+		// wantHeldCount is used instead when which addresses are chosen is
+		// not the point.
+		wantHeldCount int
+	}{{
+		name:          "ADD reserves one address of the range",
+		objs:          []client.Object{pod("p1", thisNode, nil)},
+		steps:         []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantIPs: 1}},
+		wantHeldCount: 1,
+	}, {
+		name: "a retried ADD returns the same address and writes nothing",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantIPs: 1, sameAs: 1},
+		},
+		wantHeldCount: 1,
+	}, {
+		name:     "DEL of an attachment that holds nothing succeeds",
+		objs:     []client.Object{pod("p1", thisNode, nil)},
+		steps:    []step{{call: call{cmd: "DEL", ctr: "never-added", pod: "p1"}}},
+		wantHeld: nil,
+	}, {
+		name: "DEL releases what the ADD reserved, and a second DEL is a no-op",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantIPs: 1},
+			{call: call{cmd: "DEL", ctr: "c1", pod: "p1"}},
+			{call: call{cmd: "DEL", ctr: "c1", pod: "p1"}},
+		},
+		wantHeld: nil,
+	}, {
+		name: "DEL succeeds on a configuration that no longer parses",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantIPs: 1},
+			{call: call{cmd: "DEL", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"san","ipam":{"type":"tenure","range":"bogus"}}`}},
+		},
+		wantHeld: nil,
+	}, {
+		name: "GC releases attachments missing from the valid list and keeps the rest",
+		objs: []client.Object{pod("p1", thisNode, nil), pod("p2", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c2", pod: "p2"}, wantIPs: 1},
+			{call: call{cmd: "GC", valid: []string{"c2"}}},
+		},
+		wantHeldCount: 1,
+	}, {
+		name: "CHECK passes for held addresses and fails with 103 for others",
+		objs: []client.Object{pod("p1", thisNode, nil), heldBy("san", "10.0.0.1", "uid-x", "node-b"),
+			heldBy("san", "10.0.0.2", "uid-x", "node-b"), heldBy("san", "10.0.0.3", "uid-x", "node-b"),
+			heldBy("san", "10.0.0.4", "uid-x", "node-b"), heldBy("san", "10.0.0.5", "uid-x", "node-b")},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantIPs: 1},
+			{call: call{cmd: "CHECK", ctr: "c1", pod: "p1", prev: []string{"10.0.0.6"}}},
+			{call: call{cmd: "CHECK", ctr: "c1", pod: "p1", prev: []string{"10.0.0.1"}}, wantCode: CodeCheckFailed, wantMsg: "10.0.0.1"},
+		},
+		wantHeldCount: 6,
+	}, {
+		name: "an exhausted range answers 100 naming the range, and writes nothing",
+		objs: []client.Object{pod("p1", thisNode, nil), heldBy("san", "10.0.0.1", "uid-x", "node-b"),
+			heldBy("san", "10.0.0.2", "uid-x", "node-b"), heldBy("san", "10.0.0.3", "uid-x", "node-b"),
+			heldBy("san", "10.0.0.4", "uid-x", "node-b"), heldBy("san", "10.0.0.5", "uid-x", "node-b"),
+			heldBy("san", "10.0.0.6", "uid-x", "node-b")},
+		steps:         []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: CodeRangeFull, wantMsg: "10.0.0.0/29 is full"}},
+		wantHeldCount: 6,
+	}, {
+		name: "a stale cache: addresses taken behind its back are skipped on AlreadyExists",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{{
+			before: func(h *harness) {
+				h.fake.Pause() // the informers see none of these creates
+				for _, a := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"} {
+					if err := h.fake.Create(h.ctx, heldBy("san", a, "uid-x", "node-b")); err != nil {
+						h.t.Fatal(err)
+					}
+				}
+			},
+			call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantIPs: 1,
+		}},
+		wantHeld: []string{"10.0.0.1=other", "10.0.0.2=other", "10.0.0.3=other", "10.0.0.4=other", "10.0.0.5=other", "10.0.0.6=p1"},
+	}, {
+		name: "a stale cache that says free on a full range: the quorum read answers 100",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{{
+			before: func(h *harness) {
+				h.fake.Pause()
+				for i := 1; i <= 6; i++ {
+					if err := h.fake.Create(h.ctx, heldBy("san", fmt.Sprintf("10.0.0.%d", i), "uid-x", "node-b")); err != nil {
+						h.t.Fatal(err)
+					}
+				}
+			},
+			call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: CodeRangeFull, wantMsg: "is full",
+		}},
+		wantHeldCount: 6,
+	}, {
+		name:     "a pod bound to another node is refused with 4",
+		objs:     []client.Object{pod("p1", "node-b", nil)},
+		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: 4, wantMsg: "bound to node node-b"}},
+		wantHeld: nil,
+	}, {
+		name:     "a pod that does not exist: try again later (11)",
+		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "ghost"}, wantCode: 11, wantMsg: "not found"}},
+		wantHeld: nil,
+	}, {
+		name: "a bad IPAM config answers 7 naming the key, and writes nothing",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1",
+			conf: `{"cniVersion":"1.1.0","name":"san","ipam":{"type":"tenure","range":"10.0.0.0/33"}}`}, wantCode: 7, wantMsg: "range"}},
+		wantHeld: nil,
+	}, {
+		name: "two pods presenting one claim get the same address and prefix; DEL of either releases nothing",
+		objs: []client.Object{ipamClaim("vm1", "vm-net", ipamclaimsv1.IPAMClaimStatus{}), claimPod("virt-launcher-src", "vm1"), claimPod("virt-launcher-dst", "vm1")},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "src", pod: "virt-launcher-src", conf: vmNet}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "dst", pod: "virt-launcher-dst", conf: vmNet}, wantIPs: 1, sameAs: 1},
+			{call: call{cmd: "DEL", ctr: "src", pod: "virt-launcher-src", conf: vmNet}},
+			{call: call{cmd: "DEL", ctr: "dst", pod: "virt-launcher-dst", conf: vmNet}},
+		},
+		wantHeldCount: 2, // the address and the delegated prefix, both the claim's
+	}, {
+		name: "a claim whose recorded address another owner holds answers 101 naming the holder",
+		objs: []client.Object{
+			ipamClaim("vm1", "vm-net", ipamclaimsv1.IPAMClaimStatus{IPs: []string{"10.1.0.9/24"}}),
+			claimPod("virt-launcher", "vm1"), heldBy("vm-net", "10.1.0.9", "uid-thief", "node-b"),
+		},
+		steps:         []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}, wantCode: CodeAddressConflict, wantMsg: "10.1.0.9 is held by Pod ns/other"}},
+		wantHeldCount: 1,
+	}, {
+		name: "a claim of another network answers 7",
+		objs: []client.Object{ipamClaim("vm1", "other-net", ipamclaimsv1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1")},
+		steps: []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}, wantCode: 7,
+			wantMsg: `spec.network "other-net" but the CNI network is "vm-net"`}},
+		wantHeld: nil,
+	}, {
+		name: "a claim recording addresses outside every range answers 102",
+		objs: []client.Object{ipamClaim("vm1", "vm-net", ipamclaimsv1.IPAMClaimStatus{IPs: []string{"192.168.7.7/24"}}), claimPod("virt-launcher", "vm1")},
+		steps: []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}, wantCode: CodeClaimMismatch,
+			wantMsg: "192.168.7.7/24 outside every range"}},
+		wantHeldCount: 0,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := startAgent(t, tc.objs...)
+			var got [][]string
+			for i, s := range tc.steps {
+				if s.before != nil {
+					s.before(h)
+				}
+				r := h.do(s.call)
+				var addrs []string
+				switch {
+				case s.wantCode != 0:
+					if r.Error == nil || r.Error.Code != s.wantCode || !strings.Contains(r.Error.Msg, s.wantMsg) {
+						t.Fatalf("step %d (%s): got %+v, want code %d with %q", i+1, s.call.cmd, r.Error, s.wantCode, s.wantMsg)
+					}
+				case r.Error != nil:
+					t.Fatalf("step %d (%s): code %d: %s", i+1, s.call.cmd, r.Error.Code, r.Error.Msg)
+				case s.call.cmd == "ADD":
+					addrs = ips(t, r)
+					if len(addrs) != s.wantIPs {
+						t.Fatalf("step %d: ADD gave %v, want %d addresses", i+1, addrs, s.wantIPs)
+					}
+				}
+				if s.sameAs != 0 && !slices.Equal(addrs, got[s.sameAs-1]) {
+					t.Fatalf("step %d gave %v, step %d gave %v: want the same", i+1, addrs, s.sameAs, got[s.sameAs-1])
+				}
+				got = append(got, addrs)
+			}
+			h.fake.Resume()
+			held := h.held()
+			if tc.wantHeld != nil || tc.wantHeldCount == 0 {
+				if !slices.Equal(held, tc.wantHeld) {
+					t.Fatalf("reservations left: %v, want %v", held, tc.wantHeld)
+				}
+			} else if len(held) != tc.wantHeldCount {
+				t.Fatalf("reservations left: %v, want %d", held, tc.wantHeldCount)
+			}
+		})
+	}
+}
+
+// TestRetriedAddWritesOnce: the idempotent path costs no API write.
+func TestRetriedAddWritesOnce(t *testing.T) {
+	h := startAgent(t, pod("p1", thisNode, nil))
+	first := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "p1"}))
+	writes := h.fake.Creates()
+	// The retry may come before the informer has reported the first
+	// create: the agent's own record of it must answer either way.
+	second := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "p1"}))
+	if !slices.Equal(first, second) || h.fake.Creates() != writes || writes != 1 {
+		t.Fatalf("ADD gave %v then %v with %d creates in all, want the same address and 1 create", first, second, h.fake.Creates())
+	}
+}
+
+// TestClaimStatusRecordsTheAllocation: the claim's status is what the
+// migration target reads; the first ADD must write it.
+func TestClaimStatusRecordsTheAllocation(t *testing.T) {
+	h := startAgent(t, ipamClaim("vm1", "vm-net", ipamclaimsv1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1"))
+	addrs := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}))
+	var claim ipamclaimsv1.IPAMClaim
+	err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return len(claim.Status.IPs) > 0, h.fake.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "vm1"}, &claim)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claim.Status.IPs) != 1 || !strings.HasPrefix(claim.Status.IPs[0], addrs[0]+"/") || len(claim.Status.DelegatedPrefixes) != 1 ||
+		claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name != "virt-launcher" {
+		t.Fatalf("claim status %+v after ADD gave %v", claim.Status, addrs)
+	}
+	if !strings.HasSuffix(claim.Status.DelegatedPrefixes[0], "/56") {
+		t.Fatalf("delegated prefix %q is not a /56 of the pool", claim.Status.DelegatedPrefixes[0])
+	}
+}
