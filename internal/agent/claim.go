@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -209,7 +210,7 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1.IPAMClaim, 
 			prefixes = append(prefixes, p.String())
 		}
 	}
-	changed := fresh || !claims.Same(claim.Status.IPs, ips) || !claims.Same(claim.Status.DelegatedPrefixes, prefixes)
+	changed := fresh || !slices.Equal(claim.Status.IPs, ips) || !slices.Equal(claim.Status.DelegatedPrefixes, prefixes)
 	if fresh {
 		claim.Status.IPs, claim.Status.DelegatedPrefixes = ips, prefixes
 	}

@@ -2,7 +2,6 @@ package claims
 
 import (
 	"net/netip"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,6 +54,3 @@ func SetCondition(c *ipamclaimsv1.IPAMClaim, ok bool, reason, message string) bo
 
 // Key is namespace/name of a claim.
 func Key(c *ipamclaimsv1.IPAMClaim) string { return c.Namespace + "/" + c.Name }
-
-// Same reports whether two lists hold the same strings in the same order.
-func Same(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
