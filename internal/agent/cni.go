@@ -387,7 +387,13 @@ func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
 	if !match(p) {
 		return nil, codedf(types.ErrTryAgainLater, nil, "pod %s has UID %s, the runtime asked for UID %s (a deleted pod's sandbox)", key, p.UID, args.UID)
 	}
-	if p.Spec.NodeName != "" && p.Spec.NodeName != a.node {
+	switch p.Spec.NodeName {
+	case a.node:
+	case "":
+		// A runtime sets up pods bound to its node; an unbound pod's
+		// reservation would record a node that may never run it.
+		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "pod %s is not bound to a node (spec.nodeName is empty), this agent serves node %s", key, a.node)
+	default:
 		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "pod %s is bound to node %s, this agent serves node %s", key, p.Spec.NodeName, a.node)
 	}
 	return p, nil

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +44,25 @@ type harness struct {
 	ctx   context.Context
 	fake  *kubefake.Client
 	agent *Agent
+	logs  *lockedBuffer
+}
+
+// lockedBuffer collects the agent's log lines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startAgent(t *testing.T, objs ...client.Object) *harness {
@@ -51,7 +70,8 @@ func startAgent(t *testing.T, objs ...client.Object) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fc := kubefake.New(objs...)
-	a, err := New(Options{NodeName: thisNode, Client: fc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PodWait: 50 * time.Millisecond})
+	logs := &lockedBuffer{}
+	a, err := New(Options{NodeName: thisNode, Client: fc, Logger: slog.New(slog.NewTextHandler(logs, nil)), PodWait: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +81,7 @@ func startAgent(t *testing.T, objs ...client.Object) *harness {
 	if err := a.Start(startCtx); err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, ctx: ctx, fake: fc, agent: a}
+	return &harness{t: t, ctx: ctx, fake: fc, agent: a, logs: logs}
 }
 
 func pod(name, node string, annotations map[string]string) *corev1.Pod {
@@ -294,6 +314,11 @@ func TestHandle(t *testing.T) {
 		name:     "a pod bound to another node is refused with 4",
 		objs:     []client.Object{pod("p1", "node-b", nil)},
 		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: 4, wantMsg: "bound to node node-b"}},
+		wantHeld: nil,
+	}, {
+		name:     "a pod bound to no node is refused with 4 (issue 14, bug 5)",
+		objs:     []client.Object{pod("p1", "", nil)},
+		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: 4, wantMsg: "not bound to a node"}},
 		wantHeld: nil,
 	}, {
 		name:     "a pod that does not exist: try again later (11)",

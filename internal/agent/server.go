@@ -98,7 +98,15 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connLis
 	defer conn.Close()
 	var req cniwire.Request
 	var resp *Response
-	if err := json.NewDecoder(io.LimitReader(br, cniwire.MaxMessage)).Decode(&req); err != nil {
+	body := &io.LimitedReader{R: br, N: cniwire.MaxMessage + 1}
+	if err := json.NewDecoder(body).Decode(&req); body.N <= 0 {
+		a.log.Warn("request over the size limit refused", "limit", cniwire.MaxMessage)
+		// Take in what the caller still sends (bounded by the read
+		// deadline), so that it reads this answer rather than a broken pipe.
+		_, _ = io.Copy(io.Discard, io.LimitReader(br, 4*cniwire.MaxMessage))
+		resp = &Response{Error: &types.Error{Code: types.ErrInvalidNetworkConfig,
+			Msg: fmt.Sprintf("request too large: over the tenure agent's limit of %d bytes", cniwire.MaxMessage)}}
+	} else if err != nil {
 		resp = &Response{Error: &types.Error{Code: types.ErrDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
 	} else {
 		_ = conn.SetReadDeadline(time.Time{})

@@ -14,6 +14,7 @@ package cniwire
 import (
 	"encoding/base64"
 	"errors"
+	"strconv"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -192,7 +193,7 @@ func Call(socket string, request []byte, dialTimeout, ioTimeout time.Duration) (
 }
 
 var (
-	errTooLarge  = errors.New("larger than the wire limit")
+	errTooLarge  = errors.New("larger than the wire limit of " + strconv.Itoa(MaxMessage) + " bytes")
 	errMalformed = errors.New("malformed response")
 )
 

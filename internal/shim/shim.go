@@ -9,6 +9,7 @@
 package shim
 
 import (
+	"strconv"
 	"syscall"
 	"time"
 	"unicode"
@@ -118,7 +119,14 @@ func Run(env Env) Outcome {
 	if socket[0] != '/' {
 		return fail(codeInvalidNetworkConfig, "ipam.agent_socket: "+string(cniwire.AppendString(nil, socket))+": must be an absolute path", "")
 	}
-	status, payload, err := cniwire.Call(socket, cniwire.AppendRequest(make([]byte, 0, 512+2*len(stdin)+2*len(data)), &req), DialTimeout, Timeout)
+	msg := cniwire.AppendRequest(make([]byte, 0, 512+2*len(stdin)+2*len(data)), &req)
+	if len(msg) > cniwire.MaxMessage {
+		// The agent reads no more than this; sending it would end in a
+		// broken pipe that reads as "agent not reachable".
+		return fail(codeInvalidNetworkConfig, "network configuration too large: the request to the tenure agent is "+
+			strconv.Itoa(len(msg))+" bytes, over the limit of "+strconv.Itoa(cniwire.MaxMessage)+" bytes", "")
+	}
+	status, payload, err := cniwire.Call(socket, msg, DialTimeout, Timeout)
 	if err != nil {
 		code := codeTryAgainLater
 		if cmd == "STATUS" {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -216,5 +217,26 @@ func TestRunRefusesThePluginsOwnNetns(t *testing.T) {
 	e.OwnNetNS = ownNetNS
 	if o := Run(e); o.Exit != 0 {
 		t.Fatalf("CNI_NETNS_OVERRIDE lets it through, got exit %d %q", o.Exit, o.Stdout)
+	}
+}
+
+// TestRunRefusesARequestOverTheWireLimit (issue 14, bug 3): a network
+// configuration whose request would pass the agent's limit is refused by
+// the shim with the limit named, not sent to end in a broken pipe.
+func TestRunRefusesARequestOverTheWireLimit(t *testing.T) {
+	DefaultFlatConfig = filepath.Join(t.TempDir(), "absent.conf")
+	socket, got := fakeAgent(t, []byte("0\n"))
+	// 13 MB of an ignored key: under the stdin limit, over the wire limit
+	// once the request carries it base64-encoded.
+	big := `{"cniVersion":"1.1.0","name":"n","padding":"` + strings.Repeat("x", 13<<20) +
+		`","ipam":{"type":"tenure","range":"10.0.0.0/29","agent_socket":"` + socket + `"}}`
+	e := decodeError(t, Run(env(addVars(nil), big)))
+	if e.Code != 7 || !strings.Contains(e.Msg, "too large") || !strings.Contains(e.Msg, strconv.Itoa(cniwire.MaxMessage)) {
+		t.Fatalf("got %+v, want code 7 saying too large and naming the limit %d", e, cniwire.MaxMessage)
+	}
+	select {
+	case req := <-got:
+		t.Fatalf("the agent was called with a %s request", req.Command)
+	default:
 	}
 }
