@@ -12,6 +12,7 @@ import (
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -21,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(cptest.Main(m, nil)) }
 
-func rangeOf(t *testing.T, ipam string) config.Range {
+func rangeOf(t *testing.T, ipam string) addrspace.Range {
 	t.Helper()
 	c, err := config.Parse([]byte(`{"cniVersion":"1.1.0","name":"t","ipam":`+ipam+`}`), nil)
 	if err != nil {
