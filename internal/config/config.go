@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
@@ -746,20 +747,17 @@ func networkName(f field) (string, error) {
 }
 
 // validName reports whether s is a lowercase RFC 1123 subdomain, the form of
-// Kubernetes object names.
+// Kubernetes object names. It is validation.IsDNS1123Subdomain plus RFC 1123's
+// bound of 63 bytes per dot-separated label, which that check (what the API
+// server applies to object names) leaves out: the bound is kept so the set of
+// accepted configs stays what it was.
 func validName(s string) bool {
-	if s == "" || len(s) > 253 {
+	if len(validation.IsDNS1123Subdomain(s)) > 0 {
 		return false
 	}
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 {
+	for label := range strings.SplitSeq(s, ".") {
+		if len(label) > validation.DNS1123LabelMaxLength {
 			return false
-		}
-		for i, ch := range []byte(label) {
-			alnum := ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9'
-			if !alnum && (ch != '-' || i == 0 || i == len(label)-1) {
-				return false
-			}
 		}
 	}
 	return true
