@@ -594,25 +594,8 @@ func (c *Config) finish(built []builtRange) error {
 		}
 	}
 	for i := range built {
-		b := &built[i]
-		r := &b.r
-		gwIn := c.Gateway.IsValid() && r.Prefix.Contains(c.Gateway)
-		if gwIn {
-			r.Exclude = append(r.Exclude, netip.PrefixFrom(c.Gateway, c.Gateway.BitLen()))
-		}
-		r.NormalizeExcludes()
-		if r.Capacity() == 0 {
-			var parts []string
-			if d := strings.TrimPrefix(b.in.boundsDesc(), " with "); d != "" {
-				parts = append(parts, d)
-			}
-			if d := b.in.excludeDesc(); d != "" {
-				parts = append(parts, d)
-			}
-			if gwIn {
-				parts = append(parts, c.gwField.path+" "+c.gwField.show())
-			}
-			return b.in.rng.errorf("has no assignable address with %s", strings.Join(parts, " and "))
+		if err := c.excludeGateway(&built[i]); err != nil {
+			return err
 		}
 	}
 	for i := range built {
@@ -649,6 +632,31 @@ func (c *Config) finish(built []builtRange) error {
 	return nil
 }
 
+// excludeGateway adds the gateway to b's excludes when b's subnet holds it,
+// normalises the excludes, and refuses a range left without an address.
+func (c *Config) excludeGateway(b *builtRange) error {
+	r := &b.r
+	gwIn := c.Gateway.IsValid() && r.Prefix.Contains(c.Gateway)
+	if gwIn {
+		r.Exclude = append(r.Exclude, netip.PrefixFrom(c.Gateway, c.Gateway.BitLen()))
+	}
+	r.NormalizeExcludes()
+	if r.Capacity() > 0 {
+		return nil
+	}
+	var parts []string
+	if d := strings.TrimPrefix(b.in.boundsDesc(), " with "); d != "" {
+		parts = append(parts, d)
+	}
+	if d := b.in.excludeDesc(); d != "" {
+		parts = append(parts, d)
+	}
+	if gwIn {
+		parts = append(parts, c.gwField.path+" "+c.gwField.show())
+	}
+	return b.in.rng.errorf("has no assignable address with %s", strings.Join(parts, " and "))
+}
+
 // ApplyPool fills Ranges from the declared IPPool name, and NetworkName,
 // Gateway and PrefixDelegation from it where the config did not set them,
 // with the same validation as Parse; errors name "IPPool NAME spec.…". It may
@@ -671,53 +679,72 @@ func (c *Config) ApplyPool(name string, spec v1alpha1.IPPoolSpec) error {
 	if len(spec.Ranges) == 0 {
 		return &Error{Key: prefix + ".ranges", Value: "[]", Reason: "at least one range is required"}
 	}
-	n := *c
 	var built []builtRange
 	for i, pr := range spec.Ranges {
-		base := fmt.Sprintf("%s.ranges[%d]", prefix, i)
-		in := rangeInput{rng: jsonString(base+".range", pr.Range)}
-		if pr.RangeStart != "" {
-			f := jsonString(base+".range_start", pr.RangeStart)
-			in.start = &f
-		}
-		if pr.RangeEnd != "" {
-			f := jsonString(base+".range_end", pr.RangeEnd)
-			in.end = &f
-		}
-		for j, e := range pr.Exclude {
-			in.exclude = append(in.exclude, jsonString(fmt.Sprintf("%s.exclude[%d]", base, j), e))
-		}
-		b, err := buildRange(in)
+		b, err := poolRange(fmt.Sprintf("%s.ranges[%d]", prefix, i), pr)
 		if err != nil {
 			return err
 		}
 		built = append(built, b)
 	}
-	if n.gwFromPool {
-		n.Gateway, n.gwField, n.gwFromPool = netip.Addr{}, field{}, false
+	n := *c
+	if err := n.applyPoolDefaults(prefix, spec); err != nil {
+		return err
 	}
-	if !n.Gateway.IsValid() && spec.Gateway != "" {
+	if err := n.finish(built); err != nil {
+		return err
+	}
+	n.Pool = name
+	*c = n
+	return nil
+}
+
+// poolRange builds one range of an IPPool spec; base is its path.
+func poolRange(base string, pr v1alpha1.PoolRange) (builtRange, error) {
+	in := rangeInput{rng: jsonString(base+".range", pr.Range)}
+	if pr.RangeStart != "" {
+		f := jsonString(base+".range_start", pr.RangeStart)
+		in.start = &f
+	}
+	if pr.RangeEnd != "" {
+		f := jsonString(base+".range_end", pr.RangeEnd)
+		in.end = &f
+	}
+	for j, e := range pr.Exclude {
+		in.exclude = append(in.exclude, jsonString(fmt.Sprintf("%s.exclude[%d]", base, j), e))
+	}
+	return buildRange(in)
+}
+
+// applyPoolDefaults takes gateway, network_name and prefix_delegation from
+// the pool's spec where the config does not set them, first dropping what an
+// earlier spec supplied.
+func (c *Config) applyPoolDefaults(prefix string, spec v1alpha1.IPPoolSpec) error {
+	if c.gwFromPool {
+		c.Gateway, c.gwField, c.gwFromPool = netip.Addr{}, field{}, false
+	}
+	if !c.Gateway.IsValid() && spec.Gateway != "" {
 		f := jsonString(prefix+".gateway", spec.Gateway)
 		a, err := f.addr()
 		if err != nil {
 			return err
 		}
-		n.Gateway, n.gwField, n.gwFromPool = a, f, true
+		c.Gateway, c.gwField, c.gwFromPool = a, f, true
 	}
-	if n.networkFromPool {
-		n.NetworkName, n.networkFromPool = "", false
+	if c.networkFromPool {
+		c.NetworkName, c.networkFromPool = "", false
 	}
-	if n.NetworkName == "" && spec.NetworkName != "" {
+	if c.NetworkName == "" && spec.NetworkName != "" {
 		s, err := networkName(jsonString(prefix+".network_name", spec.NetworkName))
 		if err != nil {
 			return err
 		}
-		n.NetworkName, n.networkFromPool = s, true
+		c.NetworkName, c.networkFromPool = s, true
 	}
-	if n.pdFromPool {
-		n.PrefixDelegation, n.pdRange, n.pdFromPool = nil, field{}, false
+	if c.pdFromPool {
+		c.PrefixDelegation, c.pdRange, c.pdFromPool = nil, field{}, false
 	}
-	if n.PrefixDelegation == nil && spec.PrefixDelegation != nil {
+	if c.PrefixDelegation == nil && spec.PrefixDelegation != nil {
 		pd := spec.PrefixDelegation
 		rf := jsonString(prefix+".prefix_delegation.range", pd.Range)
 		lf := field{path: prefix + ".prefix_delegation.prefix_length", raw: []byte(strconv.Itoa(int(pd.PrefixLength)))}
@@ -725,13 +752,8 @@ func (c *Config) ApplyPool(name string, spec v1alpha1.IPPoolSpec) error {
 		if err != nil {
 			return err
 		}
-		n.PrefixDelegation, n.pdRange, n.pdFromPool = p, rf, true
+		c.PrefixDelegation, c.pdRange, c.pdFromPool = p, rf, true
 	}
-	if err := n.finish(built); err != nil {
-		return err
-	}
-	n.Pool = name
-	*c = n
 	return nil
 }
 
