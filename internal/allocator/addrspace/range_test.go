@@ -7,14 +7,32 @@ import (
 	"testing"
 )
 
-func addr(s string) netip.Addr  { return netip.MustParseAddr(s) }
-func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-func pfxs(s ...string) []netip.Prefix {
-	out := make([]netip.Prefix, len(s))
-	for i, p := range s {
-		out[i] = pfx(p)
+var (
+	addr = netip.MustParseAddr
+	pfx  = netip.MustParsePrefix
+)
+
+func pfxs(ss ...string) (out []netip.Prefix) {
+	for _, s := range ss {
+		out = append(out, pfx(s))
 	}
 	return out
+}
+
+// roundTrip checks Offset(At(i)) == i over every offset of r and returns
+// how many of those addresses r contains.
+func roundTrip(t *testing.T, r Range) (contained uint64) {
+	t.Helper()
+	for off := range r.Size() {
+		a := r.At(off)
+		if o, ok := r.Offset(a); !ok || o != off {
+			t.Fatalf("Offset(At(%d)=%s) = %d, %v", off, a, o, ok)
+		}
+		if r.Contains(a) {
+			contained++
+		}
+	}
+	return contained
 }
 
 // normalized is the Range over the whole of prefix, as internal/config
@@ -70,16 +88,7 @@ func TestRangeAtOffsetCarry(t *testing.T) {
 	}
 	// Round trip over every address: Contains matches the excludes, and
 	// Capacity counts the contained addresses.
-	var n uint64
-	for off := range r.Size() {
-		a := r.At(off)
-		if o, ok := r.Offset(a); !ok || o != off {
-			t.Fatalf("Offset(At(%d)=%s) = %d, %v", off, a, o, ok)
-		}
-		if r.Contains(a) {
-			n++
-		}
-	}
+	n := roundTrip(t, r)
 	if n != r.Capacity() {
 		t.Errorf("contained %d, Capacity %d", n, r.Capacity())
 	}
@@ -134,16 +143,7 @@ func TestRangeIPv6(t *testing.T) {
 
 	// /120: round trip over every address.
 	r = normalized("fd00::100/120", "fd00::1f0/124", "fd00::101/128") // the last one a gateway
-	var n uint64
-	for off := range r.Size() {
-		a := r.At(off)
-		if o, ok := r.Offset(a); !ok || o != off {
-			t.Fatalf("Offset(At(%d)=%s) = %d, %v", off, a, o, ok)
-		}
-		if r.Contains(a) {
-			n++
-		}
-	}
+	n := roundTrip(t, r)
 	if r.Size() != 255 || n != 255-16-1 || r.Capacity() != n {
 		t.Errorf("Size %d, contained %d, Capacity %d", r.Size(), n, r.Capacity())
 	}
