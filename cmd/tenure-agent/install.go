@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tenure-ipam/tenure/internal/cniwire"
 	cniinstall "github.com/tenure-ipam/tenure/internal/install"
 )
 
@@ -16,7 +17,7 @@ func install(args []string) int {
 	fs := flag.NewFlagSet("install", flag.ExitOnError)
 	binDir := fs.String("cni-bin-dir", cniinstall.DefaultCNIBinDir, "directory the container runtime executes CNI plugins from (the host's /opt/cni/bin)")
 	source := fs.String("source", "", "the tenure CNI shim binary to install (default: "+cniinstall.ShimName+" next to this executable)")
-	confDir := fs.String("cni-conf-dir", cniinstall.DefaultCNIConfDir, "the host's CNI configuration directory; the flat config goes to "+cniinstall.FlatConfigRel+" inside it")
+	confDir := fs.String("cni-conf-dir", cniinstall.DefaultCNIConfDir, "the host's CNI configuration directory; the flat config goes to "+cniwire.FlatConfigRel+" inside it")
 	flat := fs.String("flat-config", "", "flat configuration: JSON, or the path of a file holding it (not written when empty)")
 	_ = fs.Parse(args)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -19,6 +19,7 @@ import (
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/config"
@@ -73,7 +74,7 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 type slot struct {
 	network string
 	space   allocator.Space
-	rng     *config.Range // nil for the prefix slot
+	rng     *addrspace.Range // nil for the prefix slot
 }
 
 // holds reads the reservation's name, which says its network and item

@@ -11,12 +11,13 @@ import (
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/store"
 )
 
-func rangeOf(t *testing.T, ipam string) config.Range {
+func rangeOf(t *testing.T, ipam string) addrspace.Range {
 	t.Helper()
 	c, err := config.Parse([]byte(`{"cniVersion":"1.1.0","name":"t","ipam":`+ipam+`}`), nil)
 	if err != nil {

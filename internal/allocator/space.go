@@ -5,11 +5,11 @@ import (
 	"strconv"
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 )
 
 // AddressSpace is the assignable addresses of one configured range.
-type AddressSpace struct{ Range config.Range }
+type AddressSpace struct{ Range addrspace.Range }
 
 func (s AddressSpace) Kind() tenurev1.ReservationKind { return tenurev1.KindAddress }
 func (s AddressSpace) Size() uint64                   { return s.Range.Size() }
@@ -29,7 +29,7 @@ func (s AddressSpace) Contains(p netip.Prefix) bool {
 }
 
 // PrefixSpace is the delegable prefixes of a prefix_delegation pool.
-type PrefixSpace struct{ PD config.PrefixDelegation }
+type PrefixSpace struct{ PD addrspace.PrefixDelegation }
 
 func (s PrefixSpace) Kind() tenurev1.ReservationKind { return tenurev1.KindDelegatedPrefix }
 func (s PrefixSpace) Size() uint64                   { return s.PD.Count() }

@@ -24,6 +24,17 @@ import (
 // agent_socket says otherwise.
 const DefaultSocket = "/run/tenure/agent.sock"
 
+// FlatConfigRel is the flat configuration file's path relative to the host's
+// CNI configuration directory, where the installer writes it. It lives in a
+// subdirectory so runtimes, which load net.d's *.conf files as network
+// configurations, never mistake it for one.
+const FlatConfigRel = "tenure.d/tenure.conf"
+
+// DefaultFlatConfig is the flat configuration file the shim reads when the
+// IPAM config names no configuration_path, as whereabouts reads
+// /etc/cni/net.d/whereabouts.d/whereabouts.conf.
+const DefaultFlatConfig = "/etc/cni/net.d/" + FlatConfigRel
+
 // MaxMessage bounds a request or a response.
 const MaxMessage = 16 << 20
 

@@ -12,35 +12,26 @@ package config
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
 
 // PluginType is the only accepted ipam "type".
 const PluginType = "tenure"
 
-// DefaultAgentSocket is the node agent's unix socket when agent_socket is
-// not set.
-const DefaultAgentSocket = "/run/tenure/agent.sock"
-
-// DefaultFlatFilePath is the flat configuration file read when the config has
-// no configuration_path. It may be missing. Tests point it elsewhere.
-var DefaultFlatFilePath = "/etc/cni/net.d/tenure.d/tenure.conf"
-
-// MaxFlatFileSize bounds the flat configuration file.
+// MaxFlatFileSize bounds the flat configuration file the installer writes.
 const MaxFlatFileSize = 1 << 20
 
 // maxSocketPath is the longest path a unix socket address holds (sun_path is
@@ -50,21 +41,18 @@ const maxSocketPath = 107
 // Config is a validated, normalised tenure IPAM configuration.
 type Config struct {
 	CNIVersion        string
-	Name              string         // top-level CNI network name
-	Ranges            []Range        // one address per entry per ADD, in config order
-	Gateway           netip.Addr     // zero if unset
-	Routes            []*types.Route // nil if unset
+	Name              string            // top-level CNI network name
+	Ranges            []addrspace.Range // one address per entry per ADD, in config order
+	Gateway           netip.Addr        // zero if unset
+	Routes            []*types.Route    // nil if unset
 	DNS               types.DNS
 	NetworkName       string // "" if unset
 	OverlappingRanges bool   // enable_overlapping_ranges, default true
 	Pool              string // declared pool name, "" if none
-	AgentSocket       string // default DefaultAgentSocket
-	PrefixDelegation  *PrefixDelegation
+	AgentSocket       string // default cniwire.DefaultSocket
+	PrefixDelegation  *addrspace.PrefixDelegation
 	DHCPv6            *DHCPv6
 	Ignored           []string // whereabouts keys accepted but without effect, sorted
-
-	ConfigurationPath string // configuration_path as given in the ipam section, "" if unset
-	FlatFile          string // the flat file Load read its defaults from, "" if none
 
 	// Where values came from, for messages and for re-applying a pool.
 	gwField         field
@@ -144,99 +132,57 @@ func sortedKeys(m map[string]field) []string {
 	return keys
 }
 
-// Load reads the flat file the netconf asks for (ReadFlatFile) and parses
-// the netconf over it (Parse).
-func Load(netconf []byte) (*Config, error) {
-	path, flat, err := ReadFlatFile(netconf)
-	if err != nil {
-		return nil, err
-	}
-	c, err := Parse(netconf, flat)
-	if err != nil {
-		return nil, err
-	}
-	c.FlatFile = path
-	return c, nil
-}
-
-// ReadFlatFile decides which flat configuration file applies to netconf and
-// reads it: ipam.configuration_path if given (missing is an error), else
-// DefaultFlatFilePath (missing is fine: it returns "", nil, nil). A netconf
-// that does not parse is left for Parse to report: the default file is read.
-func ReadFlatFile(netconf []byte) (path string, data []byte, err error) {
-	var cp *field
-	top := field{raw: netconf}
-	if json.Valid(netconf) && kindOf(netconf) == kindObject {
-		if m, err := top.object(); err == nil {
-			if ipam, ok := m["ipam"]; ok && kindOf(ipam.raw) == kindObject {
-				if im, err := ipam.object(); err == nil {
-					if f, ok := im["configuration_path"]; ok {
-						cp = &f
-					}
-				}
-			}
-		}
-	}
-	if cp != nil {
-		p, err := configurationPath(*cp)
-		if err != nil {
-			return "", nil, err
-		}
-		if p != "" {
-			data, err := readFile(p)
-			if err != nil {
-				e := &Error{Key: cp.path, Value: cp.show(), Reason: err.Error(), Err: err}
-				if errors.Is(err, fs.ErrNotExist) {
-					e.Reason = "no such file"
-				}
-				return "", nil, e
-			}
-			return p, data, nil
-		}
-	}
-	data, err = readFile(DefaultFlatFilePath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil, nil
-	}
-	if err != nil {
-		return "", nil, &Error{Key: "flatfile", Value: quote(DefaultFlatFilePath), Reason: err.Error(), Err: err}
-	}
-	return DefaultFlatFilePath, data, nil
-}
-
-func readFile(p string) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFlatFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFlatFileSize {
-		return nil, fmt.Errorf("larger than %d bytes", MaxFlatFileSize)
-	}
-	return data, nil
-}
-
-func configurationPath(f field) (string, error) {
-	s, err := f.str()
-	if err != nil || s == "" {
-		return "", err
-	}
-	if !filepath.IsAbs(s) {
-		return "", f.errorf("must be an absolute path")
-	}
-	return filepath.Clean(s), nil
-}
-
 // Parse parses the CNI network config netconf (the plugin's stdin) over the
 // flat configuration file's bytes flat (nil or empty if none): the flat
 // file's JSON object supplies defaults, the ipam section's keys win key by
 // key. For a config naming a pool, Ranges stays empty and the checks that
 // need ranges wait for ApplyPool.
+//
+// The steps run in a fixed order, so a config with several faults always
+// reports the same one.
 func Parse(netconf []byte, flat []byte) (*Config, error) {
+	c := &Config{OverlappingRanges: true, AgentSocket: cniwire.DefaultSocket}
+	ipamFields, err := c.parseNetconf(netconf)
+	if err != nil {
+		return nil, err
+	}
+	fields, ignored, err := mergeFlatFile(ipamFields, flat)
+	if err != nil {
+		return nil, err
+	}
+	if c.Ignored, err = checkKnownKeys(fields, ignored); err != nil {
+		return nil, err
+	}
+	if err := checkType(fields); err != nil {
+		return nil, err
+	}
+	if err := c.parsePool(fields); err != nil {
+		return nil, err
+	}
+	built, err := parseRanges(c, fields)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.parseResultKeys(fields); err != nil {
+		return nil, err
+	}
+	if err := c.parseAgentKeys(fields); err != nil {
+		return nil, err
+	}
+	if err := c.parseDelegationKeys(fields); err != nil {
+		return nil, err
+	}
+	if c.Pool == "" {
+		if err := c.finish(built); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// parseNetconf reads the top level of the network config: cniVersion, name
+// and the ipam object, whose members it returns.
+func (c *Config) parseNetconf(netconf []byte) (map[string]field, error) {
 	if !json.Valid(netconf) {
 		err := json.Unmarshal(netconf, new(any))
 		return nil, &Error{Key: "netconf", Reason: fmt.Sprintf("not valid JSON: %v", err)}
@@ -248,7 +194,6 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{OverlappingRanges: true, AgentSocket: DefaultAgentSocket}
 	if f, ok := top["cniVersion"]; ok {
 		if c.CNIVersion, err = f.str(); err != nil {
 			return nil, err
@@ -263,27 +208,29 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 	if !ok {
 		return nil, &Error{Key: "ipam", Reason: "is required"}
 	}
-	ipamFields, err := ipam.object()
-	if err != nil {
-		return nil, err
-	}
+	return ipam.object()
+}
 
-	fields := map[string]field{}
-	ignored := map[string]bool{}
+// mergeFlatFile lays the ipam section's keys over the flat file's. The
+// file's own configuration_path is checked and then reported as ignored
+// (ignored[key]) unless the ipam section sets one too.
+func mergeFlatFile(ipamFields map[string]field, flat []byte) (fields map[string]field, ignored map[string]bool, err error) {
+	fields = map[string]field{}
+	ignored = map[string]bool{}
 	if len(bytes.TrimSpace(flat)) > 0 {
 		if !json.Valid(flat) {
 			err := json.Unmarshal(flat, new(any))
-			return nil, &Error{Key: "flatfile", Reason: fmt.Sprintf("not valid JSON: %v", err)}
+			return nil, nil, &Error{Key: "flatfile", Reason: fmt.Sprintf("not valid JSON: %v", err)}
 		}
 		flatFields, err := field{path: "flatfile", raw: flat}.object()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for k, f := range flatFields {
 			if k == "configuration_path" {
 				// The file was already chosen; whereabouts ignores it here too.
 				if _, err := f.str(); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				if _, nad := ipamFields[k]; !nad {
 					ignored[k] = true
@@ -296,7 +243,13 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 	for k, f := range ipamFields {
 		fields[k] = f
 	}
+	return fields, ignored, nil
+}
 
+// checkKnownKeys refuses unknown keys, checks the types of the whereabouts
+// keys tenure ignores, and returns the ignored keys present (sorted), with
+// those the flat-file merge already set aside.
+func checkKnownKeys(fields map[string]field, ignored map[string]bool) ([]string, error) {
 	for _, k := range sortedKeys(fields) {
 		if !isKnown(k) {
 			return nil, unknownKey(fields[k], k, allKeys)
@@ -308,88 +261,126 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 			ignored[k] = true
 		}
 	}
+	var out []string
 	for k := range ignored {
-		c.Ignored = append(c.Ignored, k)
+		out = append(out, k)
 	}
-	slices.Sort(c.Ignored)
+	slices.Sort(out)
+	return out, nil
+}
 
+func checkType(fields map[string]field) error {
 	f, ok := fields["type"]
 	if !ok {
-		return nil, &Error{Key: "ipam.type", Reason: fmt.Sprintf("is required (%q)", PluginType)}
+		return &Error{Key: "ipam.type", Reason: fmt.Sprintf("is required (%q)", PluginType)}
 	}
 	typ, err := f.str()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if typ != PluginType {
-		return nil, f.errorf("must be %q", PluginType)
+		return f.errorf("must be %q", PluginType)
 	}
+	return nil
+}
 
-	if f, ok := fields["pool"]; ok {
-		if c.Pool, err = f.str(); err != nil {
-			return nil, err
-		}
-		if !validName(c.Pool) {
-			return nil, f.errorf("must be the name of an IPPool (a lowercase RFC 1123 subdomain)")
-		}
-		c.poolField = f
+func (c *Config) parsePool(fields map[string]field) error {
+	f, ok := fields["pool"]
+	if !ok {
+		return nil
 	}
-
-	built, err := parseRanges(c, fields)
-	if err != nil {
-		return nil, err
+	var err error
+	if c.Pool, err = f.str(); err != nil {
+		return err
 	}
+	if !validName(c.Pool) {
+		return f.errorf("must be the name of an IPPool (a lowercase RFC 1123 subdomain)")
+	}
+	c.poolField = f
+	return nil
+}
 
+// parseResultKeys reads what goes into the CNI result besides the
+// addresses: gateway, routes and dns.
+func (c *Config) parseResultKeys(fields map[string]field) error {
+	var err error
 	if f, ok := fields["gateway"]; ok {
 		s, err := f.str()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if s != "" { // whereabouts treats "" as unset
 			if c.Gateway, err = f.addr(); err != nil {
-				return nil, err
+				return err
 			}
 			c.gwField = f
 		}
 	}
 	if f, ok := fields["routes"]; ok {
 		if c.Routes, err = parseRoutes(f); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if f, ok := fields["dns"]; ok {
 		if c.DNS, err = parseDNS(f); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
+
+// parseAgentKeys reads how the agent names and reaches the network:
+// network_name, enable_overlapping_ranges, agent_socket, and checks
+// configuration_path, which the shim has already acted on.
+func (c *Config) parseAgentKeys(fields map[string]field) error {
+	var err error
 	if f, ok := fields["network_name"]; ok {
 		if c.NetworkName, err = networkName(f); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if f, ok := fields["enable_overlapping_ranges"]; ok {
 		if c.OverlappingRanges, err = f.boolean(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if f, ok := fields["agent_socket"]; ok {
 		s, err := f.str()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !filepath.IsAbs(s) || len(s) > maxSocketPath || strings.IndexByte(s, 0) >= 0 {
-			return nil, f.errorf("must be an absolute path of at most %d bytes", maxSocketPath)
+			return f.errorf("must be an absolute path of at most %d bytes", maxSocketPath)
 		}
 		c.AgentSocket = s
 	}
 	if f, ok := fields["configuration_path"]; ok {
-		if c.ConfigurationPath, err = configurationPath(f); err != nil {
-			return nil, err
+		if err := checkConfigurationPath(f); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// checkConfigurationPath checks configuration_path ("" is unset). The shim
+// reads the file it names; the agent only gets the file's bytes.
+func checkConfigurationPath(f field) error {
+	s, err := f.str()
+	if err != nil || s == "" {
+		return err
+	}
+	if !filepath.IsAbs(s) {
+		return f.errorf("must be an absolute path")
+	}
+	return nil
+}
+
+// parseDelegationKeys reads prefix_delegation and dhcpv6.
+func (c *Config) parseDelegationKeys(fields map[string]field) error {
+	var err error
 	if f, ok := fields["prefix_delegation"]; ok {
 		if c.PrefixDelegation, err = parsePrefixDelegation(f); err != nil {
-			return nil, err
+			return err
 		}
 		c.pdRange = field{path: f.path + ".range"}
 		if m, err := f.object(); err == nil {
@@ -398,16 +389,10 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 	}
 	if f, ok := fields["dhcpv6"]; ok {
 		if c.DHCPv6, err = parseDHCPv6(f); err != nil {
-			return nil, err
+			return err
 		}
 	}
-
-	if c.Pool == "" {
-		if err := c.finish(built); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return nil
 }
 
 func checkIgnored(f field, key string, kind jsonKind) error {
@@ -509,14 +494,7 @@ func parseRanges(c *Config, fields map[string]field) ([]builtRange, error) {
 	}
 	var built []builtRange
 	if hasRange {
-		in := rangeInput{rng: rng, exclude: topExclude}
-		if f, ok := got["range_start"]; ok {
-			in.start = &f
-		}
-		if f, ok := got["range_end"]; ok {
-			in.end = &f
-		}
-		b, err := buildRange(in, "ipam")
+		b, err := topLevelRange(rng, got, topExclude)
 		if err != nil {
 			return nil, err
 		}
@@ -534,41 +512,14 @@ func parseRanges(c *Config, fields map[string]field) ([]builtRange, error) {
 			return nil, err
 		}
 		for _, e := range entries {
-			m, err := e.object()
-			if err != nil {
-				return nil, err
-			}
-			if err := checkKeys(m, rangeKeys); err != nil {
-				return nil, err
-			}
-			in := rangeInput{}
-			f, ok := m["range"]
-			if !ok {
-				return nil, &Error{Key: e.path + ".range", Reason: "is required"}
-			}
-			in.rng = f
-			if f, ok, err := present(m, "range_start"); err != nil {
-				return nil, err
-			} else if ok {
-				in.start = &f
-			}
-			if f, ok, err := present(m, "range_end"); err != nil {
-				return nil, err
-			} else if ok {
-				in.end = &f
-			}
-			if f, ok := m["exclude"]; ok {
-				if in.exclude, err = f.array(); err != nil {
-					return nil, err
-				}
-			}
+			// whereabouts drops a top-level exclude when there is no
+			// top-level range; tenure applies it to every entry rather
+			// than silently hand out addresses the user excluded.
+			var inherited []field
 			if !hasRange {
-				// whereabouts drops a top-level exclude when there is no
-				// top-level range; tenure applies it to every entry rather
-				// than silently hand out addresses the user excluded.
-				in.exclude = append(in.exclude, topExclude...)
+				inherited = topExclude
 			}
-			b, err := buildRange(in, e.path)
+			b, err := ipRangesEntry(e, inherited)
 			if err != nil {
 				return nil, err
 			}
@@ -576,6 +527,54 @@ func parseRanges(c *Config, fields map[string]field) ([]builtRange, error) {
 		}
 	}
 	return built, nil
+}
+
+// topLevelRange builds the range of the ipam section's own range,
+// range_start, range_end and exclude keys (those present in got).
+func topLevelRange(rng field, got map[string]field, exclude []field) (builtRange, error) {
+	in := rangeInput{rng: rng, exclude: exclude}
+	if f, ok := got["range_start"]; ok {
+		in.start = &f
+	}
+	if f, ok := got["range_end"]; ok {
+		in.end = &f
+	}
+	return buildRange(in)
+}
+
+// ipRangesEntry builds the range of one ipRanges entry; inherited excludes
+// follow the entry's own.
+func ipRangesEntry(e field, inherited []field) (builtRange, error) {
+	m, err := e.object()
+	if err != nil {
+		return builtRange{}, err
+	}
+	if err := checkKeys(m, rangeKeys); err != nil {
+		return builtRange{}, err
+	}
+	in := rangeInput{}
+	f, ok := m["range"]
+	if !ok {
+		return builtRange{}, &Error{Key: e.path + ".range", Reason: "is required"}
+	}
+	in.rng = f
+	if f, ok, err := present(m, "range_start"); err != nil {
+		return builtRange{}, err
+	} else if ok {
+		in.start = &f
+	}
+	if f, ok, err := present(m, "range_end"); err != nil {
+		return builtRange{}, err
+	} else if ok {
+		in.end = &f
+	}
+	if f, ok := m["exclude"]; ok {
+		if in.exclude, err = f.array(); err != nil {
+			return builtRange{}, err
+		}
+	}
+	in.exclude = append(in.exclude, inherited...)
+	return buildRange(in)
 }
 
 // finish runs the checks that need both the ranges and the rest of the
@@ -595,25 +594,8 @@ func (c *Config) finish(built []builtRange) error {
 		}
 	}
 	for i := range built {
-		b := &built[i]
-		r := &b.r
-		gwIn := c.Gateway.IsValid() && r.Prefix.Contains(c.Gateway)
-		if gwIn {
-			r.Exclude = append(r.Exclude, netip.PrefixFrom(c.Gateway, c.Gateway.BitLen()))
-		}
-		r.normalizeExcludes()
-		if r.capacity128() == (u128{}) {
-			var parts []string
-			if d := strings.TrimPrefix(b.in.boundsDesc(), " with "); d != "" {
-				parts = append(parts, d)
-			}
-			if d := b.in.excludeDesc(); d != "" {
-				parts = append(parts, d)
-			}
-			if gwIn {
-				parts = append(parts, c.gwField.path+" "+c.gwField.show())
-			}
-			return b.in.rng.errorf("has no assignable address with %s", strings.Join(parts, " and "))
+		if err := c.excludeGateway(&built[i]); err != nil {
+			return err
 		}
 	}
 	for i := range built {
@@ -643,11 +625,36 @@ func (c *Config) finish(built []builtRange) error {
 			seen[is4] = true
 		}
 	}
-	c.Ranges = make([]Range, len(built))
+	c.Ranges = make([]addrspace.Range, len(built))
 	for i, b := range built {
 		c.Ranges[i] = b.r
 	}
 	return nil
+}
+
+// excludeGateway adds the gateway to b's excludes when b's subnet holds it,
+// normalises the excludes, and refuses a range left without an address.
+func (c *Config) excludeGateway(b *builtRange) error {
+	r := &b.r
+	gwIn := c.Gateway.IsValid() && r.Prefix.Contains(c.Gateway)
+	if gwIn {
+		r.Exclude = append(r.Exclude, netip.PrefixFrom(c.Gateway, c.Gateway.BitLen()))
+	}
+	r.NormalizeExcludes()
+	if r.Capacity() > 0 {
+		return nil
+	}
+	var parts []string
+	if d := strings.TrimPrefix(b.in.boundsDesc(), " with "); d != "" {
+		parts = append(parts, d)
+	}
+	if d := b.in.excludeDesc(); d != "" {
+		parts = append(parts, d)
+	}
+	if gwIn {
+		parts = append(parts, c.gwField.path+" "+c.gwField.show())
+	}
+	return b.in.rng.errorf("has no assignable address with %s", strings.Join(parts, " and "))
 }
 
 // ApplyPool fills Ranges from the declared IPPool name, and NetworkName,
@@ -672,53 +679,72 @@ func (c *Config) ApplyPool(name string, spec v1alpha1.IPPoolSpec) error {
 	if len(spec.Ranges) == 0 {
 		return &Error{Key: prefix + ".ranges", Value: "[]", Reason: "at least one range is required"}
 	}
-	n := *c
 	var built []builtRange
 	for i, pr := range spec.Ranges {
-		base := fmt.Sprintf("%s.ranges[%d]", prefix, i)
-		in := rangeInput{rng: jsonString(base+".range", pr.Range)}
-		if pr.RangeStart != "" {
-			f := jsonString(base+".range_start", pr.RangeStart)
-			in.start = &f
-		}
-		if pr.RangeEnd != "" {
-			f := jsonString(base+".range_end", pr.RangeEnd)
-			in.end = &f
-		}
-		for j, e := range pr.Exclude {
-			in.exclude = append(in.exclude, jsonString(fmt.Sprintf("%s.exclude[%d]", base, j), e))
-		}
-		b, err := buildRange(in, base)
+		b, err := poolRange(fmt.Sprintf("%s.ranges[%d]", prefix, i), pr)
 		if err != nil {
 			return err
 		}
 		built = append(built, b)
 	}
-	if n.gwFromPool {
-		n.Gateway, n.gwField, n.gwFromPool = netip.Addr{}, field{}, false
+	n := *c
+	if err := n.applyPoolDefaults(prefix, spec); err != nil {
+		return err
 	}
-	if !n.Gateway.IsValid() && spec.Gateway != "" {
+	if err := n.finish(built); err != nil {
+		return err
+	}
+	n.Pool = name
+	*c = n
+	return nil
+}
+
+// poolRange builds one range of an IPPool spec; base is its path.
+func poolRange(base string, pr v1alpha1.PoolRange) (builtRange, error) {
+	in := rangeInput{rng: jsonString(base+".range", pr.Range)}
+	if pr.RangeStart != "" {
+		f := jsonString(base+".range_start", pr.RangeStart)
+		in.start = &f
+	}
+	if pr.RangeEnd != "" {
+		f := jsonString(base+".range_end", pr.RangeEnd)
+		in.end = &f
+	}
+	for j, e := range pr.Exclude {
+		in.exclude = append(in.exclude, jsonString(fmt.Sprintf("%s.exclude[%d]", base, j), e))
+	}
+	return buildRange(in)
+}
+
+// applyPoolDefaults takes gateway, network_name and prefix_delegation from
+// the pool's spec where the config does not set them, first dropping what an
+// earlier spec supplied.
+func (c *Config) applyPoolDefaults(prefix string, spec v1alpha1.IPPoolSpec) error {
+	if c.gwFromPool {
+		c.Gateway, c.gwField, c.gwFromPool = netip.Addr{}, field{}, false
+	}
+	if !c.Gateway.IsValid() && spec.Gateway != "" {
 		f := jsonString(prefix+".gateway", spec.Gateway)
 		a, err := f.addr()
 		if err != nil {
 			return err
 		}
-		n.Gateway, n.gwField, n.gwFromPool = a, f, true
+		c.Gateway, c.gwField, c.gwFromPool = a, f, true
 	}
-	if n.networkFromPool {
-		n.NetworkName, n.networkFromPool = "", false
+	if c.networkFromPool {
+		c.NetworkName, c.networkFromPool = "", false
 	}
-	if n.NetworkName == "" && spec.NetworkName != "" {
+	if c.NetworkName == "" && spec.NetworkName != "" {
 		s, err := networkName(jsonString(prefix+".network_name", spec.NetworkName))
 		if err != nil {
 			return err
 		}
-		n.NetworkName, n.networkFromPool = s, true
+		c.NetworkName, c.networkFromPool = s, true
 	}
-	if n.pdFromPool {
-		n.PrefixDelegation, n.pdRange, n.pdFromPool = nil, field{}, false
+	if c.pdFromPool {
+		c.PrefixDelegation, c.pdRange, c.pdFromPool = nil, field{}, false
 	}
-	if n.PrefixDelegation == nil && spec.PrefixDelegation != nil {
+	if c.PrefixDelegation == nil && spec.PrefixDelegation != nil {
 		pd := spec.PrefixDelegation
 		rf := jsonString(prefix+".prefix_delegation.range", pd.Range)
 		lf := field{path: prefix + ".prefix_delegation.prefix_length", raw: []byte(strconv.Itoa(int(pd.PrefixLength)))}
@@ -726,13 +752,8 @@ func (c *Config) ApplyPool(name string, spec v1alpha1.IPPoolSpec) error {
 		if err != nil {
 			return err
 		}
-		n.PrefixDelegation, n.pdRange, n.pdFromPool = p, rf, true
+		c.PrefixDelegation, c.pdRange, c.pdFromPool = p, rf, true
 	}
-	if err := n.finish(built); err != nil {
-		return err
-	}
-	n.Pool = name
-	*c = n
 	return nil
 }
 
@@ -748,20 +769,17 @@ func networkName(f field) (string, error) {
 }
 
 // validName reports whether s is a lowercase RFC 1123 subdomain, the form of
-// Kubernetes object names.
+// Kubernetes object names. It is validation.IsDNS1123Subdomain plus RFC 1123's
+// bound of 63 bytes per dot-separated label, which that check (what the API
+// server applies to object names) leaves out: the bound is kept so the set of
+// accepted configs stays what it was.
 func validName(s string) bool {
-	if s == "" || len(s) > 253 {
+	if len(validation.IsDNS1123Subdomain(s)) > 0 {
 		return false
 	}
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 {
+	for label := range strings.SplitSeq(s, ".") {
+		if len(label) > validation.DNS1123LabelMaxLength {
 			return false
-		}
-		for i, ch := range []byte(label) {
-			alnum := ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9'
-			if !alnum && (ch != '-' || i == 0 || i == len(label)-1) {
-				return false
-			}
 		}
 	}
 	return true

@@ -5,14 +5,14 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
 
 // nad wraps an ipam section in a macvlan network config, as Multus passes it.
@@ -41,7 +41,7 @@ func pfxs(s ...string) []netip.Prefix {
 }
 
 // wantRange checks the normalised form of a range.
-func wantRange(t *testing.T, r Range, prefix, start, end string, size, capacity uint64) {
+func wantRange(t *testing.T, r addrspace.Range, prefix, start, end string, size, capacity uint64) {
 	t.Helper()
 	if r.Prefix != pfx(prefix) || r.Start != addr(start) || r.End != addr(end) {
 		t.Errorf("range %q = %s [%s, %s], want %s [%s, %s]", r.Spec, r.Prefix, r.Start, r.End, prefix, start, end)
@@ -126,7 +126,7 @@ func TestParseWhereaboutsNAD(t *testing.T) {
 		!slices.Equal(c.DNS.Search, []string{"svc.cluster.local"}) || !slices.Equal(c.DNS.Options, []string{"ndots:5"}) {
 		t.Errorf("DNS = %+v", c.DNS)
 	}
-	if c.AgentSocket != DefaultAgentSocket || c.Pool != "" || c.PrefixDelegation != nil || c.DHCPv6 != nil {
+	if c.AgentSocket != cniwire.DefaultSocket || c.Pool != "" || c.PrefixDelegation != nil || c.DHCPv6 != nil {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -294,7 +294,7 @@ func TestParseGateway(t *testing.T) {
 
 func TestParseOtherKeys(t *testing.T) {
 	c := mustParse(t, `{"type":"tenure","range":"10.0.0.0/24"}`)
-	if !c.OverlappingRanges || c.AgentSocket != "/run/tenure/agent.sock" || c.NetworkName != "" || c.ConfigurationPath != "" ||
+	if !c.OverlappingRanges || c.AgentSocket != "/run/tenure/agent.sock" || c.NetworkName != "" ||
 		c.Routes != nil || !c.DNS.IsEmpty() || c.Gateway.IsValid() {
 		t.Errorf("defaults = %+v", c)
 	}
@@ -302,7 +302,7 @@ func TestParseOtherKeys(t *testing.T) {
 		"agent_socket":"/var/run/t.sock","configuration_path":"/etc/x/../tenure.conf",
 		"routes":[{"dst":"fd00:1::/64","gw":"fd00::1","mtu":1400,"advmss":1360,"priority":10,"table":100,"scope":0}],
 		"dns":{"nameservers":["10.0.0.53","fe80::1%eth0"]}}`)
-	if !c.OverlappingRanges || c.NetworkName != "a.b-c" || c.AgentSocket != "/var/run/t.sock" || c.ConfigurationPath != "/etc/tenure.conf" {
+	if !c.OverlappingRanges || c.NetworkName != "a.b-c" || c.AgentSocket != "/var/run/t.sock" {
 		t.Errorf("got %+v", c)
 	}
 	rt := c.Routes[0]
@@ -511,6 +511,7 @@ func TestParseErrors(t *testing.T) {
 		{"agent_socket empty", `{"type":"tenure","range":"10.0.0.0/24","agent_socket":""}`, "ipam.agent_socket", []string{`""`, "absolute path"}},
 		{"agent_socket too long", `{"type":"tenure","range":"10.0.0.0/24","agent_socket":"/` + strings.Repeat("a", 107) + `"}`, "ipam.agent_socket", []string{"aaaa", "at most 107 bytes"}},
 		{"configuration_path relative", `{"type":"tenure","range":"10.0.0.0/24","configuration_path":"tenure.conf"}`, "ipam.configuration_path", []string{`"tenure.conf"`, "absolute path"}},
+		{"configuration_path not a string", `{"type":"tenure","range":"10.0.0.0/24","configuration_path":["/x"]}`, "ipam.configuration_path", []string{`["/x"]`, "must be a string"}},
 
 		// prefix_delegation.
 		{"pd not an object", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":"fd00::/48"}`, "ipam.prefix_delegation", []string{`"fd00::/48"`, "must be an object"}},
@@ -608,9 +609,6 @@ func TestParseFlatFile(t *testing.T) {
 	if !slices.Equal(c.Ignored, want) {
 		t.Errorf("Ignored = %q, want %q", c.Ignored, want)
 	}
-	if c.ConfigurationPath != "" {
-		t.Errorf("ConfigurationPath = %q: the file's own configuration_path is ignored", c.ConfigurationPath)
-	}
 
 	// The file may supply the range itself.
 	c, err = Parse(nad(`{"type":"tenure"}`), flat)
@@ -641,92 +639,6 @@ func TestParseFlatFile(t *testing.T) {
 			checkErr(t, err, tc.key, tc.has)
 		})
 	}
-}
-
-func TestReadFlatFile(t *testing.T) {
-	dir := t.TempDir()
-	old := DefaultFlatFilePath
-	t.Cleanup(func() { DefaultFlatFilePath = old })
-
-	// Default path missing: fine, no file.
-	DefaultFlatFilePath = filepath.Join(dir, "missing", "tenure.conf")
-	path, data, err := ReadFlatFile(nad(`{"type":"tenure","range":"10.0.0.0/24"}`))
-	if err != nil || path != "" || data != nil {
-		t.Fatalf("missing default file: %q %q %v", path, data, err)
-	}
-
-	// Default path present: read.
-	def := filepath.Join(dir, "tenure.conf")
-	if err := os.WriteFile(def, []byte(`{"gateway":"10.0.0.1","log_level":"debug"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	DefaultFlatFilePath = def
-	path, data, err = ReadFlatFile(nad(`{"type":"tenure","range":"10.0.0.0/24"}`))
-	if err != nil || path != def || !strings.Contains(string(data), "10.0.0.1") {
-		t.Fatalf("default file: %q %q %v", path, data, err)
-	}
-	c, err := Load(nad(`{"type":"tenure","range":"10.0.0.0/24"}`))
-	if err != nil || c.FlatFile != def || c.Gateway != addr("10.0.0.1") || !slices.Equal(c.Ignored, []string{"log_level"}) {
-		t.Fatalf("Load: %+v %v", c, err)
-	}
-
-	// configuration_path wins over the default.
-	other := filepath.Join(dir, "other.conf")
-	if err := os.WriteFile(other, []byte(`{"gateway":"10.0.0.254"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	conf := nad(`{"type":"tenure","range":"10.0.0.0/24","configuration_path":"` + other + `"}`)
-	path, _, err = ReadFlatFile(conf)
-	if err != nil || path != other {
-		t.Fatalf("configuration_path: %q %v", path, err)
-	}
-	c, err = Load(conf)
-	if err != nil || c.Gateway != addr("10.0.0.254") || c.ConfigurationPath != other || c.FlatFile != other {
-		t.Fatalf("Load with configuration_path: %+v %v", c, err)
-	}
-
-	// configuration_path missing: error naming the key and the path.
-	missing := filepath.Join(dir, "nope.conf")
-	_, _, err = ReadFlatFile(nad(`{"type":"tenure","range":"10.0.0.0/24","configuration_path":"` + missing + `"}`))
-	checkErr(t, err, "ipam.configuration_path", []string{missing, "no such file"})
-	if !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("error %v does not wrap os.ErrNotExist", err)
-	}
-	_, err = Load(nad(`{"type":"tenure","range":"10.0.0.0/24","configuration_path":"` + missing + `"}`))
-	checkErr(t, err, "ipam.configuration_path", []string{missing})
-
-	// configuration_path relative, or of the wrong type.
-	_, _, err = ReadFlatFile(nad(`{"type":"tenure","range":"10.0.0.0/24","configuration_path":"x.conf"}`))
-	checkErr(t, err, "ipam.configuration_path", []string{`"x.conf"`, "absolute"})
-	_, _, err = ReadFlatFile(nad(`{"type":"tenure","range":"10.0.0.0/24","configuration_path":["/x"]}`))
-	checkErr(t, err, "ipam.configuration_path", []string{`["/x"]`, "must be a string"})
-
-	// A directory is not a file.
-	_, _, err = ReadFlatFile(nad(`{"type":"tenure","range":"10.0.0.0/24","configuration_path":"` + dir + `"}`))
-	checkErr(t, err, "ipam.configuration_path", []string{dir})
-
-	// Too large.
-	big := filepath.Join(dir, "big.conf")
-	if err := os.WriteFile(big, make([]byte, MaxFlatFileSize+1), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = ReadFlatFile(nad(`{"type":"tenure","range":"10.0.0.0/24","configuration_path":"` + big + `"}`))
-	checkErr(t, err, "ipam.configuration_path", []string{"larger than"})
-
-	// A netconf that does not parse is left to Parse; the default file is read.
-	path, _, err = ReadFlatFile([]byte(`{"ipam":`))
-	if err != nil || path != def {
-		t.Fatalf("broken netconf: %q %v", path, err)
-	}
-	_, err = Load([]byte(`{"ipam":`))
-	checkErr(t, err, "netconf", []string{"not valid JSON"})
-
-	// Load reports a bad flat file.
-	if err := os.WriteFile(def, []byte(`{"rnage":"x"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Load(nad(`{"type":"tenure","range":"10.0.0.0/24"}`))
-	checkErr(t, err, "flatfile.rnage", []string{"unknown key"})
 }
 
 func bluePool() v1alpha1.IPPoolSpec {

@@ -8,9 +8,8 @@ import (
 	"strings"
 )
 
-// Error is the only error type Parse, ApplyPool, Load and ReadFlatFile
-// return (possibly wrapping an underlying cause in Err). It always names the
-// offending key, as a path such as "ipam.ipRanges[1].range",
+// Error is the only error type Parse and ApplyPool return. It always names
+// the offending key, as a path such as "ipam.ipRanges[1].range",
 // "flatfile.exclude[0]" (a key the flat configuration file supplied) or
 // "IPPool blue spec.ranges[0].range", and the value as written. A CNI plugin
 // maps it to error code 7 (invalid network config).
@@ -18,7 +17,6 @@ type Error struct {
 	Key    string // path of the key
 	Value  string // the value as written (JSON text, strings quoted); "" if absent
 	Reason string // what is wrong; names the other key for contradictions
-	Err    error  // underlying cause, if any (I/O errors), for errors.Is/As
 }
 
 func (e *Error) Error() string {
@@ -32,8 +30,6 @@ func (e *Error) Error() string {
 	b.WriteString(e.Reason)
 	return b.String()
 }
-
-func (e *Error) Unwrap() error { return e.Err }
 
 const maxShown = 200
 

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/config"
 )
 
@@ -40,13 +41,6 @@ const (
 // ShimName is the file name of the CNI shim: the ipam "type" the runtime
 // looks up in its plugin directories.
 const ShimName = config.PluginType
-
-// FlatConfigRel is the flat configuration file's path relative to the CNI
-// configuration directory: on the host it is
-// /etc/cni/net.d/tenure.d/tenure.conf, config.DefaultFlatFilePath. It lives
-// in a subdirectory so runtimes, which load net.d's *.conf files as network
-// configurations, never mistake it for one.
-const FlatConfigRel = "tenure.d/tenure.conf"
 
 // Modes of the installed files.
 const (
@@ -70,7 +64,8 @@ type Options struct {
 	Source string
 	// CNIBinDir receives Source as ShimName; DefaultCNIBinDir if empty.
 	CNIBinDir string
-	// CNIConfDir receives FlatConfig as FlatConfigRel; DefaultCNIConfDir if
+	// CNIConfDir receives FlatConfig as cniwire.FlatConfigRel, which the
+	// shim reads as cniwire.DefaultFlatConfig; DefaultCNIConfDir if
 	// empty.
 	CNIConfDir string
 	// FlatConfig is the flat configuration file's content. When nil no flat
@@ -126,7 +121,7 @@ func Install(o Options) (Result, error) {
 	logResult(log, res.Binary, res.BinaryChanged)
 
 	if o.FlatConfig != nil {
-		res.FlatConfig = filepath.Join(o.CNIConfDir, FlatConfigRel)
+		res.FlatConfig = filepath.Join(o.CNIConfDir, cniwire.FlatConfigRel)
 		if res.ConfigChanged, err = WriteFile(res.FlatConfig, o.FlatConfig, FlatConfigMode); err != nil {
 			return res, err
 		}

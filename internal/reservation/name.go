@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // DefaultNetwork is the scope of configs without network_name, as in
@@ -18,10 +19,9 @@ import (
 // the same IP is never handed out twice by two attachments.
 const DefaultNetwork = "default"
 
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
-// maxLabel leaves room for the hash suffix within DNS-1123's 63.
-const maxLabel = 63
+// maxLabel is DNS-1123's bound on a label; a hashed label keeps its
+// readable prefix short enough for the hash suffix to fit.
+const maxLabel = validation.DNS1123LabelMaxLength
 
 // NetworkKey is the allocation scope of a range. With overlapping-range
 // protection on (the default) it is the network name alone, so overlapping
@@ -40,7 +40,7 @@ func NetworkKey(networkName, rangeSpec string, overlappingProtection bool) strin
 // NetworkLabel maps a network key to one DNS-1123 label: the key itself when
 // it is one, otherwise a readable prefix plus a hash of the whole key.
 func NetworkLabel(key string) string {
-	if len(key) <= maxLabel && dnsLabel.MatchString(key) && !strings.Contains(key, "--") {
+	if len(validation.IsDNS1123Label(key)) == 0 && !strings.Contains(key, "--") {
 		return key
 	}
 	h := fnv.New64a()

@@ -17,9 +17,9 @@ import (
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
 
-// DefaultFlatConfig is read when the IPAM config names no configuration_path,
-// as whereabouts reads /etc/cni/net.d/whereabouts.d/whereabouts.conf.
-var DefaultFlatConfig = "/etc/cni/net.d/tenure.d/tenure.conf"
+// DefaultFlatConfig is read when the IPAM config names no configuration_path.
+// A variable so tests can point it at a file of their own.
+var DefaultFlatConfig = cniwire.DefaultFlatConfig
 
 // Timeout bounds each read and write of one call after connecting.
 // Runtimes give a sandbox a few minutes in total; an agent that holds a

@@ -29,6 +29,7 @@ import (
 
 	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
@@ -254,7 +255,7 @@ func TestAgentPodOnANode(t *testing.T) {
 	}
 	t.Logf("init container:\n%s", out)
 	hostShim := filepath.Join(p.hostRoot, "/opt/cni/bin/tenure")
-	hostFlat := filepath.Join(p.hostRoot, "/etc/cni/net.d/tenure.d/tenure.conf")
+	hostFlat := filepath.Join(p.hostRoot, cniwire.DefaultFlatConfig)
 	want, _ := os.ReadFile(bins.Shim)
 	if got, err := os.ReadFile(hostShim); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the node's /opt/cni/bin/tenure is not the shim (err %v)", err)

@@ -17,10 +17,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
 
 const (
-	agentSocket = "/run/tenure/agent.sock"
+	agentSocket = cniwire.DefaultSocket
 	leaseName   = "tenure-controller" // --leader-election-id
 )
 

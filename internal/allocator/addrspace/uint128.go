@@ -1,4 +1,4 @@
-package config
+package addrspace
 
 import (
 	"encoding/binary"

@@ -1,14 +1,52 @@
-package config
+package addrspace
 
 import (
 	"math"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
+var (
+	addr = netip.MustParseAddr
+	pfx  = netip.MustParsePrefix
+)
+
+func pfxs(ss ...string) (out []netip.Prefix) {
+	for _, s := range ss {
+		out = append(out, pfx(s))
+	}
+	return out
+}
+
+// roundTrip checks Offset(At(i)) == i over every offset of r and returns
+// how many of those addresses r contains.
+func roundTrip(t *testing.T, r Range) (contained uint64) {
+	t.Helper()
+	for off := range r.Size() {
+		a := r.At(off)
+		if o, ok := r.Offset(a); !ok || o != off {
+			t.Fatalf("Offset(At(%d)=%s) = %d, %v", off, a, o, ok)
+		}
+		if r.Contains(a) {
+			contained++
+		}
+	}
+	return contained
+}
+
+// normalized is the Range over the whole of prefix, as internal/config
+// builds it from a range key without range_start or range_end.
+func normalized(prefix string, exclude ...string) Range {
+	p := pfx(prefix).Masked()
+	r := Range{Spec: prefix, Prefix: p, Exclude: pfxs(exclude...)}
+	r.Start, r.End = UsableBounds(p)
+	r.NormalizeExcludes()
+	return r
+}
+
 func TestRangeAtOffsetCarry(t *testing.T) {
-	c := mustParse(t, `{"type":"tenure","range":"10.0.0.0/16","exclude":["10.0.1.0/30","10.0.1.2"]}`)
-	r := c.Ranges[0]
+	r := normalized("10.0.0.0/16", "10.0.1.0/30", "10.0.1.2/32")
 	// Start is 10.0.0.1: offset 254 is 10.0.0.255, 255 carries into 10.0.1.0.
 	for _, tc := range []struct {
 		off  uint64
@@ -50,24 +88,14 @@ func TestRangeAtOffsetCarry(t *testing.T) {
 	}
 	// Round trip over every address: Contains matches the excludes, and
 	// Capacity counts the contained addresses.
-	var n uint64
-	for off := range r.Size() {
-		a := r.At(off)
-		if o, ok := r.Offset(a); !ok || o != off {
-			t.Fatalf("Offset(At(%d)=%s) = %d, %v", off, a, o, ok)
-		}
-		if r.Contains(a) {
-			n++
-		}
-	}
+	n := roundTrip(t, r)
 	if n != r.Capacity() {
 		t.Errorf("contained %d, Capacity %d", n, r.Capacity())
 	}
 }
 
 func TestRangeIPv6(t *testing.T) {
-	c := mustParse(t, `{"type":"tenure","range":"2001:db8::/32","exclude":["2001:db8:0:1::/64","2001:db8::1"]}`)
-	r := c.Ranges[0]
+	r := normalized("2001:db8::/32", "2001:db8:0:1::/64", "2001:db8::1/128")
 	if r.Start != addr("2001:db8::1") || r.End != addr("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff") {
 		t.Fatalf("range = [%s, %s]", r.Start, r.End)
 	}
@@ -99,7 +127,7 @@ func TestRangeIPv6(t *testing.T) {
 
 	// A /64 has 2^64-1 candidates: exactly MaxUint64, the last one at offset
 	// MaxUint64-1.
-	r = mustParse(t, `{"type":"tenure","range":"fd00::/64","exclude":["fd00::ffff:ffff:ffff:ff00/120"]}`).Ranges[0]
+	r = normalized("fd00::/64", "fd00::ffff:ffff:ffff:ff00/120")
 	if r.Size() != math.MaxUint64 || r.Capacity() != math.MaxUint64-256 {
 		t.Errorf("Size, Capacity = %d, %d", r.Size(), r.Capacity())
 	}
@@ -114,17 +142,8 @@ func TestRangeIPv6(t *testing.T) {
 	}
 
 	// /120: round trip over every address.
-	r = mustParse(t, `{"type":"tenure","range":"fd00::100/120","exclude":["fd00::1f0/124"],"gateway":"fd00::101"}`).Ranges[0]
-	var n uint64
-	for off := range r.Size() {
-		a := r.At(off)
-		if o, ok := r.Offset(a); !ok || o != off {
-			t.Fatalf("Offset(At(%d)=%s) = %d, %v", off, a, o, ok)
-		}
-		if r.Contains(a) {
-			n++
-		}
-	}
+	r = normalized("fd00::100/120", "fd00::1f0/124", "fd00::101/128") // the last one a gateway
+	n := roundTrip(t, r)
 	if r.Size() != 255 || n != 255-16-1 || r.Capacity() != n {
 		t.Errorf("Size %d, contained %d, Capacity %d", r.Size(), n, r.Capacity())
 	}
@@ -253,17 +272,43 @@ func TestU128(t *testing.T) {
 	}
 }
 
-func TestErrorFormat(t *testing.T) {
-	e := &Error{Key: "ipam.range", Value: `"x"`, Reason: "bad"}
-	if e.Error() != `ipam.range: "x": bad` {
-		t.Errorf("Error = %q", e.Error())
+func TestUsableBounds(t *testing.T) {
+	for _, tc := range []struct{ prefix, lo, hi string }{
+		{"10.0.0.0/24", "10.0.0.1", "10.0.0.254"},
+		{"10.0.0.7/29", "10.0.0.1", "10.0.0.6"}, // masked first
+		{"10.0.0.0/30", "10.0.0.1", "10.0.0.2"},
+		{"10.0.0.0/31", "10.0.0.0", "10.0.0.1"}, // RFC 3021
+		{"10.0.0.5/32", "10.0.0.5", "10.0.0.5"},
+		{"fd00::/64", "fd00::1", "fd00::ffff:ffff:ffff:ffff"}, // no Subnet-Router anycast
+		{"fd00::/126", "fd00::1", "fd00::3"},
+		{"fd00::/127", "fd00::", "fd00::1"}, // RFC 6164
+		{"fd00::1/128", "fd00::1", "fd00::1"},
+	} {
+		lo, hi := UsableBounds(pfx(tc.prefix))
+		if lo != addr(tc.lo) || hi != addr(tc.hi) {
+			t.Errorf("UsableBounds(%s) = %s, %s, want %s, %s", tc.prefix, lo, hi, tc.lo, tc.hi)
+		}
 	}
-	e = &Error{Key: "ipam", Reason: "one of range, ipRanges or pool is required"}
-	if e.Error() != "ipam: one of range, ipRanges or pool is required" {
-		t.Errorf("Error = %q", e.Error())
+}
+
+func TestNormalizeExcludes(t *testing.T) {
+	r := Range{Prefix: pfx("10.0.0.0/24"), Start: addr("10.0.0.10"), End: addr("10.0.0.19"),
+		Exclude: []netip.Prefix{
+			pfx("10.0.0.17/30"), // masked to 10.0.0.16/30
+			pfx("10.0.0.18/32"), // nested in it
+			pfx("10.0.0.8/30"),  // meets Start
+			pfx("10.0.0.0/29"),  // before Start
+			pfx("10.0.0.20/32"), // after End
+			pfx("fd00::/64"),    // other family
+			pfx("10.0.0.12/31"), // inside
+			{},                  // invalid
+		}}
+	r.NormalizeExcludes()
+	want := pfxs("10.0.0.8/30", "10.0.0.12/31", "10.0.0.16/30")
+	if !slices.Equal(r.Exclude, want) {
+		t.Errorf("Exclude = %v, want %v", r.Exclude, want)
 	}
-	long := show([]byte(`"` + string(make([]byte, 500)) + `"`))
-	if len(long) > maxShown+len("…") {
-		t.Errorf("show not truncated: %d bytes", len(long))
+	if r.Capacity() != 10-2-2-4 {
+		t.Errorf("Capacity = %d", r.Capacity())
 	}
 }
