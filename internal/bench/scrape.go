@@ -4,31 +4,30 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
 // sweepsDone reads tenure_sweep_duration_seconds_count from the
 // controller's metrics; false when it cannot be read.
 func sweepsDone(ctx context.Context, url string) (float64, bool) {
-	text, ok := httpGet(ctx, url)
+	m, ok := scrapeMetrics(ctx, url)
 	if !ok {
 		return 0, false
 	}
-	return metricValue(text, "tenure_sweep_duration_seconds_count")
+	return m.Sum("tenure_sweep_duration_seconds_count")
 }
 
-// metricValue returns the value of an unlabelled series in a Prometheus
-// text exposition.
-func metricValue(text, name string) (float64, bool) {
-	for _, line := range strings.Split(text, "\n") {
-		if rest, found := strings.CutPrefix(line, name+" "); found {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v, err == nil
-		}
+// scrapeMetrics reads a /metrics endpoint; false when it cannot be read or
+// parsed.
+func scrapeMetrics(ctx context.Context, url string) (testbed.Metrics, bool) {
+	text, ok := httpGet(ctx, url)
+	if !ok {
+		return nil, false
 	}
-	return 0, false
+	m, err := testbed.ParseMetrics(text)
+	return m, err == nil
 }
 
 func httpGet(ctx context.Context, url string) (string, bool) {
