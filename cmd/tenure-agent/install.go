@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,18 +14,17 @@ import (
 // install is `tenure-agent install`, the agent DaemonSet's init container:
 // it copies the CNI shim into the host's CNI binary directory and writes
 // the flat configuration file, both atomically and idempotently.
-func install(args []string) int {
-	fs := flag.NewFlagSet("install", flag.ExitOnError)
+func install(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tenure-agent install", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	binDir := fs.String("cni-bin-dir", cniinstall.DefaultCNIBinDir, "directory the container runtime executes CNI plugins from (the host's /opt/cni/bin)")
 	source := fs.String("source", "", "the tenure CNI shim binary to install (default: "+cniinstall.ShimName+" next to this executable)")
 	confDir := fs.String("cni-conf-dir", cniinstall.DefaultCNIConfDir, "the host's CNI configuration directory; the flat config goes to "+cniwire.FlatConfigRel+" inside it")
 	flat := fs.String("flat-config", "", "flat configuration: JSON, or the path of a file holding it (not written when empty)")
-	_ = fs.Parse(args)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if fs.NArg() > 0 {
-		log.Error("unexpected arguments", "args", fs.Args())
-		return 2
+	if code, stop := parse(fs, args, "argument", stderr); stop {
+		return code
 	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
 	src := *source
 	if src == "" {
 		exe, err := os.Executable()

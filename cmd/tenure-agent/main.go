@@ -9,8 +9,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -23,40 +25,94 @@ import (
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
-func main() {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+const usageText = `usage: tenure-agent [flags]                           serve the CNI shim's calls
+       tenure-agent install [flags]                   install the CNI shim on the host (the DaemonSet's init container)
+       tenure-agent health [--socket PATH] [--ready]  probe a running agent
+
+flags:
+`
+
+// run executes the command line args (without the program name) and returns
+// the exit code: 2 for a command line it does not understand, which never
+// starts an agent.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
 		case "health":
-			os.Exit(runHealth(os.Args[2:]))
+			return runHealth(args[1:], stderr)
 		case "install":
-			os.Exit(install(os.Args[2:]))
+			return install(args[1:], stderr)
+		case "help":
+			fs, _ := agentFlags(stderr)
+			fs.Usage()
+			return 0
 		}
 	}
-	os.Exit(run(os.Args[1:]))
+	return serve(args, stderr)
 }
 
-func run(args []string) int {
-	fs := flag.NewFlagSet("tenure-agent", flag.ExitOnError)
-	node := fs.String("node-name", os.Getenv("NODE_NAME"), "name of the node this agent serves (default $NODE_NAME)")
-	socket := fs.String("socket", cniwire.DefaultSocket, "unix socket the CNI shim calls")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
-	metricsAddr := fs.String("metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. :9466); empty disables it")
-	dataplaneNetns := fs.String("dataplane-netns", "", "network namespace (path) DHCPv6 is served in and prefix routes are installed in; empty is the agent's own")
-	_ = fs.Parse(args)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if *node == "" {
+type agentOptions struct {
+	node, socket, kubeconfig, metricsAddr, dataplaneNetns string
+}
+
+// agentFlags is the flag set of the agent itself; its usage lists the
+// subcommands too.
+func agentFlags(stderr io.Writer) (*flag.FlagSet, *agentOptions) {
+	var o agentOptions
+	fs := flag.NewFlagSet("tenure-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usageText)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "name of the node this agent serves (default $NODE_NAME)")
+	fs.StringVar(&o.socket, "socket", cniwire.DefaultSocket, "unix socket the CNI shim calls")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. :9466); empty disables it")
+	fs.StringVar(&o.dataplaneNetns, "dataplane-netns", "", "network namespace (path) DHCPv6 is served in and prefix routes are installed in; empty is the agent's own")
+	return fs, &o
+}
+
+// parse parses args with fs and refuses positional arguments, which it
+// names positional ("command" for the agent's own flags: a misspelt
+// subcommand, tenure-agent helth, must not start an agent). It returns the
+// exit code when the command is to stop here.
+func parse(fs *flag.FlagSet, args []string, positional string, stderr io.Writer) (code int, stop bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unknown %s %q\n\n", fs.Name(), positional, fs.Arg(0))
+		fs.Usage()
+		return 2, true
+	}
+	return 0, false
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs, o := agentFlags(stderr)
+	if code, stop := parse(fs, args, "command", stderr); stop {
+		return code
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if o.node == "" {
 		log.Error("--node-name (or $NODE_NAME) is required")
 		return 2
 	}
-	cfg, err := kube.RESTConfig(*kubeconfig)
+	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		log.Error("loading API client config", "err", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := agent.NewForConfig(cfg, agent.Options{NodeName: *node, Logger: log,
-		Dataplane: agent.DataplaneOptions{Netns: *dataplaneNetns, StateFile: *socket + ".dataplane.json"}})
+	a, err := agent.NewForConfig(cfg, agent.Options{NodeName: o.node, Logger: log,
+		Dataplane: agent.DataplaneOptions{Netns: o.dataplaneNetns, StateFile: o.socket + ".dataplane.json"}})
 	if err != nil {
 		log.Error("creating agent", "err", err)
 		return 1
@@ -66,10 +122,10 @@ func run(args []string) int {
 		log.Error("starting agent", "err", err)
 		return 1
 	}
-	if *metricsAddr != "" {
-		ml, err := net.Listen("tcp", *metricsAddr)
+	if o.metricsAddr != "" {
+		ml, err := net.Listen("tcp", o.metricsAddr)
 		if err != nil {
-			log.Error("listening for metrics", "addr", *metricsAddr, "err", err)
+			log.Error("listening for metrics", "addr", o.metricsAddr, "err", err)
 			return 1
 		}
 		log.Info("serving metrics", "addr", ml.Addr().String())
@@ -79,12 +135,12 @@ func run(args []string) int {
 			}
 		}()
 	}
-	l, err := agent.Listen(*socket)
+	l, err := agent.Listen(o.socket)
 	if err != nil {
-		log.Error("listening", "socket", *socket, "err", err)
+		log.Error("listening", "socket", o.socket, "err", err)
 		return 1
 	}
-	log.Info("serving", "node", *node, "socket", *socket)
+	log.Info("serving", "node", o.node, "socket", o.socket)
 	if err := a.Serve(ctx, l); err != nil {
 		log.Error("serving", "err", err)
 		return 1
@@ -92,17 +148,20 @@ func run(args []string) int {
 	return 0
 }
 
-func runHealth(args []string) int {
-	fs := flag.NewFlagSet("health", flag.ExitOnError)
+func runHealth(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tenure-agent health", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	socket := fs.String("socket", cniwire.DefaultSocket, "agent socket")
 	ready := fs.Bool("ready", false, "check readiness (caches synced), not just liveness")
-	_ = fs.Parse(args)
+	if code, stop := parse(fs, args, "argument", stderr); stop {
+		return code
+	}
 	path := agent.PathHealthz
 	if *ready {
 		path = agent.PathReadyz
 	}
 	if err := health.Probe(context.Background(), *socket, path); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	return 0

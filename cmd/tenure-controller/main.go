@@ -79,16 +79,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.healthAddr, "health-addr", ":9466", "address of /healthz and /readyz; \"0\" disables it")
 	fs.BoolVar(&f.once, "once", false, "run one full sweep, print each release (one line each, with its reason) and exit; ignores leader election")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "with --once: print what would be released and change nothing")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: tenure-controller [--kubeconfig PATH] [flags]\n       tenure-controller --once [--dry-run] [flags]\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if len(args) > 0 && args[0] == "help" {
+		fs.Usage()
+		return 0
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tenure-controller: unexpected argument %q\n\n", fs.Arg(0))
+		fs.Usage()
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	klog.SetSlogLogger(log)
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-	if fs.NArg() > 0 {
-		log.Error("unexpected arguments", "args", fs.Args())
-		return 2
-	}
 	if f.dryRun && !f.once {
 		log.Error("--dry-run needs --once")
 		return 2

@@ -1,8 +1,9 @@
+//go:build !tenure_release
+
 package main
 
 import (
 	"context"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,13 +23,12 @@ func init() {
 }
 
 func runDemo(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "demo", "[--bin-dir DIR] [--cni-plugin-dir DIR] [--timeout DURATION]")
 	binDir := fs.String("bin-dir", "", "directory with tenure's binaries (default: this program's directory)")
 	pluginDir := fs.String("cni-plugin-dir", "", "reference CNI plugins (default: built by hack/build-cni-plugins.sh when run from the repository)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *binDir == "" {
 		exe, err := os.Executable()

@@ -1,3 +1,5 @@
+//go:build !tenure_release
+
 package main
 
 import (

@@ -1,4 +1,4 @@
-//go:build integration
+//go:build integration && !tenure_release
 
 package main
 
@@ -20,19 +20,6 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 )
-
-// The test binary doubles as tenurectl: with this variable set it runs main,
-// so the tests exercise the real process boundary (dev up must leave the
-// control plane running after tenurectl exits) without a separate build.
-const runMainEnv = "TENURECTL_TEST_RUN_MAIN"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(runMainEnv) == "1" {
-		main()
-		return
-	}
-	os.Exit(m.Run())
-}
 
 type result struct {
 	code           int
@@ -151,25 +138,23 @@ func TestDevUpDown(t *testing.T) {
 	}
 }
 
-func TestUsage(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{nil, 2, "usage: tenurectl <command>"},
+// TestDevCommandsUsage: the developer commands refuse what they do not
+// understand with exit 2 before they start anything.
+func TestDevCommandsUsage(t *testing.T) {
+	testUsage(t, []usageCase{
 		{[]string{"help"}, 0, "dev"},
-		{[]string{"bogus"}, 2, `unknown command "bogus"`},
 		{[]string{"dev"}, 2, "usage: tenurectl dev <subcommand>"},
 		{[]string{"dev", "sideways"}, 2, `unknown subcommand "sideways"`},
 		{[]string{"dev", "up", "--nope"}, 2, "flag provided but not defined"},
+		{[]string{"dev", "up", "--timeout", "soon"}, 2, `invalid value "soon"`},
 		{[]string{"dev", "down", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"dev", "up", "-h"}, 0, "-dir"},
-	} {
-		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), tc.args, &env{stdout: &stdout, stderr: &stderr})
-		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
-			t.Errorf("tenurectl %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
-		}
-	}
+		{[]string{"demo", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"demo", "--timeout", "soon"}, 2, `invalid value "soon"`},
+		{[]string{"demo", "-h"}, 0, "-cni-plugin-dir"},
+		{[]string{"bench", "-o", "yaml"}, 2, "-o must be table or json"},
+		{[]string{"bench", "--scale", "0"}, 2, "--scale must be positive"},
+		{[]string{"bench", "--quick=often"}, 2, "invalid boolean value"},
+		{[]string{"bench", "-h"}, 0, "-skip-scale"},
+	})
 }

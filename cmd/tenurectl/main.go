@@ -3,6 +3,11 @@
 // Subcommands register themselves in a file of their own (see dev.go): a
 // command has a name, a one-line summary and a run function that gets the
 // arguments after its name.
+//
+// The developer commands (dev, demo, bench) carry the build constraint
+// !tenure_release: the image builds with -tags tenure_release, so the
+// tenurectl it ships links neither the benchmark, the demo, the test bed
+// nor the control-plane launcher (release_test.go checks it).
 package main
 
 import (
@@ -42,16 +47,14 @@ func register(c *command) {
 	commands[c.name] = c
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr})
-	stop()
-	os.Exit(code)
-}
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run executes the command line args (without the program name) and returns
-// the exit code.
-func run(ctx context.Context, args []string, e *env) int {
+// the exit code. SIGINT and SIGTERM cancel the command's context.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{stdout: stdout, stderr: stderr}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(e.stderr)
 		if len(args) == 0 {
@@ -88,6 +91,9 @@ func usage(w io.Writer) {
 	sort.Strings(names)
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	if len(names) == 0 {
+		fmt.Fprintln(w, "  none in this build: dev, demo and bench are left out of a build with -tags tenure_release")
 	}
 }
 

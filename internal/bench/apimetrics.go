@@ -1,11 +1,12 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
 // requestMetric is the API server's counter of finished requests.
@@ -25,102 +26,19 @@ type RequestKey struct {
 type RequestCounts map[RequestKey]float64
 
 // ParseRequestCounts reads the apiserver_request_total series out of a
-// Prometheus text exposition (the API server's /metrics). Other metrics are
-// skipped; a malformed apiserver_request_total line is an error.
+// Prometheus text exposition (the API server's /metrics).
 func ParseRequestCounts(text string) (RequestCounts, error) {
-	out := RequestCounts{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
-	line := 0
-	for sc.Scan() {
-		line++
-		s := sc.Text()
-		if !strings.HasPrefix(s, requestMetric) {
-			continue
-		}
-		rest := s[len(requestMetric):]
-		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
-			continue // another metric sharing the prefix
-		}
-		labels := map[string]string{}
-		if rest[0] == '{' {
-			var err error
-			labels, rest, err = parseLabels(rest)
-			if err != nil {
-				return nil, fmt.Errorf("%s line %d: %v", requestMetric, line, err)
-			}
-		}
-		fields := strings.Fields(rest)
-		if len(fields) < 1 || len(fields) > 2 {
-			return nil, fmt.Errorf("%s line %d: want a value (and an optional timestamp) after the labels, got %q", requestMetric, line, rest)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s line %d: value %q: %v", requestMetric, line, fields[0], err)
-		}
-		k := RequestKey{Verb: labels["verb"], Group: labels["group"], Resource: labels["resource"], Subresource: labels["subresource"], Code: labels["code"]}
-		out[k] += v // series differing only in labels we drop are summed
+	m, err := testbed.ParseMetrics(text)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", requestMetric, err)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+	out := RequestCounts{}
+	for _, s := range m.Samples(requestMetric) {
+		l := s.Labels
+		k := RequestKey{Verb: l["verb"], Group: l["group"], Resource: l["resource"], Subresource: l["subresource"], Code: l["code"]}
+		out[k] += s.Value // series differing only in labels we drop are summed
 	}
 	return out, nil
-}
-
-// parseLabels reads `{a="x",b="y"}` at the start of s and returns the labels
-// and what follows the closing brace.
-func parseLabels(s string) (map[string]string, string, error) {
-	labels := map[string]string{}
-	i := 1 // past '{'
-	for {
-		for i < len(s) && (s[i] == ' ' || s[i] == ',') {
-			i++
-		}
-		if i >= len(s) {
-			return nil, "", fmt.Errorf("unterminated label set")
-		}
-		if s[i] == '}' {
-			return labels, s[i+1:], nil
-		}
-		eq := strings.IndexByte(s[i:], '=')
-		if eq < 0 {
-			return nil, "", fmt.Errorf("label without '=' at %q", s[i:])
-		}
-		name := strings.TrimSpace(s[i : i+eq])
-		i += eq + 1
-		if i >= len(s) || s[i] != '"' {
-			return nil, "", fmt.Errorf("label %s: value is not quoted", name)
-		}
-		i++
-		var b strings.Builder
-		closed := false
-		for i < len(s) {
-			c := s[i]
-			i++
-			if c == '"' {
-				closed = true
-				break
-			}
-			if c == '\\' && i < len(s) {
-				switch e := s[i]; e {
-				case 'n':
-					b.WriteByte('\n')
-				case '\\', '"':
-					b.WriteByte(e)
-				default:
-					b.WriteByte('\\')
-					b.WriteByte(e)
-				}
-				i++
-				continue
-			}
-			b.WriteByte(c)
-		}
-		if !closed {
-			return nil, "", fmt.Errorf("label %s: unterminated value", name)
-		}
-		labels[name] = b.String()
-	}
 }
 
 // Sub returns c - before for every series, dropping series that did not

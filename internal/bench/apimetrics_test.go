@@ -69,7 +69,7 @@ func TestParseRequestCountsAndCost(t *testing.T) {
 	}
 }
 
-func TestParseLabelsEscapes(t *testing.T) {
+func TestParseRequestCountsEscapes(t *testing.T) {
 	text := `apiserver_request_total{verb="GET",resource="we\"ird\\x",code="200"} 3` + "\n"
 	m, err := ParseRequestCounts(text)
 	if err != nil {
@@ -106,18 +106,5 @@ func TestVerbClasses(t *testing.T) {
 	}
 	if !IsWatch("WATCH") || !IsWatch("watchlist") || IsWatch("LIST") {
 		t.Error("watch classification")
-	}
-}
-
-func TestMetricValue(t *testing.T) {
-	text := "# HELP x\ntenure_sweep_duration_seconds_sum 2.5\ntenure_sweep_duration_seconds_count 2\ntenure_sweep_duration_seconds_bucket{le=\"1\"} 1\n"
-	if v, ok := metricValue(text, "tenure_sweep_duration_seconds_count"); !ok || v != 2 {
-		t.Fatalf("count %v %v", v, ok)
-	}
-	if v, ok := metricValue(text, "tenure_sweep_duration_seconds_sum"); !ok || v != 2.5 {
-		t.Fatalf("sum %v %v", v, ok)
-	}
-	if _, ok := metricValue(text, "tenure_sweep_duration_seconds"); ok {
-		t.Fatal("a prefix must not match")
 	}
 }

@@ -170,9 +170,9 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 		e.startController(ctx)
 		if e.controllerMetrics != "" {
 			sw.Notes += fmt.Sprintf("; a running controller took %.0f s from start to its first sweep done", time.Since(begin).Seconds())
-			if text, ok := httpGet(ctx, e.controllerMetrics); ok {
-				sum, ok1 := metricValue(text, "tenure_sweep_duration_seconds_sum")
-				cnt, ok2 := metricValue(text, "tenure_sweep_duration_seconds_count")
+			if m, ok := scrapeMetrics(ctx, e.controllerMetrics); ok {
+				sum, ok1 := m.Sum("tenure_sweep_duration_seconds_sum")
+				cnt, ok2 := m.Sum("tenure_sweep_duration_seconds_count")
 				if ok1 && ok2 && cnt > 0 {
 					sw.Notes += fmt.Sprintf(" (the sweep itself %.2f s by tenure_sweep_duration_seconds)", sum/cnt)
 				}

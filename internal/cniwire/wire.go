@@ -148,9 +148,10 @@ func AppendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// ErrAgentUnreachable wraps every failure to reach the agent or to read its
-// whole answer, so the shim can map it to the CNI code the spec gives for
-// its command.
+// ErrAgentUnreachable is what every CallError wraps: connecting to the
+// agent, sending the request or reading its answer to the end failed. An
+// answer read whole but malformed is not one of them (Call returns that
+// error bare); the shim reports every Call error alike.
 var ErrAgentUnreachable = errors.New("tenure agent unreachable")
 
 // CallError says which step of a call failed and how.

@@ -24,9 +24,9 @@ type claimFinalizer struct {
 	live   client.Reader
 	writer client.Writer
 	rel    *Releaser
-	// cached, when set, adds reservation names the manager's cache knows
-	// for an owner UID to the live label selection (which misses
-	// reservations that lack the owner label).
+	// cached, when set, adds reservation names the controller's informer
+	// cache knows for an owner UID to the live label selection (which
+	// misses reservations that lack the owner label).
 	cached func(ctx context.Context, uid string) []string
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // source answers the questions Decide needs. Three kinds exist: live API
-// reads (every release is confirmed through one), the manager's informer
+// reads (every release is confirmed through one), the controller's informer
 // cache (to find candidates on events) and a sweep's snapshot of full
 // lists. nil, nil means NotFound.
 type source interface {
@@ -78,7 +78,7 @@ func gather(ctx context.Context, src source, r *tenurev1.IPReservation, now time
 }
 
 // readerSource reads through a client.Reader: the API server (live) or the
-// manager's cache.
+// controller's informer cache.
 type readerSource struct {
 	r client.Reader
 	// siblingOpts selects reservations by owner UID: a label selector for

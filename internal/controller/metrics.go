@@ -7,9 +7,10 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 )
 
-// Metrics are registered in controller-runtime's registry, which the
-// manager's metrics server exposes next to its own workqueue, client and
-// leader-election metrics.
+// Metrics are registered in controller-runtime's registry, which
+// tenure-controller serves on --metrics-addr; importing controller-runtime's
+// metrics package registers client-go's workqueue, REST client and
+// leader-election metrics there too.
 var (
 	reservationsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tenure_reservations",

@@ -105,10 +105,8 @@ func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 	rl.log().Info("released", "reservation", name, "address", r.Spec.Address, "network", r.Spec.Network,
 		"owner", string(o.Kind)+" "+o.Namespace+"/"+o.Name, "uid", o.UID, "node", o.Node, "reason", d.Reason, "why", d.Message)
 	if rl.Events != nil {
-		if target := rl.eventTarget(ctx, r, g); target != nil {
-			rl.Events.Eventf(target, corev1.EventTypeNormal, EventReason, "released %s %s of network %s (IPReservation %s): %s: %s",
-				kindWord(r), r.Spec.Address, r.Spec.Network, name, d.Reason, d.Message)
-		}
+		rl.Events.Eventf(rl.eventTarget(ctx, r, g), corev1.EventTypeNormal, EventReason, "released %s %s of network %s (IPReservation %s): %s: %s",
+			kindWord(r), r.Spec.Address, r.Spec.Network, name, d.Reason, d.Message)
 	}
 	return out, nil
 }

@@ -50,7 +50,7 @@ const (
 type Env struct {
 	Getenv func(string) string
 	Stdin  func() ([]byte, error)
-	// NetNS identifies the shim's own network namespace (dev, inode), or
+	// OwnNetNS identifies the shim's own network namespace (dev, inode), or
 	// ok=false when it cannot be read.
 	OwnNetNS func() (dev, ino uint64, ok bool)
 }

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -107,40 +106,11 @@ func (c *ctl) metric(t *testing.T, name string, want ...string) (sum float64, fo
 	if err != nil {
 		t.Fatalf("scraping %s: %v", c.Name, err)
 	}
-	return metricIn(text, name, want...)
-}
-
-func metricIn(text, name string, want ...string) (sum float64, found bool) {
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		series, value, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		n, labels, _ := strings.Cut(series, "{")
-		if n != name {
-			continue
-		}
-		match := true
-		for _, w := range want {
-			match = match && strings.Contains(labels, w)
-		}
-		if !match {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		sum += v
-		found = true
+	m, err := testbed.ParseMetrics(text)
+	if err != nil {
+		t.Fatalf("parsing the metrics of %s: %v", c.Name, err)
 	}
-	return sum, found
+	return m.Sum(name, want...)
 }
 
 func (c *ctl) leading(t *testing.T) bool {

@@ -180,13 +180,13 @@ func TestDHCPv6ServesTheClaimAcrossLiveMigration(t *testing.T) {
 
 	// The agent's metrics saw the silent answer and the advertisements.
 	m := scrape(t, metricsA)
-	if n := counter(m, "solicit", "nobinding"); n < 2 {
+	if n := counter(t, m, "solicit", "nobinding"); n < 2 {
 		t.Errorf("node-a counted %v unanswered Solicits, want at least 2:\n%s", n, m)
 	}
-	if n := counter(m, "solicit", "advertise"); n < 2 {
+	if n := counter(t, m, "solicit", "advertise"); n < 2 {
 		t.Errorf("node-a counted %v Advertises, want at least 2", n)
 	}
-	if n := counter(m, "request", "reply"); n < 1 {
+	if n := counter(t, m, "request", "reply"); n < 1 {
 		t.Errorf("node-a counted %v Replies to Request, want at least 1", n)
 	}
 }
@@ -504,14 +504,17 @@ func scrape(t *testing.T, url string) string {
 	return string(b)
 }
 
-// counter reads tenure_dhcpv6_messages_total{type,outcome} from a scrape.
-func counter(metrics, msgType, outcome string) float64 {
-	want := fmt.Sprintf(`tenure_dhcpv6_messages_total{outcome=%q,type=%q} `, outcome, msgType)
-	for _, line := range strings.Split(metrics, "\n") {
-		if v, ok := strings.CutPrefix(line, want); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
+// counter reads tenure_dhcpv6_messages_total{type,outcome} from a scrape;
+// -1 when the series is missing.
+func counter(t *testing.T, metrics, msgType, outcome string) float64 {
+	t.Helper()
+	m, err := testbed.ParseMetrics(metrics)
+	if err != nil {
+		t.Fatalf("parsing the agent's metrics: %v", err)
 	}
-	return -1
+	v, found := m.Sum("tenure_dhcpv6_messages_total", fmt.Sprintf("type=%q", msgType), fmt.Sprintf("outcome=%q", outcome))
+	if !found {
+		return -1
+	}
+	return v
 }
