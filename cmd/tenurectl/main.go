@@ -92,8 +92,8 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	if len(names) == 0 {
-		fmt.Fprintln(w, "  none in this build: dev, demo and bench are left out of a build with -tags tenure_release")
+	if _, dev := commands["dev"]; !dev {
+		fmt.Fprintln(w, "\ndev, demo and bench are left out of this build (-tags tenure_release)")
 	}
 }
 

@@ -47,3 +47,12 @@ func TestUsage(t *testing.T) {
 		{[]string{"--bogus"}, 2, `unknown command "--bogus"`},
 	})
 }
+
+// TestVersion: every build, the release one included, names its build.
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "tenurectl ") || !strings.Contains(stdout.String(), "revision") {
+		t.Fatalf("tenurectl version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	testUsage(t, []usageCase{{[]string{"version", "extra"}, 2, "usage: tenurectl version"}})
+}
