@@ -1,5 +1,7 @@
-// Package reservation derives IPReservation object names from (network,
-// address) and back. The name is the lock: two agents that pick the same
+// Package reservation is the IPReservation contract in one place: the
+// object's name derived from (network, address) and back, the labels every
+// reader selects by, the constructor every writer uses, and the compaction
+// the caches apply. The name is the lock: two agents that pick the same
 // address on the same network compute the same name, and the API server lets
 // only one Create succeed.
 package reservation
