@@ -5,10 +5,10 @@ import (
 	"errors"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
+	"github.com/tenure-ipam/tenure/internal/atomicfile"
 	"github.com/tenure-ipam/tenure/internal/config"
 )
 
@@ -51,8 +51,7 @@ func (s *Service) load() error {
 	return nil
 }
 
-// persist writes the state file when the settings changed (atomically:
-// a temporary file renamed over it).
+// persist writes the state file when the settings changed.
 func (s *Service) persist() {
 	if s.opts.StateFile == "" {
 		return
@@ -69,7 +68,7 @@ func (s *Service) persist() {
 	}
 	s.dirty = false
 	s.mu.Unlock()
-	err := writeAtomic(s.opts.StateFile, st)
+	err := writeState(s.opts.StateFile, st)
 	s.logErr("state file", err, "cannot write the dataplane state file", "path", s.opts.StateFile)
 	if err != nil {
 		s.mu.Lock()
@@ -78,26 +77,12 @@ func (s *Service) persist() {
 	}
 }
 
-func writeAtomic(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+// writeState writes st as indented JSON, atomically and durably, readable
+// by its owner only (0600).
+func writeState(path string, st stateFile) error {
+	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.WriteFile(path, append(b, '\n'), 0o600)
 }
