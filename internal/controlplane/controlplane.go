@@ -28,9 +28,12 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/tenure-ipam/tenure/internal/atomicfile"
 )
 
 const (
@@ -387,7 +390,7 @@ func (cp *ControlPlane) writeState() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(cp.Dir, StateFile), data, 0o600)
+	return atomicfile.WriteFile(filepath.Join(cp.Dir, StateFile), data, 0o600)
 }
 
 func (cp *ControlPlane) writeKubeconfig() error {
@@ -402,7 +405,7 @@ func (cp *ControlPlane) writeKubeconfig() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(cp.KubeconfigPath, data, 0o600)
+	return atomicfile.WriteFile(cp.KubeconfigPath, data, 0o600)
 }
 
 // Attach returns the detached control plane recorded in dir/state.json. The
@@ -555,17 +558,13 @@ func (cp *ControlPlane) httpClient() (*http.Client, error) {
 
 // waitReady polls check until it succeeds, the process exits, or timeout.
 func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
 	var last error
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		reqCtx, reqCancel := context.WithTimeout(ctx, 2*time.Second)
 		last = check(reqCtx)
 		reqCancel()
 		if last == nil {
-			return nil
+			return true, nil
 		}
 		select {
 		case <-p.exited():
@@ -574,12 +573,15 @@ func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(c
 			if strings.Contains(tail, "address already in use") {
 				err = fmt.Errorf("%w: %w", errPortInUse, err)
 			}
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("controlplane: %s not ready after %v: %v\n%s", p.Name, timeout, last, p.logTail())
-		case <-tick.C:
+			return false, err
+		default:
+			return false, nil
 		}
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("controlplane: %s not ready after %v: %v\n%s", p.Name, timeout, last, p.logTail())
 	}
+	return err
 }
 
 // getOK GETs url and wants 200 and, if want is set, a body containing it.
@@ -629,14 +631,6 @@ func randomHex(n int) string {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	return hex.EncodeToString(b)
-}
-
-func writeFileAtomic(name string, data []byte, perm os.FileMode) error {
-	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, name)
 }
 
 func truncate(b []byte, n int) string {
