@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -21,7 +20,7 @@ import (
 
 // WriteFile writes data to path with mode perm, atomically and durably.
 // Temporary files are named "." + base + ".tmp-*".
-func WriteFile(path string, data []byte, perm fs.FileMode) error {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return Write(path, bytes.NewReader(data), perm, "")
 }
 
@@ -31,7 +30,7 @@ func WriteFile(path string, data []byte, perm fs.FileMode) error {
 // recognise the leftovers of a process killed mid-write; "" means
 // "." + base + ".tmp". On any error path is unchanged and the temporary file
 // is gone. The directory must exist.
-func Write(path string, r io.Reader, perm fs.FileMode, tempPrefix string) (err error) {
+func Write(path string, r io.Reader, perm os.FileMode, tempPrefix string) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
