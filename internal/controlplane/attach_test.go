@@ -3,6 +3,7 @@
 package controlplane
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Stop on an attached control plane signals a pid only while it still runs
@@ -23,14 +26,12 @@ func TestAttachedStopSparesOtherProcesses(t *testing.T) {
 	go func() { _ = sleep.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = sleep.Process.Kill(); <-exited })
 	pid := sleep.Process.Pid
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		// Until exec completes, /proc shows the test binary's command line.
-		if raw, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); string(raw) == "sleep\x00300\x00" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("sleep did not start")
-		}
+	// Until exec completes, /proc shows the test binary's command line.
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		raw, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return string(raw) == "sleep\x00300\x00", nil
+	}); err != nil {
+		t.Fatal("sleep did not start")
 	}
 	startTime, err := procStartTime(pid)
 	if err != nil {

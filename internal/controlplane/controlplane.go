@@ -1,5 +1,8 @@
 // Package controlplane runs a real kube-apiserver and etcd on 127.0.0.1, for
-// integration tests, benchmarks and `tenurectl dev up`.
+// `tenurectl dev up`, `tenurectl demo`, the benchmark and tests that need a
+// control plane of their own. A test binary that shares one control plane
+// among its tests uses package cptest, which runs controller-runtime's
+// envtest with the same binaries and APIServerFlags.
 //
 // The binaries are built by hack/build-control-plane.sh into BinDir(). Start
 // launches etcd (temp data dir, no fsync) and kube-apiserver (token auth in
@@ -8,6 +11,18 @@
 // session and outlive the caller; Attach finds them again from the state
 // file, and Stop only ever signals a pid whose command line and start time
 // still match what was started.
+//
+// Why this is not envtest: the control plane of `tenurectl dev up` outlives
+// the command that started it, and `tenurectl dev down`, another process,
+// stops it later. That needs what envtest does not do: processes in a
+// session of their own, recorded (pid, command line, start time) in a state
+// file, found again by Attach, and signalled only while /proc still shows
+// what was recorded, never a reused pid. An envtest control plane belongs
+// to the Environment value that started it and ends with it. One launcher
+// then serves every caller, attached or not: an attached control plane
+// dies with its caller (a parent-death signal, from a thread kept for it),
+// reports its process ids (the benchmark measures their CPU time), and
+// returns the tail of a failing process's output in Start's error.
 package controlplane
 
 import (
@@ -28,9 +43,12 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/tenure-ipam/tenure/internal/atomicfile"
 )
 
 const (
@@ -97,6 +115,24 @@ func checkBinDir(dir string) error {
 			strings.Join(missing, ", "), dir)
 	}
 	return nil
+}
+
+// APIServerFlags returns the kube-apiserver flags, as name=value without
+// the leading dashes, that decide what a client may do rather than where
+// the server listens or keeps its files. Every control plane tenure's tests
+// run gets them: Start's and cptest's.
+func APIServerFlags() []string {
+	return []string{
+		"authorization-mode=RBAC",
+		"service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"service-cluster-ip-range=10.96.0.0/16",
+		// Otherwise the server logs that 127.0.0.1 may not be an endpoint.
+		"endpoint-reconciler-type=none",
+		// Without a controller-manager no "default" ServiceAccount exists,
+		// and this admission plugin would refuse every Pod for it.
+		"disable-admission-plugins=ServiceAccount",
+		"allow-privileged=true",
+	}
 }
 
 // Options configure Start.
@@ -330,15 +366,12 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 		"--tls-cert-file=" + filepath.Join(pkiDir, "apiserver.crt"),
 		"--tls-private-key-file=" + filepath.Join(pkiDir, "apiserver.key"),
 		"--token-auth-file=" + filepath.Join(cp.Dir, "tokens.csv"),
-		"--authorization-mode=RBAC",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + filepath.Join(pkiDir, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(pkiDir, "sa.key"),
-		"--service-cluster-ip-range=10.96.0.0/16",
-		"--endpoint-reconciler-type=none",
-		"--disable-admission-plugins=ServiceAccount",
-		"--allow-privileged=true",
 	}}
+	for _, f := range APIServerFlags() {
+		apiserver.Args = append(apiserver.Args, "--"+f)
+	}
 	if err := cp.spawn(apiserver, opts); err != nil {
 		return err
 	}
@@ -387,7 +420,7 @@ func (cp *ControlPlane) writeState() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(cp.Dir, StateFile), data, 0o600)
+	return atomicfile.WriteFile(filepath.Join(cp.Dir, StateFile), data, 0o600)
 }
 
 func (cp *ControlPlane) writeKubeconfig() error {
@@ -402,7 +435,7 @@ func (cp *ControlPlane) writeKubeconfig() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(cp.KubeconfigPath, data, 0o600)
+	return atomicfile.WriteFile(cp.KubeconfigPath, data, 0o600)
 }
 
 // Attach returns the detached control plane recorded in dir/state.json. The
@@ -555,17 +588,13 @@ func (cp *ControlPlane) httpClient() (*http.Client, error) {
 
 // waitReady polls check until it succeeds, the process exits, or timeout.
 func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
 	var last error
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		reqCtx, reqCancel := context.WithTimeout(ctx, 2*time.Second)
 		last = check(reqCtx)
 		reqCancel()
 		if last == nil {
-			return nil
+			return true, nil
 		}
 		select {
 		case <-p.exited():
@@ -574,12 +603,15 @@ func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(c
 			if strings.Contains(tail, "address already in use") {
 				err = fmt.Errorf("%w: %w", errPortInUse, err)
 			}
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("controlplane: %s not ready after %v: %v\n%s", p.Name, timeout, last, p.logTail())
-		case <-tick.C:
+			return false, err
+		default:
+			return false, nil
 		}
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("controlplane: %s not ready after %v: %v\n%s", p.Name, timeout, last, p.logTail())
 	}
+	return err
 }
 
 // getOK GETs url and wants 200 and, if want is set, a body containing it.
@@ -629,14 +661,6 @@ func randomHex(n int) string {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	return hex.EncodeToString(b)
-}
-
-func writeFileAtomic(name string, data []byte, perm os.FileMode) error {
-	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, name)
 }
 
 func truncate(b []byte, n int) string {

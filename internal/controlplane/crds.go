@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -72,7 +73,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 	var settled time.Time // when the last CRD's just-created window ends
 	for _, crd := range crds {
 		var established *apiextensionsv1.CustomResourceDefinitionCondition
-		err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
@@ -112,7 +113,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 			}
 			gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}
 			var last error
-			err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
+			err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 				_, last = dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 				return last == nil, nil
 			})
@@ -122,8 +123,8 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 		}
 	}
 
-	if wait := time.Until(settled); wait > 0 {
-		t := time.NewTimer(wait)
+	if left := time.Until(settled); left > 0 {
+		t := time.NewTimer(left)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -211,22 +212,4 @@ func applyCRD(ctx context.Context, cs apiextensionsclient.Interface, crd *apiext
 		return fmt.Errorf("controlplane: updating CRD %s: %w", crd.Name, err)
 	}
 	return nil
-}
-
-// poll calls cond every interval until it returns true or an error, or ctx
-// ends.
-func poll(ctx context.Context, interval time.Duration, cond func() (bool, error)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const tailBytes = 6 << 10
@@ -243,12 +245,10 @@ func (p *proc) stopByPidNoFd(timeout time.Duration) error {
 		return p.isOurs() && syscall.Kill(p.Pid, sig) == nil
 	}
 	gone := func(d time.Duration) bool {
-		for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if !p.isOurs() {
-				return true
-			}
-		}
-		return !p.isOurs()
+		err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, d, true, func(context.Context) (bool, error) {
+			return !p.isOurs(), nil
+		})
+		return err == nil || !p.isOurs()
 	}
 	if !signal(syscall.SIGTERM) || gone(timeout) {
 		return nil

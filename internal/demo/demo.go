@@ -26,6 +26,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -266,25 +267,22 @@ func (r *run) nodeLoss(ctx context.Context) error {
 			return err
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		left := 0
+	left := 0
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		list := &tenurev1.IPReservationList{}
 		if err := r.c.List(ctx, list, client.MatchingLabels{reservation.LabelNode: lost}); err != nil {
-			return err
+			return false, err
 		}
 		left = len(list.Items)
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the controller did not release %d reservations of %s within 60s (log: %s)", left, lost, r.ctrl.Log)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return left == 0, nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case wait.Interrupted(err):
+		return fmt.Errorf("the controller did not release %d reservations of %s within 60s (log: %s)", left, lost, r.ctrl.Log)
+	case err != nil:
+		return err
 	}
 	r.rep.ReleasedAfter = time.Since(begin)
 	r.say("      the controller released %s %.1fs after the pods were deleted",

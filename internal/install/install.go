@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenure-ipam/tenure/internal/atomicfile"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/config"
 )
@@ -269,8 +270,8 @@ func hashReader(r io.Reader) ([sha256.Size]byte, error) {
 	return sum, nil
 }
 
-// replace writes r to a temporary file beside path, syncs it, gives it mode
-// perm, renames it over path and syncs the directory. On any error path is
+// replace writes r atomically and durably to path (see package atomicfile)
+// with mode perm, making path's directory first. On any error path is
 // unchanged and the temporary file is gone. It returns the SHA-256 of what
 // was written.
 func replace(path string, r io.Reader, perm fs.FileMode) (sum [sha256.Size]byte, err error) {
@@ -282,39 +283,9 @@ func replace(path string, r io.Reader, perm fs.FileMode) (sum [sha256.Size]byte,
 		return sum, fmt.Errorf("install: %w", err)
 	}
 	removeStale(dir, base)
-	tmp, err := os.CreateTemp(dir, tempPrefix+base+"-*")
-	if err != nil {
-		return sum, fmt.Errorf("install: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
 	h := sha256.New()
-	if _, err = io.Copy(io.MultiWriter(tmp, h), r); err != nil {
-		return sum, fmt.Errorf("install: writing %s: %w", tmp.Name(), err)
-	}
-	// CreateTemp makes the file 0600; set the final mode explicitly (the
-	// umask does not apply to chmod) before the file becomes visible.
-	if err = tmp.Chmod(perm); err != nil {
+	if err := atomicfile.Write(path, io.TeeReader(r, h), perm, tempPrefix); err != nil {
 		return sum, fmt.Errorf("install: %w", err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return sum, fmt.Errorf("install: syncing %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Close(); err != nil {
-		return sum, fmt.Errorf("install: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return sum, fmt.Errorf("install: %w", err)
-	}
-	// The rename is atomic for readers at once; syncing the directory makes
-	// it survive a crash of the node too.
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	copy(sum[:], h.Sum(nil))
 	return sum, nil

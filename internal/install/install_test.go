@@ -2,6 +2,7 @@ package install
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/config"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // bigContent returns n pseudo-random bytes from seed: two contents of the
@@ -151,9 +153,9 @@ func TestConcurrentReadersSeeWholeFiles(t *testing.T) {
 		}
 	}
 	// Let the readers see the last content too.
-	for deadline := time.Now().Add(5 * time.Second); reads.Load() < installs && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return reads.Load() >= installs, nil
+	})
 	stop.Store(true)
 	wg.Wait()
 	if readErr != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tenure-ipam/tenure/internal/health"
 )
@@ -184,20 +185,18 @@ func StartAgent(ctx context.Context, bins Binaries, dir, kubeconfig, node string
 
 // WaitReady polls the agent's readiness with ctx's deadline.
 func (a *Agent) WaitReady(ctx context.Context) error {
-	for {
-		err := health.Probe(ctx, a.Socket, "/readyz")
-		if err == nil {
-			return nil
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		last = health.Probe(ctx, a.Socket, "/readyz")
+		if last != nil && !a.Running() {
+			return false, fmt.Errorf("agent %s exited: %v\n%s", a.Node, a.err, tail(a.Log))
 		}
-		if !a.Running() {
-			return fmt.Errorf("agent %s exited: %v\n%s", a.Node, a.err, tail(a.Log))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("agent %s not ready: %v (last: %v)\n%s", a.Node, ctx.Err(), err, tail(a.Log))
-		case <-time.After(20 * time.Millisecond):
-		}
+		return last == nil, nil
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("agent %s not ready: %v (last: %v)\n%s", a.Node, err, last, tail(a.Log))
 	}
+	return err
 }
 
 func tail(path string) string {

@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -108,16 +109,13 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() error) {
 		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			err := cond()
-			if err == nil {
-				return
-			}
-			if !proc.Running() || time.Now().After(deadline) {
-				t.Fatalf("%s: %v (controller running: %v)", what, err, proc.Running())
-			}
-			time.Sleep(200 * time.Millisecond)
+		var last error
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+			last = cond()
+			return last == nil || !proc.Running(), nil
+		})
+		if last != nil {
+			t.Fatalf("%s: %v (controller running: %v)", what, last, proc.Running())
 		}
 	}
 	for _, p := range []string{ctr.LivenessProbe.HTTPGet.Path, ctr.ReadinessProbe.HTTPGet.Path} {

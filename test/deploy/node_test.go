@@ -24,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -317,17 +318,14 @@ func TestAgentPodOnANode(t *testing.T) {
 		}
 	})
 
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		_, err := p.run(ctx, ac, ac.ReadinessProbe.Exec.Command)
-		if err == nil {
-			break
-		}
-		if !proc.Running() || time.Now().After(deadline) {
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("readiness probe never passed: %v\nagent log:\n%s", err, b)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var probeErr error
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, probeErr = p.run(ctx, ac, ac.ReadinessProbe.Exec.Command)
+		return probeErr == nil || !proc.Running(), nil
+	})
+	if probeErr != nil {
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("readiness probe never passed: %v\nagent log:\n%s", probeErr, b)
 	}
 	if _, err := p.run(ctx, ac, ac.LivenessProbe.Exec.Command); err != nil {
 		t.Fatalf("liveness probe: %v", err)

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/agent"
@@ -317,14 +319,11 @@ func TestStatusCheckAndVersion(t *testing.T) {
 	if err := c.Delete(ctx, &items[0]); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// Until the agent's informer sees the delete.
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err = testbed.ExecShim(ctx, bins.Shim, p.call("CHECK", withPrev()))
-		if err != nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // poll until the agent's informer sees the delete
-	}
+		return err != nil, nil
+	})
 	if cniCode(err) != agent.CodeCheckFailed {
 		t.Fatalf("CHECK after the reservation vanished: %v, want code %d", err, agent.CodeCheckFailed)
 	}

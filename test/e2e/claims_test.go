@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -342,16 +343,13 @@ func TestClaimNetworkMismatchAndOutsideRange(t *testing.T) {
 	if n := len(reservationsOf(t, ctx, "mm")); n != 0 {
 		t.Fatalf("%d reservations written", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		evs := claimEvents(t, ctx, c, ns, "vm.moved")
-		if len(evs) > 0 && evs[0].Reason == ipamclaimsv1.ReasonAddressesOutsideRange && strings.Contains(evs[0].Message, "10.255.0.9") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no AddressesOutsideRange Event on the claim: %+v", evs)
-		}
-		time.Sleep(50 * time.Millisecond) // events are sent asynchronously by the agent's broadcaster
+	// Events are sent asynchronously by the agent's broadcaster.
+	var evs []corev1.Event
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		evs = claimEvents(t, ctx, c, ns, "vm.moved")
+		return len(evs) > 0 && evs[0].Reason == ipamclaimsv1.ReasonAddressesOutsideRange && strings.Contains(evs[0].Message, "10.255.0.9"), nil
+	}); err != nil {
+		t.Fatalf("no AddressesOutsideRange Event on the claim: %+v", evs)
 	}
 }
 

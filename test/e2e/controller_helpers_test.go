@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -135,19 +136,10 @@ func (c *ctl) waitSweepAfter(t *testing.T, ctx context.Context, since time.Time)
 // ctlPoll polls cond every 50 ms until it holds, fails or ctx ends.
 func ctlPoll(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
 	t.Helper()
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return cond()
+	}); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 

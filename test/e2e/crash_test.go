@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -45,9 +47,9 @@ func TestAgentKill9MidBurst(t *testing.T) {
 		defer close(restarted)
 		// Kill once a third of the burst has been answered, then start a new
 		// agent on the same socket path, as the DaemonSet would.
-		for answered.Load() < total/3 && ctx.Err() == nil {
-			time.Sleep(time.Millisecond)
-		}
+		_ = wait.PollUntilContextCancel(ctx, time.Millisecond, true, func(context.Context) (bool, error) {
+			return answered.Load() >= total/3, nil
+		})
 		first.Kill()
 		a, err := testbed.StartAgent(ctx, bins, filepath.Dir(first.Socket), cptest.Current().KubeconfigPath, node)
 		if err != nil {

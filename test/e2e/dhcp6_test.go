@@ -24,6 +24,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6/nclient6"
 	corev1 "k8s.io/api/core/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
@@ -250,12 +251,10 @@ func waitLinkLocal(t *testing.T, ctx context.Context, ns, dev string) {
 // poll calls cond every 50 ms until it holds, failing after d.
 func poll(t *testing.T, ctx context.Context, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
 	}
 }
 
@@ -383,8 +382,7 @@ exit 0
 		return fmt.Sprintf("dhclient log:\n%s\nscript log:\n%s\nlease file:\n%s", l, s, f)
 	}
 	var lease dhcpLease
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		b, _ := os.ReadFile(leases)
 		a, p := reIAAddr.FindSubmatch(b), reIAPrefix.FindSubmatch(b)
 		if a != nil && p != nil {
@@ -396,18 +394,21 @@ exit 0
 			if m := reServerID.FindSubmatch(b); m != nil {
 				lease.serverID = string(m[1])
 			}
-			break
+			return true, nil
 		}
 		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("dhclient in %s exited (%v) without a lease\n%s", ns, err, dump())
+		case exitErr := <-done:
+			done <- exitErr
+			return false, fmt.Errorf("dhclient in %s exited (%v) without a lease", ns, exitErr)
 		default:
+			return false, nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("dhclient in %s got no lease with an address and a prefix within 30s\n%s", ns, dump())
-		}
-		time.Sleep(100 * time.Millisecond)
+	})
+	if wait.Interrupted(err) {
+		err = fmt.Errorf("dhclient in %s got no lease with an address and a prefix within 30s", ns)
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, dump())
 	}
 	// The script installs the address right after the lease is written.
 	poll(t, ctx, 10*time.Second, "the dhclient script to install "+lease.addr.String(), func() bool {

@@ -1,0 +1,105 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/dhcp6"
+)
+
+type index struct {
+	byMACIf  map[string]Binding // mac|ifname
+	bindings []Binding
+}
+
+func macIfKey(mac net.HardwareAddr, ifname string) string { return mac.String() + "|" + ifname }
+
+// Bindings returns the bindings of the last reconcile.
+func (s *Service) Bindings() []Binding { return slices.Clone(s.index.Load().bindings) }
+
+// Lookup implements dhcp6.Lookup from the last reconcile's bindings.
+func (s *Service) Lookup(mac net.HardwareAddr, ifname string) (dhcp6.Binding, bool) {
+	b, ok := s.index.Load().byMACIf[macIfKey(mac, ifname)]
+	if !ok {
+		return dhcp6.Binding{}, false
+	}
+	s.heardMu.Lock()
+	moved := s.heard[b.Key] != ifname
+	s.heard[b.Key] = ifname
+	s.heardMu.Unlock()
+	if moved && len(b.Interfaces) > 1 {
+		s.Trigger() // the route may follow the client to another interface
+	}
+	out := b.Binding
+	out.MAC = slices.Clone(b.MAC)
+	return out, true
+}
+
+// rebind recomputes the bindings and publishes them to Lookup.
+func (s *Service) rebind(networks map[string]config.DHCPv6) []Binding {
+	bindings, skips := Compute(Inputs{Pods: s.opts.Source.Pods(), Claim: s.opts.Source.Claim, Networks: networks})
+	idx := &index{byMACIf: map[string]Binding{}, bindings: bindings}
+	for _, b := range bindings {
+		for _, ifn := range b.Interfaces {
+			idx.byMACIf[macIfKey(b.MAC, ifn)] = b
+		}
+	}
+	s.index.Store(idx)
+	s.heardMu.Lock()
+	for k := range s.heard {
+		if !slices.ContainsFunc(bindings, func(b Binding) bool { return b.Key == k }) {
+			delete(s.heard, k)
+		}
+	}
+	s.heardMu.Unlock()
+	s.logState(bindings, skips)
+	return bindings
+}
+
+// logState logs what changed since the last reconcile: bindings that
+// appeared, changed or went, and attachments whose reason for having no
+// binding changed. "No dhcpv6 on this network" is the normal state of most
+// claim-bound attachments and is logged at debug level only.
+func (s *Service) logState(bindings []Binding, skips []Skip) {
+	now := map[string]string{}
+	for _, b := range bindings {
+		now[b.Pod+"|"+b.PodInterface] = fmt.Sprintf("B %s %s %s %s %s %v", b.Key, b.MAC, b.MACSource, b.Address, b.Prefix, b.Interfaces)
+	}
+	for _, k := range skips {
+		now[k.Pod+"|"+k.PodInterface] = "S " + k.Claim + " " + k.Reason
+	}
+	for _, b := range bindings {
+		if id := b.Pod + "|" + b.PodInterface; s.lastState[id] != now[id] {
+			s.log.Info("dhcpv6 binding", "claim", b.Key, "pod", b.Pod, "interface", b.PodInterface, "mac", b.MAC.String(),
+				"macSource", b.MACSource, "address", b.Address, "prefix", b.Prefix, "serveOn", b.Interfaces)
+		}
+	}
+	for _, k := range skips {
+		if id := k.Pod + "|" + k.PodInterface; s.lastState[id] != now[id] {
+			level := slog.LevelInfo
+			if strings.Contains(k.Reason, noSettings) {
+				level = slog.LevelDebug
+			}
+			s.log.Log(context.Background(), level, "no dhcpv6 binding", "claim", k.Claim, "pod", k.Pod, "interface", k.PodInterface, "reason", k.Reason)
+		}
+	}
+	for id, was := range s.lastState {
+		if _, ok := now[id]; !ok && strings.HasPrefix(was, "B ") {
+			pod, ifn, _ := strings.Cut(id, "|")
+			s.log.Info("dhcpv6 binding gone: pod left the node or dropped the claim", "pod", pod, "interface", ifn)
+		}
+	}
+	s.lastState = now
+}
+
+func (s *Service) heardSnapshot() map[string]string {
+	s.heardMu.Lock()
+	defer s.heardMu.Unlock()
+	return maps.Clone(s.heard)
+}

@@ -1,0 +1,88 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/tenure-ipam/tenure/internal/atomicfile"
+	"github.com/tenure-ipam/tenure/internal/config"
+)
+
+// stateFile is the persisted form of the learnt settings.
+type stateFile struct {
+	Networks map[string]stateNetwork `json:"networks"`
+}
+
+type stateNetwork struct {
+	Interfaces        []string `json:"interfaces"`
+	PreferredLifetime int64    `json:"preferred_lifetime"`
+	ValidLifetime     int64    `json:"valid_lifetime"`
+	InstallRoutes     bool     `json:"install_routes"`
+}
+
+func (s *Service) load() error {
+	b, err := os.ReadFile(s.opts.StateFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, n := range st.Networks {
+		d := config.DHCPv6{Enabled: true, Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
+			PreferredLifetime: time.Duration(n.PreferredLifetime) * time.Second, ValidLifetime: time.Duration(n.ValidLifetime) * time.Second}
+		if d.PreferredLifetime <= 0 || d.ValidLifetime < d.PreferredLifetime {
+			s.log.Warn("ignoring invalid network in the dataplane state file", "network", name)
+			continue
+		}
+		s.networks[name] = d
+	}
+	s.log.Info("dhcpv6 settings restored", "path", s.opts.StateFile, "networks", slices.Sorted(maps.Keys(s.networks)))
+	return nil
+}
+
+// persist writes the state file when the settings changed.
+func (s *Service) persist() {
+	if s.opts.StateFile == "" {
+		return
+	}
+	s.mu.Lock()
+	if !s.dirty {
+		s.mu.Unlock()
+		return
+	}
+	st := stateFile{Networks: map[string]stateNetwork{}}
+	for name, n := range s.networks {
+		st.Networks[name] = stateNetwork{Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
+			PreferredLifetime: int64(n.PreferredLifetime / time.Second), ValidLifetime: int64(n.ValidLifetime / time.Second)}
+	}
+	s.dirty = false
+	s.mu.Unlock()
+	err := writeState(s.opts.StateFile, st)
+	s.logErr("state file", err, "cannot write the dataplane state file", "path", s.opts.StateFile)
+	if err != nil {
+		s.mu.Lock()
+		s.dirty = true
+		s.mu.Unlock()
+	}
+}
+
+// writeState writes st as indented JSON, atomically and durably, readable
+// by its owner only (0600).
+func writeState(path string, st stateFile) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, append(b, '\n'), 0o600)
+}
