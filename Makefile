@@ -12,7 +12,7 @@ BIN := $(CURDIR)/bin
 LDFLAGS := -s -w
 export CGO_ENABLED := 0
 
-.PHONY: all build generate verify control-plane cni-plugins test test-unit test-e2e demo bench bench-quick clean
+.PHONY: all build generate verify lint control-plane cni-plugins test test-unit test-e2e demo bench bench-quick clean
 
 all: build
 
@@ -35,10 +35,18 @@ cni-plugins:
 # Unit and package tests run with the race detector (the race detector
 # needs cgo); the end-to-end packages drive separate processes and run
 # without it.
-test: control-plane cni-plugins build
-	$(GO) vet -tags integration ./...
+test: control-plane cni-plugins build lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/...
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration ./test/...
+
+# go vet and staticcheck (v0.6.1 is its 2025.1.1 release) on every build:
+# the test build, the default one and the image's.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
+lint:
+	$(GO) vet -tags integration ./...
+	$(GO) vet -tags tenure_release ./cmd/...
+	$(GO) run $(STATICCHECK) -tags integration ./...
+	$(GO) run $(STATICCHECK) -tags tenure_release ./cmd/...
 
 # Every test that needs no built binary: what the build tag leaves out.
 test-unit:

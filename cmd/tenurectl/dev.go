@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -175,4 +176,27 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// subcommands dispatches args[0] among subs, for commands that group others
+// (tenurectl dev up). name is the full command path for messages.
+func subcommands(ctx context.Context, e *env, name string, subs []*command, args []string) error {
+	if len(args) > 0 {
+		for _, s := range subs {
+			if s.name == args[0] {
+				return s.run(ctx, e, args[1:])
+			}
+		}
+		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+			fmt.Fprintf(e.stderr, "tenurectl %s: unknown subcommand %q\n\n", name, args[0])
+		}
+	}
+	fmt.Fprintf(e.stderr, "usage: tenurectl %s <subcommand> [flags]\n\nsubcommands:\n", name)
+	for _, s := range subs {
+		fmt.Fprintf(e.stderr, "  %-10s %s\n", s.name, s.summary)
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		return flag.ErrHelp
+	}
+	return errUsage
 }

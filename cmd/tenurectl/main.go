@@ -97,29 +97,6 @@ func usage(w io.Writer) {
 	}
 }
 
-// subcommands dispatches args[0] among subs, for commands that group others
-// (tenurectl dev up). name is the full command path for messages.
-func subcommands(ctx context.Context, e *env, name string, subs []*command, args []string) error {
-	if len(args) > 0 {
-		for _, s := range subs {
-			if s.name == args[0] {
-				return s.run(ctx, e, args[1:])
-			}
-		}
-		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
-			fmt.Fprintf(e.stderr, "tenurectl %s: unknown subcommand %q\n\n", name, args[0])
-		}
-	}
-	fmt.Fprintf(e.stderr, "usage: tenurectl %s <subcommand> [flags]\n\nsubcommands:\n", name)
-	for _, s := range subs {
-		fmt.Fprintf(e.stderr, "  %-10s %s\n", s.name, s.summary)
-	}
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		return flag.ErrHelp
-	}
-	return errUsage
-}
-
 // newFlagSet returns a flag set for "tenurectl <name>" that reports errors
 // to e.stderr and leaves exiting to run.
 func newFlagSet(e *env, name, argsUsage string) *flag.FlagSet {
