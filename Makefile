@@ -12,7 +12,7 @@ BIN := $(CURDIR)/bin
 LDFLAGS := -s -w
 export CGO_ENABLED := 0
 
-.PHONY: all build generate verify lint control-plane cni-plugins test test-unit test-e2e demo bench bench-quick clean
+.PHONY: all build generate verify lint test-deps control-plane cni-plugins test test-unit test-e2e demo bench bench-quick clean
 
 all: build
 
@@ -22,6 +22,9 @@ build:
 
 generate:
 	$(GO) generate ./api/...
+
+test-deps:
+	@bash hack/test-deps.sh
 
 control-plane:
 	@bash hack/build-control-plane.sh >/dev/null
@@ -35,7 +38,7 @@ cni-plugins:
 # Unit and package tests run with the race detector (the race detector
 # needs cgo); the end-to-end packages drive separate processes and run
 # without it.
-test: control-plane cni-plugins build lint
+test: test-deps control-plane cni-plugins build lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/...
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration ./test/...
 
@@ -52,7 +55,7 @@ lint:
 test-unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
-test-e2e: control-plane cni-plugins build
+test-e2e: test-deps control-plane cni-plugins build
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration -v ./test/...
 
 demo: control-plane cni-plugins build

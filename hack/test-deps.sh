@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests drive (a real DHCPv6 client,
+# iproute2, util-linux's setpriv) when they are missing; without root it
+# fails and names what to install, so no test skips for a missing tool.
+set -euo pipefail
+need=()
+command -v ip >/dev/null || need+=(iproute2)
+command -v dhclient >/dev/null || need+=(isc-dhcp-client)
+command -v setpriv >/dev/null || need+=(util-linux)
+((${#need[@]})) || exit 0
+if [[ $(id -u) != 0 ]]; then
+  echo "the tests need: ${need[*]} (apt-get install ${need[*]})" >&2
+  exit 1
+fi
+echo "installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${need[@]}" >/dev/null
