@@ -12,7 +12,7 @@ BIN := $(CURDIR)/bin
 LDFLAGS := -s -w
 export CGO_ENABLED := 0
 
-.PHONY: all build generate verify control-plane cni-plugins test test-unit test-e2e demo bench bench-quick clean
+.PHONY: all build generate verify control-plane node-tools cni-plugins test test-unit test-e2e demo bench bench-quick clean
 
 all: build
 
@@ -25,6 +25,11 @@ generate:
 
 control-plane:
 	@bash hack/build-control-plane.sh >/dev/null
+
+# The local node's programs (kubelet, kube-controller-manager,
+# kube-scheduler, containerd, Multus, pause), cached like the control plane.
+node-tools:
+	@bash hack/build-node.sh >/dev/null
 
 cni-plugins:
 	@bash hack/build-cni-plugins.sh >/dev/null
