@@ -3,6 +3,7 @@
 #   make demo    start a local control plane and show tenure at work
 #   make test    every test (builds the local control plane once, cached)
 #   make build   binaries into bin/
+#   make image   the tenure image, without docker, into bin/tenure-image.tar
 #   make bench   the benchmark (see docs/performance.md); make bench-quick: its
 #                500-ADD concurrency-50 scenario only, under two minutes
 
@@ -12,13 +13,24 @@ BIN := $(CURDIR)/bin
 LDFLAGS := -s -w
 export CGO_ENABLED := 0
 
-.PHONY: all build generate verify control-plane node-tools cni-plugins test test-unit test-e2e demo bench bench-quick clean
+.PHONY: all build image generate verify control-plane node-tools cni-plugins test test-unit test-e2e demo bench bench-quick clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 	cp -f $(BIN)/tenurectl $(BIN)/kubectl-tenure
+
+# The image the Dockerfile describes, built without docker as an OCI tarball
+# (ctr -n k8s.io images import bin/tenure-image.tar; crane push
+# bin/tenure-image.tar REF). Its binaries are the release build: the
+# Dockerfile's flags, and the tenure_release tag that selects tenurectl's
+# release flavour. bin/image is emptied first so that it holds exactly the
+# binaries of ./cmd/..., like the Dockerfile's /out/.
+image:
+	rm -rf $(BIN)/image
+	$(GO) build -trimpath -tags tenure_release -ldflags "-s -w -buildid=" -o $(BIN)/image/ ./cmd/...
+	$(GO) run ./hack/image --bin $(BIN)/image --out $(BIN)/tenure-image.tar
 
 generate:
 	$(GO) generate ./api/...
