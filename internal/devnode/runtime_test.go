@@ -1,0 +1,107 @@
+package devnode
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/tenure-ipam/tenure/internal/image"
+)
+
+// runtimeTools finds containerd, ctr, pause and the CNI plugins, or skips.
+func runtimeTools(t *testing.T) (binDir, cniBinDir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("containerd needs root")
+	}
+	cache := cacheDir(t)
+	binDir = filepath.Join(cache, "bin")
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "pause"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			t.Skipf("%v: run make node-tools", err)
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(cache, "cni-plugins-*", "host-local"))
+	if len(dirs) == 0 {
+		t.Skip("no host-local plugin: run make cni-plugins")
+	}
+	return binDir, filepath.Dir(dirs[len(dirs)-1])
+}
+
+// An image tarball internal/image writes imports into the node's
+// containerd under the name it was written with (what `make image` and the
+// node's sandbox image rely on); the sandbox image is pinned; Stop leaves
+// nothing.
+func TestRuntimeImportsImageTarballsByNameAndStopsClean(t *testing.T) {
+	binDir, cniBinDir := runtimeTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	opts := Options{Dir: dir, Kubeconfig: "unused", BinDir: binDir, CNIBinDir: cniBinDir}
+	node, err := prepare(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = node.Stop()
+		}
+	})
+	if err := node.startRuntime(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+
+	ref, _ := name.NewTag("localhost/tenure/runtime-test:1", name.StrictValidation)
+	img, err := image.Build(image.Spec{
+		Layers:     []image.Layer{{{Path: "/bin/wait", Source: filepath.Join(binDir, "pause"), Mode: 0o755}}},
+		Entrypoint: []string{"/bin/wait"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarball := filepath.Join(t.TempDir(), "image.tar")
+	if err := image.WriteFile(tarball, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.ImportImage(ctx, tarball); err != nil {
+		t.Fatal(err)
+	}
+	list, err := node.ctr(ctx, "images", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, _ := img.Digest()
+	if !hasImageLine(list, ref.Name(), digest.String()) {
+		t.Errorf("containerd lists no %s at %s:\n%s", ref.Name(), digest, list)
+	}
+	if !hasImageLine(list, PauseImage, "io.cri-containerd.pinned=pinned") {
+		t.Errorf("the sandbox image %s is not pinned:\n%s", PauseImage, list)
+	}
+
+	stopped = true
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	left, err := Leftovers(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range left {
+		t.Errorf("left behind: %s", l)
+	}
+}
+
+func hasImageLine(list, ref, want string) bool {
+	for _, line := range strings.Split(list, "\n") {
+		if fields := strings.Fields(line); len(fields) > 0 && fields[0] == ref && strings.Contains(line, want) {
+			return true
+		}
+	}
+	return false
+}
