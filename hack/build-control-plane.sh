@@ -6,9 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/hack/control-plane-versions.sh"
-cache=${TENURE_CACHE_DIR:-$HOME/.cache/tenure}
-bin="$cache/bin"
-mkdir -p "$bin"
+bin=$(tool_bin_dir)
 
 apiserver="$bin/kube-apiserver-${KUBE_VERSION}"
 etcd="$bin/etcd-${ETCD_VERSION}"

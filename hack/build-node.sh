@@ -10,9 +10,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/hack/control-plane-versions.sh"
-cache=${TENURE_CACHE_DIR:-$HOME/.cache/tenure}
-bin="$cache/bin"
-mkdir -p "$bin"
+bin=$(tool_bin_dir)
 export CGO_ENABLED=0
 
 # missing VERSION NAME...: true when any NAME-VERSION is not built yet.
@@ -73,7 +71,7 @@ kube=(kubelet kube-controller-manager kube-scheduler)
 # Last: the longest, and it shares most of its compile work with a
 # kube-apiserver build that may still be filling the Go build cache.
 if missing "$KUBE_VERSION" "${kube[@]}"; then
-  echo "building ${kube[*]} ${KUBE_VERSION} (cold: ~15 min on 2 cores) -> $bin" >&2
+  echo "building ${kube[*]} ${KUBE_VERSION} (cold: 15 to 25 min on 2 cores) -> $bin" >&2
   build "$root/tools/kubernetes" "$KUBE_VERSION" "$(kube_version_ldflags)" "" "${kube[@]/#/k8s.io/kubernetes/cmd/}"
 fi
 link "$KUBE_VERSION" "${kube[@]}"

@@ -19,3 +19,11 @@ kube_version_ldflags() {
       "$pkg" "$KUBE_VERSION" "$pkg" "$major" "$pkg" "$minor"
   done
 }
+
+# tool_bin_dir creates and prints the cache directory the built binaries
+# go to: $TENURE_CACHE_DIR/bin (default ~/.cache/tenure/bin).
+tool_bin_dir() {
+  local bin="${TENURE_CACHE_DIR:-$HOME/.cache/tenure}/bin"
+  mkdir -p "$bin"
+  echo "$bin"
+}

@@ -24,32 +24,14 @@ cd "$root/tools/kubernetes"
 } > go.mod
 GOFLAGS=-mod=mod go mod tidy
 
-cd "$root/tools/etcd"
-cat > go.mod <<MOD
-module github.com/tenure-ipam/tenure/tools/etcd
+# tools_module NAME MODULE VERSION: tools/NAME/go.mod requiring MODULE at
+# VERSION, tidied.
+tools_module() {
+  cd "$root/tools/$1"
+  printf 'module github.com/tenure-ipam/tenure/tools/%s\n\ngo 1.26.0\n\nrequire %s %s\n' "$1" "$2" "$3" > go.mod
+  GOFLAGS=-mod=mod go mod tidy
+}
 
-go 1.26.0
-
-require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
-MOD
-GOFLAGS=-mod=mod go mod tidy
-
-cd "$root/tools/containerd"
-cat > go.mod <<MOD
-module github.com/tenure-ipam/tenure/tools/containerd
-
-go 1.26.0
-
-require github.com/containerd/containerd/v2 ${CONTAINERD_VERSION}
-MOD
-GOFLAGS=-mod=mod go mod tidy
-
-cd "$root/tools/multus"
-cat > go.mod <<MOD
-module github.com/tenure-ipam/tenure/tools/multus
-
-go 1.26.0
-
-require gopkg.in/k8snetworkplumbingwg/multus-cni.v4 ${MULTUS_VERSION}
-MOD
-GOFLAGS=-mod=mod go mod tidy
+tools_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+tools_module containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION"
+tools_module multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4 "$MULTUS_VERSION"

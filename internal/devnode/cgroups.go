@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -146,9 +145,9 @@ func cgroupProcs(dirs []string) []int {
 	return pids
 }
 
-// removeCgroupTree removes dir and every cgroup below it, deepest first.
-// The processes in them must be gone.
-func removeCgroupTree(dir string) error {
+// dirsUnder lists dir and every directory below it, parents before
+// children; none when dir does not exist.
+func dirsUnder(dir string) ([]string, error) {
 	var dirs []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -162,14 +161,20 @@ func removeCgroupTree(dir string) error {
 		}
 		return nil
 	})
+	return dirs, err
+}
+
+// removeCgroupTree removes dir and every cgroup below it, deepest first.
+// The processes in them must be gone.
+func removeCgroupTree(dir string) error {
+	dirs, err := dirsUnder(dir)
 	if err != nil {
 		return err
 	}
-	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
 	var errs []error
-	for _, d := range dirs {
-		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("rmdir %s: %w", d, err))
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("rmdir %s: %w", dirs[i], err))
 		}
 	}
 	return errors.Join(errs...)
@@ -247,4 +252,47 @@ func threadCgroups() (map[string]string, error) {
 
 func hasV1(hs []hierarchy) bool {
 	return slices.ContainsFunc(hs, func(h hierarchy) bool { return !h.V2 })
+}
+
+// mountsUnder lists the mount points at or below dir, deepest (latest)
+// first.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var mounts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			mounts = append(mounts, mp)
+		}
+	}
+	slices.Reverse(mounts)
+	return mounts, sc.Err()
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -83,15 +83,15 @@ state = %s
 }
 
 // kubeletConfig is the kubelet's configuration file.
-func (n *layout) kubeletConfig(port, healthzPort int) ([]byte, error) {
+func (n *layout) kubeletConfig(port int) ([]byte, error) {
 	cfg := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		// Loopback only: the API server reaches it there, nothing else must.
-		Address:            "127.0.0.1",
-		Port:               int32(port),
-		ReadOnlyPort:       0,
-		HealthzBindAddress: "127.0.0.1",
-		HealthzPort:        ptr.To(int32(healthzPort)),
+		Address:      "127.0.0.1",
+		Port:         int32(port),
+		ReadOnlyPort: 0,
+		// No healthz server: readiness is the Node's Ready condition.
+		HealthzPort: ptr.To(int32(0)),
 		Authentication: kubeletv1beta1.KubeletAuthentication{
 			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(false)},
 			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(false)},

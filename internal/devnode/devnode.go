@@ -72,24 +72,24 @@ const (
 	stoppedFile = "devnode.stopped.json"
 )
 
-// layout is the node's state file: every name derived from Dir and every
-// host change to undo.
+// layout is the node's state file (JSON with the field names as keys):
+// every name derived from Dir and every host change to undo.
 type layout struct {
-	Dir         string `json:"dir"`
-	NodeName    string `json:"nodeName"`
-	NetworkName string `json:"networkName"`
-	Bridge      string `json:"bridge"`
+	Dir         string
+	NodeName    string
+	NetworkName string
+	Bridge      string
 	// CgroupPath is the node's cgroup, the same path in every hierarchy;
 	// it is also the kubelet's cgroupRoot.
-	CgroupPath string `json:"cgroupPath"`
+	CgroupPath string
 	// CreatedCgroups are directories made to reach CgroupPath, outermost
 	// first, in every hierarchy.
-	CreatedCgroups []string `json:"createdCgroups"`
+	CreatedCgroups []string
 	// CreatedHostDirs are host directories outside Dir that did not exist
 	// before the node started (the kubelet and libcni make them).
-	CreatedHostDirs []string `json:"createdHostDirs"`
+	CreatedHostDirs []string
 	// Sysctls are the values the kubelet changes, as they were before.
-	Sysctls map[string]string `json:"sysctls"`
+	Sysctls map[string]string
 }
 
 func (n *layout) path(elem ...string) string {
@@ -323,11 +323,11 @@ func (node *Node) startKubelet(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(2)
+	port, err := freeLoopbackPort()
 	if err != nil {
 		return err
 	}
-	kcfg, err := n.kubeletConfig(ports[0], ports[1])
+	kcfg, err := n.kubeletConfig(port)
 	if err != nil {
 		return err
 	}
@@ -438,7 +438,7 @@ func waitNodeReady(ctx context.Context, kubeconfig, name string, timeout time.Du
 				if c.Status == corev1.ConditionTrue {
 					return nil
 				}
-				return fmt.Errorf("Ready=%s: %s", c.Status, c.Message)
+				return fmt.Errorf("condition Ready=%s: %s", c.Status, c.Message)
 			}
 		}
 		return errors.New("no Ready condition yet")
@@ -459,23 +459,14 @@ func poll(ctx context.Context, timeout time.Duration, what string, check func() 
 	return nil
 }
 
-func freePorts(count int) ([]int, error) {
-	var ports []int
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for range count {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+// freeLoopbackPort is a TCP port free on 127.0.0.1 right now.
+func freeLoopbackPort() (int, error) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return 0, err
 	}
-	return ports, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
 }
 
 // tailFile is the end of a log, for errors.

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
@@ -19,29 +18,18 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tenure-ipam/tenure/internal/controlplane"
-	"github.com/tenure-ipam/tenure/internal/image"
 )
 
-// nodeTools finds the node's binaries where hack/build-node.sh and
-// hack/build-cni-plugins.sh leave them, or skips: the cold build takes tens
-// of minutes.
+// nodeTools is runtimeTools plus the kubelet and the control plane.
 func nodeTools(t *testing.T) (binDir, cniBinDir string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a node needs root")
-	}
-	cache := cacheDir(t)
-	binDir = filepath.Join(cache, "bin")
-	for _, b := range []string{"kubelet", "containerd", "ctr", "pause", "kube-apiserver", "etcd"} {
+	binDir, cniBinDir = runtimeTools(t)
+	for _, b := range []string{"kubelet", "kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			t.Skipf("%v: run make node-tools control-plane", err)
 		}
 	}
-	dirs, _ := filepath.Glob(filepath.Join(cache, "cni-plugins-*", "host-local"))
-	if len(dirs) == 0 {
-		t.Skip("no host-local plugin: run make cni-plugins")
-	}
-	return binDir, filepath.Dir(dirs[len(dirs)-1])
+	return binDir, cniBinDir
 }
 
 // The spike of issue 12: containerd and a kubelet on this host register a
@@ -80,22 +68,7 @@ func TestNodeRunsAPodFromALocalImageAndLeavesNothing(t *testing.T) {
 	})
 
 	// An image of our own, imported from a tarball like bin/tenure-image.tar.
-	ref, _ := name.NewTag("localhost/tenure/devnode-test:1", name.StrictValidation)
-	img, err := image.Build(image.Spec{
-		Layers:     []image.Layer{{{Path: "/bin/wait", Source: filepath.Join(binDir, "pause"), Mode: 0o755}}},
-		Entrypoint: []string{"/bin/wait"},
-		User:       "65532:65532",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tarball := filepath.Join(t.TempDir(), "image.tar")
-	if err := image.WriteFile(tarball, ref, img); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.ImportImage(ctx, tarball); err != nil {
-		t.Fatal(err)
-	}
+	ref, _ := importTestImage(ctx, t, node, binDir, "localhost/tenure/devnode-test:1")
 
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	pod := &corev1.Pod{
@@ -114,22 +87,7 @@ func TestNodeRunsAPodFromALocalImageAndLeavesNothing(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var running *corev1.Pod
-	err = poll(ctx, 2*time.Minute, "the pod to run", func() error {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, "spike", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("phase %s %v", p.Status.Phase, p.Status.ContainerStatuses)
-		}
-		running = p
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, tailFile(filepath.Join(dir, "logs", "kubelet.log")))
-	}
-
+	running := waitRunning(ctx, t, cs, "spike")
 	_, podNet, _ := net.ParseCIDR("10.244.0.0/24")
 	podIP := net.ParseIP(running.Status.PodIP)
 	if !podNet.Contains(podIP) {
@@ -167,29 +125,29 @@ func TestNodeRunsAPodFromALocalImageAndLeavesNothing(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(ctx, 2*time.Minute, "the second pod to run", func() error {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+	waitRunning(ctx, t, cs, pod.Name)
+	stopped = true
+	stopLeavingNothing(t, node)
+}
+
+func waitRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod {
+	t.Helper()
+	var running *corev1.Pod
+	err := poll(ctx, 2*time.Minute, "pod "+name+" to run", func() error {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("phase %s", p.Status.Phase)
+			return fmt.Errorf("phase %s %v", p.Status.Phase, p.Status.ContainerStatuses)
 		}
+		running = p
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	stopped = true
-	if err := node.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	left, err := Leftovers(dir)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range left {
-		t.Errorf("left behind: %s", l)
-	}
+	return running
 }
 
 // podAddresses reads the IPv4 addresses inside every network namespace the

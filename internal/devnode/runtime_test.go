@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/tenure-ipam/tenure/internal/image"
 )
@@ -57,21 +58,7 @@ func TestRuntimeImportsImageTarballsByNameAndStopsClean(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ref, _ := name.NewTag("localhost/tenure/runtime-test:1", name.StrictValidation)
-	img, err := image.Build(image.Spec{
-		Layers:     []image.Layer{{{Path: "/bin/wait", Source: filepath.Join(binDir, "pause"), Mode: 0o755}}},
-		Entrypoint: []string{"/bin/wait"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tarball := filepath.Join(t.TempDir(), "image.tar")
-	if err := image.WriteFile(tarball, ref, img); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.ImportImage(ctx, tarball); err != nil {
-		t.Fatal(err)
-	}
+	ref, img := importTestImage(ctx, t, node, binDir, "localhost/tenure/runtime-test:1")
 	list, err := node.ctr(ctx, "images", "ls")
 	if err != nil {
 		t.Fatal(err)
@@ -85,16 +72,49 @@ func TestRuntimeImportsImageTarballsByNameAndStopsClean(t *testing.T) {
 	}
 
 	stopped = true
+	stopLeavingNothing(t, node)
+}
+
+// stopLeavingNothing stops the node and fails for each thing Leftovers
+// finds.
+func stopLeavingNothing(t *testing.T, node *Node) {
+	t.Helper()
 	if err := node.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	left, err := Leftovers(dir)
+	left, err := Leftovers(node.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range left {
 		t.Errorf("left behind: %s", l)
 	}
+}
+
+// importTestImage packs the pause program as an image named ref, writes it
+// as internal/image writes bin/tenure-image.tar and imports it.
+func importTestImage(ctx context.Context, t *testing.T, node *Node, binDir, ref string) (name.Tag, v1.Image) {
+	t.Helper()
+	tag, err := name.NewTag(ref, name.StrictValidation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := image.Build(image.Spec{
+		Layers:     []image.Layer{{{Path: "/bin/wait", Source: filepath.Join(binDir, "pause"), Mode: 0o755}}},
+		Entrypoint: []string{"/bin/wait"},
+		User:       "65532:65532",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarball := filepath.Join(t.TempDir(), "image.tar")
+	if err := image.WriteFile(tarball, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.ImportImage(ctx, tarball); err != nil {
+		t.Fatal(err)
+	}
+	return tag, img
 }
 
 func hasImageLine(list, ref, want string) bool {

@@ -1,7 +1,6 @@
 package devnode
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -122,49 +120,6 @@ func killCgroup(dirs []string) error {
 	}
 }
 
-// mountsUnder lists the mount points at or below dir, deepest (latest)
-// first.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			mounts = append(mounts, mp)
-		}
-	}
-	slices.Reverse(mounts)
-	return mounts, sc.Err()
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 func unmountUnder(dir string) []error {
 	mounts, err := mountsUnder(dir)
 	if err != nil {
@@ -215,26 +170,26 @@ func (n *layout) hostFilesOf() []string {
 			files = append(files, l)
 		}
 	}
-	results, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", n.NetworkName+"-*"))
-	return append(files, results...)
+	results, _ := filepath.Glob(filepath.Join(libcniResults, n.NetworkName+"-*"))
+	files = append(files, results...)
+	// containerd sets up each sandbox's lo through libcni as well, under a
+	// network name of its own.
+	bundles, _ := filepath.Glob(filepath.Join(n.containerdState(), "io.containerd.runtime.v2.task", "*", "*"))
+	for _, b := range bundles {
+		lo, _ := filepath.Glob(filepath.Join(libcniResults, "cni-loopback-"+filepath.Base(b)+"-*"))
+		files = append(files, lo...)
+	}
+	return files
 }
+
+// libcniResults is where libcni caches ADD results, whatever the runtime's
+// configuration.
+const libcniResults = "/var/lib/cni/results"
 
 // removeEmptyDirs removes dir and the directories below it, deepest first,
 // leaving any that still hold a file.
 func removeEmptyDirs(dir string) error {
-	var dirs []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
+	dirs, err := dirsUnder(dir)
 	for i := len(dirs) - 1; i >= 0; i-- {
 		_ = unix.Rmdir(dirs[i])
 	}

@@ -188,15 +188,7 @@ func TestTenureImageMatchesDockerfile(t *testing.T) {
 		t.Fatalf("Dockerfile's final stage is FROM %s; the builder starts from an empty image (scratch)", want.base)
 	}
 
-	binDir, caBundle := fakeBinaries(t, binaries)
-	spec, err := Tenure(binDir, caBundle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := Build(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := buildTestImage(t, binaries)
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,9 +17,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-func buildTestImage(t *testing.T) v1.Image {
+// buildTestImage is Tenure's image of fake binaries with the given names.
+func buildTestImage(t *testing.T, binaries []string) v1.Image {
 	t.Helper()
-	binDir, caBundle := fakeBinaries(t, tenureBinaries)
+	binDir, caBundle := fakeBinaries(t, binaries)
 	spec, err := Tenure(binDir, caBundle)
 	if err != nil {
 		t.Fatal(err)
@@ -39,31 +41,31 @@ func digestOf(t *testing.T, d interface{ Digest() (v1.Hash, error) }) v1.Hash {
 	return h
 }
 
+// untar lays the regular files of a tarball out below dir.
 func untar(t *testing.T, file, dir string) {
 	t.Helper()
-	f, err := os.Open(file)
+	content, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
+	files := map[string][]byte{}
+	for tr := tar.NewReader(bytes.NewReader(content)); ; {
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			return
+			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		target := filepath.Join(dir, filepath.FromSlash(hdr.Name))
-		if hdr.Typeflag == tar.TypeDir {
-			if err := os.MkdirAll(target, 0o755); err != nil {
+		if hdr.Typeflag == tar.TypeReg {
+			if files[hdr.Name], err = io.ReadAll(tr); err != nil {
 				t.Fatal(err)
 			}
-			continue
 		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
+	}
+	for name, data := range files {
+		target := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(target, data, 0o644); err != nil {
@@ -72,15 +74,22 @@ func untar(t *testing.T, file, dir string) {
 	}
 }
 
-// The tarball is an OCI image layout naming the image the way containerd's
-// importer reads it (what `ctr images import` does).
-func TestWriteFileIsAnOCILayoutNamingTheImage(t *testing.T) {
-	img := buildTestImage(t)
-	ref := name.MustParseReference("ghcr.io/tenure-ipam/tenure:v9.9.9").(name.Tag)
-	file := filepath.Join(t.TempDir(), "image.tar")
+// writeTestImage writes the test image as ghcr.io/tenure-ipam/tenure:v9.9.9.
+func writeTestImage(t *testing.T) (img v1.Image, ref name.Tag, file string) {
+	t.Helper()
+	img = buildTestImage(t, tenureBinaries)
+	ref = name.MustParseReference("ghcr.io/tenure-ipam/tenure:v9.9.9").(name.Tag)
+	file = filepath.Join(t.TempDir(), "image.tar")
 	if err := WriteFile(file, ref, img); err != nil {
 		t.Fatal(err)
 	}
+	return img, ref, file
+}
+
+// The tarball is an OCI image layout naming the image the way containerd's
+// importer reads it (what `ctr images import` does).
+func TestWriteFileIsAnOCILayoutNamingTheImage(t *testing.T) {
+	img, _, file := writeTestImage(t)
 
 	dir := t.TempDir()
 	untar(t, file, dir)
@@ -120,12 +129,7 @@ func TestWriteFileIsAnOCILayoutNamingTheImage(t *testing.T) {
 // The same tarball read as `crane push FILE` reads it (Docker's
 // manifest.json) is the same image: same config, same layers.
 func TestWriteFileIsADockerTarballOfTheSameImage(t *testing.T) {
-	img := buildTestImage(t)
-	ref := name.MustParseReference("ghcr.io/tenure-ipam/tenure:v9.9.9").(name.Tag)
-	file := filepath.Join(t.TempDir(), "image.tar")
-	if err := WriteFile(file, ref, img); err != nil {
-		t.Fatal(err)
-	}
+	img, ref, file := writeTestImage(t)
 	read, err := tarball.ImageFromPath(file, &ref)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +158,7 @@ func TestWriteFileIsADockerTarballOfTheSameImage(t *testing.T) {
 }
 
 func TestBuildGivesTheSameDigestForTheSameFiles(t *testing.T) {
-	if a, b := digestOf(t, buildTestImage(t)), digestOf(t, buildTestImage(t)); a != b {
+	if a, b := digestOf(t, buildTestImage(t, tenureBinaries)), digestOf(t, buildTestImage(t, tenureBinaries)); a != b {
 		t.Fatalf("two builds of the same files: %s and %s", a, b)
 	}
 }
