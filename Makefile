@@ -3,6 +3,7 @@
 #   make demo    start a local control plane and show tenure at work
 #   make test    every test (builds the local control plane once, cached)
 #   make build   binaries into bin/
+#   make image   the tenure image, without docker, into bin/tenure-image.tar
 #   make bench   the benchmark (see docs/performance.md); make bench-quick: its
 #                500-ADD concurrency-50 scenario only, under two minutes
 
@@ -12,13 +13,24 @@ BIN := $(CURDIR)/bin
 LDFLAGS := -s -w
 export CGO_ENABLED := 0
 
-.PHONY: all build generate verify lint test-deps control-plane cni-plugins test test-unit test-e2e demo bench bench-quick clean
+.PHONY: all build image generate verify lint test-deps control-plane node-tools cni-plugins test test-unit test-e2e demo bench bench-quick clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 	cp -f $(BIN)/tenurectl $(BIN)/kubectl-tenure
+
+# The image the Dockerfile describes, built without docker as an OCI tarball
+# (ctr -n k8s.io images import bin/tenure-image.tar; crane push
+# bin/tenure-image.tar REF). Its binaries are the release build: the
+# Dockerfile's flags, and the tenure_release tag that selects tenurectl's
+# release flavour. bin/image is emptied first so that it holds exactly the
+# binaries of ./cmd/..., like the Dockerfile's /out/.
+image:
+	rm -rf $(BIN)/image
+	$(GO) build -trimpath -tags tenure_release -ldflags "-s -w -buildid=" -o $(BIN)/image/ ./cmd/...
+	$(GO) run ./hack/image --bin $(BIN)/image --out $(BIN)/tenure-image.tar
 
 generate:
 	$(GO) generate ./api/...
@@ -29,6 +41,11 @@ test-deps:
 control-plane:
 	@bash hack/build-control-plane.sh >/dev/null
 
+# The local node's programs (kubelet, kube-controller-manager,
+# kube-scheduler, containerd, Multus, pause), cached like the control plane.
+node-tools:
+	@bash hack/build-node.sh >/dev/null
+
 cni-plugins:
 	@bash hack/build-cni-plugins.sh >/dev/null
 
@@ -38,7 +55,7 @@ cni-plugins:
 # Unit and package tests run with the race detector (the race detector
 # needs cgo); the end-to-end packages drive separate processes and run
 # without it.
-test: test-deps control-plane cni-plugins build lint
+test: test-deps control-plane node-tools cni-plugins build lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/...
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration ./test/...
 

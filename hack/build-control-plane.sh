@@ -6,22 +6,15 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/hack/control-plane-versions.sh"
-cache=${TENURE_CACHE_DIR:-$HOME/.cache/tenure}
-bin="$cache/bin"
-mkdir -p "$bin"
+bin=$(tool_bin_dir)
 
 apiserver="$bin/kube-apiserver-${KUBE_VERSION}"
 etcd="$bin/etcd-${ETCD_VERSION}"
 
 if [[ ! -x "$apiserver" ]]; then
   echo "building kube-apiserver ${KUBE_VERSION} (cold: ~6 min on 2 cores) -> $apiserver" >&2
-  major=${KUBE_VERSION#v}; major=${major%%.*}
-  minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
-  ld=""
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
-  done
-  (cd "$root/tools/kube-apiserver" && go build -trimpath -ldflags "-s -w $ld" -o "$apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+  ld=$(kube_version_ldflags)
+  (cd "$root/tools/kubernetes" && go build -trimpath -ldflags "-s -w $ld" -o "$apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
   mv "$apiserver.tmp" "$apiserver"
 fi
 

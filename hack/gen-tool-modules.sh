@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates tools/kube-apiserver/go.mod and tools/etcd/go.mod from the
+# Regenerates tools/*/go.mod (kubernetes, etcd, containerd, multus) from the
 # versions in hack/control-plane-versions.sh. The staging replace list is read
 # from the Kubernetes release's own go.mod, not hard-coded, so a version bump
 # is this script plus a commit.
@@ -10,9 +10,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 kmod=$(go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | sed -n 's/^\s*"GoMod": "\(.*\)",$/\1/p')
 goline=$(grep -m1 '^go ' "$kmod")
 
-cd "$root/tools/kube-apiserver"
+cd "$root/tools/kubernetes"
 {
-  echo "module github.com/tenure-ipam/tenure/tools/kube-apiserver"
+  echo "module github.com/tenure-ipam/tenure/tools/kubernetes"
   echo
   echo "$goline"
   echo
@@ -24,12 +24,14 @@ cd "$root/tools/kube-apiserver"
 } > go.mod
 GOFLAGS=-mod=mod go mod tidy
 
-cd "$root/tools/etcd"
-cat > go.mod <<MOD
-module github.com/tenure-ipam/tenure/tools/etcd
+# tools_module NAME MODULE VERSION: tools/NAME/go.mod requiring MODULE at
+# VERSION, tidied.
+tools_module() {
+  cd "$root/tools/$1"
+  printf 'module github.com/tenure-ipam/tenure/tools/%s\n\ngo 1.26.0\n\nrequire %s %s\n' "$1" "$2" "$3" > go.mod
+  GOFLAGS=-mod=mod go mod tidy
+}
 
-go 1.26.0
-
-require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
-MOD
-GOFLAGS=-mod=mod go mod tidy
+tools_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+tools_module containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION"
+tools_module multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4 "$MULTUS_VERSION"

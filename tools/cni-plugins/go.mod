@@ -5,6 +5,7 @@ go 1.26.0
 require github.com/containernetworking/plugins v1.9.0
 
 require (
+	github.com/alexflint/go-filemutex v1.3.0 // indirect
 	github.com/containernetworking/cni v1.3.0 // indirect
 	github.com/coreos/go-iptables v0.8.0 // indirect
 	github.com/networkplumbing/go-nft v0.4.0 // indirect
