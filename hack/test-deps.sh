@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests drive (a real DHCPv6 client,
-# iproute2, util-linux's setpriv) when they are missing; without root it
+# iproute2, util-linux's setpriv, runc for the local node) when they are missing; without root it
 # fails and names what to install, so no test skips for a missing tool.
 set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v dhclient >/dev/null || need+=(isc-dhcp-client)
 command -v setpriv >/dev/null || need+=(util-linux)
+command -v runc >/dev/null || need+=(runc)
 ((${#need[@]})) || exit 0
 if [[ $(id -u) != 0 ]]; then
   echo "the tests need: ${need[*]} (apt-get install ${need[*]})" >&2
