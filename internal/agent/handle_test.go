@@ -311,6 +311,19 @@ func TestHandle(t *testing.T) {
 		}},
 		wantHeldCount: 6,
 	}, {
+		// The network names are chosen so that node-a's search starts
+		// inside the excluded blocks: the first free address after them
+		// is the answer, not "full".
+		name: "an empty network is not full where the search starts in excluded blocks (issue 14, bug 1)",
+		objs: []client.Object{pod("p1", thisNode, nil), pod("p2", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"wide-v4","ipam":{"type":"tenure",` +
+				`"range":"10.0.0.0/8","exclude":["10.0.0.0/9","10.128.0.0/10"],"network_name":"wide-v4"}}`}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c2", pod: "p2", conf: `{"cniVersion":"1.1.0","name":"wide-v6","ipam":{"type":"tenure",` +
+				`"range":"2001:db8::/64","exclude":["2001:db8::/65"],"network_name":"wide-v6"}}`}, wantIPs: 1},
+		},
+		wantHeld: []string{"10.192.0.0=p1", "2001:db8:0:0:8000::=p2"},
+	}, {
 		name:     "a pod bound to another node is refused with 4",
 		objs:     []client.Object{pod("p1", "node-b", nil)},
 		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: 4, wantMsg: "bound to node node-b"}},

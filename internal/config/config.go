@@ -641,7 +641,10 @@ func (c *Config) excludeGateway(b *builtRange) error {
 		r.Exclude = append(r.Exclude, netip.PrefixFrom(c.Gateway, c.Gateway.BitLen()))
 	}
 	r.NormalizeExcludes()
-	if r.Capacity() > 0 {
+	// Next, not Capacity: a range of more than 2^64 addresses is allocated
+	// from its first 2^64-1 (the allocator's indexes are 64-bit), and
+	// excludes covering all of those leave nothing to hand out.
+	if _, ok := r.Next(0); ok {
 		return nil
 	}
 	var parts []string
@@ -653,6 +656,9 @@ func (c *Config) excludeGateway(b *builtRange) error {
 	}
 	if gwIn {
 		parts = append(parts, c.gwField.path+" "+c.gwField.show())
+	}
+	if r.Capacity() > 0 {
+		return b.in.rng.errorf("has no assignable address among its first 2^64-1, the ones tenure hands out, with %s", strings.Join(parts, " and "))
 	}
 	return b.in.rng.errorf("has no assignable address with %s", strings.Join(parts, " and "))
 }

@@ -465,6 +465,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`"10.0.0.0/30"`, "has no assignable address", `ipam.range_start "10.0.0.3"`}},
 		{"ipv6 range_end on the anycast", `{"type":"tenure","range":"fd00::/64","range_end":"fd00::"}`, "ipam.range",
 			[]string{`"fd00::/64"`, "has no assignable address", "anycast"}},
+		{"IPv6 range whose first 2^64-1 addresses are excluded", `{"type":"tenure","range":"fd00::/48","exclude":["fd00::/64"]}`, "ipam.range",
+			[]string{`"fd00::/48"`, "no assignable address among its first 2^64-1", `ipam.exclude ["fd00::/64"]`}},
 		{"range_start..range_end all excluded", `{"type":"tenure","range":"10.0.0.0/24","range_start":"10.0.0.8","range_end":"10.0.0.9","exclude":["10.0.0.8/31"]}`, "ipam.range",
 			[]string{`"10.0.0.0/24"`, `ipam.range_start "10.0.0.8"`, `ipam.range_end "10.0.0.9"`, `ipam.exclude ["10.0.0.8/31"]`}},
 
