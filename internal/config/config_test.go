@@ -10,9 +10,14 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // nad wraps an ipam section in a macvlan network config, as Multus passes it.
@@ -505,6 +510,14 @@ func TestParseErrors(t *testing.T) {
 		{"dns nameserver bad", `{"type":"tenure","range":"10.0.0.0/24","dns":{"nameservers":["dns.google"]}}`, "ipam.dns.nameservers[0]", []string{`"dns.google"`, "not an IP address"}},
 		{"dns search type", `{"type":"tenure","range":"10.0.0.0/24","dns":{"search":"a.b"}}`, "ipam.dns.search", []string{`"a.b"`, "must be an array"}},
 
+		// network_name too long for the reservations' spec.network (issue 14, bug 2).
+		{"network_name too long for the range's reservations", `{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(253) + `","enable_overlapping_ranges":false}`,
+			"ipam.network_name", []string{`"aaaa`, "…", "is 253 bytes", "enable_overlapping_ranges false", `ipam.range "10.0.0.0/24"`, "limit of 253", "at most 241 bytes"}},
+		{"network_name too long for an ipRanges entry's reservations", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0/24"},{"range":"10.0.0.10-10.0.0.20/24"}],"network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`,
+			"ipam.network_name", []string{"is 241 bytes", `ipam.ipRanges[1].range "10.0.0.10-10.0.0.20/24"`, "at most 230 bytes"}},
+		{"network_name too long for the delegated prefixes' reservations", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56},"network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`,
+			"ipam.network_name", []string{"is 241 bytes", `ipam.prefix_delegation.range "2001:db8:100::/40"`, "at most 235 bytes"}},
+
 		// Scalars.
 		{"network_name", `{"type":"tenure","range":"10.0.0.0/24","network_name":"Net_1"}`, "ipam.network_name", []string{`"Net_1"`, "RFC 1123"}},
 		{"network_name type", `{"type":"tenure","range":"10.0.0.0/24","network_name":7}`, "ipam.network_name", []string{"7", "must be a string"}},
@@ -743,6 +756,8 @@ func TestApplyPoolErrors(t *testing.T) {
 			"ipam.gateway", []string{`"fd09::1"`, "no range is IPv6", `IPPool blue spec.ranges[0].range "10.1.0.0/24"`}},
 		{"bad network_name", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.NetworkName = "BLUE" }),
 			"IPPool blue spec.network_name", []string{`"BLUE"`}},
+		{"pool network_name too long for the pool's ranges", `{"type":"tenure","pool":"blue","enable_overlapping_ranges":false}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.NetworkName = dnsName(240) }),
+			"IPPool blue spec.network_name", []string{"is 240 bytes", `IPPool blue spec.ranges[0].range "10.1.0.0/24"`, `"10.1.0.10-10.1.0.100/24"`, "at most 229 bytes"}},
 		{"bad pd", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.PrefixDelegation.PrefixLength = 32 }),
 			"IPPool blue spec.prefix_delegation.prefix_length", []string{"32", "at least the /40"}},
 		{"pd overlaps a pool range", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.PrefixDelegation.Range = "fd01::/16" }),
@@ -772,5 +787,60 @@ func TestApplyPoolErrors(t *testing.T) {
 				t.Errorf("config changed on error: %+v", c)
 			}
 		})
+	}
+}
+
+// dnsName is a valid network_name of n bytes (n >= 1): labels of at most
+// 63 bytes joined by dots.
+func dnsName(n int) string {
+	var b strings.Builder
+	for n-b.Len() > 63 {
+		b.WriteString(strings.Repeat("a", 50) + ".")
+	}
+	b.WriteString(strings.Repeat("a", n-b.Len()))
+	return b.String()
+}
+
+// Issue 14, bug 2: a network_name is accepted exactly when every
+// reservation's spec.network fits the API's limit.
+func TestNetworkNameFitsTheReservations(t *testing.T) {
+	for _, tc := range []struct {
+		ipam string
+		ok   bool
+	}{
+		{`{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`, true},
+		{`{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(242) + `","enable_overlapping_ranges":false}`, false},
+		{`{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(253) + `"}`, true}, // the key is the name alone
+		{`{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(253) + `","enable_overlapping_ranges":true}`, true},
+	} {
+		c, err := Parse(nad(tc.ipam), nil)
+		if ok := err == nil; ok != tc.ok {
+			t.Errorf("%.80s…: error %v, want ok %v", tc.ipam, err, tc.ok)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if key := reservation.NetworkKey(c.NetworkName, c.Ranges[0].String(), c.OverlappingRanges); len(key) > maxNetworkKey {
+			t.Errorf("accepted a network key of %d bytes", len(key))
+		}
+	}
+}
+
+// maxNetworkKey must be what the CRD the API server enforces says.
+func TestMaxNetworkKeyIsTheCRDs(t *testing.T) {
+	b, err := deploy.CRDs.ReadFile("crds/ipam.tenure.dev_ipreservations.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range crd.Spec.Versions {
+		network := v.Schema.OpenAPIV3Schema.Properties["spec"].Properties["network"]
+		if network.MaxLength == nil || *network.MaxLength != maxNetworkKey {
+			t.Errorf("CRD %s spec.network maxLength = %v, config checks %d", v.Name, network.MaxLength, maxNetworkKey)
+		}
 	}
 }
