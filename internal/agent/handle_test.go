@@ -345,6 +345,16 @@ func TestHandle(t *testing.T) {
 		}},
 		wantHeld: nil,
 	}, {
+		name: "a range that cannot be a segment answers 7 naming it, and writes nothing (issue 14, bug 4)",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"san","ipam":{"type":"tenure","range":"0.0.0.0/0"}}`},
+				wantCode: 7, wantMsg: `ipam.range: "0.0.0.0/0": is a /0`},
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"san","ipam":{"type":"tenure","ipRanges":[{"range":"::/0"}]}}`},
+				wantCode: 7, wantMsg: `ipam.ipRanges[0].range: "::/0": is a /0`},
+		},
+		wantHeld: nil,
+	}, {
 		name:     "a pod bound to another node is refused with 4",
 		objs:     []client.Object{pod("p1", "node-b", nil)},
 		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: 4, wantMsg: "bound to node node-b"}},

@@ -428,6 +428,19 @@ func TestParseErrors(t *testing.T) {
 		// range.
 		{"range type", `{"type":"tenure","range":["10.0.0.0/24"]}`, "ipam.range", []string{`["10.0.0.0/24"]`, "must be a string"}},
 		{"range bad CIDR", `{"type":"tenure","range":"10.0.0.0/33"}`, "ipam.range", []string{`"10.0.0.0/33"`, "not a CIDR"}},
+		// Ranges that cannot be a segment (issue 14, bug 4).
+		{"range /0", `{"type":"tenure","range":"0.0.0.0/0"}`, "ipam.range", []string{`"0.0.0.0/0"`, "is a /0", "/8 or longer"}},
+		{"range ::/0", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0/24"},{"range":"::/0"}]}`, "ipam.ipRanges[1].range", []string{`"::/0"`, "is a /0"}},
+		{"range /7", `{"type":"tenure","range":"10.0.0.0/7"}`, "ipam.range", []string{`"10.0.0.0/7"`, "is a /7"}},
+		{"range IPv6 /7", `{"type":"tenure","range":"fc00::/7"}`, "ipam.range", []string{`"fc00::/7"`, "is a /7"}},
+		{"first-last range /0", `{"type":"tenure","range":"10.0.0.10-10.0.0.20/0"}`, "ipam.range", []string{`"10.0.0.10-10.0.0.20/0"`, "is a /0"}},
+		{"range this network", `{"type":"tenure","range":"0.0.0.0/24"}`, "ipam.range", []string{`"0.0.0.0/24"`, "overlaps 0.0.0.0/8"}},
+		{"range loopback", `{"type":"tenure","range":"127.0.0.0/24"}`, "ipam.range", []string{`"127.0.0.0/24"`, "overlaps 127.0.0.0/8 (loopback)"}},
+		{"range multicast", `{"type":"tenure","range":"239.1.0.0/16"}`, "ipam.range", []string{`"239.1.0.0/16"`, "overlaps 224.0.0.0/4 (multicast)"}},
+		{"range limited broadcast", `{"type":"tenure","range":"255.255.255.0/24"}`, "ipam.range", []string{`"255.255.255.0/24"`, "overlaps 255.255.255.255/32"}},
+		{"range IPv6 unspecified", `{"type":"tenure","range":"::/120"}`, "ipam.range", []string{`"::/120"`, "overlaps ::/128"}},
+		{"range IPv6 loopback", `{"type":"tenure","range":"::1/128"}`, "ipam.range", []string{`"::1/128"`, "overlaps ::1/128 (loopback)"}},
+		{"range IPv6 multicast", `{"type":"tenure","range":"ff02::/64"}`, "ipam.range", []string{`"ff02::/64"`, "overlaps ff00::/8 (multicast)"}},
 		{"range without prefix", `{"type":"tenure","range":"10.0.0.1"}`, "ipam.range", []string{`"10.0.0.1"`, "not a CIDR"}},
 		{"range 4in6", `{"type":"tenure","range":"::ffff:10.0.0.0/120"}`, "ipam.range", []string{`"::ffff:10.0.0.0/120"`, "IPv4-mapped"}},
 		{"first-last bad first", `{"type":"tenure","range":"10.0.0.x-10.0.0.9/24"}`, "ipam.range", []string{`"10.0.0.x-10.0.0.9/24"`, "first address"}},
@@ -532,6 +545,8 @@ func TestParseErrors(t *testing.T) {
 		{"pd not an object", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":"fd00::/48"}`, "ipam.prefix_delegation", []string{`"fd00::/48"`, "must be an object"}},
 		{"pd IPv4", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"10.0.0.0/8","prefix_length":24}}`, "ipam.prefix_delegation.range", []string{`"10.0.0.0/8"`, "IPv6"}},
 		{"pd bad range", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"fd00::","prefix_length":64}}`, "ipam.prefix_delegation.range", []string{`"fd00::"`, "not a CIDR"}},
+		{"pd ::/0", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"::/0","prefix_length":64}}`, "ipam.prefix_delegation.range", []string{`"::/0"`, "is a /0"}},
+		{"pd multicast", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"ff00::/16","prefix_length":64}}`, "ipam.prefix_delegation.range", []string{`"ff00::/16"`, "multicast"}},
 		{"pd missing range", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"prefix_length":64}}`, "ipam.prefix_delegation.range", []string{"is required"}},
 		{"pd missing length", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"fd01::/48"}}`, "ipam.prefix_delegation.prefix_length", []string{"is required"}},
 		{"pd length shorter than range", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"fd01::/48","prefix_length":47}}`, "ipam.prefix_delegation.prefix_length", []string{"47", "at least the /48", `"fd01::/48"`}},
@@ -758,6 +773,10 @@ func TestApplyPoolErrors(t *testing.T) {
 			"IPPool blue spec.network_name", []string{`"BLUE"`}},
 		{"pool network_name too long for the pool's ranges", `{"type":"tenure","pool":"blue","enable_overlapping_ranges":false}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.NetworkName = dnsName(240) }),
 			"IPPool blue spec.network_name", []string{"is 240 bytes", `IPPool blue spec.ranges[0].range "10.1.0.0/24"`, `"10.1.0.10-10.1.0.100/24"`, "at most 229 bytes"}},
+		{"pool range /0", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.Ranges[0] = v1alpha1.PoolRange{Range: "0.0.0.0/0"}; s.Gateway = "" }),
+			"IPPool blue spec.ranges[0].range", []string{`"0.0.0.0/0"`, "is a /0"}},
+		{"pool pd ::/0", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.PrefixDelegation.Range = "::/0" }),
+			"IPPool blue spec.prefix_delegation.range", []string{`"::/0"`, "is a /0"}},
 		{"bad pd", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.PrefixDelegation.PrefixLength = 32 }),
 			"IPPool blue spec.prefix_delegation.prefix_length", []string{"32", "at least the /40"}},
 		{"pd overlaps a pool range", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.PrefixDelegation.Range = "fd01::/16" }),
@@ -842,5 +861,18 @@ func TestMaxNetworkKeyIsTheCRDs(t *testing.T) {
 		if network.MaxLength == nil || *network.MaxLength != maxNetworkKey {
 			t.Errorf("CRD %s spec.network maxLength = %v, config checks %d", v.Name, network.MaxLength, maxNetworkKey)
 		}
+	}
+}
+
+// The largest segments and the blocks next to the refused ones are
+// accepted (issue 14, bug 4).
+func TestSegmentBounds(t *testing.T) {
+	for _, r := range []string{"10.0.0.0/8", "1.0.0.0/8", "126.255.255.0/24", "128.0.0.0/8", "223.255.255.0/24", "fd00::/8", "2000::/8", "fe80::/64", "feff::/16"} {
+		if _, err := Parse(nad(`{"type":"tenure","range":"`+r+`"}`), nil); err != nil {
+			t.Errorf("range %s: %v", r, err)
+		}
+	}
+	if _, err := Parse(nad(`{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"2000::/8","prefix_length":48}}`), nil); err != nil {
+		t.Errorf("prefix_delegation 2000::/8: %v", err)
 	}
 }
