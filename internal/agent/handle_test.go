@@ -15,8 +15,10 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -310,6 +312,48 @@ func TestHandle(t *testing.T) {
 			call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: CodeRangeFull, wantMsg: "is full",
 		}},
 		wantHeldCount: 6,
+	}, {
+		// The network names are chosen so that node-a's search starts
+		// inside the excluded blocks: the first free address after them
+		// is the answer, not "full".
+		name: "an empty network is not full where the search starts in excluded blocks (issue 14, bug 1)",
+		objs: []client.Object{pod("p1", thisNode, nil), pod("p2", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"wide-v4","ipam":{"type":"tenure",` +
+				`"range":"10.0.0.0/8","exclude":["10.0.0.0/9","10.128.0.0/10"],"network_name":"wide-v4"}}`}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c2", pod: "p2", conf: `{"cniVersion":"1.1.0","name":"wide-v6","ipam":{"type":"tenure",` +
+				`"range":"2001:db8::/64","exclude":["2001:db8::/65"],"network_name":"wide-v6"}}`}, wantIPs: 1},
+		},
+		wantHeld: []string{"10.192.0.0=p1", "2001:db8:0:0:8000::=p2"},
+	}, {
+		name: "a network_name too long for the reservations' spec.network answers 7 naming it, and writes nothing (issue 14, bug 2)",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{{
+			// As kube-apiserver does with the CRD's MaxLength.
+			before: func(h *harness) {
+				h.fake.BeforeCreate = func(obj client.Object) error {
+					if r, ok := obj.(*tenurev1.IPReservation); ok && len(r.Spec.Network) > 253 {
+						return apierrors.NewInvalid(tenurev1.GroupVersion.WithKind("IPReservation").GroupKind(), r.Name,
+							field.ErrorList{field.TooLong(field.NewPath("spec", "network"), r.Spec.Network, 253)})
+					}
+					return nil
+				}
+			},
+			call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"san","ipam":{"type":"tenure","range":"10.0.0.0/29",` +
+				`"network_name":"` + strings.Repeat(strings.Repeat("n", 63)+".", 3) + strings.Repeat("n", 61) + `","enable_overlapping_ranges":false}}`},
+			wantCode: 7, wantMsg: "ipam.network_name",
+		}},
+		wantHeld: nil,
+	}, {
+		name: "a range that cannot be a segment answers 7 naming it, and writes nothing (issue 14, bug 4)",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"san","ipam":{"type":"tenure","range":"0.0.0.0/0"}}`},
+				wantCode: 7, wantMsg: `ipam.range: "0.0.0.0/0": is a /0`},
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"san","ipam":{"type":"tenure","ipRanges":[{"range":"::/0"}]}}`},
+				wantCode: 7, wantMsg: `ipam.ipRanges[0].range: "::/0": is a /0`},
+		},
+		wantHeld: nil,
 	}, {
 		name:     "a pod bound to another node is refused with 4",
 		objs:     []client.Object{pod("p1", "node-b", nil)},

@@ -68,10 +68,12 @@ func (e *ConflictError) Is(target error) bool { return target == ErrAllocated }
 // prefixes of a delegation pool.
 type Space interface {
 	Kind() tenurev1.ReservationKind
-	// Size is the number of indexes (saturating); Candidate(i) is the item at
-	// index i, false when that index is excluded.
+	// Size is the number of indexes (saturating).
 	Size() uint64
-	Candidate(i uint64) (netip.Prefix, bool)
+	// Next returns the first index at or after i that holds a candidate,
+	// and that candidate, skipping excluded indexes arithmetically rather
+	// than one by one; false when none is below Size.
+	Next(i uint64) (idx uint64, item netip.Prefix, ok bool)
 	Contains(p netip.Prefix) bool
 	Capacity() uint64
 	String() string
@@ -196,47 +198,20 @@ func (a *allocator) advance(next uint64) {
 	a.f.mu.Unlock()
 }
 
-// maxProbes bounds one search; spaces larger than this (IPv6) are never
-// that full in practice, and a bounded search keeps ADD latency bounded.
-const maxProbes = 1 << 22
-
 func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1.IPReservation, error) {
 	if !a.f.Store.HasSynced() {
 		return nil, ErrNotReady
 	}
-	size := a.space.Size()
-	if size == 0 {
+	if a.space.Size() == 0 {
 		return nil, &FullError{Range: a.space.String()}
 	}
-	probes := min(size, maxProbes)
 	// taken decides candidates; first from the cache, then, if the cache
 	// says full, from one quorum list of the network.
 	taken := func(obj *tenurev1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
 	for pass := 0; pass < 2; pass++ {
-		start := a.start()
-		for i := uint64(0); i < probes; i++ {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			idx := (start + i) % size
-			item, ok := a.space.Candidate(idx)
-			if !ok {
-				continue
-			}
-			obj := a.object(item, t)
-			if taken(obj) {
-				continue
-			}
-			created, err := a.create(ctx, obj)
-			if apierrors.IsAlreadyExists(err) {
-				a.f.Store.MarkTakenElsewhere(obj.Name)
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			a.advance(idx + 1)
-			return created, nil
+		created, err := a.firstFree(ctx, t, taken)
+		if created != nil || err != nil {
+			return created, err
 		}
 		if pass == 0 && a.f.Quorum != nil {
 			held, err := a.quorumNames(ctx)
@@ -254,6 +229,44 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1.IPR
 		break
 	}
 	return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
+}
+
+// firstFree creates the reservation of the first candidate from this node's
+// cursor on, wrapping around, that taken does not refuse and no other node
+// has created; nil when every candidate was seen taken. The walk visits
+// candidates only (Space.Next jumps over excluded blocks wherever the
+// cursor lands), and each candidate it passes is held by a reservation, so
+// the walk is as long as the reservations that exist, not the space: it
+// needs no bound to end, and reaching the end means full.
+func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1.IPReservation) bool) (*tenurev1.IPReservation, error) {
+	start, size := a.start(), a.space.Size()
+	for _, span := range [...]struct{ from, to uint64 }{{start, size}, {0, start}} {
+		for i := span.from; i < span.to; {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			idx, item, ok := a.space.Next(i)
+			if !ok || idx >= span.to {
+				break
+			}
+			i = idx + 1 // idx < size <= MaxUint64: no overflow
+			obj := a.object(item, t)
+			if taken(obj) {
+				continue
+			}
+			created, err := a.create(ctx, obj)
+			if apierrors.IsAlreadyExists(err) {
+				a.f.Store.MarkTakenElsewhere(obj.Name)
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			a.advance(idx + 1)
+			return created, nil
+		}
+	}
+	return nil, nil
 }
 
 func (a *allocator) quorumNames(ctx context.Context) (map[string]bool, error) {

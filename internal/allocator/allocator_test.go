@@ -3,6 +3,7 @@ package allocator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -188,5 +189,46 @@ func TestPrefixSpace(t *testing.T) {
 	}
 	if _, err := a.AllocateNext(ctx, owner("z")); !errors.Is(err, allocator.ErrFull) {
 		t.Fatalf("third prefix: %v", err)
+	}
+}
+
+// Issue 14, bug 1: wherever a node's search starts, inside an excluded
+// block too, a network with free addresses is not full. Each node's cursor
+// starts where a hash of its name puts it; among these names some land in
+// the excluded blocks, which hold three quarters of the IPv4 range and half
+// of the IPv6 one.
+func TestAllocateNextFromInsideExcludedBlocks(t *testing.T) {
+	ctx := context.Background()
+	base, _ := newFactory(t, "n1")
+	for _, tc := range []struct{ network, ipam, firstAfterBlocks string }{
+		{"alloc-wide-v4", `{"type":"tenure","range":"10.0.0.0/8","exclude":["10.0.0.0/9","10.128.0.0/10"]}`, "10.192.0.0"},
+		{"alloc-wide-v6", `{"type":"tenure","range":"2001:db8::/64","exclude":["2001:db8::/65"]}`, "2001:db8::8000:0:0:0"},
+	} {
+		rng := rangeOf(t, tc.ipam)
+		firstAfter, _ := rng.Offset(netip.MustParseAddr(tc.firstAfterBlocks))
+		const nodes = 32
+		startedInside := 0
+		seen := map[string]bool{}
+		for n := range nodes {
+			node := fmt.Sprintf("node-%d", n)
+			f := &allocator.Factory{Store: base.Store, Writer: base.Writer, Quorum: base.Quorum, Node: node}
+			r, err := f.For(tc.network, allocator.AddressSpace{Range: rng}).AllocateNext(ctx, owner(tc.network+"-"+node))
+			if err != nil {
+				t.Fatalf("%s, %s, %d addresses reserved: %v", tc.network, node, len(seen), err)
+			}
+			a := netip.MustParseAddr(r.Spec.Address)
+			if !rng.Contains(a) || seen[r.Spec.Address] {
+				t.Fatalf("%s, %s: got %s, excluded or already handed out", tc.network, node, a)
+			}
+			seen[r.Spec.Address] = true
+			// A search that starts inside the blocks takes the first free
+			// address after them.
+			if off, _ := rng.Offset(a); off-firstAfter < nodes {
+				startedInside++
+			}
+		}
+		if startedInside == 0 {
+			t.Fatalf("%s: no node's search started inside the excluded blocks; pick other node names", tc.network)
+		}
 	}
 }

@@ -16,6 +16,16 @@ func (s AddressSpace) Size() uint64                   { return s.Range.Size() }
 func (s AddressSpace) Capacity() uint64               { return s.Range.Capacity() }
 func (s AddressSpace) String() string                 { return s.Range.String() }
 
+func (s AddressSpace) Next(i uint64) (uint64, netip.Prefix, bool) {
+	off, ok := s.Range.Next(i)
+	if !ok {
+		return 0, netip.Prefix{}, false
+	}
+	a := s.Range.At(off)
+	return off, netip.PrefixFrom(a, a.BitLen()), true
+}
+
+// Candidate is the address at index i, false when it is excluded.
 func (s AddressSpace) Candidate(i uint64) (netip.Prefix, bool) {
 	a := s.Range.At(i)
 	if !s.Range.Contains(a) {
@@ -38,7 +48,13 @@ func (s PrefixSpace) String() string {
 	return s.PD.Range.String() + " as /" + strconv.Itoa(s.PD.PrefixLength)
 }
 
-func (s PrefixSpace) Candidate(i uint64) (netip.Prefix, bool) { return s.PD.At(i), true }
+// Next is i itself: a delegation pool excludes nothing.
+func (s PrefixSpace) Next(i uint64) (uint64, netip.Prefix, bool) {
+	if i >= s.PD.Count() {
+		return 0, netip.Prefix{}, false
+	}
+	return i, s.PD.At(i), true
+}
 
 func (s PrefixSpace) Contains(p netip.Prefix) bool {
 	_, ok := s.PD.Index(p)

@@ -26,6 +26,7 @@ import (
 	"github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // PluginType is the only accepted ipam "type".
@@ -33,6 +34,11 @@ const PluginType = "tenure"
 
 // MaxFlatFileSize bounds the flat configuration file the installer writes.
 const MaxFlatFileSize = 1 << 20
+
+// maxNetworkKey is the MaxLength of IPReservation spec.network
+// (api/v1alpha1 IPReservationSpec.Network), which holds
+// reservation.NetworkKey: the API refuses every reservation of a longer key.
+const maxNetworkKey = 253
 
 // maxSocketPath is the longest path a unix socket address holds (sun_path is
 // 108 bytes with its terminating NUL).
@@ -56,6 +62,7 @@ type Config struct {
 
 	// Where values came from, for messages and for re-applying a pool.
 	gwField         field
+	nameField       field // network_name
 	pdRange         field
 	gwFromPool      bool
 	networkFromPool bool
@@ -338,6 +345,7 @@ func (c *Config) parseAgentKeys(fields map[string]field) error {
 		if c.NetworkName, err = networkName(f); err != nil {
 			return err
 		}
+		c.nameField = f
 	}
 	if f, ok := fields["enable_overlapping_ranges"]; ok {
 		if c.OverlappingRanges, err = f.boolean(); err != nil {
@@ -613,6 +621,9 @@ func (c *Config) finish(built []builtRange) error {
 			}
 		}
 	}
+	if err := c.checkNetworkKeys(built); err != nil {
+		return err
+	}
 	switch c.CNIVersion {
 	case "", "0.1.0", "0.2.0":
 		seen := map[bool]bool{}
@@ -632,6 +643,37 @@ func (c *Config) finish(built []builtRange) error {
 	return nil
 }
 
+// checkNetworkKeys refuses a network_name that makes a reservation's
+// spec.network (reservation.NetworkKey, as the agent computes it for each
+// range and the delegation pool) longer than the API accepts: with
+// enable_overlapping_ranges false the key is the name, "/" and the range,
+// and a name valid on its own would fail every ADD.
+func (c *Config) checkNetworkKeys(built []builtRange) error {
+	type scope struct {
+		spec string
+		f    field
+	}
+	scopes := make([]scope, 0, len(built)+1)
+	for _, b := range built {
+		scopes = append(scopes, scope{b.r.String(), b.in.rng})
+	}
+	if pd := c.PrefixDelegation; pd != nil {
+		scopes = append(scopes, scope{pd.Range.String(), c.pdRange})
+	}
+	for _, sc := range scopes {
+		key := reservation.NetworkKey(c.NetworkName, sc.spec, c.OverlappingRanges)
+		if len(key) <= maxNetworkKey {
+			continue
+		}
+		// Only a set network_name can make the key this long: "default"
+		// and a range are far shorter.
+		suffix := len(key) - len(c.NetworkName)
+		return c.nameField.errorf("is %d bytes, too long with enable_overlapping_ranges false: the spec.network of the reservations of %s %s is the name, \"/\" and %q, %d bytes, over the API's limit of %d; use a name of at most %d bytes",
+			len(c.NetworkName), sc.f.path, sc.f.show(), sc.spec, len(key), maxNetworkKey, maxNetworkKey-suffix)
+	}
+	return nil
+}
+
 // excludeGateway adds the gateway to b's excludes when b's subnet holds it,
 // normalises the excludes, and refuses a range left without an address.
 func (c *Config) excludeGateway(b *builtRange) error {
@@ -641,7 +683,10 @@ func (c *Config) excludeGateway(b *builtRange) error {
 		r.Exclude = append(r.Exclude, netip.PrefixFrom(c.Gateway, c.Gateway.BitLen()))
 	}
 	r.NormalizeExcludes()
-	if r.Capacity() > 0 {
+	// Next, not Capacity: a range of more than 2^64 addresses is allocated
+	// from its first 2^64-1 (the allocator's indexes are 64-bit), and
+	// excludes covering all of those leave nothing to hand out.
+	if _, ok := r.Next(0); ok {
 		return nil
 	}
 	var parts []string
@@ -653,6 +698,9 @@ func (c *Config) excludeGateway(b *builtRange) error {
 	}
 	if gwIn {
 		parts = append(parts, c.gwField.path+" "+c.gwField.show())
+	}
+	if r.Capacity() > 0 {
+		return b.in.rng.errorf("has no assignable address among its first 2^64-1, the ones tenure hands out, with %s", strings.Join(parts, " and "))
 	}
 	return b.in.rng.errorf("has no assignable address with %s", strings.Join(parts, " and "))
 }
@@ -732,14 +780,15 @@ func (c *Config) applyPoolDefaults(prefix string, spec v1alpha1.IPPoolSpec) erro
 		c.Gateway, c.gwField, c.gwFromPool = a, f, true
 	}
 	if c.networkFromPool {
-		c.NetworkName, c.networkFromPool = "", false
+		c.NetworkName, c.nameField, c.networkFromPool = "", field{}, false
 	}
 	if c.NetworkName == "" && spec.NetworkName != "" {
-		s, err := networkName(jsonString(prefix+".network_name", spec.NetworkName))
+		f := jsonString(prefix+".network_name", spec.NetworkName)
+		s, err := networkName(f)
 		if err != nil {
 			return err
 		}
-		c.NetworkName, c.networkFromPool = s, true
+		c.NetworkName, c.nameField, c.networkFromPool = s, f, true
 	}
 	if c.pdFromPool {
 		c.PrefixDelegation, c.pdRange, c.pdFromPool = nil, field{}, false

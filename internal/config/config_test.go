@@ -10,9 +10,14 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // nad wraps an ipam section in a macvlan network config, as Multus passes it.
@@ -423,6 +428,19 @@ func TestParseErrors(t *testing.T) {
 		// range.
 		{"range type", `{"type":"tenure","range":["10.0.0.0/24"]}`, "ipam.range", []string{`["10.0.0.0/24"]`, "must be a string"}},
 		{"range bad CIDR", `{"type":"tenure","range":"10.0.0.0/33"}`, "ipam.range", []string{`"10.0.0.0/33"`, "not a CIDR"}},
+		// Ranges that cannot be a segment (issue 14, bug 4).
+		{"range /0", `{"type":"tenure","range":"0.0.0.0/0"}`, "ipam.range", []string{`"0.0.0.0/0"`, "is a /0", "/8 or longer"}},
+		{"range ::/0", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0/24"},{"range":"::/0"}]}`, "ipam.ipRanges[1].range", []string{`"::/0"`, "is a /0"}},
+		{"range /7", `{"type":"tenure","range":"10.0.0.0/7"}`, "ipam.range", []string{`"10.0.0.0/7"`, "is a /7"}},
+		{"range IPv6 /7", `{"type":"tenure","range":"fc00::/7"}`, "ipam.range", []string{`"fc00::/7"`, "is a /7"}},
+		{"first-last range /0", `{"type":"tenure","range":"10.0.0.10-10.0.0.20/0"}`, "ipam.range", []string{`"10.0.0.10-10.0.0.20/0"`, "is a /0"}},
+		{"range this network", `{"type":"tenure","range":"0.0.0.0/24"}`, "ipam.range", []string{`"0.0.0.0/24"`, "overlaps 0.0.0.0/8"}},
+		{"range loopback", `{"type":"tenure","range":"127.0.0.0/24"}`, "ipam.range", []string{`"127.0.0.0/24"`, "overlaps 127.0.0.0/8 (loopback)"}},
+		{"range multicast", `{"type":"tenure","range":"239.1.0.0/16"}`, "ipam.range", []string{`"239.1.0.0/16"`, "overlaps 224.0.0.0/4 (multicast)"}},
+		{"range limited broadcast", `{"type":"tenure","range":"255.255.255.0/24"}`, "ipam.range", []string{`"255.255.255.0/24"`, "overlaps 255.255.255.255/32"}},
+		{"range IPv6 unspecified", `{"type":"tenure","range":"::/120"}`, "ipam.range", []string{`"::/120"`, "overlaps ::/128"}},
+		{"range IPv6 loopback", `{"type":"tenure","range":"::1/128"}`, "ipam.range", []string{`"::1/128"`, "overlaps ::1/128 (loopback)"}},
+		{"range IPv6 multicast", `{"type":"tenure","range":"ff02::/64"}`, "ipam.range", []string{`"ff02::/64"`, "overlaps ff00::/8 (multicast)"}},
 		{"range without prefix", `{"type":"tenure","range":"10.0.0.1"}`, "ipam.range", []string{`"10.0.0.1"`, "not a CIDR"}},
 		{"range 4in6", `{"type":"tenure","range":"::ffff:10.0.0.0/120"}`, "ipam.range", []string{`"::ffff:10.0.0.0/120"`, "IPv4-mapped"}},
 		{"first-last bad first", `{"type":"tenure","range":"10.0.0.x-10.0.0.9/24"}`, "ipam.range", []string{`"10.0.0.x-10.0.0.9/24"`, "first address"}},
@@ -465,6 +483,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`"10.0.0.0/30"`, "has no assignable address", `ipam.range_start "10.0.0.3"`}},
 		{"ipv6 range_end on the anycast", `{"type":"tenure","range":"fd00::/64","range_end":"fd00::"}`, "ipam.range",
 			[]string{`"fd00::/64"`, "has no assignable address", "anycast"}},
+		{"IPv6 range whose first 2^64-1 addresses are excluded", `{"type":"tenure","range":"fd00::/48","exclude":["fd00::/64"]}`, "ipam.range",
+			[]string{`"fd00::/48"`, "no assignable address among its first 2^64-1", `ipam.exclude ["fd00::/64"]`}},
 		{"range_start..range_end all excluded", `{"type":"tenure","range":"10.0.0.0/24","range_start":"10.0.0.8","range_end":"10.0.0.9","exclude":["10.0.0.8/31"]}`, "ipam.range",
 			[]string{`"10.0.0.0/24"`, `ipam.range_start "10.0.0.8"`, `ipam.range_end "10.0.0.9"`, `ipam.exclude ["10.0.0.8/31"]`}},
 
@@ -503,6 +523,14 @@ func TestParseErrors(t *testing.T) {
 		{"dns nameserver bad", `{"type":"tenure","range":"10.0.0.0/24","dns":{"nameservers":["dns.google"]}}`, "ipam.dns.nameservers[0]", []string{`"dns.google"`, "not an IP address"}},
 		{"dns search type", `{"type":"tenure","range":"10.0.0.0/24","dns":{"search":"a.b"}}`, "ipam.dns.search", []string{`"a.b"`, "must be an array"}},
 
+		// network_name too long for the reservations' spec.network (issue 14, bug 2).
+		{"network_name too long for the range's reservations", `{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(253) + `","enable_overlapping_ranges":false}`,
+			"ipam.network_name", []string{`"aaaa`, "…", "is 253 bytes", "enable_overlapping_ranges false", `ipam.range "10.0.0.0/24"`, "limit of 253", "at most 241 bytes"}},
+		{"network_name too long for an ipRanges entry's reservations", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0/24"},{"range":"10.0.0.10-10.0.0.20/24"}],"network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`,
+			"ipam.network_name", []string{"is 241 bytes", `ipam.ipRanges[1].range "10.0.0.10-10.0.0.20/24"`, "at most 230 bytes"}},
+		{"network_name too long for the delegated prefixes' reservations", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56},"network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`,
+			"ipam.network_name", []string{"is 241 bytes", `ipam.prefix_delegation.range "2001:db8:100::/40"`, "at most 235 bytes"}},
+
 		// Scalars.
 		{"network_name", `{"type":"tenure","range":"10.0.0.0/24","network_name":"Net_1"}`, "ipam.network_name", []string{`"Net_1"`, "RFC 1123"}},
 		{"network_name type", `{"type":"tenure","range":"10.0.0.0/24","network_name":7}`, "ipam.network_name", []string{"7", "must be a string"}},
@@ -517,6 +545,8 @@ func TestParseErrors(t *testing.T) {
 		{"pd not an object", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":"fd00::/48"}`, "ipam.prefix_delegation", []string{`"fd00::/48"`, "must be an object"}},
 		{"pd IPv4", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"10.0.0.0/8","prefix_length":24}}`, "ipam.prefix_delegation.range", []string{`"10.0.0.0/8"`, "IPv6"}},
 		{"pd bad range", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"fd00::","prefix_length":64}}`, "ipam.prefix_delegation.range", []string{`"fd00::"`, "not a CIDR"}},
+		{"pd ::/0", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"::/0","prefix_length":64}}`, "ipam.prefix_delegation.range", []string{`"::/0"`, "is a /0"}},
+		{"pd multicast", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"ff00::/16","prefix_length":64}}`, "ipam.prefix_delegation.range", []string{`"ff00::/16"`, "multicast"}},
 		{"pd missing range", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"prefix_length":64}}`, "ipam.prefix_delegation.range", []string{"is required"}},
 		{"pd missing length", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"fd01::/48"}}`, "ipam.prefix_delegation.prefix_length", []string{"is required"}},
 		{"pd length shorter than range", `{"type":"tenure","range":"fd00::/64","prefix_delegation":{"range":"fd01::/48","prefix_length":47}}`, "ipam.prefix_delegation.prefix_length", []string{"47", "at least the /48", `"fd01::/48"`}},
@@ -741,6 +771,12 @@ func TestApplyPoolErrors(t *testing.T) {
 			"ipam.gateway", []string{`"fd09::1"`, "no range is IPv6", `IPPool blue spec.ranges[0].range "10.1.0.0/24"`}},
 		{"bad network_name", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.NetworkName = "BLUE" }),
 			"IPPool blue spec.network_name", []string{`"BLUE"`}},
+		{"pool network_name too long for the pool's ranges", `{"type":"tenure","pool":"blue","enable_overlapping_ranges":false}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.NetworkName = dnsName(240) }),
+			"IPPool blue spec.network_name", []string{"is 240 bytes", `IPPool blue spec.ranges[0].range "10.1.0.0/24"`, `"10.1.0.10-10.1.0.100/24"`, "at most 229 bytes"}},
+		{"pool range /0", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.Ranges[0] = v1alpha1.PoolRange{Range: "0.0.0.0/0"}; s.Gateway = "" }),
+			"IPPool blue spec.ranges[0].range", []string{`"0.0.0.0/0"`, "is a /0"}},
+		{"pool pd ::/0", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.PrefixDelegation.Range = "::/0" }),
+			"IPPool blue spec.prefix_delegation.range", []string{`"::/0"`, "is a /0"}},
 		{"bad pd", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.PrefixDelegation.PrefixLength = 32 }),
 			"IPPool blue spec.prefix_delegation.prefix_length", []string{"32", "at least the /40"}},
 		{"pd overlaps a pool range", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.PrefixDelegation.Range = "fd01::/16" }),
@@ -770,5 +806,73 @@ func TestApplyPoolErrors(t *testing.T) {
 				t.Errorf("config changed on error: %+v", c)
 			}
 		})
+	}
+}
+
+// dnsName is a valid network_name of n bytes (n >= 1): labels of at most
+// 63 bytes joined by dots.
+func dnsName(n int) string {
+	var b strings.Builder
+	for n-b.Len() > 63 {
+		b.WriteString(strings.Repeat("a", 50) + ".")
+	}
+	b.WriteString(strings.Repeat("a", n-b.Len()))
+	return b.String()
+}
+
+// Issue 14, bug 2: a network_name is accepted exactly when every
+// reservation's spec.network fits the API's limit.
+func TestNetworkNameFitsTheReservations(t *testing.T) {
+	for _, tc := range []struct {
+		ipam string
+		ok   bool
+	}{
+		{`{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`, true},
+		{`{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(242) + `","enable_overlapping_ranges":false}`, false},
+		{`{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(253) + `"}`, true}, // the key is the name alone
+		{`{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(253) + `","enable_overlapping_ranges":true}`, true},
+	} {
+		c, err := Parse(nad(tc.ipam), nil)
+		if ok := err == nil; ok != tc.ok {
+			t.Errorf("%.80s…: error %v, want ok %v", tc.ipam, err, tc.ok)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if key := reservation.NetworkKey(c.NetworkName, c.Ranges[0].String(), c.OverlappingRanges); len(key) > maxNetworkKey {
+			t.Errorf("accepted a network key of %d bytes", len(key))
+		}
+	}
+}
+
+// maxNetworkKey must be what the CRD the API server enforces says.
+func TestMaxNetworkKeyIsTheCRDs(t *testing.T) {
+	b, err := deploy.CRDs.ReadFile("crds/ipam.tenure.dev_ipreservations.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range crd.Spec.Versions {
+		network := v.Schema.OpenAPIV3Schema.Properties["spec"].Properties["network"]
+		if network.MaxLength == nil || *network.MaxLength != maxNetworkKey {
+			t.Errorf("CRD %s spec.network maxLength = %v, config checks %d", v.Name, network.MaxLength, maxNetworkKey)
+		}
+	}
+}
+
+// The largest segments and the blocks next to the refused ones are
+// accepted (issue 14, bug 4).
+func TestSegmentBounds(t *testing.T) {
+	for _, r := range []string{"10.0.0.0/8", "1.0.0.0/8", "126.255.255.0/24", "128.0.0.0/8", "223.255.255.0/24", "fd00::/8", "2000::/8", "fe80::/64", "feff::/16"} {
+		if _, err := Parse(nad(`{"type":"tenure","range":"`+r+`"}`), nil); err != nil {
+			t.Errorf("range %s: %v", r, err)
+		}
+	}
+	if _, err := Parse(nad(`{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"2000::/8","prefix_length":48}}`), nil); err != nil {
+		t.Errorf("prefix_delegation 2000::/8: %v", err)
 	}
 }

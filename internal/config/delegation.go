@@ -65,6 +65,9 @@ func buildPrefixDelegation(rf, lf field, n int64) (*addrspace.PrefixDelegation, 
 		return nil, rf.errorf("must be an IPv6 prefix")
 	}
 	p = p.Masked()
+	if err := checkSegment(rf, p); err != nil {
+		return nil, err
+	}
 	// Equal lengths are a pool of one prefix: legitimate for a single VM.
 	if n < int64(p.Bits()) || n > 128 {
 		return nil, lf.errorf("must be at least the /%d of %s %s and at most 128", p.Bits(), rf.path, rf.show())

@@ -48,6 +48,43 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
+// minSegmentBits is the shortest prefix accepted for a range or a
+// delegation pool: a /8, the largest block ever run as one network (an
+// IPv4 class A; 10.0.0.0/8 and the IPv6 ULA fd00::/8 are the largest
+// private blocks). An address handed out carries its range's prefix length
+// and the interface holding it routes the whole prefix on-link, so a /0
+// takes over the pod's default route.
+const minSegmentBits = 8
+
+// neverAssigned are the blocks no interface address is taken from: a range
+// or a delegation pool overlapping one cannot be a segment.
+var neverAssigned = []struct {
+	block netip.Prefix
+	what  string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), `"this network"`},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("255.255.255.255/32"), "limited broadcast"},
+	{netip.MustParsePrefix("::/128"), "the unspecified address"},
+	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+}
+
+// checkSegment refuses a prefix (masked) that cannot be a segment or a
+// delegation pool, naming f.
+func checkSegment(f field, p netip.Prefix) error {
+	if p.Bits() < minSegmentBits {
+		return f.errorf("is a /%d: tenure accepts /%d or longer, as no network segment or delegation pool is larger", p.Bits(), minSegmentBits)
+	}
+	for _, n := range neverAssigned {
+		if p.Overlaps(n.block) {
+			return f.errorf("overlaps %s (%s), whose addresses are never an interface's", n.block, n.what)
+		}
+	}
+	return nil
+}
+
 func familyName(is4 bool) string {
 	if is4 {
 		return "IPv4"
@@ -128,6 +165,9 @@ func buildRange(in rangeInput) (builtRange, error) {
 			return builtRange{}, in.rng.errorf("not a CIDR (want a.b.c.d/n, x::/n or first-last/n): %v", err)
 		}
 		r.Prefix = p.Masked()
+	}
+	if err := checkSegment(in.rng, r.Prefix); err != nil {
+		return builtRange{}, err
 	}
 	is4 := r.Prefix.Addr().Is4()
 	for _, f := range []*field{in.start, in.end} {

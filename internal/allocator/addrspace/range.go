@@ -121,6 +121,43 @@ func (r Range) Contains(a netip.Addr) bool {
 	return true
 }
 
+// Next returns the first offset at or after offset whose address r
+// contains, jumping over a whole excluded prefix at once, so a search never
+// walks an excluded block address by address; false when no such offset is
+// below Size(). Excludes in NormalizeExcludes order (sorted, disjoint) are
+// passed over once; in any other order the loop repeats until no exclude
+// holds the address, at most once per exclude.
+func (r Range) Next(offset uint64) (uint64, bool) {
+	size := r.Size()
+	if offset >= size {
+		return 0, false
+	}
+	start, end := u128From(r.Start), u128From(r.End)
+	a, _ := start.add(u128{lo: offset}) // offset < Size: no overflow, a <= End
+	for moved := true; moved; {
+		moved = false
+		for _, p := range r.Exclude {
+			if !p.IsValid() || p.Addr().Is4() != r.is4() {
+				continue
+			}
+			first, last := prefixBounds(p)
+			if a.cmp(first) < 0 || a.cmp(last) > 0 {
+				continue
+			}
+			next, overflow := last.add(u128{lo: 1})
+			if overflow || next.cmp(end) > 0 {
+				return 0, false
+			}
+			a, moved = next, true
+		}
+	}
+	d, _ := a.sub(start)
+	if d.hi != 0 || d.lo >= size {
+		return 0, false
+	}
+	return d.lo, true
+}
+
 func (r Range) capacity128() u128 {
 	n, ok := r.size128()
 	if !ok {

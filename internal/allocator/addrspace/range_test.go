@@ -312,3 +312,79 @@ func TestNormalizeExcludes(t *testing.T) {
 		t.Errorf("Capacity = %d", r.Capacity())
 	}
 }
+
+func TestRangeNext(t *testing.T) {
+	const top = math.MaxUint64
+	v4 := func(exclude ...string) Range { return normalized("10.0.0.0/24", exclude...) } // .1 is offset 0
+	unsorted := v4()
+	unsorted.Exclude = pfxs("10.0.0.48/29", "10.0.0.32/28", "10.0.0.16/28", "fd00::/64")
+	for _, tc := range []struct {
+		name     string
+		r        Range
+		offset   uint64
+		want     uint64
+		wantNone bool
+	}{
+		{name: "no excludes: the offset itself", r: v4(), offset: 0, want: 0},
+		{name: "no excludes: the last offset", r: v4(), offset: 253, want: 253},
+		{name: "past the end", r: v4(), offset: 254, wantNone: true},
+		{name: "far past the end", r: v4(), offset: top, wantNone: true},
+		{name: "exclude at the start", r: v4("10.0.0.0/28"), offset: 0, want: 15},
+		{name: "before an exclude", r: v4("10.0.0.16/28"), offset: 14, want: 14},
+		{name: "inside an exclude", r: v4("10.0.0.16/28"), offset: 20, want: 31},
+		{name: "exclude at the end", r: v4("10.0.0.240/28"), offset: 239, wantNone: true},
+		{name: "just before an exclude at the end", r: v4("10.0.0.240/28"), offset: 238, want: 238},
+		{name: "nested excludes", r: v4("10.0.0.16/28", "10.0.0.20/30", "10.0.0.24/32"), offset: 19, want: 31},
+		{name: "adjacent excludes", r: v4("10.0.0.16/28", "10.0.0.32/28", "10.0.0.48/29"), offset: 15, want: 55},
+		{name: "adjacent excludes, unsorted and not normalised", r: unsorted, offset: 15, want: 55},
+		{name: "the whole range excluded", r: v4("10.0.0.0/24"), offset: 0, wantNone: true},
+		{name: "an exclude wider than the range", r: v4("0.0.0.0/0"), offset: 100, wantNone: true},
+		{name: "an exclude up to 255.255.255.255", r: normalized("255.255.255.0/24", "255.255.255.128/25"), offset: 127, wantNone: true},
+		{name: "a /32", r: normalized("10.0.0.5/32"), offset: 0, want: 0},
+		{name: "the example of issue 14: 10.0.0.0/8 without 10.0.0.0/9 and 10.128.0.0/10",
+			r: normalized("10.0.0.0/8", "10.0.0.0/9", "10.128.0.0/10"), offset: 1 << 22, want: 3<<22 - 1},
+
+		{name: "IPv6 /64 without its first /65", r: normalized("2001:db8::/64", "2001:db8::/65"), offset: 0, want: 1<<63 - 1},
+		{name: "IPv6 /64 without its first /65, from inside", r: normalized("2001:db8::/64", "2001:db8::/65"), offset: 1 << 40, want: 1<<63 - 1},
+		{name: "IPv6 /64: the last address", r: normalized("fd00::/64"), offset: top - 1, want: top - 1},
+		{name: "IPv6 /64: past the end", r: normalized("fd00::/64"), offset: top, wantNone: true},
+		{name: "IPv6 /64: an exclude at the top", r: normalized("fd00::/64", "fd00::ffff:ffff:ffff:ff00/120"), offset: top - 256, wantNone: true},
+		{name: "IPv6 /64: just below an exclude at the top", r: normalized("fd00::/64", "fd00::ffff:ffff:ffff:ff00/120"), offset: top - 257, want: top - 257},
+		{name: "IPv6 /64: an exclude just below 2^64", r: normalized("fd00::/64", "fd00::ffff:ffff:fffe:0/112"), offset: 0xffff_ffff_fffe_0000 - 1, want: 0xffff_ffff_ffff_0000 - 1},
+		{name: "IPv6 /127", r: normalized("fd00::/127", "fd00::/128"), offset: 0, want: 1},
+		{name: "IPv6 the whole range excluded", r: normalized("fd00::/120", "fd00::/64"), offset: 0, wantNone: true},
+		// Offsets stop at Size (2^64-1 saturated): what lies beyond is
+		// out of reach.
+		{name: "IPv6 /63 whose first 2^64-1 addresses are excluded", r: normalized("fd00::/63", "fd00::/64"), offset: 0, wantNone: true},
+	} {
+		got, ok := tc.r.Next(tc.offset)
+		switch {
+		case tc.wantNone && ok:
+			t.Errorf("%s: Next(%d) = %d (%s), want none", tc.name, tc.offset, got, tc.r.At(got))
+		case !tc.wantNone && (!ok || got != tc.want):
+			t.Errorf("%s: Next(%d) = %d, %v, want %d", tc.name, tc.offset, got, ok, tc.want)
+		case ok && !tc.r.Contains(tc.r.At(got)):
+			t.Errorf("%s: Next(%d) = %d: %s is not in the range", tc.name, tc.offset, got, tc.r.At(got))
+		}
+	}
+}
+
+// TestRangeNextMatchesContains compares Next with a walk over every offset.
+func TestRangeNextMatchesContains(t *testing.T) {
+	for _, r := range []Range{
+		normalized("10.0.0.0/16", "10.0.1.0/30", "10.0.1.2/32", "10.0.0.0/26", "10.0.255.0/24", "10.0.128.0/17"),
+		normalized("fd00::100/120", "fd00::1f0/124", "fd00::101/128", "fd00::180/125", "fd00::188/125"),
+		normalized("10.0.0.0/22", "10.0.0.0/22"),
+	} {
+		// Walking down, want is the first contained offset at or after off.
+		want, wantOK := uint64(0), false
+		for off := r.Size(); off > 0; off-- {
+			if r.Contains(r.At(off - 1)) {
+				want, wantOK = off-1, true
+			}
+			if got, ok := r.Next(off - 1); got != want || ok != wantOK {
+				t.Fatalf("%s: Next(%d) = %d, %v, want %d, %v", r, off-1, got, ok, want, wantOK)
+			}
+		}
+	}
+}
