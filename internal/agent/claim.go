@@ -16,20 +16,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
-func (a *Agent) getClaim(ctx context.Context, namespace, name string, fresh bool) (*ipamclaimsv1.IPAMClaim, error) {
+func (a *Agent) getClaim(ctx context.Context, namespace, name string, fresh bool) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	if !fresh {
 		if obj, ok, _ := a.claims.GetIndexer().GetByKey(namespace + "/" + name); ok {
-			return obj.(*ipamclaimsv1.IPAMClaim).DeepCopy(), nil
+			return obj.(*ipamclaimsv1alpha1.IPAMClaim).DeepCopy(), nil
 		}
 	}
-	c := &ipamclaimsv1.IPAMClaim{}
+	c := &ipamclaimsv1alpha1.IPAMClaim{}
 	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s/%s referenced by the pod's network-selection element does not exist", namespace, name)
@@ -45,7 +45,7 @@ func (a *Agent) getClaim(ctx context.Context, namespace, name string, fresh bool
 // become the claim's only once the status update that records them wins.
 func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, error) {
 	ns := at.pod.Namespace
-	var mine []*tenurev1.IPReservation // created by this call, not yet recorded
+	var mine []*tenurev1alpha1.IPReservation // created by this call, not yet recorded
 	defer func() { a.rollback(mine) }()
 
 	var held []heldSlot
@@ -96,15 +96,15 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 // migration's source and target), rarely more than two.
 var claimUpdateBackoff = wait.Backoff{Steps: 8, Duration: 5 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: time.Second}
 
-func (a *Agent) claimOwner(at *attachment, claim *ipamclaimsv1.IPAMClaim) tenurev1.ReservationOwner {
-	return tenurev1.ReservationOwner{
-		Kind: tenurev1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID),
+func (a *Agent) claimOwner(at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim) tenurev1alpha1.ReservationOwner {
+	return tenurev1alpha1.ReservationOwner{
+		Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID),
 		PodName: at.pod.Name, PodUID: string(at.pod.UID),
 		ContainerID: at.req.ContainerID, Interface: at.req.IfName, Node: a.node,
 	}
 }
 
-func (a *Agent) keepRecorded(mine []*tenurev1.IPReservation, rec claims.Recorded) []*tenurev1.IPReservation {
+func (a *Agent) keepRecorded(mine []*tenurev1alpha1.IPReservation, rec claims.Recorded) []*tenurev1alpha1.IPReservation {
 	if rec.Empty() {
 		return mine
 	}
@@ -115,7 +115,7 @@ func (a *Agent) keepRecorded(mine []*tenurev1.IPReservation, rec claims.Recorded
 	for _, p := range rec.Prefixes {
 		recorded[p.Addr()] = true
 	}
-	var release []*tenurev1.IPReservation
+	var release []*tenurev1alpha1.IPReservation
 	for _, r := range mine {
 		if p, err := reservation.ParseItem(r.Spec.Address); err != nil || !recorded[p.Addr()] {
 			release = append(release, r)
@@ -127,8 +127,8 @@ func (a *Agent) keepRecorded(mine []*tenurev1.IPReservation, rec claims.Recorded
 
 // reserveForClaim makes sure every slot has an item owned by the claim.
 // fresh reports whether any slot got an item the status does not record.
-func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipamclaimsv1.IPAMClaim, rec claims.Recorded,
-	tmpl allocator.Template, mine *[]*tenurev1.IPReservation) (held []heldSlot, fresh bool, err error) {
+func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim, rec claims.Recorded,
+	tmpl allocator.Template, mine *[]*tenurev1alpha1.IPReservation) (held []heldSlot, fresh bool, err error) {
 	ss := slots(at.cfg, true)
 	used := map[netip.Prefix]bool{}
 	owned := a.store.ByOwnerUID(string(claim.UID))
@@ -197,7 +197,7 @@ func (e *outsideRangeError) Error() string {
 
 // recordClaim writes status.ips, status.delegatedPrefixes, ownerPod and the
 // condition, only when something changed; a conflict is returned as is.
-func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1.IPAMClaim, pod *corev1.Pod, held []heldSlot, fresh bool) error {
+func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod, held []heldSlot, fresh bool) error {
 	var ips, prefixes []string
 	for _, h := range held {
 		p, err := reservation.ParseItem(h.res.Spec.Address)
@@ -218,10 +218,10 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1.IPAMClaim, 
 		claim.Status.IPs = []string{}
 	}
 	if claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name != pod.Name {
-		claim.Status.OwnerPod = &ipamclaimsv1.OwnerPod{Name: pod.Name}
+		claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod.Name}
 		changed = true
 	}
-	if claims.SetCondition(claim, true, ipamclaimsv1.ReasonSuccessfulAllocation, "IPs allocated to pod "+pod.Name) {
+	if claims.SetCondition(claim, true, ipamclaimsv1alpha1.ReasonSuccessfulAllocation, "IPs allocated to pod "+pod.Name) {
 		changed = true
 	}
 	if !changed {
@@ -232,16 +232,16 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1.IPAMClaim, 
 
 // reportClaimFailure sets the condition and an Event; best effort, the ADD
 // error is what the runtime acts on.
-func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1.IPAMClaim, cause error) {
+func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, cause error) {
 	reason := ""
 	var outside *outsideRangeError
 	switch {
 	case errors.Is(cause, allocator.ErrFull):
-		reason = ipamclaimsv1.ReasonSubnetExhausted
+		reason = ipamclaimsv1alpha1.ReasonSubnetExhausted
 	case errors.Is(cause, allocator.ErrAllocated):
-		reason = ipamclaimsv1.ReasonIPAddressConflict
+		reason = ipamclaimsv1alpha1.ReasonIPAddressConflict
 	case errors.As(cause, &outside):
-		reason = ipamclaimsv1.ReasonAddressesOutsideRange
+		reason = ipamclaimsv1alpha1.ReasonAddressesOutsideRange
 	default:
 		return
 	}

@@ -17,7 +17,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/claims"
@@ -79,12 +79,12 @@ type slot struct {
 
 // holds reads the reservation's name, which says its network and item
 // whether the cache holds the whole object or only its metadata.
-func (s slot) holds(r *tenurev1.IPReservation) bool {
+func (s slot) holds(r *tenurev1alpha1.IPReservation) bool {
 	p, err := reservation.Parse(r.Name)
 	if err != nil || p.NetworkLabel != reservation.NetworkLabel(s.network) {
 		return false
 	}
-	if p.IsPrefix != (s.space.Kind() == tenurev1.KindDelegatedPrefix) {
+	if p.IsPrefix != (s.space.Kind() == tenurev1alpha1.KindDelegatedPrefix) {
 		return false
 	}
 	return s.space.Contains(p.Prefix)
@@ -118,9 +118,9 @@ func (a *Agent) loadConfig(ctx context.Context, req *cniwire.Request) (*config.C
 	if cfg.Pool == "" {
 		return cfg, nil
 	}
-	pool := &tenurev1.IPPool{}
+	pool := &tenurev1alpha1.IPPool{}
 	if obj, ok, _ := a.pools.GetIndexer().GetByKey(cfg.Pool); ok {
-		pool = obj.(*tenurev1.IPPool)
+		pool = obj.(*tenurev1alpha1.IPPool)
 	} else if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: cfg.Pool}, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, &config.Error{Key: "ipam.pool", Value: fmt.Sprintf("%q", cfg.Pool), Reason: "no IPPool of that name"}
@@ -188,12 +188,12 @@ func attachmentKey(req *cniwire.Request) string { return req.ContainerID + "/" +
 
 type heldSlot struct {
 	slot slot
-	res  *tenurev1.IPReservation
+	res  *tenurev1alpha1.IPReservation
 }
 
-func (a *Agent) owner(at *attachment) tenurev1.ReservationOwner {
-	return tenurev1.ReservationOwner{
-		Kind: tenurev1.OwnerPod, Namespace: at.pod.Namespace, Name: at.pod.Name, UID: string(at.pod.UID),
+func (a *Agent) owner(at *attachment) tenurev1alpha1.ReservationOwner {
+	return tenurev1alpha1.ReservationOwner{
+		Kind: tenurev1alpha1.OwnerPod, Namespace: at.pod.Namespace, Name: at.pod.Name, UID: string(at.pod.UID),
 		PodName: at.pod.Name, PodUID: string(at.pod.UID),
 		ContainerID: at.req.ContainerID, Interface: at.req.IfName, Node: a.node,
 	}
@@ -201,14 +201,14 @@ func (a *Agent) owner(at *attachment) tenurev1.ReservationOwner {
 
 func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, error) {
 	tmpl := allocator.Template{Owner: a.owner(at), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
-	var existing []*tenurev1.IPReservation
+	var existing []*tenurev1alpha1.IPReservation
 	for _, r := range a.store.ByAttachment(at.req.ContainerID, at.req.IfName) {
-		if r.Spec.Owner.Kind == tenurev1.OwnerPod && r.Spec.Owner.UID == tmpl.Owner.UID {
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && r.Spec.Owner.UID == tmpl.Owner.UID {
 			existing = append(existing, r)
 		}
 	}
 	var held []heldSlot
-	var created []*tenurev1.IPReservation
+	var created []*tenurev1alpha1.IPReservation
 	for _, s := range slots(at.cfg, at.sel.WantsPrefix) {
 		if r := firstHeld(existing, s); r != nil {
 			held = append(held, heldSlot{s, r}) // a retried ADD: idempotent
@@ -225,7 +225,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 	return held, nil
 }
 
-func firstHeld(rs []*tenurev1.IPReservation, s slot) *tenurev1.IPReservation {
+func firstHeld(rs []*tenurev1alpha1.IPReservation, s slot) *tenurev1alpha1.IPReservation {
 	for _, r := range rs {
 		if s.holds(r) {
 			return r
@@ -236,7 +236,7 @@ func firstHeld(rs []*tenurev1.IPReservation, s slot) *tenurev1.IPReservation {
 
 // rollback frees what a failed ADD created, so a dual-stack ADD that got
 // its IPv4 address but not its IPv6 one leaves nothing behind.
-func (a *Agent) rollback(created []*tenurev1.IPReservation) {
+func (a *Agent) rollback(created []*tenurev1alpha1.IPReservation) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, r := range created {
@@ -255,7 +255,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	unlock := a.locks.lock(attachmentKey(req))
 	defer unlock()
 	for _, r := range a.store.ByAttachment(req.ContainerID, req.IfName) {
-		if r.Spec.Owner.Kind != tenurev1.OwnerPod {
+		if r.Spec.Owner.Kind != tenurev1alpha1.OwnerPod {
 			continue // claim-owned: released only when the claim goes
 		}
 		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
@@ -293,7 +293,7 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	}
 	have := map[netip.Addr]bool{}
 	for _, r := range held {
-		if r.Spec.Kind == tenurev1.KindAddress {
+		if r.Spec.Kind == tenurev1alpha1.KindAddress {
 			if p, err := reservation.ParseItem(r.Spec.Address); err == nil {
 				have[p.Addr()] = true
 			}
@@ -332,7 +332,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 	var errs []error
 	for _, r := range a.store.Local() {
 		o := r.Spec.Owner
-		if o.Kind != tenurev1.OwnerPod || o.Node != a.node || r.Spec.CNINetwork != conf.Name {
+		if o.Kind != tenurev1alpha1.OwnerPod || o.Node != a.node || r.Spec.CNINetwork != conf.Name {
 			continue
 		}
 		key := o.ContainerID + "/" + o.Interface
@@ -353,7 +353,7 @@ func (a *Agent) status(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := a.client.List(ctx, &tenurev1.IPPoolList{}, limitOne); err != nil {
+	if err := a.client.List(ctx, &tenurev1alpha1.IPPoolList{}, limitOne); err != nil {
 		return codedf(50, err, "Kubernetes API not reachable")
 	}
 	return nil

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dataplane"
 )
@@ -78,11 +78,11 @@ func (s informerSource) Pods() []*corev1.Pod {
 	return out
 }
 
-func (s informerSource) Claim(namespace, name string) (*ipamclaimsv1.IPAMClaim, bool) {
+func (s informerSource) Claim(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool) {
 	obj, ok, _ := s.a.claims.GetIndexer().GetByKey(namespace + "/" + name)
 	if !ok {
 		return nil, false
 	}
-	c, ok := obj.(*ipamclaimsv1.IPAMClaim)
+	c, ok := obj.(*ipamclaimsv1alpha1.IPAMClaim)
 	return c, ok
 }

@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/kube/kubefake"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -99,20 +99,20 @@ func claimPod(name, claim string) *corev1.Pod {
 	})
 }
 
-func ipamClaim(name, network string, status ipamclaimsv1.IPAMClaimStatus) *ipamclaimsv1.IPAMClaim {
-	return &ipamclaimsv1.IPAMClaim{
+func ipamClaim(name, network string, status ipamclaimsv1alpha1.IPAMClaimStatus) *ipamclaimsv1alpha1.IPAMClaim {
+	return &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("claim-uid-" + name)},
-		Spec:       ipamclaimsv1.IPAMClaimSpec{Network: network, Interface: "net1"},
+		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: "net1"},
 		Status:     status,
 	}
 }
 
 // heldBy is a reservation made before the agent starts, as another node's
 // agent would have made it.
-func heldBy(network, addr, ownerUID, node string) *tenurev1.IPReservation {
+func heldBy(network, addr, ownerUID, node string) *tenurev1alpha1.IPReservation {
 	a := netip.MustParseAddr(addr)
-	return reservation.New(reservation.Spec{Network: network, Kind: tenurev1.KindAddress, Item: netip.PrefixFrom(a, a.BitLen()),
-		Owner: tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "other", UID: ownerUID, PodName: "other",
+	return reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(a, a.BitLen()),
+		Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "other", UID: ownerUID, PodName: "other",
 			PodUID: ownerUID, ContainerID: "c-other", Interface: "net1", Node: node}})
 }
 
@@ -187,7 +187,7 @@ func ips(t *testing.T, r *Response) []string {
 // held lists the API's reservations as "address=owner".
 func (h *harness) held() []string {
 	h.t.Helper()
-	var list tenurev1.IPReservationList
+	var list tenurev1alpha1.IPReservationList
 	if err := h.fake.List(h.ctx, &list); err != nil {
 		h.t.Fatal(err)
 	}
@@ -332,8 +332,8 @@ func TestHandle(t *testing.T) {
 			// As kube-apiserver does with the CRD's MaxLength.
 			before: func(h *harness) {
 				h.fake.BeforeCreate = func(obj client.Object) error {
-					if r, ok := obj.(*tenurev1.IPReservation); ok && len(r.Spec.Network) > 253 {
-						return apierrors.NewInvalid(tenurev1.GroupVersion.WithKind("IPReservation").GroupKind(), r.Name,
+					if r, ok := obj.(*tenurev1alpha1.IPReservation); ok && len(r.Spec.Network) > 253 {
+						return apierrors.NewInvalid(tenurev1alpha1.GroupVersion.WithKind("IPReservation").GroupKind(), r.Name,
 							field.ErrorList{field.TooLong(field.NewPath("spec", "network"), r.Spec.Network, 253)})
 					}
 					return nil
@@ -376,7 +376,7 @@ func TestHandle(t *testing.T) {
 		wantHeld: nil,
 	}, {
 		name: "two pods presenting one claim get the same address and prefix; DEL of either releases nothing",
-		objs: []client.Object{ipamClaim("vm1", "vm-net", ipamclaimsv1.IPAMClaimStatus{}), claimPod("virt-launcher-src", "vm1"), claimPod("virt-launcher-dst", "vm1")},
+		objs: []client.Object{ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{}), claimPod("virt-launcher-src", "vm1"), claimPod("virt-launcher-dst", "vm1")},
 		steps: []step{
 			{call: call{cmd: "ADD", ctr: "src", pod: "virt-launcher-src", conf: vmNet}, wantIPs: 1},
 			{call: call{cmd: "ADD", ctr: "dst", pod: "virt-launcher-dst", conf: vmNet}, wantIPs: 1, sameAs: 1},
@@ -387,20 +387,20 @@ func TestHandle(t *testing.T) {
 	}, {
 		name: "a claim whose recorded address another owner holds answers 101 naming the holder",
 		objs: []client.Object{
-			ipamClaim("vm1", "vm-net", ipamclaimsv1.IPAMClaimStatus{IPs: []string{"10.1.0.9/24"}}),
+			ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.1.0.9/24"}}),
 			claimPod("virt-launcher", "vm1"), heldBy("vm-net", "10.1.0.9", "uid-thief", "node-b"),
 		},
 		steps:         []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}, wantCode: CodeAddressConflict, wantMsg: "10.1.0.9 is held by Pod ns/other"}},
 		wantHeldCount: 1,
 	}, {
 		name: "a claim of another network answers 7",
-		objs: []client.Object{ipamClaim("vm1", "other-net", ipamclaimsv1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1")},
+		objs: []client.Object{ipamClaim("vm1", "other-net", ipamclaimsv1alpha1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1")},
 		steps: []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}, wantCode: 7,
 			wantMsg: `spec.network "other-net" but the CNI network is "vm-net"`}},
 		wantHeld: nil,
 	}, {
 		name: "a claim recording addresses outside every range answers 102",
-		objs: []client.Object{ipamClaim("vm1", "vm-net", ipamclaimsv1.IPAMClaimStatus{IPs: []string{"192.168.7.7/24"}}), claimPod("virt-launcher", "vm1")},
+		objs: []client.Object{ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"192.168.7.7/24"}}), claimPod("virt-launcher", "vm1")},
 		steps: []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}, wantCode: CodeClaimMismatch,
 			wantMsg: "192.168.7.7/24 outside every range"}},
 		wantHeldCount: 0,
@@ -463,9 +463,9 @@ func TestRetriedAddWritesOnce(t *testing.T) {
 // TestClaimStatusRecordsTheAllocation: the claim's status is what the
 // migration target reads; the first ADD must write it.
 func TestClaimStatusRecordsTheAllocation(t *testing.T) {
-	h := startAgent(t, ipamClaim("vm1", "vm-net", ipamclaimsv1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1"))
+	h := startAgent(t, ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1"))
 	addrs := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}))
-	var claim ipamclaimsv1.IPAMClaim
+	var claim ipamclaimsv1alpha1.IPAMClaim
 	err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		return len(claim.Status.IPs) > 0, h.fake.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "vm1"}, &claim)
 	})

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -55,7 +55,7 @@ func (e *FullError) Is(target error) bool { return target == ErrFull }
 // ConflictError names who holds an item that was asked for explicitly.
 type ConflictError struct {
 	Item   string
-	Holder tenurev1.ReservationOwner
+	Holder tenurev1alpha1.ReservationOwner
 }
 
 func (e *ConflictError) Error() string {
@@ -67,7 +67,7 @@ func (e *ConflictError) Is(target error) bool { return target == ErrAllocated }
 // Space is an ordered set of candidates: the addresses of a range or the
 // prefixes of a delegation pool.
 type Space interface {
-	Kind() tenurev1.ReservationKind
+	Kind() tenurev1alpha1.ReservationKind
 	// Size is the number of indexes (saturating).
 	Size() uint64
 	// Next returns the first index at or after i that holds a candidate,
@@ -81,7 +81,7 @@ type Space interface {
 
 // Template is everything of a reservation but the item.
 type Template struct {
-	Owner      tenurev1.ReservationOwner
+	Owner      tenurev1alpha1.ReservationOwner
 	CNINetwork string
 	Pool       string
 }
@@ -90,15 +90,15 @@ type Template struct {
 type Interface interface {
 	// Allocate reserves one given item for the template's owner; an item
 	// the owner already holds is returned as is.
-	Allocate(ctx context.Context, item netip.Prefix, t Template) (*tenurev1.IPReservation, error)
+	Allocate(ctx context.Context, item netip.Prefix, t Template) (*tenurev1alpha1.IPReservation, error)
 	// AllocateNext reserves any free item.
-	AllocateNext(ctx context.Context, t Template) (*tenurev1.IPReservation, error)
+	AllocateNext(ctx context.Context, t Template) (*tenurev1alpha1.IPReservation, error)
 	// Release frees an item whoever holds it.
 	Release(ctx context.Context, item netip.Prefix) error
 	// Has reports whether the item is held, as this node knows.
 	Has(item netip.Prefix) bool
 	// ForEach calls fn for each held item of the space.
-	ForEach(fn func(*tenurev1.IPReservation))
+	ForEach(fn func(*tenurev1alpha1.IPReservation))
 	// DryRun returns an allocator that chooses but never writes.
 	DryRun() Interface
 }
@@ -111,20 +111,20 @@ type Store interface {
 	// HasSynced reports whether the cache holds the initial list.
 	HasSynced() bool
 	// Get returns the reservation of that name as the cache knows it.
-	Get(name string) (*tenurev1.IPReservation, bool)
+	Get(name string) (*tenurev1alpha1.IPReservation, bool)
 	// Taken reports whether a name is held, counting unconfirmed writes.
 	Taken(name string) bool
 	// ByNetwork returns every reservation of one network key.
-	ByNetwork(network string) []*tenurev1.IPReservation
+	ByNetwork(network string) []*tenurev1alpha1.IPReservation
 	// TryAssume marks r's name as ours before its Create is sent; false
 	// when the name is already taken.
-	TryAssume(r *tenurev1.IPReservation) bool
+	TryAssume(r *tenurev1alpha1.IPReservation) bool
 	// AssumeOverCache assumes r's name although the cache holds it, for
 	// when a quorum read showed the cache stale; false when this node has
 	// an unconfirmed write of that name itself.
-	AssumeOverCache(r *tenurev1.IPReservation) bool
+	AssumeOverCache(r *tenurev1alpha1.IPReservation) bool
 	// Confirm records the created object in place of the assumption.
-	Confirm(r *tenurev1.IPReservation)
+	Confirm(r *tenurev1alpha1.IPReservation)
 	// Forget drops an assumption whose Create failed.
 	Forget(name string)
 	// MarkTakenElsewhere records a Create refused as AlreadyExists.
@@ -166,7 +166,7 @@ func (a *allocator) name(item netip.Prefix) string {
 	return reservation.Name(a.network, a.space.Kind(), item)
 }
 
-func (a *allocator) object(item netip.Prefix, t Template) *tenurev1.IPReservation {
+func (a *allocator) object(item netip.Prefix, t Template) *tenurev1alpha1.IPReservation {
 	return reservation.New(reservation.Spec{
 		Network: a.network, Kind: a.space.Kind(), Item: item, Range: a.space.String(),
 		Pool: t.Pool, CNINetwork: t.CNINetwork, Owner: t.Owner,
@@ -198,7 +198,7 @@ func (a *allocator) advance(next uint64) {
 	a.f.mu.Unlock()
 }
 
-func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1.IPReservation, error) {
+func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alpha1.IPReservation, error) {
 	if !a.f.Store.HasSynced() {
 		return nil, ErrNotReady
 	}
@@ -207,7 +207,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1.IPR
 	}
 	// taken decides candidates; first from the cache, then, if the cache
 	// says full, from one quorum list of the network.
-	taken := func(obj *tenurev1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
+	taken := func(obj *tenurev1alpha1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
 	for pass := 0; pass < 2; pass++ {
 		created, err := a.firstFree(ctx, t, taken)
 		if created != nil || err != nil {
@@ -218,7 +218,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1.IPR
 			if err != nil {
 				return nil, err
 			}
-			taken = func(obj *tenurev1.IPReservation) bool {
+			taken = func(obj *tenurev1alpha1.IPReservation) bool {
 				if held[obj.Name] {
 					return true
 				}
@@ -238,7 +238,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1.IPR
 // cursor lands), and each candidate it passes is held by a reservation, so
 // the walk is as long as the reservations that exist, not the space: it
 // needs no bound to end, and reaching the end means full.
-func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1.IPReservation) bool) (*tenurev1.IPReservation, error) {
+func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1alpha1.IPReservation) bool) (*tenurev1alpha1.IPReservation, error) {
 	start, size := a.start(), a.space.Size()
 	for _, span := range [...]struct{ from, to uint64 }{{start, size}, {0, start}} {
 		for i := span.from; i < span.to; {
@@ -273,7 +273,7 @@ func (a *allocator) quorumNames(ctx context.Context) (map[string]bool, error) {
 	// Metadata only: the names are the answer, and a full range of a large
 	// network is thousands of objects.
 	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(tenurev1.GroupVersion.WithKind("IPReservationList"))
+	list.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
 	if err := a.f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(a.network)}); err != nil {
 		return nil, fmt.Errorf("listing reservations of network %s: %w", a.network, err)
 	}
@@ -285,7 +285,7 @@ func (a *allocator) quorumNames(ctx context.Context) (map[string]bool, error) {
 }
 
 // create writes obj, which the caller has assumed in the store.
-func (a *allocator) create(ctx context.Context, obj *tenurev1.IPReservation) (*tenurev1.IPReservation, error) {
+func (a *allocator) create(ctx context.Context, obj *tenurev1alpha1.IPReservation) (*tenurev1alpha1.IPReservation, error) {
 	if a.dryRun {
 		a.f.Store.Forget(obj.Name)
 		return obj, nil
@@ -299,7 +299,7 @@ func (a *allocator) create(ctx context.Context, obj *tenurev1.IPReservation) (*t
 	return created, nil
 }
 
-func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template) (*tenurev1.IPReservation, error) {
+func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template) (*tenurev1alpha1.IPReservation, error) {
 	if !a.f.Store.HasSynced() {
 		return nil, ErrNotReady
 	}
@@ -319,7 +319,7 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 	if !apierrors.IsAlreadyExists(err) || a.f.Quorum == nil {
 		return nil, err
 	}
-	cur := &tenurev1.IPReservation{}
+	cur := &tenurev1alpha1.IPReservation{}
 	if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: obj.Name}, cur); err != nil {
 		return nil, fmt.Errorf("reading holder of %s: %w", obj.Spec.Address, err)
 	}
@@ -334,7 +334,7 @@ func (a *allocator) Release(ctx context.Context, item netip.Prefix) error {
 	if a.dryRun {
 		return nil
 	}
-	err := a.f.Writer.Delete(ctx, &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	err := a.f.Writer.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
@@ -344,7 +344,7 @@ func (a *allocator) Release(ctx context.Context, item netip.Prefix) error {
 
 func (a *allocator) Has(item netip.Prefix) bool { return a.f.Store.Taken(a.name(item)) }
 
-func (a *allocator) ForEach(fn func(*tenurev1.IPReservation)) {
+func (a *allocator) ForEach(fn func(*tenurev1alpha1.IPReservation)) {
 	for _, r := range a.f.Store.ByNetwork(a.network) {
 		p, err := reservation.ParseItem(r.Spec.Address)
 		if err == nil && r.Spec.Kind == a.space.Kind() && a.space.Contains(p) {
@@ -362,13 +362,13 @@ func (a *allocator) DryRun() Interface {
 // ReleaseObject deletes exactly the reservation given: the UID
 // precondition makes it a no-op when the name has since been re-created
 // for someone else.
-func ReleaseObject(ctx context.Context, w client.Client, s Store, r *tenurev1.IPReservation) error {
+func ReleaseObject(ctx context.Context, w client.Client, s Store, r *tenurev1alpha1.IPReservation) error {
 	opts := []client.DeleteOption{}
 	if r.UID != "" {
 		uid := r.UID
 		opts = append(opts, client.Preconditions{UID: &uid})
 	}
-	err := w.Delete(ctx, &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: r.Name}}, opts...)
+	err := w.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: r.Name}}, opts...)
 	if apierrors.IsConflict(err) {
 		return nil // the name was re-created for another owner: not ours to free
 	}

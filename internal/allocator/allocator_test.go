@@ -10,7 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
@@ -28,7 +28,7 @@ func rangeOf(t *testing.T, ipam string) addrspace.Range {
 }
 
 func owner(uid string) allocator.Template {
-	return allocator.Template{Owner: tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "p-" + uid, UID: uid, PodName: "p-" + uid, PodUID: uid, Node: "n1"}}
+	return allocator.Template{Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "p-" + uid, UID: uid, PodName: "p-" + uid, PodUID: uid, Node: "n1"}}
 }
 
 // newFactory starts a store; stop() freezes it, leaving a stale cache.
@@ -71,7 +71,7 @@ func TestAllocateNextFillsThenReportsFull(t *testing.T) {
 		t.Fatal("Has must report an allocated address")
 	}
 	n := 0
-	a.ForEach(func(*tenurev1.IPReservation) { n++ })
+	a.ForEach(func(*tenurev1alpha1.IPReservation) { n++ })
 	if n != 2 {
 		t.Fatalf("ForEach saw %d, want 2", n)
 	}
@@ -119,10 +119,10 @@ func TestStaleCacheNeitherDuplicatesNorReportsFalselyFull(t *testing.T) {
 
 	// Taken behind the stale cache's back: both addresses.
 	c := fresh.Writer
-	taken := []*tenurev1.IPReservation{}
+	taken := []*tenurev1alpha1.IPReservation{}
 	for _, ip := range []string{"10.4.0.1", "10.4.0.2"} {
-		r := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: reservation.AddressName("alloc-stale", netip.MustParseAddr(ip))},
-			Spec: tenurev1.IPReservationSpec{Network: "alloc-stale", Kind: tenurev1.KindAddress, Address: ip, Owner: owner("other").Owner}}
+		r := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: reservation.AddressName("alloc-stale", netip.MustParseAddr(ip))},
+			Spec: tenurev1alpha1.IPReservationSpec{Network: "alloc-stale", Kind: tenurev1alpha1.KindAddress, Address: ip, Owner: owner("other").Owner}}
 		if err := c.Create(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := &tenurev1.IPReservationList{}
+	list := &tenurev1alpha1.IPReservationList{}
 	if err := f.Writer.List(ctx, list); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestPrefixSpace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Spec.Kind != tenurev1.KindDelegatedPrefix || seen[r.Spec.Address] {
+		if r.Spec.Kind != tenurev1alpha1.KindDelegatedPrefix || seen[r.Spec.Address] {
 			t.Fatalf("bad prefix reservation %+v", r.Spec)
 		}
 		seen[r.Spec.Address] = true

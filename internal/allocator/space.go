@@ -4,17 +4,17 @@ import (
 	"net/netip"
 	"strconv"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 )
 
 // AddressSpace is the assignable addresses of one configured range.
 type AddressSpace struct{ Range addrspace.Range }
 
-func (s AddressSpace) Kind() tenurev1.ReservationKind { return tenurev1.KindAddress }
-func (s AddressSpace) Size() uint64                   { return s.Range.Size() }
-func (s AddressSpace) Capacity() uint64               { return s.Range.Capacity() }
-func (s AddressSpace) String() string                 { return s.Range.String() }
+func (s AddressSpace) Kind() tenurev1alpha1.ReservationKind { return tenurev1alpha1.KindAddress }
+func (s AddressSpace) Size() uint64                         { return s.Range.Size() }
+func (s AddressSpace) Capacity() uint64                     { return s.Range.Capacity() }
+func (s AddressSpace) String() string                       { return s.Range.String() }
 
 func (s AddressSpace) Next(i uint64) (uint64, netip.Prefix, bool) {
 	off, ok := s.Range.Next(i)
@@ -41,9 +41,9 @@ func (s AddressSpace) Contains(p netip.Prefix) bool {
 // PrefixSpace is the delegable prefixes of a prefix_delegation pool.
 type PrefixSpace struct{ PD addrspace.PrefixDelegation }
 
-func (s PrefixSpace) Kind() tenurev1.ReservationKind { return tenurev1.KindDelegatedPrefix }
-func (s PrefixSpace) Size() uint64                   { return s.PD.Count() }
-func (s PrefixSpace) Capacity() uint64               { return s.PD.Count() }
+func (s PrefixSpace) Kind() tenurev1alpha1.ReservationKind { return tenurev1alpha1.KindDelegatedPrefix }
+func (s PrefixSpace) Size() uint64                         { return s.PD.Count() }
+func (s PrefixSpace) Capacity() uint64                     { return s.PD.Count() }
 func (s PrefixSpace) String() string {
 	return s.PD.Range.String() + " as /" + strconv.Itoa(s.PD.PrefixLength)
 }

@@ -11,12 +11,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 // createAll creates objs at concurrency conc and returns each create's
 // latency. progress, when > 0, logs every that many objects.
-func (e *env) createAll(ctx context.Context, objs []*tenurev1.IPReservation, conc int, progress int) ([]time.Duration, time.Duration, error) {
+func (e *env) createAll(ctx context.Context, objs []*tenurev1alpha1.IPReservation, conc int, progress int) ([]time.Duration, time.Duration, error) {
 	lat := make([]time.Duration, len(objs))
 	var done atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
@@ -47,7 +47,7 @@ func (e *env) deleteAll(ctx context.Context, names []string, conc int) (time.Dur
 	begin := time.Now()
 	for _, n := range names {
 		g.Go(func() error {
-			err := e.c.Delete(gctx, &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: n}})
+			err := e.c.Delete(gctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: n}})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
@@ -64,7 +64,7 @@ func (e *env) deleteAll(ctx context.Context, names []string, conc int) (time.Dur
 // then it deletes them at the same concurrency. It returns creates/s, the
 // creates' p50 and deletes/s.
 func (e *env) rawCreate(ctx context.Context, n, conc int) (perS float64, stats Stats, delPerS float64, err error) {
-	objs := make([]*tenurev1.IPReservation, n)
+	objs := make([]*tenurev1alpha1.IPReservation, n)
 	names := make([]string, n)
 	base := netip.MustParseAddr("10.192.0.0").As4()
 	for i := range objs {

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
@@ -80,11 +80,11 @@ func (e *env) ensureOwners(ctx context.Context, reservations int) ([]benchPod, e
 
 // directReservation is a reservation as the agent would have made it for
 // owner, created by the bench straight through the API.
-func directReservation(network, rng string, addr netip.Addr, owner benchPod) *tenurev1.IPReservation {
+func directReservation(network, rng string, addr netip.Addr, owner benchPod) *tenurev1alpha1.IPReservation {
 	return reservation.New(reservation.Spec{
-		Network: network, Kind: tenurev1.KindAddress, Item: netip.PrefixFrom(addr, addr.BitLen()), Range: rng, CNINetwork: network,
-		Owner: tenurev1.ReservationOwner{
-			Kind: tenurev1.OwnerPod, Namespace: owner.ns, Name: owner.name, UID: owner.uid,
+		Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(addr, addr.BitLen()), Range: rng, CNINetwork: network,
+		Owner: tenurev1alpha1.ReservationOwner{
+			Kind: tenurev1alpha1.OwnerPod, Namespace: owner.ns, Name: owner.name, UID: owner.uid,
 			PodName: owner.name, PodUID: owner.uid, ContainerID: owner.containerID, Interface: "net1", Node: owner.node,
 		},
 	})

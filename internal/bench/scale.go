@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 func clientKey(ns, name string) types.NamespacedName {
@@ -67,7 +67,7 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 	baseU := uint64(base[0])<<24 | uint64(base[1])<<16 | uint64(base[2])<<8 | uint64(base[3])
 	rng := rand.New(rand.NewPCG(100000, uint64(n)))
 	picked := make(map[uint64]bool, n)
-	objs := make([]*tenurev1.IPReservation, 0, n)
+	objs := make([]*tenurev1alpha1.IPReservation, 0, n)
 	for len(objs) < n {
 		off := 1 + rng.Uint64N(size-2) // neither network nor broadcast address
 		if picked[off] {

@@ -20,8 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -346,9 +346,9 @@ func (e *env) claimScenario(ctx context.Context, nets *netAlloc) ([]Result, erro
 	for i := range names {
 		names[i] = fmt.Sprintf("vm%d.%s", i, network)
 		g.Go(func() error {
-			return e.c.Create(gctx, &ipamclaimsv1.IPAMClaim{
+			return e.c.Create(gctx, &ipamclaimsv1alpha1.IPAMClaim{
 				ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: names[i]},
-				Spec:       ipamclaimsv1.IPAMClaimSpec{Network: network, Interface: "net1"},
+				Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: "net1"},
 			})
 		})
 	}
@@ -374,7 +374,7 @@ func (e *env) claimScenario(ctx context.Context, nets *netAlloc) ([]Result, erro
 	// migration target must get.
 	want := make([]string, claimOps)
 	for i, n := range names {
-		cl := &ipamclaimsv1.IPAMClaim{}
+		cl := &ipamclaimsv1alpha1.IPAMClaim{}
 		if err := e.c.Get(ctx, clientKey(benchNamespace, n), cl); err != nil {
 			return []Result{r1}, err
 		}
@@ -418,7 +418,7 @@ func (e *env) usageScenario(ctx context.Context, nets *netAlloc) ([]Result, erro
 		free    uint64
 	}
 	var pools []pool
-	var objs []*tenurev1.IPReservation
+	var objs []*tenurev1alpha1.IPReservation
 	rng := rand.New(rand.NewPCG(42, 20))
 	for _, pct := range usagePercents {
 		v4, _ := nets.next()

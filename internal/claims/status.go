@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 )
 
 // Recorded is what a claim's status says it holds.
@@ -20,7 +20,7 @@ func (r Recorded) Empty() bool { return len(r.Addresses) == 0 && len(r.Prefixes)
 
 // ParseStatus reads status.ips (CIDR, or a bare IP as some writers use) and
 // status.delegatedPrefixes. Entries that do not parse are returned as bad.
-func ParseStatus(st ipamclaimsv1.IPAMClaimStatus) (rec Recorded, bad []string) {
+func ParseStatus(st ipamclaimsv1alpha1.IPAMClaimStatus) (rec Recorded, bad []string) {
 	for _, s := range st.IPs {
 		if p, err := netip.ParsePrefix(s); err == nil {
 			rec.Addresses = append(rec.Addresses, p)
@@ -41,16 +41,16 @@ func ParseStatus(st ipamclaimsv1.IPAMClaimStatus) (rec Recorded, bad []string) {
 }
 
 // SetCondition sets IPsAllocated; it reports whether anything changed.
-func SetCondition(c *ipamclaimsv1.IPAMClaim, ok bool, reason, message string) bool {
+func SetCondition(c *ipamclaimsv1alpha1.IPAMClaim, ok bool, reason, message string) bool {
 	status := metav1.ConditionTrue
 	if !ok {
 		status = metav1.ConditionFalse
 	}
 	return meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: ipamclaimsv1.ConditionIPsAllocated, Status: status, Reason: reason,
+		Type: ipamclaimsv1alpha1.ConditionIPsAllocated, Status: status, Reason: reason,
 		Message: message, ObservedGeneration: c.Generation,
 	})
 }
 
 // Key is namespace/name of a claim.
-func Key(c *ipamclaimsv1.IPAMClaim) string { return c.Namespace + "/" + c.Name }
+func Key(c *ipamclaimsv1alpha1.IPAMClaim) string { return c.Namespace + "/" + c.Name }

@@ -9,8 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -31,7 +31,7 @@ type claimFinalizer struct {
 }
 
 // recordsItems: the claim's status records addresses or prefixes.
-func recordsItems(c *ipamclaimsv1.IPAMClaim) bool {
+func recordsItems(c *ipamclaimsv1alpha1.IPAMClaim) bool {
 	return len(c.Status.IPs) > 0 || len(c.Status.DelegatedPrefixes) > 0
 }
 
@@ -41,7 +41,7 @@ func recordsItems(c *ipamclaimsv1.IPAMClaim) bool {
 // claim), and reservations of a claim deleted before recording anything are
 // released anyway, by the ClaimGone rule. c must be the caller's copy. It
 // reports whether it wrote.
-func (cf *claimFinalizer) ensure(ctx context.Context, c *ipamclaimsv1.IPAMClaim, holds bool) (bool, error) {
+func (cf *claimFinalizer) ensure(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim, holds bool) (bool, error) {
 	_ = holds // owned reservations alone do not call for the finalizer; see above
 	if cf.rel.DryRun || c.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(c, ClaimFinalizer) || !recordsItems(c) {
 		return false, nil
@@ -60,15 +60,15 @@ func (cf *claimFinalizer) ensure(ctx context.Context, c *ipamclaimsv1.IPAMClaim,
 }
 
 // owned lists, live, the reservations owned by the claim's UID.
-func (cf *claimFinalizer) owned(ctx context.Context, c *ipamclaimsv1.IPAMClaim) ([]string, error) {
+func (cf *claimFinalizer) owned(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) ([]string, error) {
 	uid := string(c.UID)
-	list := &tenurev1.IPReservationList{}
+	list := &tenurev1alpha1.IPReservationList{}
 	if err := cf.live.List(ctx, list, client.MatchingLabels{reservation.LabelOwnerUID: uid}); err != nil {
 		return nil, fmt.Errorf("listing reservations of IPAMClaim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	seen := map[string]bool{}
 	for _, r := range list.Items {
-		if r.Spec.Owner.Kind == tenurev1.OwnerIPAMClaim && r.Spec.Owner.UID == uid {
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim && r.Spec.Owner.UID == uid {
 			seen[r.Name] = true
 		}
 	}
@@ -87,7 +87,7 @@ func (cf *claimFinalizer) owned(ctx context.Context, c *ipamclaimsv1.IPAMClaim) 
 
 // finalize releases everything a deleting claim owns, then removes the
 // finalizer; it returns how many reservations it released.
-func (cf *claimFinalizer) finalize(ctx context.Context, c *ipamclaimsv1.IPAMClaim) (int, error) {
+func (cf *claimFinalizer) finalize(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) (int, error) {
 	if c.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(c, ClaimFinalizer) {
 		return 0, nil
 	}
@@ -122,7 +122,7 @@ func (cf *claimFinalizer) finalize(ctx context.Context, c *ipamclaimsv1.IPAMClai
 	if apierrors.IsConflict(err) {
 		// Someone else wrote the claim; done if that was our finalizer's
 		// removal (a concurrent sweep or reconcile), else decide again.
-		cur := &ipamclaimsv1.IPAMClaim{}
+		cur := &ipamclaimsv1alpha1.IPAMClaim{}
 		if gerr := cf.live.Get(ctx, client.ObjectKeyFromObject(c), cur); apierrors.IsNotFound(gerr) ||
 			(gerr == nil && (cur.UID != c.UID || !controllerutil.ContainsFinalizer(cur, ClaimFinalizer))) {
 			return released, nil

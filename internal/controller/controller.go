@@ -43,8 +43,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -113,9 +113,9 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 		Scheme:           kube.Scheme,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:             {Transform: transformTrim},
-			&corev1.Node{}:            {Transform: transformTrim},
-			&tenurev1.IPReservation{}: {Transform: reservation.Compact},
+			&corev1.Pod{}:                   {Transform: transformTrim},
+			&corev1.Node{}:                  {Transform: transformTrim},
+			&tenurev1alpha1.IPReservation{}: {Transform: reservation.Compact},
 		},
 	})
 	if err != nil {
@@ -143,13 +143,13 @@ func (c *Controller) Ready() bool { return c.synced.Load() }
 // Start registers indexes and event handlers, starts the caches and waits
 // for them to sync. The caches run until ctx ends.
 func (c *Controller) Start(ctx context.Context) error {
-	if err := c.cache.IndexField(ctx, &tenurev1.IPReservation{}, indexOwnerUID, func(obj client.Object) []string {
-		return []string{obj.(*tenurev1.IPReservation).Spec.Owner.UID}
+	if err := c.cache.IndexField(ctx, &tenurev1alpha1.IPReservation{}, indexOwnerUID, func(obj client.Object) []string {
+		return []string{obj.(*tenurev1alpha1.IPReservation).Spec.Owner.UID}
 	}); err != nil {
 		return err
 	}
-	if err := c.cache.IndexField(ctx, &tenurev1.IPReservation{}, indexNode, func(obj client.Object) []string {
-		if n := obj.(*tenurev1.IPReservation).Spec.Owner.Node; n != "" {
+	if err := c.cache.IndexField(ctx, &tenurev1alpha1.IPReservation{}, indexNode, func(obj client.Object) []string {
+		if n := obj.(*tenurev1alpha1.IPReservation).Spec.Owner.Node; n != "" {
 			return []string{n}
 		}
 		return nil
@@ -160,12 +160,12 @@ func (c *Controller) Start(ctx context.Context) error {
 		obj client.Object
 		h   toolscache.ResourceEventHandler
 	}{
-		{&tenurev1.IPReservation{}, c.reservationHandler()},
-		{&tenurev1.IPReservation{}, c.pools.counts.Handler()},
+		{&tenurev1alpha1.IPReservation{}, c.reservationHandler()},
+		{&tenurev1alpha1.IPReservation{}, c.pools.counts.Handler()},
 		{&corev1.Pod{}, c.podHandler()},
 		{&corev1.Node{}, c.nodeHandler()},
-		{&ipamclaimsv1.IPAMClaim{}, c.claimHandler()},
-		{&tenurev1.IPPool{}, toolscache.ResourceEventHandlerFuncs{
+		{&ipamclaimsv1alpha1.IPAMClaim{}, c.claimHandler()},
+		{&tenurev1alpha1.IPPool{}, toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.pools.markDirty() },
 			UpdateFunc: func(any, any) { c.pools.markDirty() },
 			DeleteFunc: func(any) { c.pools.markDirty() },
@@ -206,7 +206,7 @@ func (c *Controller) Lead(ctx context.Context) {
 	for _, n := range names(ctx, c.cache) {
 		c.resQ.Add(n)
 	}
-	claims := &ipamclaimsv1.IPAMClaimList{}
+	claims := &ipamclaimsv1alpha1.IPAMClaimList{}
 	if err := c.cache.List(ctx, claims); err == nil {
 		for _, cl := range claims.Items {
 			c.claimQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
@@ -278,7 +278,7 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration, log *slog.Log
 }
 
 func names(ctx context.Context, c client.Reader, opts ...client.ListOption) []string {
-	list := &tenurev1.IPReservationList{}
+	list := &tenurev1alpha1.IPReservationList{}
 	if err := c.List(ctx, list, opts...); err != nil {
 		return nil
 	}
@@ -319,15 +319,15 @@ func (c *Controller) byIndex(index, key string) []string {
 // earlier sandbox's reservation an orphan. Claim-owned reservations also
 // nominate their claim for the finalizer.
 func (c *Controller) reservationHandler() toolscache.ResourceEventHandler {
-	claimOf := func(r *tenurev1.IPReservation) {
-		if r.Spec.Owner.Kind == tenurev1.OwnerIPAMClaim && c.leading.Load() {
+	claimOf := func(r *tenurev1alpha1.IPReservation) {
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim && c.leading.Load() {
 			c.claimQ.Add(types.NamespacedName{Namespace: r.Spec.Owner.Namespace, Name: r.Spec.Owner.Name})
 		}
 	}
 	return toolscache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, isInInitialList bool) {
 			c.pools.markDirty()
-			r, ok := obj.(*tenurev1.IPReservation)
+			r, ok := obj.(*tenurev1alpha1.IPReservation)
 			if !ok {
 				return
 			}
@@ -335,21 +335,21 @@ func (c *Controller) reservationHandler() toolscache.ResourceEventHandler {
 			// Siblings matter only for a reservation made while we watch; at
 			// start-up every reservation is enqueued once anyway, and
 			// enqueueing each one's siblings would cost O(n x siblings).
-			if r.Spec.Owner.Kind == tenurev1.OwnerPod && !isInInitialList {
+			if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && !isInInitialList {
 				c.enqueue(c.byIndex(indexOwnerUID, r.Spec.Owner.UID)...)
 			}
 			claimOf(r)
 		},
 		UpdateFunc: func(_, obj any) {
 			c.pools.markDirty()
-			if r, ok := obj.(*tenurev1.IPReservation); ok {
+			if r, ok := obj.(*tenurev1alpha1.IPReservation); ok {
 				c.enqueue(r.Name)
 				claimOf(r)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			c.pools.markDirty()
-			if r, ok := unwrap(obj).(*tenurev1.IPReservation); ok {
+			if r, ok := unwrap(obj).(*tenurev1alpha1.IPReservation); ok {
 				claimOf(r)
 			}
 		},
@@ -402,20 +402,20 @@ func (c *Controller) nodeHandler() toolscache.ResourceEventHandler {
 // claimHandler nominates a claim for the finalizer, and its reservations
 // when it is deleted or starts terminating.
 func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
-	key := func(cl *ipamclaimsv1.IPAMClaim) {
+	key := func(cl *ipamclaimsv1alpha1.IPAMClaim) {
 		if c.leading.Load() {
 			c.claimQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
 		}
 	}
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if cl, ok := obj.(*ipamclaimsv1.IPAMClaim); ok {
+			if cl, ok := obj.(*ipamclaimsv1alpha1.IPAMClaim); ok {
 				key(cl)
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
-			o, ok1 := oldObj.(*ipamclaimsv1.IPAMClaim)
-			n, ok2 := obj.(*ipamclaimsv1.IPAMClaim)
+			o, ok1 := oldObj.(*ipamclaimsv1alpha1.IPAMClaim)
+			n, ok2 := obj.(*ipamclaimsv1alpha1.IPAMClaim)
 			if !ok1 || !ok2 {
 				return
 			}
@@ -425,7 +425,7 @@ func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if cl, ok := unwrap(obj).(*ipamclaimsv1.IPAMClaim); ok {
+			if cl, ok := unwrap(obj).(*ipamclaimsv1alpha1.IPAMClaim); ok {
 				c.enqueue(c.byIndex(indexOwnerUID, string(cl.UID))...)
 			}
 		},
@@ -435,7 +435,7 @@ func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
 // reconcileReservation nominates from the cache and releases through the
 // Releaser, which decides again on live reads.
 func (c *Controller) reconcileReservation(ctx context.Context, name string) (time.Duration, error) {
-	r := &tenurev1.IPReservation{}
+	r := &tenurev1alpha1.IPReservation{}
 	if err := c.cache.Get(ctx, types.NamespacedName{Name: name}, r); err != nil {
 		return 0, client.IgnoreNotFound(err)
 	}
@@ -446,7 +446,7 @@ func (c *Controller) reconcileReservation(ctx context.Context, name string) (tim
 // nominate decides on src (a cache) whether r looks like an orphan, and if
 // so hands it to the Releaser, which decides again on live reads. It
 // returns when to look again and the Releaser's outcome, if it was called.
-func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1.IPReservation, log *slog.Logger) (time.Duration, *Outcome, error) {
+func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.IPReservation, log *slog.Logger) (time.Duration, *Outcome, error) {
 	g, err := gather(ctx, src, r, rel.now())
 	if err != nil {
 		return 0, nil, err
@@ -470,7 +470,7 @@ func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1.IPRese
 // reconcileClaim adds the finalizer to a claim that holds something and
 // honours it on deletion.
 func (c *Controller) reconcileClaim(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
-	cl := &ipamclaimsv1.IPAMClaim{}
+	cl := &ipamclaimsv1alpha1.IPAMClaim{}
 	if err := c.cache.Get(ctx, key, cl); err != nil {
 		return 0, client.IgnoreNotFound(err)
 	}
@@ -479,13 +479,13 @@ func (c *Controller) reconcileClaim(ctx context.Context, key types.NamespacedNam
 		_, err := c.cf.finalize(ctx, cl)
 		return 0, err
 	}
-	list := &tenurev1.IPReservationList{}
+	list := &tenurev1alpha1.IPReservationList{}
 	if err := c.cache.List(ctx, list, client.MatchingFields{indexOwnerUID: string(cl.UID)}); err != nil {
 		return 0, err
 	}
 	holds := false
 	for _, r := range list.Items {
-		holds = holds || r.Spec.Owner.Kind == tenurev1.OwnerIPAMClaim
+		holds = holds || r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim
 	}
 	_, err := c.cf.ensure(ctx, cl, holds)
 	return 0, err

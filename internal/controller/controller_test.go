@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -46,26 +46,26 @@ func pod(ns, name, uid, node string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: node}}
 }
 
-func reservationOf(name, addr string, owner tenurev1.ReservationOwner) *tenurev1.IPReservation {
-	return &tenurev1.IPReservation{
+func reservationOf(name, addr string, owner tenurev1alpha1.ReservationOwner) *tenurev1alpha1.IPReservation {
+	return &tenurev1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("r-" + name), Labels: map[string]string{reservation.LabelOwnerUID: owner.UID}},
-		Spec:       tenurev1.IPReservationSpec{Network: "n", Kind: tenurev1.KindAddress, Address: addr, Owner: owner},
+		Spec:       tenurev1alpha1.IPReservationSpec{Network: "n", Kind: tenurev1alpha1.KindAddress, Address: addr, Owner: owner},
 	}
 }
 
-func podOwner(ns, name, uid, container, node string) tenurev1.ReservationOwner {
-	return tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: ns, Name: name, UID: uid, PodName: name, PodUID: uid,
+func podOwner(ns, name, uid, container, node string) tenurev1alpha1.ReservationOwner {
+	return tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: ns, Name: name, UID: uid, PodName: name, PodUID: uid,
 		ContainerID: container, Interface: "net1", Node: node}
 }
 
 func newFake(objs ...client.Object) client.WithWatch {
 	return fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(objs...).
-		WithStatusSubresource(&tenurev1.IPPool{}, &ipamclaimsv1.IPAMClaim{}).Build()
+		WithStatusSubresource(&tenurev1alpha1.IPPool{}, &ipamclaimsv1alpha1.IPAMClaim{}).Build()
 }
 
 func exists(t *testing.T, c client.Client, name string) bool {
 	t.Helper()
-	err := c.Get(context.Background(), types.NamespacedName{Name: name}, &tenurev1.IPReservation{})
+	err := c.Get(context.Background(), types.NamespacedName{Name: name}, &tenurev1alpha1.IPReservation{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 			if p, ok := e.obj.(*corev1.Pod); !ok || p.Name != "term" {
 				t.Errorf("event for the terminating pod's release is on %T", e.obj)
 			}
-		} else if _, ok := e.obj.(*tenurev1.IPReservation); !ok {
+		} else if _, ok := e.obj.(*tenurev1alpha1.IPReservation); !ok {
 			t.Errorf("event for a gone pod's release is on %T, want the reservation (no pool)", e.obj)
 		}
 	}
@@ -165,7 +165,7 @@ func TestReleaseRefusesAChangedReservation(t *testing.T) {
 	once := sync.Once{}
 	w := &interposer{Client: c, before: func() {
 		once.Do(func() {
-			cur := &tenurev1.IPReservation{}
+			cur := &tenurev1alpha1.IPReservation{}
 			if err := c.Get(ctx, types.NamespacedName{Name: "n.9"}, cur); err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +201,7 @@ func (i *interposer) Delete(ctx context.Context, obj client.Object, opts ...clie
 
 func TestEventTargetPrefersPodThenClaimThenPool(t *testing.T) {
 	ctx := context.Background()
-	pool := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p1", UID: "pool-uid"}}
+	pool := &tenurev1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p1", UID: "pool-uid"}}
 	c := newFake(pool)
 	rel := &Releaser{Live: c}
 	r := reservationOf("x", "10.0.0.1", podOwner("ns", "p", "u1", "c", "a"))
@@ -209,32 +209,32 @@ func TestEventTargetPrefersPodThenClaimThenPool(t *testing.T) {
 	if got := rel.eventTarget(ctx, r, gathered{pod: pod("ns", "p", "u1", "a")}); got.(*corev1.Pod).Name != "p" {
 		t.Errorf("live pod: %T", got)
 	}
-	if got := rel.eventTarget(ctx, r, gathered{pod: pod("ns", "p", "u2", "a")}); got.(*tenurev1.IPPool).Name != "p1" {
+	if got := rel.eventTarget(ctx, r, gathered{pod: pod("ns", "p", "u2", "a")}); got.(*tenurev1alpha1.IPPool).Name != "p1" {
 		t.Errorf("replaced pod: %T, want the pool", got)
 	}
-	cl := &ipamclaimsv1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "u1"}}
-	if got := rel.eventTarget(ctx, r, gathered{claim: cl}); got.(*ipamclaimsv1.IPAMClaim).Name != "vm" {
+	cl := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "u1"}}
+	if got := rel.eventTarget(ctx, r, gathered{claim: cl}); got.(*ipamclaimsv1alpha1.IPAMClaim).Name != "vm" {
 		t.Errorf("claim: %T", got)
 	}
 	r.Spec.Pool = "missing"
-	if got := rel.eventTarget(ctx, r, gathered{}); got.(*tenurev1.IPReservation).Name != "x" {
+	if got := rel.eventTarget(ctx, r, gathered{}); got.(*tenurev1alpha1.IPReservation).Name != "x" {
 		t.Errorf("fallback: %T", got)
 	}
 }
 
 func TestClaimFinalizer(t *testing.T) {
 	ctx := context.Background()
-	claim := &ipamclaimsv1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "claim-uid"},
-		Spec: ipamclaimsv1.IPAMClaimSpec{Network: "n", Interface: "net1"}}
-	owner := tenurev1.ReservationOwner{Kind: tenurev1.OwnerIPAMClaim, Namespace: "ns", Name: "vm", UID: "claim-uid"}
+	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "claim-uid"},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "n", Interface: "net1"}}
+	owner := tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: "ns", Name: "vm", UID: "claim-uid"}
 	pd := reservationOf("n.pd", "2001:db8::/56", owner)
-	pd.Spec.Kind = tenurev1.KindDelegatedPrefix
+	pd.Spec.Kind = tenurev1alpha1.KindDelegatedPrefix
 	other := reservationOf("n.other", "10.0.0.8", podOwner("ns", "p", "pod-uid", "c", "a"))
 	c := newFake(claim, reservationOf("n.a", "10.0.0.7", owner), pd, other, pod("ns", "p", "pod-uid", "a"))
 	rel := &Releaser{Live: c, Writer: c}
 	cf := &claimFinalizer{live: c, writer: c, rel: rel}
 
-	cur := &ipamclaimsv1.IPAMClaim{}
+	cur := &ipamclaimsv1alpha1.IPAMClaim{}
 	get := func() {
 		t.Helper()
 		if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "vm"}, cur); err != nil {
@@ -286,16 +286,16 @@ func TestClaimFinalizer(t *testing.T) {
 
 func TestPoolCapacity(t *testing.T) {
 	for _, tc := range []struct {
-		spec tenurev1.IPPoolSpec
+		spec tenurev1alpha1.IPPoolSpec
 		want int64
 		err  string
 	}{
-		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29"}}}, 6, ""},
-		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/24", RangeStart: "10.0.0.10", RangeEnd: "10.0.0.19"}}}, 10, ""},
-		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29", Exclude: []string{"10.0.0.1/32"}}}, Gateway: "10.0.0.6"}, 4, ""},
-		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29"}, {Range: "fd00::/120"}}}, 6 + 255, ""},
-		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "fd00::/32"}}}, 1<<63 - 1, ""},
-		{tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/33"}}}, 0, "spec.ranges[0].range"},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/29"}}}, 6, ""},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/24", RangeStart: "10.0.0.10", RangeEnd: "10.0.0.19"}}}, 10, ""},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/29", Exclude: []string{"10.0.0.1/32"}}}, Gateway: "10.0.0.6"}, 4, ""},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/29"}, {Range: "fd00::/120"}}}, 6 + 255, ""},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "fd00::/32"}}}, 1<<63 - 1, ""},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/33"}}}, 0, "spec.ranges[0].range"},
 	} {
 		got, err := PoolCapacity("p", tc.spec)
 		if tc.err != "" {
@@ -312,8 +312,8 @@ func TestPoolCapacity(t *testing.T) {
 
 func TestPoolStatusWritesOnlyChanges(t *testing.T) {
 	ctx := context.Background()
-	pool := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Spec: tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/29"}}}}
-	bad := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.0.0.0/33"}}}}
+	pool := &tenurev1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Spec: tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/29"}}}}
+	bad := &tenurev1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/33"}}}}
 	r1 := reservationOf("n.1", "10.0.0.1", podOwner("ns", "a", "u", "c", "n"))
 	r1.Spec.Pool = "p1"
 	r2 := reservationOf("n.2", "10.0.0.2", podOwner("ns", "a", "u", "c", "n"))
@@ -326,7 +326,7 @@ func TestPoolStatusWritesOnlyChanges(t *testing.T) {
 	if err := ps.update(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := &tenurev1.IPPool{}
+	got := &tenurev1alpha1.IPPool{}
 	if err := c.Get(ctx, types.NamespacedName{Name: "p1"}, got); err != nil {
 		t.Fatal(err)
 	}
@@ -374,10 +374,10 @@ func TestStaleCacheNominatesLiveReadKeeps(t *testing.T) {
 	stale := &snapshot{
 		pods:    map[types.NamespacedName]*corev1.Pod{{Namespace: "ns", Name: "term"}: terminating},
 		nodes:   map[string]*corev1.Node{},
-		claims:  map[types.NamespacedName]*ipamclaimsv1.IPAMClaim{},
-		byOwner: map[string][]*tenurev1.IPReservation{},
+		claims:  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{},
+		byOwner: map[string][]*tenurev1alpha1.IPReservation{},
 	}
-	for _, r := range []*tenurev1.IPReservation{rNew, rTerm} {
+	for _, r := range []*tenurev1alpha1.IPReservation{rNew, rTerm} {
 		_, out, err := nominate(ctx, stale, rel, r, slog.Default())
 		if err != nil {
 			t.Fatal(err)
@@ -402,7 +402,7 @@ func TestReservationCountsFollowEvents(t *testing.T) {
 	b := reservationOf("n.2", "10.0.0.2", podOwner("ns", "b", "u2", "c", "n"))
 	b.Spec.Pool = "p1"
 	pd := reservationOf("n.pd.fd00-0000-0000-0100-0000-0000-0000-0000.56", "fd00:0:0:100::/56", podOwner("ns", "b", "u2", "c", "n"))
-	pd.Spec.Pool, pd.Spec.Kind = "p1", tenurev1.KindDelegatedPrefix
+	pd.Spec.Pool, pd.Spec.Kind = "p1", tenurev1alpha1.KindDelegatedPrefix
 	h.OnAdd(a, true)
 	h.OnAdd(b, false)
 	h.OnAdd(pd, false)

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -22,9 +22,9 @@ import (
 type source interface {
 	pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	node(ctx context.Context, name string) (*corev1.Node, error)
-	claim(ctx context.Context, namespace, name string) (*ipamclaimsv1.IPAMClaim, error)
+	claim(ctx context.Context, namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, error)
 	// siblings returns reservations whose spec.owner.uid is uid.
-	siblings(ctx context.Context, uid string) ([]*tenurev1.IPReservation, error)
+	siblings(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error)
 }
 
 // gathered is the facts about one reservation plus the objects read, so
@@ -32,20 +32,20 @@ type source interface {
 type gathered struct {
 	facts repair.Facts
 	pod   *corev1.Pod
-	claim *ipamclaimsv1.IPAMClaim
+	claim *ipamclaimsv1alpha1.IPAMClaim
 }
 
 // gather reads what Decide needs for r, and nothing more: the pod, then
 // siblings and node only when the pod's state makes them matter; or the
 // claim.
-func gather(ctx context.Context, src source, r *tenurev1.IPReservation, now time.Time) (gathered, error) {
+func gather(ctx context.Context, src source, r *tenurev1alpha1.IPReservation, now time.Time) (gathered, error) {
 	g := gathered{facts: repair.Facts{Now: now}}
 	o := r.Spec.Owner
 	if o.Namespace == "" || o.Name == "" || o.UID == "" {
 		return g, nil
 	}
 	switch o.Kind {
-	case tenurev1.OwnerPod:
+	case tenurev1alpha1.OwnerPod:
 		p, err := src.pod(ctx, o.Namespace, o.Name)
 		if err != nil {
 			return g, err
@@ -66,7 +66,7 @@ func gather(ctx context.Context, src source, r *tenurev1.IPReservation, now time
 			}
 			g.facts.Node = repair.NodeFactOf(n)
 		}
-	case tenurev1.OwnerIPAMClaim:
+	case tenurev1alpha1.OwnerIPAMClaim:
 		c, err := src.claim(ctx, o.Namespace, o.Name)
 		if err != nil {
 			return g, err
@@ -117,16 +117,16 @@ func (s readerSource) node(ctx context.Context, name string) (*corev1.Node, erro
 	return getOrNil(ctx, s.r, types.NamespacedName{Name: name}, &corev1.Node{})
 }
 
-func (s readerSource) claim(ctx context.Context, ns, name string) (*ipamclaimsv1.IPAMClaim, error) {
-	return getOrNil(ctx, s.r, types.NamespacedName{Namespace: ns, Name: name}, &ipamclaimsv1.IPAMClaim{})
+func (s readerSource) claim(ctx context.Context, ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	return getOrNil(ctx, s.r, types.NamespacedName{Namespace: ns, Name: name}, &ipamclaimsv1alpha1.IPAMClaim{})
 }
 
-func (s readerSource) siblings(ctx context.Context, uid string) ([]*tenurev1.IPReservation, error) {
-	list := &tenurev1.IPReservationList{}
+func (s readerSource) siblings(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
+	list := &tenurev1alpha1.IPReservationList{}
 	if err := s.r.List(ctx, list, s.siblingOpts(uid)...); err != nil {
 		return nil, err
 	}
-	out := make([]*tenurev1.IPReservation, 0, len(list.Items))
+	out := make([]*tenurev1alpha1.IPReservation, 0, len(list.Items))
 	for i := range list.Items {
 		if list.Items[i].Spec.Owner.UID == uid {
 			out = append(out, &list.Items[i])
@@ -139,8 +139,8 @@ func (s readerSource) siblings(ctx context.Context, uid string) ([]*tenurev1.IPR
 type snapshot struct {
 	pods    map[types.NamespacedName]*corev1.Pod
 	nodes   map[string]*corev1.Node
-	claims  map[types.NamespacedName]*ipamclaimsv1.IPAMClaim
-	byOwner map[string][]*tenurev1.IPReservation
+	claims  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
+	byOwner map[string][]*tenurev1alpha1.IPReservation
 }
 
 func (s *snapshot) pod(_ context.Context, ns, name string) (*corev1.Pod, error) {
@@ -151,10 +151,10 @@ func (s *snapshot) node(_ context.Context, name string) (*corev1.Node, error) {
 	return s.nodes[name], nil
 }
 
-func (s *snapshot) claim(_ context.Context, ns, name string) (*ipamclaimsv1.IPAMClaim, error) {
+func (s *snapshot) claim(_ context.Context, ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	return s.claims[types.NamespacedName{Namespace: ns, Name: name}], nil
 }
 
-func (s *snapshot) siblings(_ context.Context, uid string) ([]*tenurev1.IPReservation, error) {
+func (s *snapshot) siblings(_ context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
 	return s.byOwner[uid], nil
 }

@@ -14,7 +14,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 )
 
@@ -24,7 +24,7 @@ const ConditionSpecValid = "SpecValid"
 
 // PoolCapacity is the number of assignable addresses over all ranges of a
 // pool spec, computed by the same code the agent allocates with.
-func PoolCapacity(name string, spec tenurev1.IPPoolSpec) (int64, error) {
+func PoolCapacity(name string, spec tenurev1alpha1.IPPoolSpec) (int64, error) {
 	c := &config.Config{}
 	if err := c.ApplyPool(name, spec); err != nil {
 		return 0, err
@@ -62,7 +62,7 @@ func (c *reservationCounts) add(obj any, delta int64) {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	r, ok := obj.(*tenurev1.IPReservation)
+	r, ok := obj.(*tenurev1alpha1.IPReservation)
 	if !ok {
 		return
 	}
@@ -72,7 +72,7 @@ func (c *reservationCounts) add(obj any, delta int64) {
 		c.n = map[string]usage{}
 	}
 	u := c.n[r.Spec.Pool]
-	if r.Spec.Kind == tenurev1.KindDelegatedPrefix {
+	if r.Spec.Kind == tenurev1alpha1.KindDelegatedPrefix {
 		u.prefixes += delta
 	} else {
 		u.addresses += delta
@@ -143,7 +143,7 @@ func (p *poolStatus) Start(ctx context.Context) error {
 
 func (p *poolStatus) update(ctx context.Context) error {
 	used := p.counts.snapshot()
-	pl := &tenurev1.IPPoolList{}
+	pl := &tenurev1alpha1.IPPoolList{}
 	if err := p.cache.List(ctx, pl); err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (p *poolStatus) update(ctx context.Context) error {
 
 // write patches one pool's status when its numbers changed; it returns
 // the free count.
-func (p *poolStatus) write(ctx context.Context, pool *tenurev1.IPPool, u usage) (int64, error) {
+func (p *poolStatus) write(ctx context.Context, pool *tenurev1alpha1.IPPool, u usage) (int64, error) {
 	capacity, specErr := PoolCapacity(pool.Name, pool.Spec)
 	st := pool.Status.DeepCopy()
 	st.Capacity = capacity

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 )
 
@@ -45,7 +45,7 @@ type Releaser struct {
 type Outcome struct {
 	Name string
 	// Reservation as read live; nil when it no longer exists.
-	Reservation *tenurev1.IPReservation
+	Reservation *tenurev1alpha1.IPReservation
 	// Decision on the live facts.
 	Decision repair.Decision
 	// Released: this call deleted it.
@@ -70,7 +70,7 @@ func (rl *Releaser) log() *slog.Logger {
 // orphan and, unless DryRun, deletes it when it is.
 func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 	out := Outcome{Name: name}
-	r := &tenurev1.IPReservation{}
+	r := &tenurev1alpha1.IPReservation{}
 	if err := rl.Live.Get(ctx, types.NamespacedName{Name: name}, r); err != nil {
 		if apierrors.IsNotFound(err) {
 			return out, nil
@@ -88,7 +88,7 @@ func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 		return out, nil
 	}
 	uid, rv := r.UID, r.ResourceVersion
-	err = rl.Writer.Delete(ctx, &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}},
+	err = rl.Writer.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}},
 		client.Preconditions{UID: &uid, ResourceVersion: &rv})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -111,8 +111,8 @@ func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 	return out, nil
 }
 
-func kindWord(r *tenurev1.IPReservation) string {
-	if r.Spec.Kind == tenurev1.KindDelegatedPrefix {
+func kindWord(r *tenurev1alpha1.IPReservation) string {
+	if r.Spec.Kind == tenurev1alpha1.KindDelegatedPrefix {
 		return "delegated prefix"
 	}
 	return "address"
@@ -123,7 +123,7 @@ func kindWord(r *tenurev1.IPReservation) string {
 // IPAMClaim while it exists (being deleted), else the IPPool the address
 // came from, else the (now deleted) IPReservation itself, which `kubectl
 // get events` still lists in namespace default.
-func (rl *Releaser) eventTarget(ctx context.Context, r *tenurev1.IPReservation, g gathered) runtime.Object {
+func (rl *Releaser) eventTarget(ctx context.Context, r *tenurev1alpha1.IPReservation, g gathered) runtime.Object {
 	uid := r.Spec.Owner.UID
 	if g.pod != nil && string(g.pod.UID) == uid {
 		return g.pod
@@ -132,7 +132,7 @@ func (rl *Releaser) eventTarget(ctx context.Context, r *tenurev1.IPReservation, 
 		return g.claim
 	}
 	if r.Spec.Pool != "" {
-		pool := &tenurev1.IPPool{}
+		pool := &tenurev1alpha1.IPPool{}
 		if err := rl.Live.Get(ctx, types.NamespacedName{Name: r.Spec.Pool}, pool); err == nil {
 			return pool
 		}

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -98,7 +98,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		holds := false
 		for _, r := range snap.byOwner[string(c.UID)] {
-			holds = holds || r.Spec.Owner.Kind == tenurev1.OwnerIPAMClaim
+			holds = holds || r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim
 		}
 		if wrote, err := s.claims.ensure(ctx, c, holds); err != nil {
 			if !apierrors.IsConflict(err) { // the claim changed: its reconcile or the next sweep retries
@@ -143,15 +143,15 @@ func (s *Sweeper) listAll(ctx context.Context, list client.ObjectList, each func
 // snapshot lists reservations first, then their owners: a reservation is
 // only ever created for a pod or claim that already exists, so an owner
 // missing from the later lists is a candidate (confirmed live anyway).
-func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, []*tenurev1.IPReservation, error) {
+func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, []*tenurev1alpha1.IPReservation, error) {
 	snap := &snapshot{
 		pods:    map[types.NamespacedName]*corev1.Pod{},
 		nodes:   map[string]*corev1.Node{},
-		claims:  map[types.NamespacedName]*ipamclaimsv1.IPAMClaim{},
-		byOwner: map[string][]*tenurev1.IPReservation{},
+		claims:  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{},
+		byOwner: map[string][]*tenurev1alpha1.IPReservation{},
 	}
-	var all []*tenurev1.IPReservation
-	rl := &tenurev1.IPReservationList{}
+	var all []*tenurev1alpha1.IPReservation
+	rl := &tenurev1alpha1.IPReservationList{}
 	if err := s.listAll(ctx, rl, func() {
 		for i := range rl.Items {
 			r := rl.Items[i].DeepCopy()
@@ -180,7 +180,7 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, []*tenurev1.IPReserv
 	}); err != nil {
 		return nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	cl := &ipamclaimsv1.IPAMClaimList{}
+	cl := &ipamclaimsv1alpha1.IPAMClaimList{}
 	if err := s.listAll(ctx, cl, func() {
 		for i := range cl.Items {
 			c := cl.Items[i].DeepCopy()

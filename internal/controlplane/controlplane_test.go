@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 )
@@ -84,7 +84,7 @@ func newClient(t *testing.T, cp *controlplane.ControlPlane) client.Client {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	if err := ipamv1.AddToScheme(scheme); err != nil {
+	if err := tenurev1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
@@ -94,16 +94,16 @@ func newClient(t *testing.T, cp *controlplane.ControlPlane) client.Client {
 	return c
 }
 
-func reservation(name, address string) *ipamv1.IPReservation {
-	return &ipamv1.IPReservation{
+func reservation(name, address string) *tenurev1alpha1.IPReservation {
+	return &tenurev1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: ipamv1.IPReservationSpec{
+		Spec: tenurev1alpha1.IPReservationSpec{
 			Network: "default",
-			Kind:    ipamv1.KindAddress,
+			Kind:    tenurev1alpha1.KindAddress,
 			Address: address,
 			Range:   "10.10.0.0/24",
-			Owner: ipamv1.ReservationOwner{
-				Kind: ipamv1.OwnerPod, Namespace: "default", Name: "pod-a", UID: "uid-a",
+			Owner: tenurev1alpha1.ReservationOwner{
+				Kind: tenurev1alpha1.OwnerPod, Namespace: "default", Name: "pod-a", UID: "uid-a",
 				PodName: "pod-a", PodUID: "uid-a", ContainerID: "c1", Interface: "eth0", Node: "node-1",
 			},
 		},
@@ -165,7 +165,7 @@ func TestStartCreateStop(t *testing.T) {
 	if d := time.Since(begin); d > time.Second {
 		t.Errorf("first IPReservation create took %v: InstallCRDs should have waited out the just-created delay", d)
 	}
-	var got ipamv1.IPReservation
+	var got tenurev1alpha1.IPReservation
 	if err := c.Get(ctx, client.ObjectKey{Name: r.Name}, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestStartCreateStop(t *testing.T) {
 	}
 
 	t.Run("schema validation", func(t *testing.T) {
-		invalid := func(name string, r *ipamv1.IPReservation, want string) {
+		invalid := func(name string, r *tenurev1alpha1.IPReservation, want string) {
 			t.Helper()
 			err := c.Create(ctx, r)
 			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {

@@ -14,7 +14,7 @@ import (
 	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
 	corev1 "k8s.io/api/core/v1"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
@@ -57,7 +57,7 @@ type Inputs struct {
 	// Pods are the pods of this node.
 	Pods []*corev1.Pod
 	// Claim returns the claim namespace/name, if it exists.
-	Claim func(namespace, name string) (*ipamclaimsv1.IPAMClaim, bool)
+	Claim func(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool)
 	// Networks are the learnt dhcpv6 settings by CNI network name.
 	Networks map[string]config.DHCPv6
 }

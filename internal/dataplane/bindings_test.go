@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 )
 
@@ -24,20 +24,20 @@ func testPod(name string, ann map[string]string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: name, Annotations: ann}, Spec: corev1.PodSpec{NodeName: "n1"}}
 }
 
-func testClaim(name, network, owner string, ips, prefixes []string) *ipamclaimsv1.IPAMClaim {
-	c := &ipamclaimsv1.IPAMClaim{
+func testClaim(name, network, owner string, ips, prefixes []string) *ipamclaimsv1alpha1.IPAMClaim {
+	c := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: name},
-		Spec:       ipamclaimsv1.IPAMClaimSpec{Network: network, Interface: "net1"},
-		Status:     ipamclaimsv1.IPAMClaimStatus{IPs: ips, DelegatedPrefixes: prefixes},
+		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: "net1"},
+		Status:     ipamclaimsv1alpha1.IPAMClaimStatus{IPs: ips, DelegatedPrefixes: prefixes},
 	}
 	if owner != "" {
-		c.Status.OwnerPod = &ipamclaimsv1.OwnerPod{Name: owner}
+		c.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: owner}
 	}
 	return c
 }
 
-func claimSource(cs ...*ipamclaimsv1.IPAMClaim) func(ns, name string) (*ipamclaimsv1.IPAMClaim, bool) {
-	return func(ns, name string) (*ipamclaimsv1.IPAMClaim, bool) {
+func claimSource(cs ...*ipamclaimsv1alpha1.IPAMClaim) func(ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool) {
+	return func(ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool) {
 		for _, c := range cs {
 			if c.Namespace == ns && c.Name == name {
 				return c, true
@@ -77,82 +77,82 @@ func TestCompute(t *testing.T) {
 	cases := []struct {
 		name     string
 		pods     []*corev1.Pod
-		claims   []*ipamclaimsv1.IPAMClaim
+		claims   []*ipamclaimsv1alpha1.IPAMClaim
 		networks map[string]config.DHCPv6
 		want     []want
 		skip     string // substring of the only skip reason, "" for none
 	}{
 		{name: "MAC from the network-selection element",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
 		{name: "element MAC wins over network-status",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", merge(withMAC, status, statusMAC("net1", "02:00:00:00:00:99")))},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
 		{name: "MAC from network-status of the interface",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", merge(noMAC, status, statusMAC("net1", vmMAC)))},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromNetworkStatus, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
 		{name: "malformed element MAC falls through to network-status",
 			pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
 				nets:   `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"not-a-mac"}]`,
 				status: statusMAC("net1", vmMAC)})},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromNetworkStatus, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
 		{name: "interface by position matches network-status net2",
 			pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
 				nets:   `[{"name":"other"},{"name":"san","ipam-claim-reference":"vm1.san"}]`,
 				status: statusMAC("net2", vmMAC)})},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromNetworkStatus, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net2"}}},
 		{name: "no MAC: network-status not written yet",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", noMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			skip:   "no MAC"},
 		{name: "no MAC: network-status has another interface only",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", merge(noMAC, status, statusMAC("net7", vmMAC)))},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			skip:   "no MAC"},
 		{name: "no MAC: network-status malformed",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", merge(noMAC, status, `[{"name":`))},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			skip:   "network-status is malformed"},
 		{name: "ownerPod is this node's pod",
 			pods:   []*corev1.Pod{testPod("virt-launcher-src", withMAC), testPod("virt-launcher-dst", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-dst", "net1"}},
 			skip:   "owned by pod virt-launcher-dst"},
 		{name: "ownerPod runs elsewhere",
 			pods:   []*corev1.Pod{testPod("virt-launcher-src", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd)},
 			skip:   "owned by pod virt-launcher-dst"},
 		{name: "claim without ownerPod",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "", dual, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "", dual, pd)},
 			skip:   "no status.ownerPod"},
 		{name: "claim without prefix: address only",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, nil)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, nil)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "invalid Prefix", "vms/virt-launcher-a", "net1"}}},
 		{name: "claim with IPv4 only and a prefix: prefix only",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"10.0.0.7/24"}, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"10.0.0.7/24"}, pd)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "invalid IP", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
 		{name: "claim with nothing IPv6",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"10.0.0.7/24"}, nil)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"10.0.0.7/24"}, nil)},
 			skip:   "no IPv6 address or delegated prefix"},
 		{name: "bare IPv6 in status.ips",
 			pods:   []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::9"}, pd)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::9"}, pd)},
 			want:   []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::9", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
 		{name: "claim missing",
 			pods: []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
 			skip: "claim not found"},
 		{name: "claim being deleted",
 			pods: []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims: []*ipamclaimsv1.IPAMClaim{func() *ipamclaimsv1.IPAMClaim {
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{func() *ipamclaimsv1alpha1.IPAMClaim {
 				c := testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)
 				c.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 				return c
@@ -160,12 +160,12 @@ func TestCompute(t *testing.T) {
 			skip: "being deleted"},
 		{name: "network without dhcpv6 learnt",
 			pods:     []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims:   []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims:   []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			networks: map[string]config.DHCPv6{"other": san["san"]},
 			skip:     `network "san" has no dhcpv6`},
 		{name: "network with dhcpv6 but no interfaces",
 			pods:     []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
-			claims:   []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
+			claims:   []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
 			networks: map[string]config.DHCPv6{"san": {Enabled: true, InstallRoutes: true}},
 			skip:     "dhcpv6.interfaces is empty"},
 		{name: "terminal pod",
@@ -174,7 +174,7 @@ func TestCompute(t *testing.T) {
 				p.Status.Phase = corev1.PodSucceeded
 				return p
 			}()},
-			claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)}},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)}},
 		{name: "attachment without claim is ignored",
 			pods: []*corev1.Pod{testPod("plain", map[string]string{nets: `[{"name":"san","interface":"net1","mac":"02:00:00:aa:bb:01"}]`})}},
 		{name: "malformed networks annotation",
@@ -185,7 +185,7 @@ func TestCompute(t *testing.T) {
 				testPod("virt-launcher-a", withMAC),
 				testPod("virt-launcher-b", map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm0.san","mac":"02:00:00:aa:bb:01"}]`}),
 			},
-			claims: []*ipamclaimsv1.IPAMClaim{
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{
 				testClaim("vm1.san", "san", "virt-launcher-a", dual, pd),
 				testClaim("vm0.san", "san", "virt-launcher-b", []string{"fd00::8/64"}, nil),
 			},
@@ -224,7 +224,7 @@ func TestCompute(t *testing.T) {
 
 func TestComputeIsOrderIndependent(t *testing.T) {
 	var pods []*corev1.Pod
-	var cls []*ipamclaimsv1.IPAMClaim
+	var cls []*ipamclaimsv1alpha1.IPAMClaim
 	for _, n := range []string{"c", "a", "b"} {
 		pods = append(pods, testPod("p-"+n, map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"` + n + `","mac":"02:00:00:00:00:0` + string(n[0]-'a'+'1') + `"}]`}))
 		cls = append(cls, testClaim(n, "san", "p-"+n, []string{"fd00::" + n + "/64"}, nil))

@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
 )
@@ -26,7 +26,7 @@ type Source interface {
 	// Pods returns the pods of this node.
 	Pods() []*corev1.Pod
 	// Claim returns the IPAMClaim namespace/name, if cached.
-	Claim(namespace, name string) (*ipamclaimsv1.IPAMClaim, bool)
+	Claim(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool)
 }
 
 // Options configure a Service.

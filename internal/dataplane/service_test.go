@@ -15,7 +15,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	corev1 "k8s.io/api/core/v1"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -24,7 +24,7 @@ import (
 type fakeSource struct {
 	mu     sync.Mutex
 	pods   []*corev1.Pod
-	claims []*ipamclaimsv1.IPAMClaim
+	claims []*ipamclaimsv1alpha1.IPAMClaim
 }
 
 func (f *fakeSource) Pods() []*corev1.Pod {
@@ -33,7 +33,7 @@ func (f *fakeSource) Pods() []*corev1.Pod {
 	return slices.Clone(f.pods)
 }
 
-func (f *fakeSource) Claim(ns, name string) (*ipamclaimsv1.IPAMClaim, bool) {
+func (f *fakeSource) Claim(ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return claimSource(f.claims...)(ns, name)
@@ -45,7 +45,7 @@ func TestLookupFollowsOwnerAndInterface(t *testing.T) {
 	src := &fakeSource{
 		pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
 			nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"02:00:00:aa:bb:01"}]`})},
-		claims: []*ipamclaimsv1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})},
+		claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})},
 	}
 	s, err := New(Options{Source: src, Logger: quietLogger()})
 	if err != nil {

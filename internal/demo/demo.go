@@ -29,8 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -269,7 +269,7 @@ func (r *run) nodeLoss(ctx context.Context) error {
 	}
 	left := 0
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		list := &tenurev1.IPReservationList{}
+		list := &tenurev1alpha1.IPReservationList{}
 		if err := r.c.List(ctx, list, client.MatchingLabels{reservation.LabelNode: lost}); err != nil {
 			return false, err
 		}
@@ -304,8 +304,8 @@ func (r *run) migration(ctx context.Context) error {
 	ipam := `{"ipRanges":[{"range":"10.200.0.0/24"},{"range":"fd00:200::/64"}],
 		"prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56},"network_name":"vm-net"}`
 	r.say("\n[5/6] A KubeVirt VM with IPAMClaim vm1.vm-net live-migrates from node-a to node-b.")
-	claim := &ipamclaimsv1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "vm1.vm-net"},
-		Spec: ipamclaimsv1.IPAMClaimSpec{Network: vmNetwork, Interface: "net1"}}
+	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "vm1.vm-net"},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: vmNetwork, Interface: "net1"}}
 	if err := r.c.Create(ctx, claim); err != nil {
 		return err
 	}
@@ -416,7 +416,7 @@ func (r *run) show(ctx context.Context) error {
 		}
 	}
 	// Without kubectl, the same columns from the API.
-	list := &tenurev1.IPReservationList{}
+	list := &tenurev1alpha1.IPReservationList{}
 	if err := r.c.List(ctx, list); err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 // Labels put on every reservation so that the controller, the allocator's
@@ -26,20 +26,20 @@ const (
 type Spec struct {
 	// Network is the allocation scope (NetworkKey).
 	Network string
-	Kind    tenurev1.ReservationKind
+	Kind    tenurev1alpha1.ReservationKind
 	// Item is the address (a full-length prefix) or the delegated prefix.
 	Item netip.Prefix
 	// Range is the configured range or prefix pool the item came from.
 	Range      string
 	Pool       string
 	CNINetwork string
-	Owner      tenurev1.ReservationOwner
+	Owner      tenurev1alpha1.ReservationOwner
 }
 
 // New builds the IPReservation of s: its name derived from (network, item),
 // the labels every reader selects by, and the spec. It is the one place
 // where the object's shape is decided.
-func New(s Spec) *tenurev1.IPReservation {
+func New(s Spec) *tenurev1alpha1.IPReservation {
 	labels := map[string]string{
 		LabelNetwork:  NetworkLabel(s.Network),
 		LabelOwnerUID: s.Owner.UID,
@@ -47,10 +47,10 @@ func New(s Spec) *tenurev1.IPReservation {
 	if s.Owner.Node != "" {
 		labels[LabelNode] = s.Owner.Node
 	}
-	return &tenurev1.IPReservation{
-		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1.GroupVersion.String(), Kind: "IPReservation"},
+	return &tenurev1alpha1.IPReservation{
+		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1alpha1.GroupVersion.String(), Kind: "IPReservation"},
 		ObjectMeta: metav1.ObjectMeta{Name: Name(s.Network, s.Kind, s.Item), Labels: labels},
-		Spec: tenurev1.IPReservationSpec{
+		Spec: tenurev1alpha1.IPReservationSpec{
 			Network:    s.Network,
 			Kind:       s.Kind,
 			Address:    ItemString(s.Kind, s.Item),
@@ -64,8 +64,8 @@ func New(s Spec) *tenurev1.IPReservation {
 
 // Name is the object name of item on a network: PrefixName for a delegated
 // prefix, AddressName for an address.
-func Name(network string, kind tenurev1.ReservationKind, item netip.Prefix) string {
-	if kind == tenurev1.KindDelegatedPrefix {
+func Name(network string, kind tenurev1alpha1.ReservationKind, item netip.Prefix) string {
+	if kind == tenurev1alpha1.KindDelegatedPrefix {
 		return PrefixName(network, item)
 	}
 	return AddressName(network, item.Addr())
@@ -73,8 +73,8 @@ func Name(network string, kind tenurev1.ReservationKind, item netip.Prefix) stri
 
 // ItemString is spec.address of item: the CIDR of a delegated prefix, the
 // bare IP of an address.
-func ItemString(kind tenurev1.ReservationKind, item netip.Prefix) string {
-	if kind == tenurev1.KindDelegatedPrefix {
+func ItemString(kind tenurev1alpha1.ReservationKind, item netip.Prefix) string {
+	if kind == tenurev1alpha1.KindDelegatedPrefix {
 		return item.Masked().String()
 	}
 	return item.Addr().String()
@@ -98,7 +98,7 @@ func ParseItem(s string) (netip.Prefix, error) {
 // other than the node's) and shares the strings that repeat across
 // thousands of objects. Objects of other types pass as they are.
 func Compact(obj any) (any, error) {
-	r, ok := obj.(*tenurev1.IPReservation)
+	r, ok := obj.(*tenurev1alpha1.IPReservation)
 	if !ok {
 		return obj, nil
 	}
@@ -114,7 +114,7 @@ func Compact(obj any) (any, error) {
 	for _, f := range []*string{&sp.Network, &sp.Range, &sp.Pool, &sp.CNINetwork, &sp.Owner.Namespace, &sp.Owner.Node, &sp.Owner.Interface} {
 		*f = unique.Make(*f).Value()
 	}
-	sp.Kind = tenurev1.ReservationKind(unique.Make(string(sp.Kind)).Value())
-	sp.Owner.Kind = tenurev1.OwnerKind(unique.Make(string(sp.Owner.Kind)).Value())
+	sp.Kind = tenurev1alpha1.ReservationKind(unique.Make(string(sp.Kind)).Value())
+	sp.Owner.Kind = tenurev1alpha1.OwnerKind(unique.Make(string(sp.Owner.Kind)).Value())
 	return r, nil
 }

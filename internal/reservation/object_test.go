@@ -6,11 +6,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
-	owner := tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "p", UID: "o1", Node: "n1"}
+	owner := tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "p", UID: "o1", Node: "n1"}
 	for _, tc := range []struct {
 		name       string
 		spec       Spec
@@ -18,13 +18,13 @@ func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
 		wantAddr   string
 		wantLabels map[string]string
 	}{
-		{"IPv4 address", Spec{Network: "san", Kind: tenurev1.KindAddress, Item: netip.MustParsePrefix("10.0.0.5/32"), Owner: owner},
+		{"IPv4 address", Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.5/32"), Owner: owner},
 			"san.10.0.0.5", "10.0.0.5", map[string]string{LabelNetwork: "san", LabelOwnerUID: "o1", LabelNode: "n1"}},
-		{"IPv6 address", Spec{Network: "vm-net", Kind: tenurev1.KindAddress, Item: netip.MustParsePrefix("2001:db8::1/128"), Owner: owner},
+		{"IPv6 address", Spec{Network: "vm-net", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("2001:db8::1/128"), Owner: owner},
 			"vm-net.2001-0db8-0000-0000-0000-0000-0000-0001", "2001:db8::1", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1"}},
-		{"delegated prefix, unmasked input", Spec{Network: "vm-net", Kind: tenurev1.KindDelegatedPrefix, Item: netip.MustParsePrefix("2001:db8:0:100::1/56"), Owner: owner},
+		{"delegated prefix, unmasked input", Spec{Network: "vm-net", Kind: tenurev1alpha1.KindDelegatedPrefix, Item: netip.MustParsePrefix("2001:db8:0:100::1/56"), Owner: owner},
 			"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", "2001:db8:0:100::/56", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1"}},
-		{"no node: no node label", Spec{Network: "a/b", Kind: tenurev1.KindAddress, Item: netip.MustParsePrefix("10.0.0.1/32"), Owner: tenurev1.ReservationOwner{UID: "o2"}},
+		{"no node: no node label", Spec{Network: "a/b", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.1/32"), Owner: tenurev1alpha1.ReservationOwner{UID: "o2"}},
 			AddressName("a/b", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", map[string]string{LabelNetwork: NetworkLabel("a/b"), LabelOwnerUID: "o2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,7 +40,7 @@ func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
 					t.Fatalf("labels %v, want %v", r.Labels, tc.wantLabels)
 				}
 			}
-			if r.APIVersion != tenurev1.GroupVersion.String() || r.Kind != "IPReservation" {
+			if r.APIVersion != tenurev1alpha1.GroupVersion.String() || r.Kind != "IPReservation" {
 				t.Fatalf("type meta %+v", r.TypeMeta)
 			}
 			back, err := ParseItem(r.Spec.Address)
@@ -48,7 +48,7 @@ func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
 				t.Fatalf("ParseItem(%q) = %v, %v: does not name the object back", r.Spec.Address, back, err)
 			}
 			p, err := Parse(r.Name)
-			if err != nil || p.NetworkLabel != r.Labels[LabelNetwork] || p.IsPrefix != (tc.spec.Kind == tenurev1.KindDelegatedPrefix) {
+			if err != nil || p.NetworkLabel != r.Labels[LabelNetwork] || p.IsPrefix != (tc.spec.Kind == tenurev1alpha1.KindDelegatedPrefix) {
 				t.Fatalf("Parse(%s) = %+v, %v", r.Name, p, err)
 			}
 		})
@@ -56,13 +56,13 @@ func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
 }
 
 func TestCompactKeepsWhatCachesRead(t *testing.T) {
-	r := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "san.10.0.0.5", UID: "u1", ResourceVersion: "9",
+	r := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "san.10.0.0.5", UID: "u1", ResourceVersion: "9",
 		Labels:          map[string]string{LabelNode: "n1", LabelOwnerUID: "o1", LabelNetwork: "san"},
 		Annotations:     map[string]string{"a": "b"},
 		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "m"}},
 		OwnerReferences: []metav1.OwnerReference{{Name: "x"}}},
-		Spec: tenurev1.IPReservationSpec{Network: "san", Kind: tenurev1.KindAddress, Address: "10.0.0.5", Range: "10.0.0.0/29",
-			Owner: tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "p", UID: "o1", ContainerID: "c1", Interface: "net1", Node: "n1"}}}
+		Spec: tenurev1alpha1.IPReservationSpec{Network: "san", Kind: tenurev1alpha1.KindAddress, Address: "10.0.0.5", Range: "10.0.0.0/29",
+			Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "p", UID: "o1", ContainerID: "c1", Interface: "net1", Node: "n1"}}}
 	want := r.Spec
 	out, err := Compact(r)
 	if err != nil || out != r {
@@ -74,7 +74,7 @@ func TestCompactKeepsWhatCachesRead(t *testing.T) {
 	if r.Spec != want || r.Name != "san.10.0.0.5" || r.UID != "u1" || r.ResourceVersion != "9" {
 		t.Fatalf("compaction changed what caches read: %+v %+v", r.ObjectMeta, r.Spec)
 	}
-	noNode := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{LabelOwnerUID: "o"}}}
+	noNode := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{LabelOwnerUID: "o"}}}
 	if _, _ = Compact(noNode); noNode.Labels != nil {
 		t.Fatalf("a reservation without a node label keeps no label map: %v", noNode.Labels)
 	}

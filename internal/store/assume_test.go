@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kube/kubefake"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -33,10 +33,10 @@ func startStore(t *testing.T, objs ...client.Object) (*Store, *kubefake.Client, 
 	return s, fc, ctx
 }
 
-func resv(addr, ownerUID, node string) *tenurev1.IPReservation {
+func resv(addr, ownerUID, node string) *tenurev1alpha1.IPReservation {
 	a := netip.MustParseAddr(addr)
-	return reservation.New(reservation.Spec{Network: "san", Kind: tenurev1.KindAddress, Item: netip.PrefixFrom(a, a.BitLen()),
-		Owner: tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "p", UID: ownerUID, ContainerID: "c-" + ownerUID, Interface: "net1", Node: node}})
+	return reservation.New(reservation.Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(a, a.BitLen()),
+		Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "p", UID: ownerUID, ContainerID: "c-" + ownerUID, Interface: "net1", Node: node}})
 }
 
 // eventually polls cond until it holds or the deadline passes.
@@ -143,7 +143,7 @@ func TestByOwnerUIDSeesOtherNodesAsSketches(t *testing.T) {
 	other := resv("10.0.0.5", "claim-1", "n2")
 	mine := resv("10.0.0.6", "claim-1", "n1")
 	s, _, _ := startStore(t, other, mine)
-	got := map[string]*tenurev1.IPReservation{}
+	got := map[string]*tenurev1alpha1.IPReservation{}
 	for _, r := range s.ByOwnerUID("claim-1") {
 		got[r.Spec.Address] = r
 	}

@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -52,7 +52,7 @@ const assumedTTL = 2 * time.Minute
 type Store struct {
 	node    string
 	cluster cache.SharedIndexInformer // *entry, from metadata: all reservations
-	local   cache.SharedIndexInformer // *tenurev1.IPReservation, this node's
+	local   cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
 
 	mu sync.Mutex
 	// assumed: created by us, not yet seen by the informers.
@@ -62,7 +62,7 @@ type Store struct {
 }
 
 type assumedEntry struct {
-	obj *tenurev1.IPReservation
+	obj *tenurev1alpha1.IPReservation
 	at  time.Time
 }
 
@@ -75,19 +75,19 @@ func New(c client.WithWatch, node string) *Store {
 		indexNetwork:  func(obj any) ([]string, error) { return []string{reservation.NetworkLabelOf(obj.(*entry).name)}, nil },
 	})
 	_ = s.cluster.SetTransform(toEntry)
-	s.local = kube.NewInformer(c, func() client.ObjectList { return &tenurev1.IPReservationList{} }, &tenurev1.IPReservation{}, cache.Indexers{
+	s.local = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
 		indexAttachment: func(obj any) ([]string, error) {
-			r := obj.(*tenurev1.IPReservation)
+			r := obj.(*tenurev1alpha1.IPReservation)
 			if r.Spec.Owner.ContainerID == "" {
 				return nil, nil
 			}
 			return []string{AttachmentKey(r.Spec.Owner.ContainerID, r.Spec.Owner.Interface)}, nil
 		},
 		indexOwnerUID: func(obj any) ([]string, error) {
-			return []string{obj.(*tenurev1.IPReservation).Spec.Owner.UID}, nil
+			return []string{obj.(*tenurev1alpha1.IPReservation).Spec.Owner.UID}, nil
 		},
 		indexNetwork: func(obj any) ([]string, error) {
-			return []string{reservation.NetworkLabelOf(obj.(*tenurev1.IPReservation).Name)}, nil
+			return []string{reservation.NetworkLabelOf(obj.(*tenurev1alpha1.IPReservation).Name)}, nil
 		},
 	}, client.MatchingLabels{reservation.LabelNode: node})
 	_ = s.local.SetTransform(reservation.Compact)
@@ -137,7 +137,7 @@ func ownerBucket(uid string) string {
 
 func newMetadataList() client.ObjectList {
 	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(tenurev1.GroupVersion.WithKind("IPReservationList"))
+	l.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
 	return l
 }
 
@@ -189,12 +189,12 @@ func nameUID(obj any) (string, types.UID, bool) {
 	return m.GetName(), m.GetUID(), true
 }
 
-func (s *Store) localGet(name string, uid types.UID) (*tenurev1.IPReservation, bool) {
+func (s *Store) localGet(name string, uid types.UID) (*tenurev1alpha1.IPReservation, bool) {
 	obj, ok, _ := s.local.GetIndexer().GetByKey(name)
 	if !ok {
 		return nil, false
 	}
-	r := obj.(*tenurev1.IPReservation)
+	r := obj.(*tenurev1alpha1.IPReservation)
 	return r, uid == "" || r.UID == uid
 }
 
@@ -218,13 +218,13 @@ func (s *Store) HasSynced() bool { return s.cluster.HasSynced() && s.local.HasSy
 // Get returns the reservation of that name as this agent knows it. For a
 // name of another node it is a sketch (see sketch), for this node's the
 // whole object. The object is shared: callers must not modify it.
-func (s *Store) Get(name string) (*tenurev1.IPReservation, bool) {
+func (s *Store) Get(name string) (*tenurev1alpha1.IPReservation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.getLocked(name)
 }
 
-func (s *Store) getLocked(name string) (*tenurev1.IPReservation, bool) {
+func (s *Store) getLocked(name string) (*tenurev1alpha1.IPReservation, bool) {
 	if _, gone := s.released[name]; gone {
 		return nil, false
 	}
@@ -244,14 +244,14 @@ func (s *Store) getLocked(name string) (*tenurev1.IPReservation, bool) {
 // sketch is what a cluster-cache entry says of a reservation: its name,
 // UID, owner UID, kind and item (decoded from the name). Spec fields beyond
 // those are empty.
-func sketch(e *entry) *tenurev1.IPReservation {
-	r := &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: e.name, UID: e.uid, ResourceVersion: e.resourceVersion}}
+func sketch(e *entry) *tenurev1alpha1.IPReservation {
+	r := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: e.name, UID: e.uid, ResourceVersion: e.resourceVersion}}
 	r.Spec.Owner.UID = e.owner
 	if p, err := reservation.Parse(e.name); err == nil {
 		if p.IsPrefix {
-			r.Spec.Kind, r.Spec.Address = tenurev1.KindDelegatedPrefix, p.Prefix.String()
+			r.Spec.Kind, r.Spec.Address = tenurev1alpha1.KindDelegatedPrefix, p.Prefix.String()
 		} else {
-			r.Spec.Kind, r.Spec.Address = tenurev1.KindAddress, p.Prefix.Addr().String()
+			r.Spec.Kind, r.Spec.Address = tenurev1alpha1.KindAddress, p.Prefix.Addr().String()
 		}
 	}
 	return r
@@ -282,7 +282,7 @@ func (s *Store) takenLocked(name string) bool {
 
 // TryAssume marks name as ours before the Create is sent, so concurrent
 // allocations on this node never pick it too. False: it is already taken.
-func (s *Store) TryAssume(r *tenurev1.IPReservation) bool {
+func (s *Store) TryAssume(r *tenurev1alpha1.IPReservation) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.takenLocked(r.Name) {
@@ -294,7 +294,7 @@ func (s *Store) TryAssume(r *tenurev1.IPReservation) bool {
 }
 
 // Confirm replaces the assumed placeholder with the created object.
-func (s *Store) Confirm(r *tenurev1.IPReservation) {
+func (s *Store) Confirm(r *tenurev1alpha1.IPReservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	confirmed := false
@@ -325,7 +325,7 @@ func (s *Store) MarkTakenElsewhere(name string) {
 	if s.takenLocked(name) {
 		return
 	}
-	s.assumed[name] = assumedEntry{obj: &tenurev1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}}, at: time.Now()}
+	s.assumed[name] = assumedEntry{obj: &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}}, at: time.Now()}
 }
 
 // Released records a successful delete of ours.
@@ -337,33 +337,33 @@ func (s *Store) Released(name string) {
 }
 
 // ByAttachment returns what one attachment of this node holds.
-func (s *Store) ByAttachment(containerID, ifName string) []*tenurev1.IPReservation {
-	return s.collect(indexAttachment, AttachmentKey(containerID, ifName), false, func(r *tenurev1.IPReservation) bool {
+func (s *Store) ByAttachment(containerID, ifName string) []*tenurev1alpha1.IPReservation {
+	return s.collect(indexAttachment, AttachmentKey(containerID, ifName), false, func(r *tenurev1alpha1.IPReservation) bool {
 		return r.Spec.Owner.ContainerID == containerID && r.Spec.Owner.Interface == ifName
 	})
 }
 
 // ByOwnerUID returns what one pod or claim holds, on any node: this node's
 // whole, others' as sketches.
-func (s *Store) ByOwnerUID(uid string) []*tenurev1.IPReservation {
-	return s.collect(indexOwnerUID, uid, true, func(r *tenurev1.IPReservation) bool { return r.Spec.Owner.UID == uid })
+func (s *Store) ByOwnerUID(uid string) []*tenurev1alpha1.IPReservation {
+	return s.collect(indexOwnerUID, uid, true, func(r *tenurev1alpha1.IPReservation) bool { return r.Spec.Owner.UID == uid })
 }
 
 // ByNetwork returns every reservation of one network key, on any node.
-func (s *Store) ByNetwork(network string) []*tenurev1.IPReservation {
+func (s *Store) ByNetwork(network string) []*tenurev1alpha1.IPReservation {
 	label := reservation.NetworkLabel(network)
-	return s.collect(indexNetwork, label, true, func(r *tenurev1.IPReservation) bool { return reservation.NetworkLabelOf(r.Name) == label })
+	return s.collect(indexNetwork, label, true, func(r *tenurev1alpha1.IPReservation) bool { return reservation.NetworkLabelOf(r.Name) == label })
 }
 
 // Local returns every reservation of this node.
-func (s *Store) Local() []*tenurev1.IPReservation {
-	return s.collect("", "", false, func(r *tenurev1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.node })
+func (s *Store) Local() []*tenurev1alpha1.IPReservation {
+	return s.collect("", "", false, func(r *tenurev1alpha1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.node })
 }
 
 // collect reads index key from the local cache and, with cluster, the
 // cluster cache (as sketches where the local cache lacks the name), then
 // lays our unconfirmed writes and releases over them.
-func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1.IPReservation) bool) []*tenurev1.IPReservation {
+func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alpha1.IPReservation) bool) []*tenurev1alpha1.IPReservation {
 	var local, others []any
 	if index == "" {
 		local = s.local.GetIndexer().List()
@@ -380,9 +380,9 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1.IP
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked()
-	out := make([]*tenurev1.IPReservation, 0, len(local)+len(others))
+	out := make([]*tenurev1alpha1.IPReservation, 0, len(local)+len(others))
 	seen := make(map[string]bool, len(local)+len(others))
-	add := func(r *tenurev1.IPReservation) {
+	add := func(r *tenurev1alpha1.IPReservation) {
 		if _, gone := s.released[r.Name]; gone || seen[r.Name] {
 			return
 		}
@@ -393,7 +393,7 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1.IP
 		out = append(out, r)
 	}
 	for _, o := range local {
-		add(o.(*tenurev1.IPReservation))
+		add(o.(*tenurev1alpha1.IPReservation))
 	}
 	for _, o := range others {
 		if e := o.(*entry); !seen[e.name] && (index != indexOwnerUID || e.owner == key) {
@@ -428,7 +428,7 @@ func (s *Store) Len() int { return len(s.cluster.GetIndexer().ListKeys()) }
 // AssumeOverCache assumes name even though a cache holds it, for when a
 // quorum read has shown the cache to be stale. False only when this agent
 // itself has an unconfirmed write of that name.
-func (s *Store) AssumeOverCache(r *tenurev1.IPReservation) bool {
+func (s *Store) AssumeOverCache(r *tenurev1alpha1.IPReservation) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a, ok := s.assumed[r.Name]; ok && a.obj.Spec.Owner.UID != "" {

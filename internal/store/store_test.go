@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -23,9 +23,9 @@ func TestSketchReadsTheName(t *testing.T) {
 	for _, tc := range []struct {
 		name, kind, address string
 	}{
-		{"san.10.0.0.5", string(tenurev1.KindAddress), "10.0.0.5"},
-		{"vm-net.2001-0db8-0000-0000-0000-0000-0000-0001", string(tenurev1.KindAddress), "2001:db8::1"},
-		{"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", string(tenurev1.KindDelegatedPrefix), "2001:db8:0:100::/56"},
+		{"san.10.0.0.5", string(tenurev1alpha1.KindAddress), "10.0.0.5"},
+		{"vm-net.2001-0db8-0000-0000-0000-0000-0000-0001", string(tenurev1alpha1.KindAddress), "2001:db8::1"},
+		{"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", string(tenurev1alpha1.KindDelegatedPrefix), "2001:db8:0:100::/56"},
 	} {
 		e, _ := toEntry(metadata(tc.name, "u-"+tc.name, "owner-1"))
 		r := sketch(e.(*entry))
@@ -55,7 +55,7 @@ func TestEntryKeysLikeTheObject(t *testing.T) {
 func TestOwnerBucketsAreFilteredToTheOwner(t *testing.T) {
 	s := &Store{cluster: cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{
 		indexOwnerUID: func(obj any) ([]string, error) { return []string{ownerBucket(obj.(*entry).owner)}, nil },
-	}), local: cache.NewSharedIndexInformer(nil, &tenurev1.IPReservation{}, 0, cache.Indexers{indexOwnerUID: cache.MetaNamespaceIndexFunc}),
+	}), local: cache.NewSharedIndexInformer(nil, &tenurev1alpha1.IPReservation{}, 0, cache.Indexers{indexOwnerUID: cache.MetaNamespaceIndexFunc}),
 		assumed: map[string]assumedEntry{}, released: map[string]time.Time{}}
 	// Same bucket ("abc"), different owners.
 	for i, owner := range []string{"abc-1", "abc-2", "abc-1"} {

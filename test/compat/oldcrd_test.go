@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -70,18 +70,18 @@ func TestClaimsWorkWithAnOlderCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &ipamclaimsv1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm1.san"},
-		Spec: ipamclaimsv1.IPAMClaimSpec{Network: "san", Interface: "net1"}}
+	cl := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm1.san"},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "san", Interface: "net1"}}
 	if err := c.Create(ctx, cl); err != nil {
 		t.Fatal(err)
 	}
 	cl.Status.IPs = []string{"10.0.0.5/24", "fd00::5/64"}
 	cl.Status.DelegatedPrefixes = []string{"fd00:100::/56"}
-	cl.Status.OwnerPod = &ipamclaimsv1.OwnerPod{Name: "virt-launcher-vm1-a"}
+	cl.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "virt-launcher-vm1-a"}
 	if err := c.Status().Update(ctx, cl); err != nil {
 		t.Fatalf("status update with the additive field against an older CRD: %v", err)
 	}
-	got := &ipamclaimsv1.IPAMClaim{}
+	got := &ipamclaimsv1alpha1.IPAMClaim{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cl), got); err != nil {
 		t.Fatal(err)
 	}

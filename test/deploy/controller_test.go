@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -57,9 +57,9 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 	kubeconfig := impersonatingKubeconfig(t, d.Spec.Template.Spec.ServiceAccountName, dir)
 
 	// A pool for it to report on: the status write needs its RBAC too.
-	pool := &tenurev1.IPPool{
+	pool := &tenurev1alpha1.IPPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "deploy-test-pool"},
-		Spec:       tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.250.0.0/29"}}},
+		Spec:       tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.250.0.0/29"}}},
 	}
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 		return fmt.Errorf("%d leases, none held", len(list.Items))
 	})
 	waitFor("IPPool status written", func() error {
-		got := &tenurev1.IPPool{}
+		got := &tenurev1alpha1.IPPool{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pool), got); err != nil {
 			return err
 		}

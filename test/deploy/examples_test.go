@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/config"
 )
@@ -128,7 +128,7 @@ func TestExampleKubeVirt(t *testing.T) {
 	}
 
 	// The claim, the pod presenting it and the VM fit together.
-	claim := typed[ipamclaimsv1.IPAMClaim](t, find(t, exs, "IPAMClaim", ""))
+	claim := typed[ipamclaimsv1alpha1.IPAMClaim](t, find(t, exs, "IPAMClaim", ""))
 	if claim.Spec.Network != c.Name {
 		t.Errorf("IPAMClaim %s spec.network %q, the CNI network is %q", claim.Name, claim.Spec.Network, c.Name)
 	}

@@ -28,8 +28,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -369,7 +369,7 @@ func TestAgentPodOnANode(t *testing.T) {
 		return r
 	}
 	ownedBy := func(uid string) []string {
-		list := &tenurev1.IPReservationList{}
+		list := &tenurev1alpha1.IPReservationList{}
 		if err := c.List(ctx, list); err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +414,7 @@ func TestAgentPodOnANode(t *testing.T) {
 	}
 
 	// KubeVirt: the example claim and the example launcher pod.
-	claim := typed[ipamclaimsv1.IPAMClaim](t, find(t, exs, "IPAMClaim", ""))
+	claim := typed[ipamclaimsv1alpha1.IPAMClaim](t, find(t, exs, "IPAMClaim", ""))
 	claim.Namespace = ns
 	if err := c.Create(ctx, claim); err != nil {
 		t.Fatal(err)
@@ -436,7 +436,7 @@ func TestAgentPodOnANode(t *testing.T) {
 	if v4 != 1 || v6 != 1 {
 		t.Errorf("vm-net ADD gave %v, want one IPv4 and one IPv6 address", r.IPs)
 	}
-	got := &ipamclaimsv1.IPAMClaim{}
+	got := &ipamclaimsv1alpha1.IPAMClaim{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(claim), got); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
@@ -237,7 +237,7 @@ func TestBadConfigNamesTheKeyAndWritesNothing(t *testing.T) {
 	c := apiClient(t)
 	agents := startAgents(t, ctx, "nbad")
 	sock := agents["nbad"].Socket
-	before := &tenurev1.IPReservationList{}
+	before := &tenurev1alpha1.IPReservationList{}
 	if err := c.List(ctx, before); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestBadConfigNamesTheKeyAndWritesNothing(t *testing.T) {
 			t.Errorf("%s: error %q does not name %q", tc.ipam, err, tc.wantInMsg)
 		}
 	}
-	after := &tenurev1.IPReservationList{}
+	after := &tenurev1alpha1.IPReservationList{}
 	if err := c.List(ctx, after); err != nil {
 		t.Fatal(err)
 	}
@@ -333,9 +333,9 @@ func TestDeclaredPool(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	c := apiClient(t)
 	agents := startAgents(t, ctx, "npool")
-	pool := &tenurev1.IPPool{}
+	pool := &tenurev1alpha1.IPPool{}
 	pool.Name = "san-pool"
-	pool.Spec = tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.62.0.0/29"}}, NetworkName: "sanpool"}
+	pool.Spec = tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.62.0.0/29"}}, NetworkName: "sanpool"}
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

@@ -19,22 +19,22 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
-func createClaim(t *testing.T, ctx context.Context, c client.Client, ns, name, network string) *ipamclaimsv1.IPAMClaim {
+func createClaim(t *testing.T, ctx context.Context, c client.Client, ns, name, network string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
 	if err := testbed.EnsureNamespace(ctx, c, ns); err != nil {
 		t.Fatal(err)
 	}
-	cl := &ipamclaimsv1.IPAMClaim{
+	cl := &ipamclaimsv1alpha1.IPAMClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       ipamclaimsv1.IPAMClaimSpec{Network: network, Interface: "net1"},
+		Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: "net1"},
 	}
 	if err := c.Create(ctx, cl); err != nil {
 		t.Fatal(err)
@@ -46,9 +46,9 @@ func vmAnnotations(network, claim string) map[string]string {
 	return map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"interface":"net1","ipam-claim-reference":%q}]`, network, claim)}
 }
 
-func getClaim(t *testing.T, ctx context.Context, c client.Client, ns, name string) *ipamclaimsv1.IPAMClaim {
+func getClaim(t *testing.T, ctx context.Context, c client.Client, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
-	cl := &ipamclaimsv1.IPAMClaim{}
+	cl := &ipamclaimsv1alpha1.IPAMClaim{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl); err != nil {
 		t.Fatal(err)
 	}
@@ -56,13 +56,13 @@ func getClaim(t *testing.T, ctx context.Context, c client.Client, ns, name strin
 }
 
 // ownedBy lists, from the API server, the reservations owned by a UID.
-func ownedBy(t *testing.T, ctx context.Context, uid string) []tenurev1.IPReservation {
+func ownedBy(t *testing.T, ctx context.Context, uid string) []tenurev1alpha1.IPReservation {
 	t.Helper()
-	list := &tenurev1.IPReservationList{}
+	list := &tenurev1alpha1.IPReservationList{}
 	if err := apiClient(t).List(ctx, list); err != nil {
 		t.Fatal(err)
 	}
-	var out []tenurev1.IPReservation
+	var out []tenurev1alpha1.IPReservation
 	for _, r := range list.Items {
 		if r.Spec.Owner.UID == uid {
 			out = append(out, r)
@@ -71,7 +71,7 @@ func ownedBy(t *testing.T, ctx context.Context, uid string) []tenurev1.IPReserva
 	return out
 }
 
-func reservedItems(rs []tenurev1.IPReservation) []string {
+func reservedItems(rs []tenurev1alpha1.IPReservation) []string {
 	var out []string
 	for _, r := range rs {
 		out = append(out, r.Spec.Address)
@@ -107,7 +107,7 @@ func TestLiveMigrationKeepsAddressesAndPrefix(t *testing.T) {
 	if got.Status.OwnerPod == nil || got.Status.OwnerPod.Name != src.name {
 		t.Fatalf("ownerPod %+v, want %s", got.Status.OwnerPod, src.name)
 	}
-	if cond := meta.FindStatusCondition(got.Status.Conditions, ipamclaimsv1.ConditionIPsAllocated); cond == nil || cond.Reason != ipamclaimsv1.ReasonSuccessfulAllocation {
+	if cond := meta.FindStatusCondition(got.Status.Conditions, ipamclaimsv1alpha1.ConditionIPsAllocated); cond == nil || cond.Reason != ipamclaimsv1alpha1.ReasonSuccessfulAllocation {
 		t.Fatalf("condition %+v, want IPsAllocated/SuccessfulAllocation", cond)
 	}
 	held := ownedBy(t, ctx, string(claim.UID))
@@ -143,7 +143,7 @@ func TestLiveMigrationKeepsAddressesAndPrefix(t *testing.T) {
 	if _, err := add(ctx, other, confOn("mig-a")); cniCode(err) != agent.CodeRangeFull {
 		t.Fatalf("second claim on a one-address range: %v, want exhaustion", err)
 	}
-	if cond := meta.FindStatusCondition(getClaim(t, ctx, c, ns, "vm2.san").Status.Conditions, ipamclaimsv1.ConditionIPsAllocated); cond == nil || cond.Reason != ipamclaimsv1.ReasonSubnetExhausted {
+	if cond := meta.FindStatusCondition(getClaim(t, ctx, c, ns, "vm2.san").Status.Conditions, ipamclaimsv1alpha1.ConditionIPsAllocated); cond == nil || cond.Reason != ipamclaimsv1alpha1.ReasonSubnetExhausted {
 		t.Fatalf("vm2 condition %+v, want SubnetExhausted", cond)
 	}
 
@@ -185,7 +185,7 @@ func TestFiftyClaimsMigrateConcurrentlyAcrossFourAgents(t *testing.T) {
 		"prefix_delegation":{"range":"fd00:9100::/40","prefix_length":56},"network_name":"fifty"}`
 	const ns, n = "fifty", 50
 	type vm struct {
-		claim    *ipamclaimsv1.IPAMClaim
+		claim    *ipamclaimsv1alpha1.IPAMClaim
 		src, dst pod
 		first    []string
 	}
@@ -250,7 +250,7 @@ func TestFiftyClaimsMigrateConcurrentlyAcrossFourAgents(t *testing.T) {
 		}
 	}
 	for _, r := range reservationsOf(t, ctx, "fifty") {
-		if r.Spec.Owner.Kind != tenurev1.OwnerIPAMClaim {
+		if r.Spec.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim {
 			t.Fatalf("reservation %s is not claim-owned: %+v", r.Name, r.Spec.Owner)
 		}
 	}
@@ -337,7 +337,7 @@ func TestClaimNetworkMismatchAndOutsideRange(t *testing.T) {
 	if !slices.Equal(got.Status.IPs, []string{"10.255.0.9/24"}) {
 		t.Fatalf("claim status was rewritten to %v", got.Status.IPs)
 	}
-	if cond := meta.FindStatusCondition(got.Status.Conditions, ipamclaimsv1.ConditionIPsAllocated); cond == nil || cond.Reason != ipamclaimsv1.ReasonAddressesOutsideRange {
+	if cond := meta.FindStatusCondition(got.Status.Conditions, ipamclaimsv1alpha1.ConditionIPsAllocated); cond == nil || cond.Reason != ipamclaimsv1alpha1.ReasonAddressesOutsideRange {
 		t.Fatalf("condition %+v", cond)
 	}
 	if n := len(reservationsOf(t, ctx, "mm")); n != 0 {
@@ -347,7 +347,7 @@ func TestClaimNetworkMismatchAndOutsideRange(t *testing.T) {
 	var evs []corev1.Event
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		evs = claimEvents(t, ctx, c, ns, "vm.moved")
-		return len(evs) > 0 && evs[0].Reason == ipamclaimsv1.ReasonAddressesOutsideRange && strings.Contains(evs[0].Message, "10.255.0.9"), nil
+		return len(evs) > 0 && evs[0].Reason == ipamclaimsv1alpha1.ReasonAddressesOutsideRange && strings.Contains(evs[0].Message, "10.255.0.9"), nil
 	}); err != nil {
 		t.Fatalf("no AddressesOutsideRange Event on the claim: %+v", evs)
 	}
@@ -379,7 +379,7 @@ func TestPodWithoutClaimGetsAPrefixOnlyWhenItOptsIn(t *testing.T) {
 		}
 		var prefixes []string
 		for _, res := range ownedBy(t, ctx, p.uid) {
-			if res.Spec.Kind == tenurev1.KindDelegatedPrefix {
+			if res.Spec.Kind == tenurev1alpha1.KindDelegatedPrefix {
 				prefixes = append(prefixes, res.Spec.Address)
 			}
 		}

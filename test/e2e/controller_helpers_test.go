@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -145,11 +145,11 @@ func ctlPoll(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 
 // ctlReservation creates a reservation directly, as the agent would have
 // (same name derivation and labels).
-func ctlReservation(t *testing.T, ctx context.Context, c client.Client, network, item string, owner tenurev1.ReservationOwner) *tenurev1.IPReservation {
+func ctlReservation(t *testing.T, ctx context.Context, c client.Client, network, item string, owner tenurev1alpha1.ReservationOwner) *tenurev1alpha1.IPReservation {
 	t.Helper()
-	spec := reservation.Spec{Network: network, Kind: tenurev1.KindAddress, Owner: owner}
+	spec := reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Owner: owner}
 	if strings.Contains(item, "/") {
-		spec.Kind, spec.Item = tenurev1.KindDelegatedPrefix, netip.MustParsePrefix(item)
+		spec.Kind, spec.Item = tenurev1alpha1.KindDelegatedPrefix, netip.MustParsePrefix(item)
 	} else {
 		addr := netip.MustParseAddr(item)
 		spec.Item = netip.PrefixFrom(addr, addr.BitLen())
@@ -162,9 +162,9 @@ func ctlReservation(t *testing.T, ctx context.Context, c client.Client, network,
 }
 
 // ghostOwner is a pod owner whose pod never existed.
-func ghostOwner(ns string, i int) tenurev1.ReservationOwner {
+func ghostOwner(ns string, i int) tenurev1alpha1.ReservationOwner {
 	uid := fmt.Sprintf("00000000-0000-4000-8000-%012d", time.Now().UnixNano()%1e12+int64(i))
-	return tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: ns, Name: fmt.Sprintf("ghost-%d", i), UID: uid,
+	return tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: ns, Name: fmt.Sprintf("ghost-%d", i), UID: uid,
 		PodName: fmt.Sprintf("ghost-%d", i), PodUID: uid, ContainerID: "ghost-sandbox-" + strconv.Itoa(i), Interface: "net1", Node: "ghost-node"}
 }
 

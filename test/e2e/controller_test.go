@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -404,7 +404,7 @@ func TestControllerNeverReleasesLiveReservationsDuringConcurrentAdds(t *testing.
 			mu.Lock()
 			snapshot := append([]held(nil), returned...)
 			mu.Unlock()
-			list := &tenurev1.IPReservationList{}
+			list := &tenurev1alpha1.IPReservationList{}
 			if err := c.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: network}); err != nil {
 				continue
 			}
@@ -485,10 +485,10 @@ func TestControllerClaimDeletion(t *testing.T) {
 	}
 	// makeClaim creates a claim holding an address and a delegated prefix,
 	// recorded in its status, as an agent's ADD leaves it.
-	makeClaim := func(name, addr, prefix string) (*ipamclaimsv1.IPAMClaim, []string) {
+	makeClaim := func(name, addr, prefix string) (*ipamclaimsv1alpha1.IPAMClaim, []string) {
 		t.Helper()
-		cl := &ipamclaimsv1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: ipamclaimsv1.IPAMClaimSpec{Network: network, Interface: "net1"}}
+		cl := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: "net1"}}
 		if err := c.Create(ctx, cl); err != nil {
 			t.Fatal(err)
 		}
@@ -497,19 +497,19 @@ func TestControllerClaimDeletion(t *testing.T) {
 		if err := c.Status().Update(ctx, cl); err != nil {
 			t.Fatal(err)
 		}
-		owner := tenurev1.ReservationOwner{Kind: tenurev1.OwnerIPAMClaim, Namespace: ns, Name: name, UID: string(cl.UID),
+		owner := tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: ns, Name: name, UID: string(cl.UID),
 			PodName: "virt-launcher-" + name, PodUID: "pod-of-" + name, ContainerID: "sandbox-" + name, Interface: "net1", Node: "claim-node"}
 		a := ctlReservation(t, ctx, c, network, addr, owner)
 		p := ctlReservation(t, ctx, c, network, prefix, owner)
 		return cl, []string{a.Name, p.Name}
 	}
 	claimGone := func(name string) bool {
-		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ipamclaimsv1.IPAMClaim{})
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ipamclaimsv1alpha1.IPAMClaim{})
 		return apierrors.IsNotFound(err)
 	}
 	waitFinalizer := func(name string) {
 		ctlPoll(t, ctx, "finalizer on "+name, func() (bool, error) {
-			cl := &ipamclaimsv1.IPAMClaim{}
+			cl := &ipamclaimsv1alpha1.IPAMClaim{}
 			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl); err != nil {
 				return false, err
 			}
@@ -578,7 +578,7 @@ func TestControllerClaimDeletion(t *testing.T) {
 		if err := c.Delete(ctx, cl); err != nil {
 			t.Fatal(err)
 		}
-		term := &ipamclaimsv1.IPAMClaim{}
+		term := &ipamclaimsv1alpha1.IPAMClaim{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cl.Name}, term); err != nil || term.DeletionTimestamp == nil {
 			t.Fatalf("vm-down must stay Terminating while the controller is down: %v", err)
 		}
@@ -589,12 +589,12 @@ func TestControllerClaimDeletion(t *testing.T) {
 		// Watch from now on: the claim must disappear only after its
 		// reservations (resourceVersions are etcd revisions, comparable
 		// across resources of one etcd).
-		rw, err := c.Watch(ctx, &tenurev1.IPReservationList{}, client.MatchingLabels{reservation.LabelOwnerUID: string(cl.UID)})
+		rw, err := c.Watch(ctx, &tenurev1alpha1.IPReservationList{}, client.MatchingLabels{reservation.LabelOwnerUID: string(cl.UID)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rw.Stop()
-		cw, err := c.Watch(ctx, &ipamclaimsv1.IPAMClaimList{}, client.InNamespace(ns))
+		cw, err := c.Watch(ctx, &ipamclaimsv1alpha1.IPAMClaimList{}, client.InNamespace(ns))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -609,11 +609,11 @@ func TestControllerClaimDeletion(t *testing.T) {
 				t.Fatalf("waiting for deletions: reservations %v, claim %q", resDeleted, claimDeleted)
 			case ev := <-rw.ResultChan():
 				if ev.Type == watch.Deleted {
-					r := ev.Object.(*tenurev1.IPReservation)
+					r := ev.Object.(*tenurev1alpha1.IPReservation)
 					resDeleted[r.Name] = r.ResourceVersion
 				}
 			case ev := <-cw.ResultChan():
-				if cl2, ok := ev.Object.(*ipamclaimsv1.IPAMClaim); ok && ev.Type == watch.Deleted && cl2.Name == cl.Name {
+				if cl2, ok := ev.Object.(*ipamclaimsv1alpha1.IPAMClaim); ok && ev.Type == watch.Deleted && cl2.Name == cl.Name {
 					claimDeleted = cl2.ResourceVersion
 				}
 			}
@@ -708,14 +708,14 @@ func TestControllerOnceDryRunThenOnce(t *testing.T) {
 		r := ctlReservation(t, ctx, c, network, fmt.Sprintf("10.68.0.%d", i), ghostOwner(ns, i))
 		orphans[r.Name] = "PodGone"
 	}
-	claimOrphan := ctlReservation(t, ctx, c, network, "10.68.0.9", tenurev1.ReservationOwner{Kind: tenurev1.OwnerIPAMClaim,
+	claimOrphan := ctlReservation(t, ctx, c, network, "10.68.0.9", tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim,
 		Namespace: ns, Name: "deleted-claim", UID: "00000000-0000-4000-8000-00000000c1a1"})
 	orphans[claimOrphan.Name] = "ClaimGone"
 	livePod, err := testbed.CreatePod(ctx, c, ns, "alive", "once-node", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := ctlReservation(t, ctx, c, network, "10.68.0.100", tenurev1.ReservationOwner{Kind: tenurev1.OwnerPod, Namespace: ns,
+	live := ctlReservation(t, ctx, c, network, "10.68.0.100", tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: ns,
 		Name: "alive", UID: string(livePod.UID), PodName: "alive", PodUID: string(livePod.UID), ContainerID: "s", Interface: "net1", Node: "once-node"})
 	before := map[string]string{}
 	for _, r := range reservationsOf(t, ctx, network) {
@@ -784,8 +784,8 @@ func TestControllerPoolStatus(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	c := apiClient(t)
 	agents := startAgents(t, ctx, "ps-a")
-	pool := &tenurev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "ctl-pool"},
-		Spec: tenurev1.IPPoolSpec{Ranges: []tenurev1.PoolRange{{Range: "10.69.0.0/28"}}, NetworkName: "ctlpool"}}
+	pool := &tenurev1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "ctl-pool"},
+		Spec: tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.69.0.0/28"}}, NetworkName: "ctlpool"}}
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -800,7 +800,7 @@ func TestControllerPoolStatus(t *testing.T) {
 	waitStatus := func(allocated int64) {
 		t.Helper()
 		ctlPoll(t, ctx, fmt.Sprintf("pool status allocated=%d", allocated), func() (bool, error) {
-			got := &tenurev1.IPPool{}
+			got := &tenurev1alpha1.IPPool{}
 			if err := c.Get(ctx, client.ObjectKey{Name: pool.Name}, got); err != nil {
 				return false, err
 			}

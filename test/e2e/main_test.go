@@ -21,7 +21,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -133,9 +133,9 @@ func cniCode(err error) uint {
 }
 
 // reservationsOf lists, from the API server, the reservations of one network.
-func reservationsOf(t *testing.T, ctx context.Context, network string) []tenurev1.IPReservation {
+func reservationsOf(t *testing.T, ctx context.Context, network string) []tenurev1alpha1.IPReservation {
 	t.Helper()
-	list := &tenurev1.IPReservationList{}
+	list := &tenurev1alpha1.IPReservationList{}
 	if err := apiClient(t).List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
 		t.Fatal(err)
 	}

@@ -45,8 +45,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 // Reason says why a reservation is released; it is the `reason` label of
@@ -101,7 +101,7 @@ type Facts struct {
 	Claim *ClaimFact
 	// Siblings are reservations with the same owner.uid (the reservation
 	// itself may be among them); meaningful only when SiblingsKnown.
-	Siblings      []*tenurev1.IPReservation
+	Siblings      []*tenurev1alpha1.IPReservation
 	SiblingsKnown bool
 }
 
@@ -134,35 +134,35 @@ func release(reason Reason, format string, args ...any) Decision {
 
 // NeedsSiblings reports whether Decide consults Facts.Siblings for r given
 // its pod: only when the owning pod exists with the owner's UID.
-func NeedsSiblings(r *tenurev1.IPReservation, pod *PodFact) bool {
+func NeedsSiblings(r *tenurev1alpha1.IPReservation, pod *PodFact) bool {
 	o := r.Spec.Owner
-	return o.Kind == tenurev1.OwnerPod && pod != nil && pod.Exists && pod.UID == o.UID && o.ContainerID != ""
+	return o.Kind == tenurev1alpha1.OwnerPod && pod != nil && pod.Exists && pod.UID == o.UID && o.ContainerID != ""
 }
 
 // NeedsNode reports whether Decide consults Facts.Node for r given its pod:
 // only when the owning pod is terminating or terminal on owner.node.
-func NeedsNode(r *tenurev1.IPReservation, pod *PodFact) bool {
+func NeedsNode(r *tenurev1alpha1.IPReservation, pod *PodFact) bool {
 	o := r.Spec.Owner
-	return o.Kind == tenurev1.OwnerPod && o.Node != "" && pod != nil && pod.Exists && pod.UID == o.UID &&
+	return o.Kind == tenurev1alpha1.OwnerPod && o.Node != "" && pod != nil && pod.Exists && pod.UID == o.UID &&
 		(pod.Terminating || pod.Terminal) && pod.NodeName == o.Node
 }
 
 // Decide says whether r is to be released.
-func Decide(r *tenurev1.IPReservation, f Facts, p Policy) Decision {
+func Decide(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 	o := r.Spec.Owner
 	if o.UID == "" || o.Namespace == "" || o.Name == "" {
 		return keep("owner is incomplete (namespace %q, name %q, uid %q)", o.Namespace, o.Name, o.UID)
 	}
 	switch o.Kind {
-	case tenurev1.OwnerPod:
+	case tenurev1alpha1.OwnerPod:
 		return decidePod(r, f, p)
-	case tenurev1.OwnerIPAMClaim:
+	case tenurev1alpha1.OwnerIPAMClaim:
 		return decideClaim(r, f)
 	}
 	return keep("owner kind %q is not known", o.Kind)
 }
 
-func decidePod(r *tenurev1.IPReservation, f Facts, p Policy) Decision {
+func decidePod(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 	o := r.Spec.Owner
 	pod := f.Pod
 	switch {
@@ -209,7 +209,7 @@ func decidePod(r *tenurev1.IPReservation, f Facts, p Policy) Decision {
 	return d
 }
 
-func decideClaim(r *tenurev1.IPReservation, f Facts) Decision {
+func decideClaim(r *tenurev1alpha1.IPReservation, f Facts) Decision {
 	o := r.Spec.Owner
 	c := f.Claim
 	switch {
@@ -236,7 +236,7 @@ func short(id string) string {
 }
 
 // family is 4 or 6 for the reservation's address or prefix, 0 if unparsable.
-func family(r *tenurev1.IPReservation) int {
+func family(r *tenurev1alpha1.IPReservation) int {
 	s := r.Spec.Address
 	var a netip.Addr
 	if strings.Contains(s, "/") {
@@ -259,9 +259,9 @@ func family(r *tenurev1.IPReservation) int {
 
 // sameSlot reports whether two reservations fill the same slot of the same
 // pod attachment: same pod UID, interface, network, kind and family.
-func sameSlot(a, b *tenurev1.IPReservation) bool {
+func sameSlot(a, b *tenurev1alpha1.IPReservation) bool {
 	oa, ob := a.Spec.Owner, b.Spec.Owner
-	return ob.Kind == tenurev1.OwnerPod && oa.Kind == tenurev1.OwnerPod && oa.UID == ob.UID &&
+	return ob.Kind == tenurev1alpha1.OwnerPod && oa.Kind == tenurev1alpha1.OwnerPod && oa.UID == ob.UID &&
 		oa.Interface == ob.Interface && a.Spec.Network == b.Spec.Network && a.Spec.Kind == b.Spec.Kind &&
 		family(a) != 0 && family(a) == family(b)
 }
@@ -270,8 +270,8 @@ func sameSlot(a, b *tenurev1.IPReservation) bool {
 // same slot as r but was made by another sandbox (containerID), when it is
 // newer than every reservation of r's own sandbox in that slot; nil when
 // r's sandbox is the newest.
-func NewerSandbox(r *tenurev1.IPReservation, siblings []*tenurev1.IPReservation) *tenurev1.IPReservation {
-	if r.Spec.Owner.Kind != tenurev1.OwnerPod || r.Spec.Owner.ContainerID == "" || family(r) == 0 {
+func NewerSandbox(r *tenurev1alpha1.IPReservation, siblings []*tenurev1alpha1.IPReservation) *tenurev1alpha1.IPReservation {
+	if r.Spec.Owner.Kind != tenurev1alpha1.OwnerPod || r.Spec.Owner.ContainerID == "" || family(r) == 0 {
 		return nil
 	}
 	newest := r
@@ -293,7 +293,7 @@ func NewerSandbox(r *tenurev1.IPReservation, siblings []*tenurev1.IPReservation)
 // then resourceVersion (reservations are never updated, so it is the
 // creation revision; comparable since Kubernetes 1.35, KEP-5504), then
 // name as the last tie-break.
-func Newer(a, b *tenurev1.IPReservation) bool {
+func Newer(a, b *tenurev1alpha1.IPReservation) bool {
 	ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
 	if !ta.Equal(tb) {
 		return ta.After(tb)
@@ -337,7 +337,7 @@ func NodeFactOf(n *corev1.Node) *NodeFact {
 }
 
 // ClaimFactOf summarises a claim; nil means NotFound.
-func ClaimFactOf(c *ipamclaimsv1.IPAMClaim) *ClaimFact {
+func ClaimFactOf(c *ipamclaimsv1alpha1.IPAMClaim) *ClaimFact {
 	if c == nil {
 		return &ClaimFact{}
 	}

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	tenurev1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -18,15 +18,15 @@ const (
 	uid2 = "22222222-2222-2222-2222-222222222222"
 )
 
-type resOpt func(*tenurev1.IPReservation)
+type resOpt func(*tenurev1alpha1.IPReservation)
 
-func podRes(name, addr, container string, created time.Time, rv string, opts ...resOpt) *tenurev1.IPReservation {
-	r := &tenurev1.IPReservation{
+func podRes(name, addr, container string, created time.Time, rv string, opts ...resOpt) *tenurev1alpha1.IPReservation {
+	r := &tenurev1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created), ResourceVersion: rv},
-		Spec: tenurev1.IPReservationSpec{
-			Network: "net", Kind: tenurev1.KindAddress, Address: addr,
-			Owner: tenurev1.ReservationOwner{
-				Kind: tenurev1.OwnerPod, Namespace: "ns", Name: "db-0", UID: uid1,
+		Spec: tenurev1alpha1.IPReservationSpec{
+			Network: "net", Kind: tenurev1alpha1.KindAddress, Address: addr,
+			Owner: tenurev1alpha1.ReservationOwner{
+				Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "db-0", UID: uid1,
 				PodName: "db-0", PodUID: uid1, ContainerID: container, Interface: "net1", Node: "node-b",
 			},
 		},
@@ -37,9 +37,9 @@ func podRes(name, addr, container string, created time.Time, rv string, opts ...
 	return r
 }
 
-func claimRes(opts ...resOpt) *tenurev1.IPReservation {
+func claimRes(opts ...resOpt) *tenurev1alpha1.IPReservation {
 	r := podRes("net.10.0.0.9", "10.0.0.9", "c1", t0, "10")
-	r.Spec.Owner.Kind = tenurev1.OwnerIPAMClaim
+	r.Spec.Owner.Kind = tenurev1alpha1.OwnerIPAMClaim
 	r.Spec.Owner.Name = "vm1"
 	for _, o := range opts {
 		o(r)
@@ -47,12 +47,12 @@ func claimRes(opts ...resOpt) *tenurev1.IPReservation {
 	return r
 }
 
-func withOwner(f func(*tenurev1.ReservationOwner)) resOpt {
-	return func(r *tenurev1.IPReservation) { f(&r.Spec.Owner) }
+func withOwner(f func(*tenurev1alpha1.ReservationOwner)) resOpt {
+	return func(r *tenurev1alpha1.IPReservation) { f(&r.Spec.Owner) }
 }
 
-func withSpec(f func(*tenurev1.IPReservationSpec)) resOpt {
-	return func(r *tenurev1.IPReservation) { f(&r.Spec) }
+func withSpec(f func(*tenurev1alpha1.IPReservationSpec)) resOpt {
+	return func(r *tenurev1alpha1.IPReservation) { f(&r.Spec) }
 }
 
 var (
@@ -77,21 +77,21 @@ func TestDecide(t *testing.T) {
 	// The newest sandbox holds two IPv4 addresses of one network (two ranges).
 	newer2 := podRes("net.10.0.0.4", "10.0.0.4", "sandbox-2", t0, "201")
 	v6newer := podRes("net.fd00", "fd00::2", "sandbox-2", t0, "202")
-	otherIf := podRes("net.10.0.0.5", "10.0.0.5", "sandbox-2", t0, "203", withOwner(func(o *tenurev1.ReservationOwner) { o.Interface = "net2" }))
-	otherNet := podRes("other.10.0.0.2", "10.0.0.2", "sandbox-2", t0, "204", withSpec(func(s *tenurev1.IPReservationSpec) { s.Network = "other" }))
-	claimSib := podRes("net.10.0.0.6", "10.0.0.6", "sandbox-2", t0, "205", withOwner(func(o *tenurev1.ReservationOwner) { o.Kind = tenurev1.OwnerIPAMClaim }))
-	otherUID := podRes("net.10.0.0.8", "10.0.0.8", "sandbox-9", t0.Add(time.Hour), "900", withOwner(func(o *tenurev1.ReservationOwner) { o.UID = uid2 }))
-	prefixNewer := podRes("net.pd", "2001:db8::/56", "sandbox-2", t0, "206", withSpec(func(s *tenurev1.IPReservationSpec) { s.Kind = tenurev1.KindDelegatedPrefix }))
-	prefixOlder := podRes("net.pd0", "2001:db8:0:100::/56", "sandbox-1", t0.Add(-time.Minute), "99", withSpec(func(s *tenurev1.IPReservationSpec) { s.Kind = tenurev1.KindDelegatedPrefix }))
-	newPodRes := podRes("net.10.0.0.20", "10.0.0.20", "sandbox-new", t0, "500", withOwner(func(o *tenurev1.ReservationOwner) { o.UID, o.PodUID = uid2, uid2 }))
+	otherIf := podRes("net.10.0.0.5", "10.0.0.5", "sandbox-2", t0, "203", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Interface = "net2" }))
+	otherNet := podRes("other.10.0.0.2", "10.0.0.2", "sandbox-2", t0, "204", withSpec(func(s *tenurev1alpha1.IPReservationSpec) { s.Network = "other" }))
+	claimSib := podRes("net.10.0.0.6", "10.0.0.6", "sandbox-2", t0, "205", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Kind = tenurev1alpha1.OwnerIPAMClaim }))
+	otherUID := podRes("net.10.0.0.8", "10.0.0.8", "sandbox-9", t0.Add(time.Hour), "900", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.UID = uid2 }))
+	prefixNewer := podRes("net.pd", "2001:db8::/56", "sandbox-2", t0, "206", withSpec(func(s *tenurev1alpha1.IPReservationSpec) { s.Kind = tenurev1alpha1.KindDelegatedPrefix }))
+	prefixOlder := podRes("net.pd0", "2001:db8:0:100::/56", "sandbox-1", t0.Add(-time.Minute), "99", withSpec(func(s *tenurev1alpha1.IPReservationSpec) { s.Kind = tenurev1alpha1.KindDelegatedPrefix }))
+	newPodRes := podRes("net.10.0.0.20", "10.0.0.20", "sandbox-new", t0, "500", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.UID, o.PodUID = uid2, uid2 }))
 
-	sib := func(rs ...*tenurev1.IPReservation) Facts {
+	sib := func(rs ...*tenurev1alpha1.IPReservation) Facts {
 		return Facts{Now: t0, Pod: running, Siblings: rs, SiblingsKnown: true}
 	}
 
 	cases := []struct {
 		name  string
-		r     *tenurev1.IPReservation
+		r     *tenurev1alpha1.IPReservation
 		f     Facts
 		want  Reason // "" = keep
 		inMsg string
@@ -121,26 +121,26 @@ func TestDecide(t *testing.T) {
 		{"terminating pod, node unknown", older, Facts{Now: t0, Pod: terminating}, "", "unknown"},
 		{"terminating pod on a node NotReady within grace", older, Facts{Now: t0, Pod: terminating, Node: downShort}, "", "grace"},
 		{"terminating pod bound to another node than owner.node", older, Facts{Now: t0, Pod: &PodFact{Exists: true, UID: uid1, NodeName: "node-c", Terminating: true}, Node: goneNode}, "", "exists"},
-		{"reservation without owner.node", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1.ReservationOwner) { o.Node = "" })), Facts{Now: t0, Pod: &PodFact{Exists: true, UID: uid1, Terminating: true}, Node: goneNode}, "", "exists"},
+		{"reservation without owner.node", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Node = "" })), Facts{Now: t0, Pod: &PodFact{Exists: true, UID: uid1, Terminating: true}, Node: goneNode}, "", "exists"},
 		{"newest sandbox", newer, sib(older, newer), "", "exists"},
 		{"newest sandbox holds two addresses of one family", newer, sib(older, newer, newer2), "", "exists"},
 		{"newest sandbox, its second address", newer2, sib(older, newer, newer2), "", "exists"},
-		{"older sandbox, siblings unknown", older, Facts{Now: t0, Pod: running, Siblings: []*tenurev1.IPReservation{newer}}, "", "exists"},
+		{"older sandbox, siblings unknown", older, Facts{Now: t0, Pod: running, Siblings: []*tenurev1alpha1.IPReservation{newer}}, "", "exists"},
 		{"newer sandbox of the other family only", older, sib(older, v6newer), "", "exists"},
 		{"newer sandbox on another interface", older, sib(older, otherIf), "", "exists"},
 		{"newer sandbox on another network", older, sib(older, otherNet), "", "exists"},
 		{"claim-owned sibling", older, sib(older, claimSib), "", "exists"},
 		{"sibling of another pod uid", older, sib(older, otherUID), "", "exists"},
 		{"address and prefix of different sandboxes", older, sib(older, prefixNewer), "", "exists"},
-		{"the new pod of the same name keeps its own", newPodRes, Facts{Now: t0, Pod: replaced, Siblings: []*tenurev1.IPReservation{newPodRes}, SiblingsKnown: true}, "", "exists"},
+		{"the new pod of the same name keeps its own", newPodRes, Facts{Now: t0, Pod: replaced, Siblings: []*tenurev1alpha1.IPReservation{newPodRes}, SiblingsKnown: true}, "", "exists"},
 		{"without containerID no sandbox ordering", podRes("x", "10.0.0.1", "", t0, "1"), sib(newer), "", "exists"},
 		{"claim exists", claimRes(), Facts{Now: t0, Claim: &ClaimFact{Exists: true, UID: uid1}}, "", "exists"},
 		{"claim unknown", claimRes(), Facts{Now: t0}, "", "unknown"},
 		{"claim-owned, its pod and node gone", claimRes(), Facts{Now: t0, Pod: gonePod, Node: goneNode, Claim: &ClaimFact{Exists: true, UID: uid1}}, "", "exists"},
 		{"claim exists with an unknown uid", claimRes(), Facts{Now: t0, Claim: &ClaimFact{Exists: true}}, "", "uid unknown"},
-		{"owner without uid", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1.ReservationOwner) { o.UID = "" })), Facts{Now: t0, Pod: gonePod}, "", "incomplete"},
-		{"owner without name", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1.ReservationOwner) { o.Name = "" })), Facts{Now: t0, Pod: gonePod}, "", "incomplete"},
-		{"unknown owner kind", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1.ReservationOwner) { o.Kind = "VirtualMachine" })), Facts{Now: t0, Pod: gonePod, Claim: &ClaimFact{}}, "", "not known"},
+		{"owner without uid", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.UID = "" })), Facts{Now: t0, Pod: gonePod}, "", "incomplete"},
+		{"owner without name", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Name = "" })), Facts{Now: t0, Pod: gonePod}, "", "incomplete"},
+		{"unknown owner kind", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Kind = "VirtualMachine" })), Facts{Now: t0, Pod: gonePod, Claim: &ClaimFact{}}, "", "not known"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

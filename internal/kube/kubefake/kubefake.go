@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	ipamclaimsv1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
@@ -58,7 +58,7 @@ func New(objs ...client.Object) *Client {
 	inner := fake.NewClientBuilder().
 		WithScheme(kube.Scheme).
 		WithObjects(objs...).
-		WithStatusSubresource(&ipamclaimsv1.IPAMClaim{}).
+		WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		Build()
 	c.WithWatch = interceptor.NewClient(inner, interceptor.Funcs{
