@@ -30,9 +30,6 @@ var developerPackages = []string{
 // and with it no command links the developer packages and tenurectl has no
 // dev, demo or bench command; without it tenurectl has them all.
 func TestReleaseBuild(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds tenurectl")
-	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

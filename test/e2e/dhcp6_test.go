@@ -46,10 +46,10 @@ const (
 // and only from it; the route to the prefix follows the owner.
 func TestDHCPv6ServesTheClaimAcrossLiveMigration(t *testing.T) {
 	if ok, why := testbed.CanPlumb(); !ok {
-		t.Skip(why)
+		t.Fatal(why)
 	}
 	if _, err := exec.LookPath("dhclient"); err != nil {
-		t.Skip("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient)")
+		t.Fatal("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient); make test does (hack/test-deps.sh)")
 	}
 	ctx := testContext(t, 3*time.Minute)
 	c := apiClient(t)
