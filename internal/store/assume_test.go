@@ -65,12 +65,7 @@ func TestAssumedWriteIsTakenUntilTheCacheHasIt(t *testing.T) {
 		t.Fatalf("ByAttachment before the informer reported the create: %v", got)
 	}
 	fc.Resume()
-	eventually(t, ctx, "the informer reports the create and the assumption is dropped", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		_, assumed := s.assumed[r.Name]
-		return !assumed
-	})
+	eventually(t, ctx, "the informer reports the create and the assumption is dropped", func() bool { return !ledgerHolds(s, s.assumed, r.Name) })
 	if !s.Taken(r.Name) || len(s.ByAttachment("c-o1", "net1")) != 1 {
 		t.Fatal("after the informer took over, the reservation must still be taken and found")
 	}
@@ -109,12 +104,7 @@ func TestReleasedIsFreeBeforeTheInformerSaysSo(t *testing.T) {
 		t.Fatal("Get finds a released name")
 	}
 	fc.Resume()
-	eventually(t, ctx, "the informer reports the delete and the release record goes", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		_, released := s.released[existing.Name]
-		return !released
-	})
+	eventually(t, ctx, "the informer reports the delete and the release record goes", func() bool { return !ledgerHolds(s, s.released, existing.Name) })
 }
 
 func TestTakenElsewhereAndAssumeOverCache(t *testing.T) {
@@ -156,4 +146,13 @@ func TestByOwnerUIDSeesOtherNodesAsSketches(t *testing.T) {
 	if len(s.Local()) != 1 || s.Len() != 2 {
 		t.Fatalf("Local() = %d, Len() = %d, want 1 and 2", len(s.Local()), s.Len())
 	}
+}
+
+// ledgerHolds reads one of the store's ledgers (assumed or released) under
+// its lock.
+func ledgerHolds[V any](s *Store, ledger map[string]V, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := ledger[name]
+	return ok
 }
