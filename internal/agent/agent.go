@@ -107,9 +107,6 @@ func New(opts Options) (*Agent, error) {
 	if opts.PodWait == 0 {
 		opts.PodWait = time.Second
 	}
-	if opts.Recorder == nil {
-		opts.Recorder = &record.FakeRecorder{} // a nil Events channel: records nothing
-	}
 	c := opts.Client
 	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c, recorder: opts.Recorder, shutdown: func() {}}
 	a.store = store.New(c, opts.NodeName)

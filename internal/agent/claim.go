@@ -245,7 +245,9 @@ func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha
 	default:
 		return
 	}
-	a.recorder.Event(claim, corev1.EventTypeWarning, reason, cause.Error())
+	if a.recorder != nil {
+		a.recorder.Event(claim, corev1.EventTypeWarning, reason, cause.Error())
+	}
 	if claim.Status.IPs == nil {
 		claim.Status.IPs = []string{} // required by the upstream schema
 	}
