@@ -25,15 +25,6 @@ func (s AddressSpace) Next(i uint64) (uint64, netip.Prefix, bool) {
 	return off, netip.PrefixFrom(a, a.BitLen()), true
 }
 
-// Candidate is the address at index i, false when it is excluded.
-func (s AddressSpace) Candidate(i uint64) (netip.Prefix, bool) {
-	a := s.Range.At(i)
-	if !s.Range.Contains(a) {
-		return netip.Prefix{}, false
-	}
-	return netip.PrefixFrom(a, a.BitLen()), true
-}
-
 func (s AddressSpace) Contains(p netip.Prefix) bool {
 	return p.Bits() == p.Addr().BitLen() && s.Range.Contains(p.Addr())
 }

@@ -431,10 +431,8 @@ func (e *env) usageScenario(ctx context.Context, nets *netAlloc) ([]Result, erro
 		}
 		space := allocator.AddressSpace{Range: cfg.Ranges[0]}
 		var cands []netip.Addr
-		for i := uint64(0); i < space.Size(); i++ {
-			if p, ok := space.Candidate(i); ok {
-				cands = append(cands, p.Addr())
-			}
+		for i, p, ok := space.Next(0); ok; i, p, ok = space.Next(i + 1) {
+			cands = append(cands, p.Addr())
 		}
 		fill := len(cands) * pct / 100
 		owners, err := e.ensureOwners(ctx, fill)
