@@ -69,11 +69,16 @@ func (l *lockedBuffer) String() string {
 
 func startAgent(t *testing.T, objs ...client.Object) *harness {
 	t.Helper()
+	return startAgentOn(t, thisNode, objs...)
+}
+
+func startAgentOn(t *testing.T, node string, objs ...client.Object) *harness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fc := kubefake.New(objs...)
 	logs := &lockedBuffer{}
-	a, err := New(Options{NodeName: thisNode, Client: fc, Logger: slog.New(slog.NewTextHandler(logs, nil)), PodWait: 50 * time.Millisecond})
+	a, err := New(Options{NodeName: node, Client: fc, Logger: slog.New(slog.NewTextHandler(logs, nil)), PodWait: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,5 +483,24 @@ func TestClaimStatusRecordsTheAllocation(t *testing.T) {
 	}
 	if !strings.HasSuffix(claim.Status.DelegatedPrefixes[0], "/56") {
 		t.Fatalf("delegated prefix %q is not a /56 of the pool", claim.Status.DelegatedPrefixes[0])
+	}
+}
+
+// TestNodeNameLongerThanALabel: node names are DNS subdomains of up to 253
+// bytes, label values stop at 63; a node with a long name still gets its
+// reservations written, found by its own cache and released on DEL.
+func TestNodeNameLongerThanALabel(t *testing.T) {
+	node := strings.Repeat("rack-17.", 12) + "node-a.example.com"
+	h := startAgentOn(t, node, pod("p1", node, nil))
+	first := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "p1"}))
+	again := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "p1"}))
+	if !slices.Equal(first, again) || h.fake.Creates() != 1 {
+		t.Fatalf("ADD gave %v then %v with %d creates, want one reservation found again", first, again, h.fake.Creates())
+	}
+	if r := h.do(call{cmd: "DEL", ctr: "c1", pod: "p1"}); r.Error != nil {
+		t.Fatalf("DEL: %+v", r.Error)
+	}
+	if held := h.held(); len(held) != 0 {
+		t.Fatalf("left after DEL: %v", held)
 	}
 }

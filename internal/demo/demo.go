@@ -270,7 +270,7 @@ func (r *run) nodeLoss(ctx context.Context) error {
 	left := 0
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		list := &tenurev1alpha1.IPReservationList{}
-		if err := r.c.List(ctx, list, client.MatchingLabels{reservation.LabelNode: lost}); err != nil {
+		if err := r.c.List(ctx, list, client.MatchingLabels{reservation.LabelNode: reservation.NodeLabel(lost)}); err != nil {
 			return false, err
 		}
 		left = len(list.Items)

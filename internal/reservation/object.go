@@ -5,6 +5,7 @@ import (
 	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
@@ -21,6 +22,17 @@ const (
 	// LabelOwnerUID is spec.owner.uid: what a pod or claim holds.
 	LabelOwnerUID = "ipam.tenure.dev/owner-uid"
 )
+
+// NodeLabel is the LabelNode value for node: the name itself when it is a
+// valid label value, else a readable prefix and a hash, as NetworkLabel
+// makes them. Node names are DNS subdomains of up to 253 bytes; label
+// values stop at 63, and a longer one would make every Create fail.
+func NodeLabel(node string) string {
+	if len(validation.IsValidLabelValue(node)) == 0 {
+		return node
+	}
+	return NetworkLabel(node)
+}
 
 // Spec is what a reservation is made of; New derives the rest.
 type Spec struct {
@@ -45,7 +57,7 @@ func New(s Spec) *tenurev1alpha1.IPReservation {
 		LabelOwnerUID: s.Owner.UID,
 	}
 	if s.Owner.Node != "" {
-		labels[LabelNode] = s.Owner.Node
+		labels[LabelNode] = NodeLabel(s.Owner.Node)
 	}
 	return &tenurev1alpha1.IPReservation{
 		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1alpha1.GroupVersion.String(), Kind: "IPReservation"},

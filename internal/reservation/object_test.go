@@ -2,9 +2,11 @@ package reservation
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
@@ -77,5 +79,28 @@ func TestCompactKeepsWhatCachesRead(t *testing.T) {
 	noNode := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{LabelOwnerUID: "o"}}}
 	if _, _ = Compact(noNode); noNode.Labels != nil {
 		t.Fatalf("a reservation without a node label keeps no label map: %v", noNode.Labels)
+	}
+}
+
+func TestNodeLabel(t *testing.T) {
+	long := strings.Repeat("rack-17.", 12) + "node-a.example.com"
+	for _, node := range []string{"node-a", "ip-10-0-0-1.ec2.internal", long, long + "x"} {
+		l := NodeLabel(node)
+		if errs := validation.IsValidLabelValue(l); len(errs) > 0 {
+			t.Errorf("NodeLabel(%q) = %q: %v", node, l, errs)
+		}
+		if len(node) <= 63 && l != node {
+			t.Errorf("NodeLabel(%q) = %q: a name that is a valid label value is kept as it is", node, l)
+		}
+		if NodeLabel(node) != l {
+			t.Errorf("NodeLabel(%q) is not deterministic", node)
+		}
+	}
+	if NodeLabel(long) == NodeLabel(long+"x") {
+		t.Error("two long names sharing their first 63 bytes got one label")
+	}
+	r := New(Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.1/32"), Owner: tenurev1alpha1.ReservationOwner{UID: "u", Node: long}})
+	if r.Labels[LabelNode] != NodeLabel(long) || r.Spec.Owner.Node != long {
+		t.Errorf("New: node label %q, spec node %q", r.Labels[LabelNode], r.Spec.Owner.Node)
 	}
 }

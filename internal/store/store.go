@@ -50,9 +50,11 @@ const assumedTTL = 2 * time.Minute
 
 // Store answers from the two informers and the agent's unconfirmed writes.
 type Store struct {
-	node    string
-	cluster cache.SharedIndexInformer // *entry, from metadata: all reservations
-	local   cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
+	// nodeLabel is reservation.NodeLabel(node): what this node's
+	// reservations carry and the local informer selects.
+	nodeLabel string
+	cluster   cache.SharedIndexInformer // *entry, from metadata: all reservations
+	local     cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
 
 	mu sync.Mutex
 	// assumed: created by us, not yet seen by the informers.
@@ -69,7 +71,7 @@ type assumedEntry struct {
 // New builds the store of node on a watching client. Call Run, then
 // WaitForSync.
 func New(c client.WithWatch, node string) *Store {
-	s := &Store{node: node, assumed: map[string]assumedEntry{}, released: map[string]time.Time{}}
+	s := &Store{nodeLabel: reservation.NodeLabel(node), assumed: map[string]assumedEntry{}, released: map[string]time.Time{}}
 	s.cluster = kube.NewInformer(c, newMetadataList, &metav1.PartialObjectMetadata{}, cache.Indexers{
 		indexOwnerUID: func(obj any) ([]string, error) { return []string{ownerBucket(obj.(*entry).owner)}, nil },
 		indexNetwork:  func(obj any) ([]string, error) { return []string{reservation.NetworkLabelOf(obj.(*entry).name)}, nil },
@@ -89,7 +91,7 @@ func New(c client.WithWatch, node string) *Store {
 		indexNetwork: func(obj any) ([]string, error) {
 			return []string{reservation.NetworkLabelOf(obj.(*tenurev1alpha1.IPReservation).Name)}, nil
 		},
-	}, client.MatchingLabels{reservation.LabelNode: node})
+	}, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
 	_ = s.local.SetTransform(reservation.Compact)
 	for _, inf := range []cache.SharedIndexInformer{s.cluster, s.local} {
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -155,7 +157,7 @@ func (s *Store) observed(obj any) {
 	if !ok || a.obj.UID != uid {
 		return
 	}
-	if a.obj.Labels[reservation.LabelNode] == s.node {
+	if a.obj.Labels[reservation.LabelNode] == s.nodeLabel {
 		if _, inLocal := s.localGet(name, uid); !inLocal {
 			return
 		}
@@ -298,7 +300,7 @@ func (s *Store) Confirm(r *tenurev1alpha1.IPReservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	confirmed := false
-	if r.Labels[reservation.LabelNode] == s.node {
+	if r.Labels[reservation.LabelNode] == s.nodeLabel {
 		_, confirmed = s.localGet(r.Name, r.UID)
 	} else if obj, ok, _ := s.cluster.GetIndexer().GetByKey(r.Name); ok {
 		confirmed = obj.(*entry).uid == r.UID
@@ -357,7 +359,7 @@ func (s *Store) ByNetwork(network string) []*tenurev1alpha1.IPReservation {
 
 // Local returns every reservation of this node.
 func (s *Store) Local() []*tenurev1alpha1.IPReservation {
-	return s.collect("", "", false, func(r *tenurev1alpha1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.node })
+	return s.collect("", "", false, func(r *tenurev1alpha1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.nodeLabel })
 }
 
 // collect reads index key from the local cache and, with cluster, the

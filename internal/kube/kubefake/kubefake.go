@@ -4,7 +4,8 @@
 // depend on it, which the fake alone does not:
 //   - a watch sends only the objects its label and field selectors match,
 //     and metadata-only watches send PartialObjectMetadata;
-//   - a created object gets a UID, and a delete's UID precondition is
+//   - a created object's labels are validated and it gets a UID, and a
+//     delete's UID precondition is
 //     checked (tenure releases "exactly this reservation" that way);
 //   - informers fall back from watch-list to list-then-watch, as they do
 //     for any client that cannot stream initial events.
@@ -24,11 +25,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -115,6 +118,11 @@ func (c *Client) create(ctx context.Context, cl client.WithWatch, obj client.Obj
 		if err := c.BeforeCreate(obj); err != nil {
 			return err
 		}
+	}
+	// The API server's own check of every object's labels.
+	if errs := metav1validation.ValidateLabels(obj.GetLabels(), field.NewPath("metadata", "labels")); len(errs) > 0 {
+		gvk, _ := cl.GroupVersionKindFor(obj)
+		return apierrors.NewInvalid(gvk.GroupKind(), obj.GetName(), errs)
 	}
 	if obj.GetUID() == "" {
 		obj.SetUID(uuid.NewUUID())
