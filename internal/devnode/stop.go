@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,14 +42,15 @@ func stop(dir string) error {
 		return err
 	}
 	var errs []error
-	// The shims' sockets live in /run/containerd/s whatever the state dir;
-	// each shim's bundle records its own.
-	shimSockets := n.shimSockets()
-
 	// 1. Every process: kubelet, containerd, shims, containers.
 	if err := killCgroup(n.cgroupDirs(hs)); err != nil {
 		errs = append(errs, err)
 	}
+	// The shims' sockets live in /run/containerd/s whatever the state dir;
+	// each shim's bundle records its own. Read after the kill, so that a
+	// shim started meanwhile is counted; a shim killed before containerd
+	// wrote its bundle is found as a socket nobody listens on.
+	shimSockets := append(n.shimSockets(), deadShimSockets()...)
 	// 2. Mounts under the directory: overlay rootfs, sandbox shm, network
 	// namespaces, the kubelet's volumes. Their veths go with the netns.
 	errs = append(errs, unmountUnder(dir)...)
@@ -157,6 +159,28 @@ func (n *layout) shimSockets() []string {
 		}
 	}
 	return sockets
+}
+
+// deadShimSockets lists the sockets in the shared shim directory that no
+// process listens on any more. Once the node's processes are gone, those
+// are its own or another dead runtime's leftovers: removing them takes
+// nothing from a live containerd.
+func deadShimSockets() []string {
+	dir := filepath.Join(sharedShimSocketDir, "s")
+	entries, _ := os.ReadDir(dir)
+	var dead []string
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		c, err := net.DialTimeout("unix", p, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if errors.Is(err, unix.ECONNREFUSED) {
+			dead = append(dead, p)
+		}
+	}
+	return dead
 }
 
 // hostFilesOf lists the node's files in the hard-coded host directories
