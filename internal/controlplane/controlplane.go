@@ -130,10 +130,12 @@ func APIServerFlags() []string {
 		"endpoint-reconciler-type=none",
 		// Without a controller-manager no "default" ServiceAccount exists,
 		// and this admission plugin would refuse every Pod for it.
-		"disable-admission-plugins=ServiceAccount",
+		disableServiceAccountAdmission,
 		"allow-privileged=true",
 	}
 }
+
+const disableServiceAccountAdmission = "disable-admission-plugins=ServiceAccount"
 
 // Options configure Start.
 type Options struct {
@@ -150,6 +152,13 @@ type Options struct {
 	// process name. When nil (or with Detach) output goes to
 	// Dir/etcd.log and Dir/kube-apiserver.log.
 	Log io.Writer
+	// Controllers also runs kube-controller-manager and kube-scheduler (from
+	// BinDir), and admits pods through the ServiceAccount admission plugin,
+	// as a cluster with real nodes needs: DaemonSets and Deployments get
+	// pods, pods get scheduled and service-account tokens, a node that
+	// stops reporting is marked NotReady. Start returns once the
+	// "default" ServiceAccount exists.
+	Controllers bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver pair.
@@ -191,6 +200,9 @@ type statePorts struct {
 	EtcdClient int `json:"etcdClient"`
 	EtcdPeer   int `json:"etcdPeer"`
 	APIServer  int `json:"apiserver"`
+	// With Options.Controllers: their health endpoints, on 127.0.0.1.
+	ControllerManager int `json:"controllerManager,omitempty"`
+	Scheduler         int `json:"scheduler,omitempty"`
 }
 
 // Start runs etcd and kube-apiserver and returns once /readyz answers ok. On
@@ -291,11 +303,14 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 	if err != nil {
 		return fmt.Errorf("controlplane: generating certificates: %w", err)
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(5)
 	if err != nil {
 		return fmt.Errorf("controlplane: finding free ports: %w", err)
 	}
 	cp.ports = statePorts{EtcdClient: ports[0], EtcdPeer: ports[1], APIServer: ports[2]}
+	if opts.Controllers {
+		cp.ports.ControllerManager, cp.ports.Scheduler = ports[3], ports[4]
+	}
 	cp.token = randomHex(32)
 	cp.caPEM = pk.caPEM
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(cp.ports.APIServer)
@@ -370,6 +385,9 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 		"--service-account-signing-key-file=" + filepath.Join(pkiDir, "sa.key"),
 	}}
 	for _, f := range APIServerFlags() {
+		if opts.Controllers && f == disableServiceAccountAdmission {
+			continue // the controller-manager makes the ServiceAccounts it needs
+		}
 		apiserver.Args = append(apiserver.Args, "--"+f)
 	}
 	if err := cp.spawn(apiserver, opts); err != nil {
@@ -391,7 +409,13 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 	}); err != nil {
 		return err
 	}
-	return cp.writeKubeconfig()
+	if err := cp.writeKubeconfig(); err != nil {
+		return err
+	}
+	if opts.Controllers {
+		return cp.startControllers(ctx, opts, pkiDir)
+	}
+	return nil
 }
 
 // spawn starts p and, for a detached control plane, records it in the state

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -15,12 +14,8 @@ import (
 // containerdConfig is containerd's config (version 3, containerd 2.x). Every
 // path it would default to on the host is moved into the node's directory,
 // and what would reach past loopback is off.
-func (n *layout) containerdConfig(sandboxImage, runc string, cniBinDirs []string) []byte {
+func (n *layout) containerdConfig(sandboxImage, runc string) []byte {
 	q := strconv.Quote
-	dirs := make([]string, len(cniBinDirs))
-	for i, d := range cniBinDirs {
-		dirs[i] = q(d)
-	}
 	return fmt.Appendf(nil, `version = 3
 root = %s
 state = %s
@@ -56,8 +51,9 @@ state = %s
     # Root here lacks CAP_SYS_RESOURCE: without this every sandbox fails
     # with "can't get final child's PID from pipe: EOF".
     restrict_oom_score_adj = true
-    # Network namespaces under the state dir, not /var/run/netns.
-    netns_mounts_under_state_dir = true
+    # Network namespaces in /var/run/netns, where the tenure agent's
+    # DaemonSet mounts them from (DHCPv6 and routes inside pods).
+    netns_mounts_under_state_dir = false
     enable_cdi = false
     [plugins."io.containerd.cri.v1.runtime".containerd]
       default_runtime_name = "runc"
@@ -68,6 +64,8 @@ state = %s
           # runc's state, by default under /run/containerd/runc.
           Root = %s
           SystemdCgroup = false
+    # The standard paths: deploy/ installs tenure's shim and flat
+    # configuration there, and the shim looks for them there.
     [plugins."io.containerd.cri.v1.runtime".cni]
       bin_dirs = [%s]
       conf_dir = %s
@@ -79,7 +77,7 @@ state = %s
     stream_server_port = "0"
 `, q(n.containerdRoot()), q(n.containerdState()), q(n.containerdSocket()),
 		q(n.path("containerd", "opt")), q(sandboxImage), q(runc), q(n.path("runc")),
-		strings.Join(dirs, ", "), q(n.cniConfDir()))
+		q(HostCNIBinDir), q(HostCNIConfDir))
 }
 
 // kubeletConfig is the kubelet's configuration file.
@@ -145,5 +143,27 @@ func (n *layout) cniConfList(bridge, podCIDR string) ([]byte, error) {
 				"ranges":  [][]map[string]string{{{"subnet": podCIDR}}},
 			},
 		}},
+	}, "", "  ")
+}
+
+// multusConfig is the node's CNI configuration, as Multus' DaemonSet writes
+// it for the thin plugin: Multus first, delegating the cluster network
+// (cluster, a conflist) and reading NetworkAttachmentDefinitions with
+// kubeconfig. Its cache and log live in the node's directory.
+func (n *layout) multusConfig(cluster []byte, kubeconfig string) ([]byte, error) {
+	return json.MarshalIndent(map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "multus-cni-network",
+		"type":       "multus",
+		"kubeconfig": kubeconfig,
+		"cniDir":     n.path("multus", "cache"),
+		"confDir":    n.path("multus", "net.d"),
+		"binDir":     HostCNIBinDir,
+		"logFile":    n.path("logs", "multus.log"),
+		"logLevel":   "verbose",
+		// No readiness file: the cluster network is configured before the
+		// kubelet starts.
+		"readinessindicatorfile": "",
+		"delegates":              []json.RawMessage{cluster},
 	}, "", "  ")
 }

@@ -49,8 +49,9 @@ type Options struct {
 	// BinDir holds kubelet, containerd, containerd-shim-runc-v2, ctr and
 	// pause (hack/build-node.sh's output).
 	BinDir string
-	// CNIBinDir holds the bridge, host-local and loopback plugins
-	// (hack/build-cni-plugins.sh's output).
+	// CNIBinDir holds the reference plugins the node offers: bridge,
+	// macvlan, host-local, loopback (hack/build-cni-plugins.sh's output).
+	// They are linked into HostCNIBinDir with Multus.
 	CNIBinDir string
 	// NodeName defaults to "tenure-dev-node".
 	NodeName string
@@ -60,6 +61,22 @@ type Options struct {
 	// Runc defaults to runc on PATH (Debian's package).
 	Runc string
 }
+
+// The node's CNI directories are the standard host paths, because that is
+// where deploy/'s DaemonSet installs tenure's shim and flat configuration
+// and where the shim looks for its flat configuration. Start refuses a host
+// where either holds anything (a host with CNI of its own), makes them, and
+// Stop removes them; network namespaces are made in the shared
+// HostNetnsDir, where the DaemonSet mounts them from, and Stop removes the
+// node's.
+const (
+	HostCNIBinDir  = "/opt/cni/bin"
+	HostCNIConfDir = "/etc/cni/net.d"
+	HostNetnsDir   = "/run/netns"
+)
+
+// nodeCNIPlugins are linked from Options.CNIBinDir into HostCNIBinDir.
+var nodeCNIPlugins = []string{"bridge", "macvlan", "host-local", "loopback"}
 
 // PauseImage is the sandbox image the node imports and pins: the static
 // pause program of hack/pause.
@@ -88,6 +105,12 @@ type layout struct {
 	// CreatedHostDirs are host directories outside Dir that did not exist
 	// before the node started (the kubelet and libcni make them).
 	CreatedHostDirs []string
+	// EmptiedHostDirs are the CNI directories that existed, empty, before
+	// the node started: Stop empties them again.
+	EmptiedHostDirs []string
+	// PreexistingNetns are the entries of HostNetnsDir that are not the
+	// node's.
+	PreexistingNetns []string
 	// Sysctls are the values the kubelet changes, as they were before.
 	Sysctls map[string]string
 }
@@ -98,7 +121,6 @@ func (n *layout) path(elem ...string) string {
 func (n *layout) containerdRoot() string   { return n.path("containerd", "root") }
 func (n *layout) containerdState() string  { return n.path("containerd", "state") }
 func (n *layout) containerdSocket() string { return n.path("containerd", "containerd.sock") }
-func (n *layout) cniConfDir() string       { return n.path("cni", "net.d") }
 
 func (n *layout) save() error {
 	data, err := json.MarshalIndent(n, "", "  ")
@@ -134,6 +156,7 @@ var hardCodedHostDirs = []string{
 	"/var/log/containers", // the kubelet's links to container logs
 	"/var/lib/cni",        // libcni's cache of ADD results, in containerd
 	sharedShimSocketDir,   // the runc shims' sockets, whatever containerd's state dir is
+	"/run/tenure",         // deploy/'s agent socket (a hostPath the kubelet creates)
 }
 
 // sharedShimSocketDir holds every containerd's shim sockets (s/<hash>):
@@ -163,7 +186,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := checkOptions(opts); err != nil {
 		return nil, err
 	}
-	node, err := prepare(&opts)
+	node, err := prepare(ctx, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -189,12 +212,12 @@ func checkOptions(opts Options) error {
 	if opts.Dir == "" || opts.Kubeconfig == "" || opts.BinDir == "" || opts.CNIBinDir == "" {
 		return errors.New("devnode: Dir, Kubeconfig, BinDir and CNIBinDir are required")
 	}
-	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause"} {
+	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause", "multus"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
 			return fmt.Errorf("devnode: %w (hack/build-node.sh builds it)", err)
 		}
 	}
-	for _, b := range []string{"bridge", "host-local", "loopback"} {
+	for _, b := range nodeCNIPlugins {
 		if _, err := os.Stat(filepath.Join(opts.CNIBinDir, b)); err != nil {
 			return fmt.Errorf("devnode: %w (hack/build-cni-plugins.sh builds it)", err)
 		}
@@ -204,7 +227,7 @@ func checkOptions(opts Options) error {
 
 // prepare completes opts and records the node's state file,
 // before anything is made on the host.
-func prepare(opts *Options) (*Node, error) {
+func prepare(ctx context.Context, opts *Options) (_ *Node, err error) {
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, err
@@ -226,6 +249,14 @@ func prepare(opts *Options) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	if err := lockHost(ctx, dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			unlockHost(dir)
+		}
+	}()
 
 	// Names unique to the directory, so that two nodes never share one.
 	sum := sha256.Sum256([]byte(dir))
@@ -246,6 +277,26 @@ func prepare(opts *Options) (*Node, error) {
 		if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
 			n.CreatedHostDirs = append(n.CreatedHostDirs, d)
 		}
+	}
+	for _, d := range []string{HostCNIBinDir, HostCNIConfDir} {
+		entries, err := os.ReadDir(d)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			n.CreatedHostDirs = append(n.CreatedHostDirs, outermostMissing(d))
+		case err != nil:
+			return nil, err
+		case len(entries) > 0:
+			return nil, fmt.Errorf("devnode: %s holds %s: this host has a CNI setup of its own, which the node would take over", d, entries[0].Name())
+		default:
+			n.EmptiedHostDirs = append(n.EmptiedHostDirs, d)
+		}
+	}
+	netns, err := os.ReadDir(HostNetnsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range netns {
+		n.PreexistingNetns = append(n.PreexistingNetns, e.Name())
 	}
 	for _, s := range kubeletSysctls {
 		v, err := os.ReadFile("/proc/sys/" + s)
@@ -279,20 +330,15 @@ func (node *Node) startRuntime(ctx context.Context, opts Options) error {
 			return fmt.Errorf("devnode: cgroup %s: %w", n.CgroupPath, err)
 		}
 	}
-	for _, d := range []string{n.cniConfDir(), n.path("containerd"), n.path("logs"), n.path("kubelet", "root"), n.path("images")} {
+	for _, d := range []string{HostCNIBinDir, HostCNIConfDir, n.path("containerd"), n.path("logs"), n.path("kubelet", "root"), n.path("images"), n.path("multus")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-
-	conflist, err := n.cniConfList(n.Bridge, opts.PodCIDR)
-	if err != nil {
+	if err := node.installCNI(opts); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(n.cniConfDir(), "10-devnode.conflist"), conflist, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(n.path("containerd", "config.toml"), n.containerdConfig(PauseImage, opts.Runc, []string{opts.CNIBinDir}), 0o644); err != nil {
+	if err := os.WriteFile(n.path("containerd", "config.toml"), n.containerdConfig(PauseImage, opts.Runc), 0o644); err != nil {
 		return err
 	}
 	if err := n.spawn(hs, "runtime", "containerd", filepath.Join(opts.BinDir, "containerd"), "--config", n.path("containerd", "config.toml")); err != nil {
@@ -314,6 +360,59 @@ func (node *Node) startRuntime(ctx context.Context, opts Options) error {
 	}
 
 	return nil
+}
+
+// installCNI does what Multus' DaemonSet and a cluster network's would:
+// the plugins into HostCNIBinDir (links to the built ones), and Multus'
+// configuration, delegating to the cluster network, into HostCNIConfDir.
+func (node *Node) installCNI(opts Options) error {
+	n := node.layout
+	links := map[string]string{"multus": filepath.Join(opts.BinDir, "multus")}
+	for _, p := range nodeCNIPlugins {
+		links[p] = filepath.Join(opts.CNIBinDir, p)
+	}
+	for name, target := range links {
+		target, err := filepath.Abs(target)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(target, filepath.Join(HostCNIBinDir, name)); err != nil {
+			return err
+		}
+	}
+	cluster, err := n.cniConfList(n.Bridge, opts.PodCIDR)
+	if err != nil {
+		return err
+	}
+	// Multus reads the API with its own copy of the credential, as its
+	// DaemonSet writes one for it.
+	kubeconfig, err := os.ReadFile(opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.path("multus", "kubeconfig"), kubeconfig, 0o600); err != nil {
+		return err
+	}
+	conf, err := n.multusConfig(cluster, n.path("multus", "kubeconfig"))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(HostCNIConfDir, "00-multus.conf"), conf, 0o644)
+}
+
+// outermostMissing is the outermost directory of p that does not exist:
+// what removing all that was made to reach p takes away.
+func outermostMissing(p string) string {
+	for {
+		parent := filepath.Dir(p)
+		if parent == p {
+			return p
+		}
+		if _, err := os.Lstat(parent); err == nil {
+			return p
+		}
+		p = parent
+	}
 }
 
 // startKubelet starts the kubelet and waits for its Node to be Ready.
@@ -387,6 +486,11 @@ func (node *Node) ctr(ctx context.Context, args ...string) (string, error) {
 		return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// NetworkNamespaces lists the paths of the pods' network namespaces.
+func (node *Node) NetworkNamespaces() []string {
+	return node.layout.netns()
 }
 
 // ImportImage imports an OCI or Docker image tarball into the node's

@@ -153,9 +153,9 @@ func waitRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, nam
 // node's containerd holds.
 func podAddresses(t *testing.T, node *Node) map[string]bool {
 	t.Helper()
-	paths, _ := filepath.Glob(filepath.Join(node.layout.containerdState(), "io.containerd.grpc.v1.cri", "netns", "*"))
+	paths := node.NetworkNamespaces()
 	if len(paths) == 0 {
-		t.Fatalf("no network namespace under %s", node.layout.containerdState())
+		t.Fatalf("the node has no network namespace in %s", HostNetnsDir)
 	}
 	addrs := map[string]bool{}
 	for _, p := range paths {

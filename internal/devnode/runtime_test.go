@@ -45,8 +45,13 @@ func TestRuntimeImportsImageTarballsByNameAndStopsClean(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	opts := Options{Dir: dir, Kubeconfig: "unused", BinDir: binDir, CNIBinDir: cniBinDir}
-	node, err := prepare(&opts)
+	// Multus' copy of the credential; nothing reads it without a kubelet.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Dir: dir, Kubeconfig: kubeconfig, BinDir: binDir, CNIBinDir: cniBinDir}
+	node, err := prepare(ctx, &opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,9 +51,18 @@ func stop(dir string) error {
 	// shim started meanwhile is counted; a shim killed before containerd
 	// wrote its bundle is found as a socket nobody listens on.
 	shimSockets := append(n.shimSockets(), deadShimSockets()...)
-	// 2. Mounts under the directory: overlay rootfs, sandbox shm, network
-	// namespaces, the kubelet's volumes. Their veths go with the netns.
+	// 2. Mounts under the directory (overlay rootfs, sandbox shm, the
+	// kubelet's volumes) and the pods' network namespaces. Their veths go
+	// with the netns.
 	errs = append(errs, unmountUnder(dir)...)
+	for _, ns := range n.netns() {
+		if err := unix.Unmount(ns, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", ns, err))
+		}
+		if err := os.Remove(ns); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
 	// 3. The node's cgroups, then the parents made to reach them.
 	for _, d := range n.cgroupDirs(hs) {
 		if err := removeCgroupTree(d); err != nil {
@@ -91,7 +100,11 @@ func stop(dir string) error {
 		return fmt.Errorf("devnode: stopping %s: %w", dir, err)
 	}
 	// Kept under another name: Leftovers reads it, Start starts afresh.
-	return os.Rename(filepath.Join(dir, stateFile), filepath.Join(dir, stoppedFile))
+	if err := os.Rename(filepath.Join(dir, stateFile), filepath.Join(dir, stoppedFile)); err != nil {
+		return err
+	}
+	unlockHost(dir)
+	return nil
 }
 
 // cgroupDirs is the node's cgroup in every hierarchy.
@@ -194,16 +207,27 @@ func (n *layout) hostFilesOf() []string {
 			files = append(files, l)
 		}
 	}
-	results, _ := filepath.Glob(filepath.Join(libcniResults, n.NetworkName+"-*"))
-	files = append(files, results...)
-	// containerd sets up each sandbox's lo through libcni as well, under a
-	// network name of its own.
+	// libcni names a result NETWORK-SANDBOX-IFNAME: the cluster network's,
+	// the loopback containerd sets up, and what Multus delegates.
 	bundles, _ := filepath.Glob(filepath.Join(n.containerdState(), "io.containerd.runtime.v2.task", "*", "*"))
 	for _, b := range bundles {
-		lo, _ := filepath.Glob(filepath.Join(libcniResults, "cni-loopback-"+filepath.Base(b)+"-*"))
-		files = append(files, lo...)
+		results, _ := filepath.Glob(filepath.Join(libcniResults, "*-"+filepath.Base(b)+"-*"))
+		files = append(files, results...)
 	}
 	return files
+}
+
+// netns lists the node's network namespaces: the entries containerd made
+// (cni-UUID) in the shared HostNetnsDir since the node started.
+func (n *layout) netns() []string {
+	entries, _ := os.ReadDir(HostNetnsDir)
+	var mine []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "cni-") && !slices.Contains(n.PreexistingNetns, e.Name()) {
+			mine = append(mine, filepath.Join(HostNetnsDir, e.Name()))
+		}
+	}
+	return mine
 }
 
 // libcniResults is where libcni caches ADD results, whatever the runtime's
@@ -225,6 +249,14 @@ func (n *layout) removeHostFiles() []error {
 	for _, f := range n.hostFilesOf() {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
+		}
+	}
+	for _, d := range n.EmptiedHostDirs {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(d, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for _, d := range n.CreatedHostDirs {
@@ -310,6 +342,17 @@ func (n *layout) leftovers() ([]string, error) {
 		if _, err := os.Lstat(d); err == nil {
 			found = append(found, "host directory "+d)
 		}
+	}
+	for _, d := range n.EmptiedHostDirs {
+		if entries, _ := os.ReadDir(d); len(entries) > 0 {
+			found = append(found, fmt.Sprintf("host directory %s holds %s", d, entries[0].Name()))
+		}
+	}
+	for _, ns := range n.netns() {
+		found = append(found, "network namespace "+ns)
+	}
+	if owner, _ := os.ReadFile(hostLock); string(owner) == n.Dir {
+		found = append(found, "host lock "+hostLock)
 	}
 	for s, v := range n.Sysctls {
 		if cur, err := os.ReadFile("/proc/sys/" + s); err == nil && strings.TrimSpace(string(cur)) != v {
