@@ -55,7 +55,7 @@ cni-plugins:
 # Unit and package tests run with the race detector (the race detector
 # needs cgo); the end-to-end packages drive separate processes and run
 # without it.
-test: test-deps control-plane node-tools cni-plugins build lint
+test: test-deps control-plane node-tools cni-plugins build image lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/...
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration ./test/...
 

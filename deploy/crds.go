@@ -10,6 +10,13 @@ import "embed"
 //go:embed crds/*.yaml
 var CRDs embed.FS
 
+// Manifests holds everything `kubectl apply -k deploy/` reads, so that an
+// overlay can be built in memory on top of exactly what ships
+// (hack/local-node, for the local node).
+//
+//go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml agent/* controller/*.yaml
+var Manifests embed.FS
+
 // RBAC holds the namespace and the service accounts, roles and bindings of
 // the agent and the controller.
 //

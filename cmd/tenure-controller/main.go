@@ -251,7 +251,12 @@ func elect(ctx context.Context, cfg *rest.Config, f flags, c *controller.Control
 		log.Error("creating clientset", "err", err)
 		return 1
 	}
-	host, _ := os.Hostname()
+	// The pod's name where the Deployment gives it (a pod on the host
+	// network has the node's hostname, which names no replica).
+	host := os.Getenv("POD_NAME")
+	if host == "" {
+		host, _ = os.Hostname()
+	}
 	id := host + "_" + string(uuid.NewUUID())
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: f.leNamespace, Name: f.leID},

@@ -178,6 +178,7 @@ type Node struct {
 	Dir    string
 	layout *layout
 	binDir string
+	opts   Options
 }
 
 // Start brings up containerd and the kubelet and returns once the Node is
@@ -309,7 +310,7 @@ func prepare(ctx context.Context, opts *Options) (_ *Node, err error) {
 	if err := n.save(); err != nil {
 		return nil, err
 	}
-	return &Node{Name: opts.NodeName, Dir: dir, layout: n, binDir: opts.BinDir}, nil
+	return &Node{Name: opts.NodeName, Dir: dir, layout: n, binDir: opts.BinDir, opts: *opts}, nil
 }
 
 // startRuntime makes the node's cgroups, writes the CNI and containerd
@@ -341,14 +342,8 @@ func (node *Node) startRuntime(ctx context.Context, opts Options) error {
 	if err := os.WriteFile(n.path("containerd", "config.toml"), n.containerdConfig(PauseImage, opts.Runc), 0o644); err != nil {
 		return err
 	}
-	if err := n.spawn(hs, "runtime", "containerd", filepath.Join(opts.BinDir, "containerd"), "--config", n.path("containerd", "config.toml")); err != nil {
+	if err := node.runContainerd(ctx, hs); err != nil {
 		return err
-	}
-	if err := poll(ctx, 60*time.Second, "containerd to answer", func() error {
-		_, err := node.ctr(ctx, "version")
-		return err
-	}); err != nil {
-		return fmt.Errorf("%w\n%s", err, tailFile(n.path("logs", "containerd.log")))
 	}
 
 	pauseTar := n.path("images", "pause.tar")
@@ -433,20 +428,83 @@ func (node *Node) startKubelet(ctx context.Context, opts Options) error {
 	if err := os.WriteFile(n.path("kubelet", "config.yaml"), kcfg, 0o644); err != nil {
 		return err
 	}
-	if err := n.spawn(hs, "kubelet", "kubelet", filepath.Join(opts.BinDir, "kubelet"),
+	return node.runKubelet(ctx, hs)
+}
+
+// runContainerd starts containerd with the configuration startRuntime
+// wrote and waits until it answers.
+func (node *Node) runContainerd(ctx context.Context, hs []hierarchy) error {
+	n := node.layout
+	if err := n.spawn(hs, "runtime", "containerd", filepath.Join(node.binDir, "containerd"), "--config", n.path("containerd", "config.toml")); err != nil {
+		return err
+	}
+	if err := poll(ctx, 60*time.Second, "containerd to answer", func() error {
+		_, err := node.ctr(ctx, "version")
+		return err
+	}); err != nil {
+		return fmt.Errorf("%w\n%s", err, tailFile(n.path("logs", "containerd.log")))
+	}
+	return nil
+}
+
+// runKubelet starts the kubelet with the configuration startKubelet wrote
+// and waits for its Node to be Ready.
+func (node *Node) runKubelet(ctx context.Context, hs []hierarchy) error {
+	n := node.layout
+	if err := n.spawn(hs, "kubelet", "kubelet", filepath.Join(node.binDir, "kubelet"),
 		"--config="+n.path("kubelet", "config.yaml"),
-		"--kubeconfig="+opts.Kubeconfig,
+		"--kubeconfig="+node.opts.Kubeconfig,
 		"--root-dir="+n.path("kubelet", "root"),
 		"--cert-dir="+n.path("kubelet", "pki"),
-		"--hostname-override="+opts.NodeName,
+		"--hostname-override="+node.Name,
 		"--v=2",
 	); err != nil {
 		return err
 	}
-	if err := waitNodeReady(ctx, opts.Kubeconfig, opts.NodeName, 3*time.Minute); err != nil {
+	if err := waitNodeReady(ctx, node.opts.Kubeconfig, node.Name, 3*time.Minute); err != nil {
 		return fmt.Errorf("%w\n%s", err, tailFile(n.path("logs", "kubelet.log")))
 	}
 	return nil
+}
+
+// Lose kills the kubelet and containerd (SIGKILL), as a node that stops
+// answering would: the containers and their shims keep running, the Node
+// stops reporting. Return brings it back.
+func (node *Node) Lose() error {
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	var killed []int
+	for _, pid := range cgroupProcs(node.layout.cgroupDirs(hs)) {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			continue
+		}
+		if c := strings.TrimSpace(string(comm)); c == "kubelet" || c == "containerd" {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				return err
+			}
+			killed = append(killed, pid)
+		}
+	}
+	if len(killed) != 2 {
+		return fmt.Errorf("devnode: found %d of kubelet and containerd to kill (pids %v)", len(killed), killed)
+	}
+	return nil
+}
+
+// Return restarts containerd and the kubelet after Lose and waits for the
+// Node to be Ready again.
+func (node *Node) Return(ctx context.Context) error {
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	if err := node.runContainerd(ctx, hs); err != nil {
+		return err
+	}
+	return node.runKubelet(ctx, hs)
 }
 
 // spawn starts a process in the node's cgroup sub, its output in logs/.
@@ -486,6 +544,19 @@ func (node *Node) ctr(ctx context.Context, args ...string) (string, error) {
 		return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// LogTail is the end of the log of one of the node's programs: "kubelet",
+// "containerd", "multus".
+func (node *Node) LogTail(name string) string {
+	return tailFile(node.layout.path("logs", name+".log"))
+}
+
+// TagImage gives the image src the further name dst in the node's
+// containerd, as a push of the same image under a new tag would.
+func (node *Node) TagImage(ctx context.Context, src, dst string) error {
+	_, err := node.ctr(ctx, "images", "tag", "--force", src, dst)
+	return err
 }
 
 // NetworkNamespaces lists the paths of the pods' network namespaces.

@@ -1,0 +1,188 @@
+// Package localnode builds hack/local-node, the kustomize overlay that runs
+// deploy/ on the local node of `tenurectl dev up --node`, in memory from the
+// embedded manifests: the binaries apply exactly what ships.
+package localnode
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/tenure-ipam/tenure/deploy"
+	"github.com/tenure-ipam/tenure/internal/controlplane"
+)
+
+//go:embed kustomization.yaml agent.yaml controller.yaml
+var overlay embed.FS
+
+// Build returns the overlay as YAML documents, for an API server at
+// 127.0.0.1:port.
+func Build(port int) ([]byte, error) {
+	mem := filesys.MakeFsInMemory()
+	for _, tree := range []struct {
+		files fs.FS
+		root  string
+	}{{deploy.Manifests, "/deploy"}, {overlay, "/hack/local-node"}} {
+		err := fs.WalkDir(tree.files, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := fs.ReadFile(tree.files, p)
+			if err != nil {
+				return err
+			}
+			return mem.WriteFile(path.Join(tree.root, p), data)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	env := fmt.Sprintf("KUBERNETES_SERVICE_HOST=127.0.0.1\nKUBERNETES_SERVICE_PORT=%d\n", port)
+	if err := mem.WriteFile("/hack/local-node/apiserver.env", []byte(env)); err != nil {
+		return nil, err
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(mem, "/hack/local-node")
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build hack/local-node: %w", err)
+	}
+	return rm.AsYaml()
+}
+
+// FieldManager is the server-side apply field manager of Install.
+const FieldManager = "tenure-local-node"
+
+// Install builds the overlay for the API server at 127.0.0.1:port and
+// applies it server-side: the CRDs first (installed and served before
+// anything uses them, as controlplane.InstallCRDs does), then the rest,
+// namespaces first. mutate, when set, may change each object before it is
+// applied (tests shorten a timeout). It does not wait for the workloads;
+// see WaitRollout.
+func Install(ctx context.Context, cfg *rest.Config, port int, mutate func(*unstructured.Unstructured)) error {
+	docs, err := Build(port)
+	if err != nil {
+		return err
+	}
+	objs, err := Decode(docs)
+	if err != nil {
+		return err
+	}
+	// The CRDs first, waited for until served, so nothing applied after
+	// them is refused; the apply below then only adds the overlay's
+	// labels to them.
+	crds, err := fs.Sub(deploy.CRDs, "crds")
+	if err != nil {
+		return err
+	}
+	if err := controlplane.InstallCRDs(ctx, cfg, crds); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+		return cmp.Compare(applyRank(a), applyRank(b))
+	})
+	for _, o := range objs {
+		if mutate != nil {
+			mutate(o)
+		}
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func applyRank(o *unstructured.Unstructured) int {
+	switch o.GetKind() {
+	case "CustomResourceDefinition":
+		return 0
+	case "Namespace":
+		return 1
+	}
+	return 2
+}
+
+// Decode splits YAML documents into objects.
+func Decode(docs []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(docs), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return objs, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if obj != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
+
+// WaitRollout waits until the agent DaemonSet and the controller
+// Deployment run their current template everywhere, Ready.
+func WaitRollout(ctx context.Context, c client.Client) error {
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		last = rolledOut(ctx, c)
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for tenure to roll out: %w (last: %v)", err, last)
+	}
+	return nil
+}
+
+func rolledOut(ctx context.Context, c client.Client) error {
+	var ds appsv1.DaemonSet
+	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: AgentDaemonSet}, &ds); err != nil {
+		return err
+	}
+	s := ds.Status
+	if s.ObservedGeneration != ds.Generation || s.DesiredNumberScheduled == 0 ||
+		s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberReady != s.DesiredNumberScheduled || s.NumberUnavailable != 0 {
+		return fmt.Errorf("DaemonSet %s: generation %d observed %d, desired %d, updated %d, ready %d",
+			ds.Name, ds.Generation, s.ObservedGeneration, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberReady)
+	}
+	var dep appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: ControllerDeployment}, &dep); err != nil {
+		return err
+	}
+	want := int32(1)
+	if dep.Spec.Replicas != nil {
+		want = *dep.Spec.Replicas
+	}
+	d := dep.Status
+	if d.ObservedGeneration != dep.Generation || d.UpdatedReplicas != want || d.AvailableReplicas != want || d.Replicas != want {
+		return fmt.Errorf("Deployment %s: generation %d observed %d, want %d, updated %d, available %d, total %d",
+			dep.Name, dep.Generation, d.ObservedGeneration, want, d.UpdatedReplicas, d.AvailableReplicas, d.Replicas)
+	}
+	return nil
+}
+
+// Names in deploy/.
+const (
+	Namespace            = "tenure-system"
+	AgentDaemonSet       = "tenure-agent"
+	ControllerDeployment = "tenure-controller"
+)

@@ -1,0 +1,245 @@
+//go:build integration
+
+// Package node_test runs tenure as its users do (issue 12): deploy/ applied
+// through the local overlay (hack/local-node) to a real node of this
+// machine, where a kubelet and containerd run the DaemonSet and the
+// Deployment from the image `make image` builds, and wire real pods through
+// Multus and the reference plugins calling tenure's shim.
+//
+// One cluster serves every test: a control plane with kube-controller-
+// manager and kube-scheduler, one node (devnode), tenure installed and
+// rolled out. Each test works in a namespace of its own, on a network of its
+// own, and leaves the node as it found it.
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	localnode "github.com/tenure-ipam/tenure/hack/local-node"
+	"github.com/tenure-ipam/tenure/internal/controlplane"
+	"github.com/tenure-ipam/tenure/internal/devnode"
+	"github.com/tenure-ipam/tenure/internal/kube"
+)
+
+// The cluster every test uses, made by TestMain.
+var (
+	cp   *controlplane.ControlPlane
+	node *devnode.Node
+	cl   client.WithWatch
+	cs   kubernetes.Interface
+	// binDir holds tenure's binaries and bin/tenure-image.tar.
+	binDir string
+)
+
+// controllerNodeGrace is the tenure controller's --node-grace-period here:
+// the lost-node test waits for it, after the controller-manager's own
+// controlplane.NodeMonitorGracePeriod.
+const controllerNodeGrace = 5 * time.Second
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	teardown, err := setUp(ctx)
+	if err != nil {
+		// Not a skip: a missing tool on a fresh machine is a failure of
+		// the set-up (`make test` builds and installs everything).
+		fmt.Fprintln(os.Stderr, "test/node: setting up the cluster:", err)
+		if teardown != nil {
+			teardown()
+		}
+		return 1
+	}
+	code := m.Run()
+	teardown()
+	return code
+}
+
+func setUp(ctx context.Context) (teardown func(), err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("needs root (containerd, the kubelet, network namespaces)")
+	}
+	binDir = os.Getenv("TENURE_BIN_DIR")
+	if binDir == "" {
+		binDir = filepath.Join("..", "..", "bin")
+	}
+	if binDir, err = filepath.Abs(binDir); err != nil {
+		return nil, err
+	}
+	imageTar := filepath.Join(binDir, "tenure-image.tar")
+	if _, err := os.Stat(imageTar); err != nil {
+		return nil, fmt.Errorf("%w: run make image", err)
+	}
+	toolDir, err := controlplane.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := controlplane.CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	cniDirs, _ := filepath.Glob(filepath.Join(cache, "cni-plugins-*", "macvlan"))
+	if len(cniDirs) == 0 {
+		return nil, fmt.Errorf("no reference CNI plugins in %s: run make cni-plugins", cache)
+	}
+
+	var undo []func()
+	teardown = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			teardown()
+			teardown = nil
+		}
+	}()
+
+	begin := time.Now()
+	cp, err = controlplane.Start(ctx, controlplane.Options{Controllers: true})
+	if err != nil {
+		return teardown, err
+	}
+	undo = append(undo, func() { _ = cp.Stop() })
+	// Multus' CRD, as Multus' own manifests install it.
+	if err := controlplane.InstallCRDs(ctx, cp.Config, os.DirFS(filepath.Join("..", "deploy", "testdata"))); err != nil {
+		return teardown, err
+	}
+	cpReady := time.Since(begin)
+
+	dir, err := os.MkdirTemp("", "tenure-node-")
+	if err != nil {
+		return teardown, err
+	}
+	undo = append(undo, func() { _ = os.RemoveAll(dir) })
+	node, err = devnode.Start(ctx, devnode.Options{
+		Dir: dir, Kubeconfig: cp.KubeconfigPath, BinDir: toolDir, CNIBinDir: filepath.Dir(cniDirs[len(cniDirs)-1]),
+	})
+	if err != nil {
+		return teardown, err
+	}
+	undo = append(undo, func() {
+		if err := node.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "test/node: stopping the node:", err)
+		}
+		if left, err := devnode.Leftovers(node.Dir); err != nil || len(left) > 0 {
+			fmt.Fprintln(os.Stderr, "test/node: the node left behind:", left, err)
+		}
+	})
+	nodeReady := time.Since(begin)
+	if err := node.ImportImage(ctx, imageTar); err != nil {
+		return teardown, err
+	}
+
+	if cl, err = kube.NewClient(cp.Config); err != nil {
+		return teardown, err
+	}
+	cs = kubernetes.NewForConfigOrDie(cp.Config)
+	if err := localnode.Install(ctx, cp.Config, apiServerPort(), shortenControllerGrace); err != nil {
+		return teardown, err
+	}
+	if err := localnode.WaitRollout(ctx, cl); err != nil {
+		return teardown, fmt.Errorf("%w\n%s", err, node.LogTail("kubelet"))
+	}
+	fmt.Fprintf(os.Stderr, "test/node: control plane ready in %v, node Ready at %v, tenure rolled out at %v\n",
+		cpReady.Round(time.Millisecond), nodeReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
+	return teardown, nil
+}
+
+// shortenControllerGrace sets the controller's --node-grace-period to
+// controllerNodeGrace, so that the lost-node test takes seconds rather
+// than the shipped five minutes. Nothing else is changed for the tests.
+func shortenControllerGrace(o *unstructured.Unstructured) {
+	if o.GetKind() != "Deployment" || o.GetName() != localnode.ControllerDeployment {
+		return
+	}
+	containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	for _, c := range containers {
+		c := c.(map[string]any)
+		if c["name"] != "controller" {
+			continue
+		}
+		args, _ := c["args"].([]any)
+		c["args"] = append(args, "--node-grace-period="+controllerNodeGrace.String())
+	}
+	_ = unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
+}
+
+func apiServerPort() int {
+	var port int
+	_, _ = fmt.Sscanf(cp.URL[strings.LastIndex(cp.URL, ":")+1:], "%d", &port)
+	return port
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// reservationsOf lists the reservations owned by pods in namespace ns, or
+// by the claims there.
+func reservationsOf(ctx context.Context, t *testing.T, ns string) []tenurev1alpha1.IPReservation {
+	t.Helper()
+	var list tenurev1alpha1.IPReservationList
+	if err := cl.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	var out []tenurev1alpha1.IPReservation
+	for _, r := range list.Items {
+		if r.Spec.Owner.Namespace == ns {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b tenurev1alpha1.IPReservation) int { return strings.Compare(a.Spec.Address, b.Spec.Address) })
+	return out
+}
+
+func getClaim(ctx context.Context, t *testing.T, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
+	t.Helper()
+	var c ipamclaimsv1alpha1.IPAMClaim
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// podSpecOn is a pod of the pinned pause image on the node, attached to
+// the networks in the Multus annotation nets. It tolerates a lost node for
+// one second only, so the lost-node test sees it evicted at once.
+func podSpecOn(ns, name, nets string) *corev1.Pod {
+	grace := int64(1)
+	tolerate := int64(1)
+	return &corev1.Pod{
+		ObjectMeta: objectMeta(ns, name, map[string]string{"k8s.v1.cni.cncf.io/networks": nets}),
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "pause", Image: devnode.PauseImage, ImagePullPolicy: corev1.PullNever,
+			}},
+			Tolerations: []corev1.Toleration{
+				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &tolerate},
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &tolerate},
+			},
+		},
+	}
+}
