@@ -1,0 +1,111 @@
+//go:build integration
+
+package node_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Point 5 of issue 12: the node is lost hard (kubelet and containerd
+// killed; the containers, tenure's agent and controller among them, run
+// on, as on a node cut off from the API server). The controller-manager
+// marks it NotReady and evicts the test pods (they tolerate that for one
+// second), their deletion never completes with no kubelet, and the tenure
+// controller releases their reservations once the node has been NotReady
+// for its grace period. The node comes back and a new pod gets an address.
+//
+// The file's name runs it last: the node is gone for a while.
+func TestLostNodeReleasesItsPodsAddresses(t *testing.T) {
+	ctx := testContext(t, 6*time.Minute)
+	ns := namespace(ctx, t, "lost")
+	hostLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "tnlost0"}})
+	nad(ctx, t, ns, "lost-net", `{"cniVersion": "1.0.0", "name": "lost-net", "type": "bridge", "bridge": "tnlost0",
+		"ipam": {"type": "tenure", "range": "10.220.0.0/24"}}`)
+	const pods = 3
+	for i := range pods {
+		if err := cl.Create(ctx, podSpecOn(ns, fmt.Sprintf("lost-%d", i), "lost-net")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range pods {
+		waitRunning(ctx, t, ns, fmt.Sprintf("lost-%d", i))
+	}
+	if n := len(reservationsOf(ctx, t, ns)); n != pods {
+		t.Fatalf("%d reservations for %d pods", n, pods)
+	}
+
+	lost := time.Now()
+	if err := node.Lose(); err != nil {
+		t.Fatal(err)
+	}
+	returned := false
+	t.Cleanup(func() {
+		if !returned {
+			if err := node.Return(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	poll(ctx, t, "the node to be marked not Ready", func() error {
+		var n corev1.Node
+		if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, &n); err != nil {
+			return err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("still Ready")
+	})
+	notReady := time.Since(lost)
+	poll(ctx, t, "the pods to be evicted", func() error {
+		for i := range pods {
+			p, err := getPod(ctx, ns, fmt.Sprintf("lost-%d", i))
+			if err != nil {
+				return err
+			}
+			if p.DeletionTimestamp == nil {
+				return fmt.Errorf("%s not evicted", p.Name)
+			}
+		}
+		return nil
+	})
+	evicted := time.Since(lost)
+	poll(ctx, t, "the tenure controller to release the evicted pods' reservations", func() error {
+		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
+			return fmt.Errorf("%d left", len(left))
+		}
+		return nil
+	})
+	t.Logf("after the node was lost: NotReady at %v, pods evicted at %v, reservations released at %v",
+		notReady.Round(time.Second), evicted.Round(time.Second), time.Since(lost).Round(time.Second))
+	for i := range pods {
+		if _, err := getPod(ctx, ns, fmt.Sprintf("lost-%d", i)); err != nil {
+			t.Errorf("lost-%d: %v: its deletion should wait for the kubelet, and the release did not", i, err)
+		}
+	}
+
+	returned = true
+	if err := node.Return(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods {
+		waitGone(ctx, t, ns, fmt.Sprintf("lost-%d", i))
+	}
+	if err := cl.Create(ctx, podSpecOn(ns, "after", "lost-net")); err != nil {
+		t.Fatal(err)
+	}
+	p := waitRunning(ctx, t, ns, "after")
+	if addrs := interfaceAddrs(t, p, "net1"); len(addrs) != 1 {
+		t.Errorf("the pod after the node's return has net1 %v", addrs)
+	}
+	deletePod(ctx, t, ns, "after")
+	waitGone(ctx, t, ns, "after")
+}
