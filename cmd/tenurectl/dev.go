@@ -16,7 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tenure-ipam/tenure/deploy"
+	localnode "github.com/tenure-ipam/tenure/hack/local-node"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
+	"github.com/tenure-ipam/tenure/internal/devnode"
 )
 
 func init() {
@@ -25,8 +27,8 @@ func init() {
 		summary: "run a local kube-apiserver + etcd with tenure's CRDs (up, down)",
 		run: func(ctx context.Context, e *env, args []string) error {
 			return subcommands(ctx, e, "dev", []*command{
-				{name: "up", summary: "start a detached control plane and install the CRDs", run: devUp},
-				{name: "down", summary: "stop the control plane that up started", run: devDown},
+				{name: "up", summary: "start a detached control plane and install the CRDs (--node: and a real node running tenure)", run: devUp},
+				{name: "down", summary: "stop the control plane (and node) that up started", run: devDown},
 			}, args)
 		},
 	})
@@ -41,10 +43,17 @@ func defaultDevDir() string {
 	return filepath.Join(cache, "dev")
 }
 
-func devFlags(e *env, name string, args []string) (dir string, timeout time.Duration, err error) {
-	fs := newFlagSet(e, "dev "+name, "[--dir DIR]")
+func devFlags(e *env, name string, args []string, more ...func(*flag.FlagSet)) (dir string, timeout time.Duration, err error) {
+	usage := "[--dir DIR]"
+	if len(more) > 0 {
+		usage = "[--dir DIR] [--node [--image FILE]]"
+	}
+	fs := newFlagSet(e, "dev "+name, usage)
 	fs.StringVar(&dir, "dir", defaultDevDir(), "state `directory`: certificates, etcd data, logs, kubeconfig, state.json")
-	fs.DurationVar(&timeout, "timeout", 3*time.Minute, "give up after this long")
+	fs.DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long")
+	for _, m := range more {
+		m(fs)
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return "", 0, err
 	}
@@ -60,9 +69,17 @@ func devFlags(e *env, name string, args []string) (dir string, timeout time.Dura
 // CRD and prints an export line for KUBECONFIG. When one is already running
 // there it only re-applies the CRDs.
 func devUp(ctx context.Context, e *env, args []string) error {
-	dir, timeout, err := devFlags(e, "up", args)
+	var withNode bool
+	var image string
+	dir, timeout, err := devFlags(e, "up", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed from deploy/ and its image")
+		fs.StringVar(&image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
+	})
 	if err != nil {
 		return err
+	}
+	if withNode {
+		return devUpNode(ctx, e, dir, image, timeout)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -85,6 +102,11 @@ func devUp(ctx context.Context, e *env, args []string) error {
 	switch {
 	case err == nil:
 		herr := cp.Healthy(ctx)
+		if herr == nil && nodeRecorded(dir) {
+			fmt.Fprintf(e.stderr, "tenure dev control plane already up at %s with a node (dir %s)\n", cp.URL, dir)
+			printKubeconfig(e, cp.KubeconfigPath)
+			return nil
+		}
 		if herr == nil {
 			if err := controlplane.InstallCRDs(ctx, cp.Config, crds); err != nil {
 				return err
@@ -142,6 +164,9 @@ func devDown(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer unlock()
+	if err := devDownNode(e, dir); err != nil {
+		return err
+	}
 	cp, err := controlplane.Attach(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(e.stderr, "no tenure dev control plane in %s\n", dir)
@@ -154,6 +179,89 @@ func devDown(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "tenure dev control plane in %s stopped\n", dir)
+	return nil
+}
+
+// nodeDir is where dev up --node keeps the node, inside the dev directory.
+func nodeDir(dir string) string { return filepath.Join(dir, "node") }
+
+func nodeRecorded(dir string) bool {
+	_, err := os.Stat(filepath.Join(nodeDir(dir), devnode.StateFile))
+	return err == nil
+}
+
+// defaultImage is make image's output beside this executable (bin/).
+func defaultImage() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin/tenure-image.tar"
+	}
+	return filepath.Join(filepath.Dir(exe), "tenure-image.tar")
+}
+
+// devUpNode is dev up --node: a detached control plane with the
+// controllers, then a node of this machine with tenure rolled out on it
+// from deploy/ through hack/local-node. Up already (with a node), it only
+// says so.
+func devUpNode(ctx context.Context, e *env, dir, image string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if os.Geteuid() != 0 {
+		return errors.New("tenurectl dev up --node: a node runs containerd and a kubelet: run as root")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if cp, err := controlplane.Attach(dir); err == nil {
+		if cp.Healthy(ctx) == nil && nodeRecorded(dir) {
+			fmt.Fprintf(e.stderr, "tenure dev control plane already up at %s with a node (dir %s)\n", cp.URL, dir)
+			printKubeconfig(e, cp.KubeconfigPath)
+			return nil
+		}
+		return fmt.Errorf("a control plane without a node is recorded in %s: tenurectl dev down --dir %s first", dir, dir)
+	}
+
+	begin := time.Now()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Detach: true, Controllers: true})
+	if err != nil {
+		return err
+	}
+	cpReady := time.Since(begin)
+	node, err := localnode.Start(ctx, cp, localnode.Options{Dir: nodeDir(dir), Image: image})
+	if err != nil {
+		if serr := cp.Stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}
+	fmt.Fprintf(e.stderr, "tenure dev cluster up at %s: control plane with controller-manager and scheduler ready in %v; node %s Ready and tenure rolled out on it in %v (logs in %s and %s)\n",
+		cp.URL, cpReady.Round(time.Millisecond), node.Name, (time.Since(begin) - cpReady).Round(time.Millisecond), dir, filepath.Join(node.Dir, "logs"))
+	printKubeconfig(e, cp.KubeconfigPath)
+	return nil
+}
+
+// devDownNode stops the node dev up --node started in dir, if any, and
+// fails if it left anything on the host.
+func devDownNode(e *env, dir string) error {
+	if !nodeRecorded(dir) {
+		return nil
+	}
+	if err := devnode.Stop(nodeDir(dir)); err != nil {
+		return err
+	}
+	left, err := devnode.Leftovers(nodeDir(dir))
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("the node in %s left behind: %s", nodeDir(dir), strings.Join(left, "; "))
+	}
+	fmt.Fprintf(e.stderr, "tenure dev node in %s stopped; nothing left on the host\n", nodeDir(dir))
 	return nil
 }
 

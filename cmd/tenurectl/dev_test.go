@@ -5,9 +5,11 @@ package main
 import (
 	"bytes"
 	"context"
+	corev1 "k8s.io/api/core/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	localnode "github.com/tenure-ipam/tenure/hack/local-node"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
+	"github.com/tenure-ipam/tenure/internal/devnode"
+	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
 type result struct {
@@ -157,4 +162,81 @@ func TestDevCommandsUsage(t *testing.T) {
 		{[]string{"bench", "--quick=often"}, 2, "invalid boolean value"},
 		{[]string{"bench", "-h"}, 0, "-skip-scale"},
 	})
+}
+
+// Issue 12: dev up --node brings up the control plane with its controllers
+// and a Ready node of this machine running tenure from deploy/ and its
+// image; tenurectl exits and all of it runs on; dev down stops the node
+// and the control plane and leaves nothing on the host.
+func TestDevUpNodeAndDownLeaveNothing(t *testing.T) {
+	image, err := filepath.Abs(filepath.Join("..", "..", "bin", "tenure-image.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(image); err != nil {
+		t.Fatalf("%v: run make image", err)
+	}
+	dir := filepath.Join(t.TempDir(), "dev")
+	t.Cleanup(func() { // never leak a cluster, whatever failed
+		_ = devnode.Stop(filepath.Join(dir, "node"))
+		if cp, err := controlplane.Attach(dir); err == nil {
+			_ = cp.Stop()
+		}
+	})
+
+	up := tenurectl(t, "dev", "up", "--node", "--dir", dir, "--image", image)
+	if up.code != 0 {
+		t.Fatalf("dev up --node exited %d", up.code)
+	}
+	cp, err := controlplane.Attach(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := cp.Pids()
+	if len(pids) != 4 {
+		t.Errorf("control plane processes %v, want etcd, kube-apiserver, kube-controller-manager, kube-scheduler", pids)
+	}
+	cl, err := kube.NewClient(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var n corev1.Node
+	if err := cl.Get(ctx, client.ObjectKey{Name: "tenure-dev-node"}, &n); err != nil {
+		t.Fatal(err)
+	}
+	ready := false
+	for _, c := range n.Status.Conditions {
+		ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+	}
+	if !ready {
+		t.Errorf("node %s is not Ready after dev up returned: %v", n.Name, n.Status.Conditions)
+	}
+	// Rolled out before dev up returned, and still so after it exited.
+	if err := localnode.WaitRollout(ctx, cl); err != nil {
+		t.Error(err)
+	}
+
+	again := tenurectl(t, "dev", "up", "--node", "--dir", dir, "--image", image)
+	if again.code != 0 || !strings.Contains(again.stderr, "already up") {
+		t.Errorf("second dev up --node: exit %d; want success saying it is already up", again.code)
+	}
+
+	down := tenurectl(t, "dev", "down", "--dir", dir)
+	if down.code != 0 {
+		t.Fatalf("dev down exited %d", down.code)
+	}
+	for _, pid := range pids {
+		if !gone(pid) {
+			t.Errorf("pid %d still runs after dev down", pid)
+		}
+	}
+	left, err := devnode.Leftovers(filepath.Join(dir, "node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range left {
+		t.Errorf("left behind by dev down: %s", l)
+	}
 }

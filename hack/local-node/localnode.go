@@ -12,8 +12,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -28,10 +31,86 @@ import (
 
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
+	"github.com/tenure-ipam/tenure/internal/devnode"
 )
 
 //go:embed kustomization.yaml agent.yaml controller.yaml
 var overlay embed.FS
+
+//go:embed multus/*.yaml
+var multus embed.FS
+
+// MultusCRDs holds the CRD Multus reads NetworkAttachmentDefinitions
+// through, for controlplane.InstallCRDs.
+func MultusCRDs() fs.FS {
+	sub, err := fs.Sub(multus, "multus")
+	if err != nil {
+		panic(err) // the directory is embedded
+	}
+	return sub
+}
+
+// Options for Start.
+type Options struct {
+	// Dir holds the node (devnode.Options.Dir).
+	Dir string
+	// Image is the tenure image tarball (make image's bin/tenure-image.tar).
+	Image string
+	// Mutate, when set, may change each object of the overlay before it is
+	// applied.
+	Mutate func(*unstructured.Unstructured)
+}
+
+// Start makes cp's cluster what a user's is once tenure is installed:
+// Multus' CRD, a node of this machine running containerd and a kubelet with
+// Multus as its CNI (devnode), tenure's image imported there, and the
+// overlay applied and rolled out. cp must run the controllers
+// (controlplane.Options.Controllers). On failure the node is stopped.
+func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ *devnode.Node, err error) {
+	if _, err := os.Stat(opts.Image); err != nil {
+		return nil, fmt.Errorf("%w: make image builds it", err)
+	}
+	toolDir, err := controlplane.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	cniDir, err := devnode.CNIPluginsDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := controlplane.InstallCRDs(ctx, cp.Config, MultusCRDs()); err != nil {
+		return nil, err
+	}
+	node, err := devnode.Start(ctx, devnode.Options{Dir: opts.Dir, Kubeconfig: cp.KubeconfigPath, BinDir: toolDir, CNIBinDir: cniDir})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if stopErr := node.Stop(); stopErr != nil {
+				err = fmt.Errorf("%w (and stopping the node: %v)", err, stopErr)
+			}
+		}
+	}()
+	if err := node.ImportImage(ctx, opts.Image); err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(cp.URL[strings.LastIndex(cp.URL, ":")+1:])
+	if err != nil {
+		return nil, fmt.Errorf("control plane URL %s: %w", cp.URL, err)
+	}
+	if err := Install(ctx, cp.Config, port, opts.Mutate); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cp.Config, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitRollout(ctx, c); err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, node.LogTail("kubelet"))
+	}
+	return node, nil
+}
 
 // Build returns the overlay as YAML documents, for an API server at
 // 127.0.0.1:port.

@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/image"
 )
 
@@ -75,6 +76,20 @@ const (
 	HostNetnsDir   = "/run/netns"
 )
 
+// CNIPluginsDir is where hack/build-cni-plugins.sh puts the reference
+// plugins, in the cache directory; the newest version when several are.
+func CNIPluginsDir() (string, error) {
+	cache, err := controlplane.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dirs, _ := filepath.Glob(filepath.Join(cache, "cni-plugins-*", "macvlan"))
+	if len(dirs) == 0 {
+		return "", fmt.Errorf("devnode: no reference CNI plugins in %s: make cni-plugins builds them", cache)
+	}
+	return filepath.Dir(dirs[len(dirs)-1]), nil
+}
+
 // nodeCNIPlugins are linked from Options.CNIBinDir into HostCNIBinDir.
 var nodeCNIPlugins = []string{"bridge", "macvlan", "host-local", "loopback"}
 
@@ -85,7 +100,9 @@ const PauseImage = "localhost/tenure/pause:dev"
 // stateFile, inside Dir, records what Stop must undo; Stop renames it
 // stoppedFile for Leftovers.
 const (
-	stateFile   = "devnode.json"
+	// StateFile, in a running node's directory, records it.
+	StateFile   = "devnode.json"
+	stateFile   = StateFile
 	stoppedFile = "devnode.stopped.json"
 )
 

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	localnode "github.com/tenure-ipam/tenure/hack/local-node"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 		// Multus' CRD, for the dry run of the example attachments.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		return controlplane.InstallCRDs(ctx, cp.Config, os.DirFS("testdata"))
+		return controlplane.InstallCRDs(ctx, cp.Config, localnode.MultusCRDs())
 	}))
 }
 

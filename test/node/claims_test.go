@@ -118,4 +118,3 @@ func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
 }
-

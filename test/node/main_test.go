@@ -14,6 +14,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,16 +64,20 @@ func run(m *testing.M) int {
 		// the set-up (`make test` builds and installs everything).
 		fmt.Fprintln(os.Stderr, "test/node: setting up the cluster:", err)
 		if teardown != nil {
-			teardown()
+			_ = teardown()
 		}
 		return 1
 	}
 	code := m.Run()
-	teardown()
+	if err := teardown(); err != nil {
+		// The node must leave nothing on the host, whatever the tests did.
+		fmt.Fprintln(os.Stderr, "test/node: tearing down:", err)
+		return 1
+	}
 	return code
 }
 
-func setUp(ctx context.Context) (teardown func(), err error) {
+func setUp(ctx context.Context) (teardown func() error, err error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("needs root (containerd, the kubelet, network namespaces)")
 	}
@@ -83,32 +88,17 @@ func setUp(ctx context.Context) (teardown func(), err error) {
 	if binDir, err = filepath.Abs(binDir); err != nil {
 		return nil, err
 	}
-	imageTar := filepath.Join(binDir, "tenure-image.tar")
-	if _, err := os.Stat(imageTar); err != nil {
-		return nil, fmt.Errorf("%w: run make image", err)
-	}
-	toolDir, err := controlplane.BinDir()
-	if err != nil {
-		return nil, err
-	}
-	cache, err := controlplane.CacheDir()
-	if err != nil {
-		return nil, err
-	}
-	cniDirs, _ := filepath.Glob(filepath.Join(cache, "cni-plugins-*", "macvlan"))
-	if len(cniDirs) == 0 {
-		return nil, fmt.Errorf("no reference CNI plugins in %s: run make cni-plugins", cache)
-	}
-
-	var undo []func()
-	teardown = func() {
+	var undo []func() error
+	teardown = func() error {
+		var errs []error
 		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
+			errs = append(errs, undo[i]())
 		}
+		return errors.Join(errs...)
 	}
 	defer func() {
 		if err != nil {
-			teardown()
+			_ = teardown()
 			teardown = nil
 		}
 	}()
@@ -118,52 +108,38 @@ func setUp(ctx context.Context) (teardown func(), err error) {
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, func() { _ = cp.Stop() })
-	// Multus' CRD, as Multus' own manifests install it.
-	if err := controlplane.InstallCRDs(ctx, cp.Config, os.DirFS(filepath.Join("..", "deploy", "testdata"))); err != nil {
-		return teardown, err
-	}
+	undo = append(undo, cp.Stop)
 	cpReady := time.Since(begin)
 
 	dir, err := os.MkdirTemp("", "tenure-node-")
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, func() { _ = os.RemoveAll(dir) })
-	node, err = devnode.Start(ctx, devnode.Options{
-		Dir: dir, Kubeconfig: cp.KubeconfigPath, BinDir: toolDir, CNIBinDir: filepath.Dir(cniDirs[len(cniDirs)-1]),
+	undo = append(undo, func() error { return os.RemoveAll(dir) })
+	node, err = localnode.Start(ctx, cp, localnode.Options{
+		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"), Mutate: shortenControllerGrace,
 	})
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, func() {
+	undo = append(undo, func() error {
 		if err := node.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "test/node: stopping the node:", err)
+			return err
 		}
-		if left, err := devnode.Leftovers(node.Dir); err != nil || len(left) > 0 {
-			fmt.Fprintln(os.Stderr, "test/node: the node left behind:", left, err)
+		left, err := devnode.Leftovers(node.Dir)
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("the node left behind: %s", strings.Join(left, "; "))
 		}
+		return err
 	})
-	nodeReady := time.Since(begin)
-	if err := node.ImportImage(ctx, imageTar); err != nil {
-		return teardown, err
-	}
-
 	if cl, err = kube.NewClient(cp.Config); err != nil {
 		return teardown, err
 	}
 	cs = kubernetes.NewForConfigOrDie(cp.Config)
-	if err := localnode.Install(ctx, cp.Config, apiServerPort(), shortenControllerGrace); err != nil {
-		return teardown, err
-	}
-	if err := localnode.WaitRollout(ctx, cl); err != nil {
-		return teardown, fmt.Errorf("%w\n%s", err, node.LogTail("kubelet"))
-	}
-	fmt.Fprintf(os.Stderr, "test/node: control plane ready in %v, node Ready at %v, tenure rolled out at %v\n",
-		cpReady.Round(time.Millisecond), nodeReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "test/node: control plane ready in %v, tenure rolled out on the node at %v\n",
+		cpReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 	return teardown, nil
 }
-
 // shortenControllerGrace sets the controller's --node-grace-period to
 // controllerNodeGrace, so that the lost-node test takes seconds rather
 // than the shipped five minutes. Nothing else is changed for the tests.
@@ -181,12 +157,6 @@ func shortenControllerGrace(o *unstructured.Unstructured) {
 		c["args"] = append(args, "--node-grace-period="+controllerNodeGrace.String())
 	}
 	_ = unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
-}
-
-func apiServerPort() int {
-	var port int
-	_, _ = fmt.Sscanf(cp.URL[strings.LastIndex(cp.URL, ":")+1:], "%d", &port)
-	return port
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {
