@@ -4,13 +4,18 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
+	localnode "github.com/tenure-ipam/tenure/hack/local-node"
+	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/demo"
+	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -23,12 +28,19 @@ func init() {
 }
 
 func runDemo(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "demo", "[--bin-dir DIR] [--cni-plugin-dir DIR] [--timeout DURATION]")
+	fs := newFlagSet(e, "demo", "[--bin-dir DIR] [--cni-plugin-dir DIR] [--timeout DURATION] [--node [--image FILE]]")
+	onNode := fs.Bool("node", false, "play the story on a real node of this machine (containerd, kubelet, Multus; root) running tenure from deploy/ and its image")
+	image := fs.String("image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
 	binDir := fs.String("bin-dir", "", "directory with tenure's binaries (default: this program's directory)")
 	pluginDir := fs.String("cni-plugin-dir", "", "reference CNI plugins (default: built by hack/build-cni-plugins.sh when run from the repository)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *onNode {
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		return demoOnNode(ctx, e, *image)
 	}
 	if *binDir == "" {
 		exe, err := os.Executable()
@@ -51,5 +63,43 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	_, err = demo.Run(ctx, demo.Options{Out: e.stdout, Bins: bins, PluginDir: *pluginDir})
+	return err
+}
+
+// demoOnNode starts a control plane with its controllers and a real node
+// running tenure (as dev up --node does, but attached and in a temp dir),
+// plays the story there and stops everything.
+func demoOnNode(ctx context.Context, e *env, image string) (err error) {
+	if os.Geteuid() != 0 {
+		return errors.New("tenurectl demo --node: a node runs containerd and a kubelet: run as root")
+	}
+	dir, err := os.MkdirTemp("", "tenure-demo-node-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	begin := time.Now()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "control-plane"), Controllers: true})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, cp.Stop()) }()
+	// The controller releases a lost node's addresses after 5 s here, not
+	// the shipped 5 min, so that the demo can show it.
+	node, err := localnode.Start(ctx, cp, localnode.Options{
+		Dir: filepath.Join(dir, "node"), Image: image, Mutate: localnode.ControllerNodeGrace(5 * time.Second),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, node.Stop()) }()
+	fmt.Fprintf(e.stdout, "(a control plane with controller-manager and scheduler, and node %s with tenure rolled out, in %.0fs)\n\n",
+		node.Name, time.Since(begin).Seconds())
+	c, err := kube.NewClient(cp.Config)
+	if err != nil {
+		return err
+	}
+	_, err = demo.RunOnNode(ctx, demo.NodeOptions{Out: e.stdout, Client: c, Node: node})
+	fmt.Fprintln(e.stdout, "\nStopped the node (kubelet, containerd, every container), the controllers, kube-apiserver and etcd.")
 	return err
 }

@@ -15,9 +15,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/go-logr/logr"
 	"io"
 	"os"
 	"os/signal"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sort"
 	"syscall"
 )
@@ -54,6 +56,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// controller-runtime's client has nothing to log for tenurectl's users
+	// (and would warn, with a stack, that no logger was set).
+	ctrllog.SetLogger(logr.Discard())
 	e := &env{stdout: stdout, stderr: stderr}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(e.stderr)

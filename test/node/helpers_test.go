@@ -4,22 +4,20 @@ package node_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	localnode "github.com/tenure-ipam/tenure/hack/local-node"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -42,21 +40,10 @@ func namespace(ctx context.Context, t *testing.T, name string) string {
 // nad creates a NetworkAttachmentDefinition whose config is conf.
 func nad(ctx context.Context, t *testing.T, ns, name, conf string) {
 	t.Helper()
-	var probe map[string]any
-	if err := json.Unmarshal([]byte(conf), &probe); err != nil {
-		t.Fatalf("NAD %s: %v", name, err)
-	}
-	n := &nadv1.NetworkAttachmentDefinition{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: conf},
-	}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(n)
+	obj, err := localnode.NAD(ns, name, conf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj := &unstructured.Unstructured{Object: u}
-	obj.SetAPIVersion(nadv1.SchemeGroupVersion.String())
-	obj.SetKind("NetworkAttachmentDefinition")
 	if err := cl.Create(ctx, obj); err != nil {
 		t.Fatal(err)
 	}
@@ -140,22 +127,14 @@ func eventsOf(ctx context.Context, ns, name string) string {
 	return strings.Join(msgs, " | ")
 }
 
-// networkStatus is the IPs Multus recorded for interface ifname in the
-// pod's network-status annotation.
+// networkStatus is the IPs Multus recorded for interface ifname.
 func networkStatus(t *testing.T, p *corev1.Pod, ifname string) []string {
 	t.Helper()
-	raw := p.Annotations[nadv1.NetworkStatusAnnot]
-	var statuses []nadv1.NetworkStatus
-	if err := json.Unmarshal([]byte(raw), &statuses); err != nil {
-		t.Fatalf("pod %s: %s: %v: %q", p.Name, nadv1.NetworkStatusAnnot, err, raw)
+	ips, err := localnode.AttachmentIPs(p, ifname)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, s := range statuses {
-		if s.Interface == ifname {
-			return s.IPs
-		}
-	}
-	t.Fatalf("pod %s: no %s in %s: %s", p.Name, ifname, nadv1.NetworkStatusAnnot, raw)
-	return nil
+	return ips
 }
 
 // interfaceAddrs reads the global addresses of ifname inside the pod's own

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,7 +116,7 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 	}
 	undo = append(undo, func() error { return os.RemoveAll(dir) })
 	node, err = localnode.Start(ctx, cp, localnode.Options{
-		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"), Mutate: shortenControllerGrace,
+		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"), Mutate: localnode.ControllerNodeGrace(controllerNodeGrace),
 	})
 	if err != nil {
 		return teardown, err
@@ -139,24 +138,6 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 	fmt.Fprintf(os.Stderr, "test/node: control plane ready in %v, tenure rolled out on the node at %v\n",
 		cpReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 	return teardown, nil
-}
-// shortenControllerGrace sets the controller's --node-grace-period to
-// controllerNodeGrace, so that the lost-node test takes seconds rather
-// than the shipped five minutes. Nothing else is changed for the tests.
-func shortenControllerGrace(o *unstructured.Unstructured) {
-	if o.GetKind() != "Deployment" || o.GetName() != localnode.ControllerDeployment {
-		return
-	}
-	containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-	for _, c := range containers {
-		c := c.(map[string]any)
-		if c["name"] != "controller" {
-			continue
-		}
-		args, _ := c["args"].([]any)
-		c["args"] = append(args, "--node-grace-period="+controllerNodeGrace.String())
-	}
-	_ = unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {
@@ -193,23 +174,6 @@ func getClaim(ctx context.Context, t *testing.T, ns, name string) *ipamclaimsv1a
 	return &c
 }
 
-// podSpecOn is a pod of the pinned pause image on the node, attached to
-// the networks in the Multus annotation nets. It tolerates a lost node for
-// one second only, so the lost-node test sees it evicted at once.
-func podSpecOn(ns, name, nets string) *corev1.Pod {
-	grace := int64(1)
-	tolerate := int64(1)
-	return &corev1.Pod{
-		ObjectMeta: objectMeta(ns, name, map[string]string{"k8s.v1.cni.cncf.io/networks": nets}),
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "pause", Image: devnode.PauseImage, ImagePullPolicy: corev1.PullNever,
-			}},
-			Tolerations: []corev1.Toleration{
-				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &tolerate},
-				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &tolerate},
-			},
-		},
-	}
-}
+// podSpecOn is localnode.Pod: a pause pod attached to nets, evicted at
+// once from a lost node.
+func podSpecOn(ns, name, nets string) *corev1.Pod { return localnode.Pod(ns, name, nets) }
