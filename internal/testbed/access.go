@@ -106,7 +106,7 @@ func InstallAgentAccess(ctx context.Context, admin *rest.Config) (int, error) {
 		return n, err
 	}
 	probe := reservation.New(reservation.Spec{Network: "policy-probe", Kind: tenurev1alpha1.KindAddress,
-		Item:  netip.MustParsePrefix("192.0.2.1/32"),
+		Item: netip.MustParsePrefix("192.0.2.1/32"),
 		Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "probe", Name: "probe", UID: "probe",
 			PodName: "probe", PodUID: "probe", Node: "probe"}})
 	var last error
