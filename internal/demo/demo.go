@@ -65,6 +65,10 @@ type Report struct {
 	BridgeSkipped     string
 	BridgeAddress     string
 	BridgeIfAddresses string
+	// PolicyRefusals are the lines of the agents' logs that report a write
+	// the node-restriction policy refused: none, when the agents did only
+	// their own nodes' work.
+	PolicyRefusals []string
 }
 
 // Allocation is one pod's answer on the SAN.
@@ -86,6 +90,8 @@ type run struct {
 	c      client.WithWatch
 	dir    string
 	agents map[string]*testbed.Agent
+	// agentLogs outlive r.agents, which drops a lost node's agent.
+	agentLogs []string
 	ctrl   *testbed.Process
 	rep    *Report
 }
@@ -110,6 +116,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if err := act(ctx); err != nil {
 			return r.rep, err
 		}
+	}
+	for _, log := range r.agentLogs {
+		r.rep.PolicyRefusals = append(r.rep.PolicyRefusals, testbed.PolicyRefusals(log)...)
 	}
 	return r.rep, nil
 }
@@ -160,6 +169,7 @@ func (r *run) components(ctx context.Context) error {
 			return err
 		}
 		r.agents[n] = a
+		r.agentLogs = append(r.agentLogs, a.Log)
 	}
 	started := "agents for " + strings.Join(nodes, ", ")
 	if r.opts.Bins.Controller != "" {
