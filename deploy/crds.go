@@ -1,6 +1,6 @@
-// Package deploy carries the generated CRD manifests and the RBAC into the
-// binaries, so `tenurectl dev up`, the demo and the tests install exactly
-// what ships.
+// Package deploy carries the generated CRD manifests, the RBAC and the
+// agent's admission policy into the binaries, so `tenurectl dev up`, the
+// demo and the tests install exactly what ships.
 package deploy
 
 import "embed"
@@ -22,3 +22,10 @@ var Manifests embed.FS
 //
 //go:embed namespace.yaml rbac/*.yaml
 var RBAC embed.FS
+
+// AgentPolicy holds the ValidatingAdmissionPolicy and its binding that hold
+// each agent to its own node's reservations and to claim status writes
+// that keep what a claim records.
+//
+//go:embed policy/*.yaml
+var AgentPolicy embed.FS

@@ -1,7 +1,9 @@
 // Package demo is `make demo`: tenure's main job on a local control plane,
-// narrated. It starts kube-apiserver and etcd, installs the CRDs and RBAC
-// that ship in deploy/, runs the controller and three agents as local
-// processes with their own service-account tokens, and then shows a /29
+// narrated. It starts kube-apiserver and etcd, installs the CRDs, the RBAC
+// and the agents' admission policy that ship in deploy/, runs the controller
+// and three agents as local processes with their own service-account tokens
+// (each agent's bound to a pod on its node, which the policy holds it to),
+// and then shows a /29
 // storage SAN filling up across three nodes, a node lost hard and its
 // addresses given back, and a VM live-migrating with its IPv4, IPv6 and
 // delegated /56 intact. As root it also plumbs real network namespaces with
@@ -63,6 +65,10 @@ type Report struct {
 	BridgeSkipped     string
 	BridgeAddress     string
 	BridgeIfAddresses string
+	// PolicyRefusals are the lines of the agents' logs that report a write
+	// the node-restriction policy refused: none, when the agents did only
+	// their own nodes' work.
+	PolicyRefusals []string
 }
 
 // Allocation is one pod's answer on the SAN.
@@ -84,6 +90,8 @@ type run struct {
 	c      client.WithWatch
 	dir    string
 	agents map[string]*testbed.Agent
+	// agentLogs outlive r.agents, which drops a lost node's agent.
+	agentLogs []string
 	ctrl   *testbed.Process
 	rep    *Report
 }
@@ -108,6 +116,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if err := act(ctx); err != nil {
 			return r.rep, err
 		}
+	}
+	for _, log := range r.agentLogs {
+		r.rep.PolicyRefusals = append(r.rep.PolicyRefusals, testbed.PolicyRefusals(log)...)
 	}
 	return r.rep, nil
 }
@@ -143,33 +154,27 @@ func (r *run) controlPlane(ctx context.Context) error {
 	if err := controlplane.InstallCRDs(ctx, cp.Config, crds); err != nil {
 		return err
 	}
-	n, err := ApplyManifests(ctx, r.c, deploy.RBAC)
+	n, err := testbed.InstallAgentAccess(ctx, cp.Config)
 	if err != nil {
 		return err
 	}
-	r.say("      installed the CRDs of deploy/crds and the %d RBAC objects of deploy/rbac", n)
+	r.say("      installed the CRDs of deploy/crds and the %d RBAC and admission-policy objects of deploy/rbac and deploy/policy", n)
 	return nil
 }
 
 func (r *run) components(ctx context.Context) error {
-	agentKC := filepath.Join(r.dir, "agent.kubeconfig")
-	if err := ServiceAccountKubeconfig(ctx, r.cp.Config, "tenure-system", "tenure-agent", agentKC); err != nil {
-		return err
-	}
 	for _, n := range nodes {
-		if _, err := testbed.CreateNode(ctx, r.c, n); err != nil {
-			return err
-		}
-		a, err := testbed.StartAgent(ctx, r.opts.Bins, r.dir, agentKC, n)
+		a, err := testbed.StartNodeAgent(ctx, r.opts.Bins, r.dir, r.cp.Config, n)
 		if err != nil {
 			return err
 		}
 		r.agents[n] = a
+		r.agentLogs = append(r.agentLogs, a.Log)
 	}
 	started := "agents for " + strings.Join(nodes, ", ")
 	if r.opts.Bins.Controller != "" {
 		ctrlKC := filepath.Join(r.dir, "controller.kubeconfig")
-		if err := ServiceAccountKubeconfig(ctx, r.cp.Config, "tenure-system", "tenure-controller", ctrlKC); err != nil {
+		if err := testbed.ServiceAccountKubeconfig(ctx, r.cp.Config, testbed.AgentNamespace, "tenure-controller", ctrlKC); err != nil {
 			return err
 		}
 		p, err := testbed.StartProcess("controller", r.opts.Bins.Controller, filepath.Join(r.dir, "controller.log"),
@@ -181,7 +186,8 @@ func (r *run) components(ctx context.Context) error {
 		r.ctrl = p
 		started += " and the controller"
 	}
-	r.say("[2/6] started %s as local processes, each with its own service-account token", started)
+	r.say("[2/6] started %s as local processes, each with its own service-account token;", started)
+	r.say("      each agent's token is bound to an agent pod on its node, so it may only touch that node's reservations")
 	return testbed.EnsureNamespace(ctx, r.c, namespace)
 }
 

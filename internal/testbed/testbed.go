@@ -1,8 +1,10 @@
 // Package testbed runs tenure's real binaries against a real control plane
 // for end-to-end tests, the demo and benchmarks: agents as processes posing
-// as nodes, the CNI shim executed as a runtime executes it (a fresh process
-// per call, CNI_* environment, config on stdin), and the Kubernetes objects
-// a kubelet-less cluster needs (nodes, pods bound to them).
+// as nodes (with StartNodeAgent, each authenticated as a DaemonSet pod on its
+// node would be, so deploy/'s node-restriction policy holds it), the CNI
+// shim executed as a runtime executes it (a fresh process per call, CNI_*
+// environment, config on stdin), and the Kubernetes objects a kubelet-less
+// cluster needs (nodes, pods bound to them).
 package testbed
 
 import (
@@ -22,8 +24,10 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/tenure-ipam/tenure/internal/health"
+	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
 // Binaries are the built tenure commands.
@@ -165,9 +169,31 @@ type Agent struct {
 	*Process
 	Node   string
 	Socket string
+	// Kubeconfig is what the agent authenticates with; a restart of the
+	// agent on the same node passes it again.
+	Kubeconfig string
 }
 
-// StartAgent starts tenure-agent for node and waits until it is ready.
+// StartNodeAgent creates node as a Ready Node, gives its agent the
+// identity a DaemonSet pod on it would have (NodeAgentKubeconfig, in dir)
+// and starts the agent. InstallAgentAccess must have run.
+func StartNodeAgent(ctx context.Context, bins Binaries, dir string, admin *rest.Config, node string) (*Agent, error) {
+	c, err := kube.NewClient(admin)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := CreateNode(ctx, c, node); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := NodeAgentKubeconfig(ctx, admin, node, dir)
+	if err != nil {
+		return nil, err
+	}
+	return StartAgent(ctx, bins, dir, kubeconfig, node)
+}
+
+// StartAgent starts tenure-agent for node with the credentials of
+// kubeconfig and waits until it is ready.
 func StartAgent(ctx context.Context, bins Binaries, dir, kubeconfig, node string) (*Agent, error) {
 	socket := filepath.Join(dir, node+".sock")
 	p, err := StartProcess("agent-"+node, bins.Agent, filepath.Join(dir, node+".log"),
@@ -175,7 +201,7 @@ func StartAgent(ctx context.Context, bins Binaries, dir, kubeconfig, node string
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{Process: p, Node: node, Socket: socket}
+	a := &Agent{Process: p, Node: node, Socket: socket, Kubeconfig: kubeconfig}
 	if err := a.WaitReady(ctx); err != nil {
 		p.Kill()
 		return nil, err

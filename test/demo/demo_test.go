@@ -90,6 +90,9 @@ func TestDemoTellsTheTruth(t *testing.T) {
 	} else if rep.BridgeSkipped == "" || !strings.Contains(text, "skipped the network-namespace part") {
 		t.Error("without root the demo must say it skips the namespace part")
 	}
+	if len(rep.PolicyRefusals) > 0 {
+		t.Errorf("the node-restriction policy refused the agents:\n%s", strings.Join(rep.PolicyRefusals, "\n"))
+	}
 	if !strings.Contains(text, "storage-san.192.168.100.") || !strings.Contains(text, "Stopped") {
 		t.Error("the demo must show the reservations and say it stopped everything")
 	}

@@ -49,6 +49,8 @@ func TestKustomizeBuild(t *testing.T) {
 		{"RoleBinding", ""},
 		{"DaemonSet", "tenure-agent"},
 		{"Deployment", "tenure-controller"},
+		{"ValidatingAdmissionPolicy", "tenure-agent-node-restriction"},
+		{"ValidatingAdmissionPolicyBinding", "tenure-agent-node-restriction"},
 	} {
 		find(t, objs, want.kind, want.name)
 	}
@@ -56,7 +58,8 @@ func TestKustomizeBuild(t *testing.T) {
 	// Every namespaced object lands in tenure-system.
 	for _, o := range objs {
 		switch o.GetKind() {
-		case "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding":
+		case "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			if o.GetNamespace() != "" {
 				t.Errorf("cluster-scoped %s has namespace %q", objKey(o), o.GetNamespace())
 			}

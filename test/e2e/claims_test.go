@@ -23,7 +23,6 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -287,7 +286,7 @@ func TestAgentRestartBetweenSourceAndTargetChangesNothing(t *testing.T) {
 	for _, node := range []string{"rs-a", "rs-b"} {
 		a := agents[node]
 		a.Kill()
-		restarted, err := testbed.StartAgent(ctx, bins, dirOf(a.Socket), cptest.Current().KubeconfigPath, node)
+		restarted, err := testbed.StartAgent(ctx, bins, dirOf(a.Socket), a.Kubeconfig, node)
 		if err != nil {
 			t.Fatal(err)
 		}

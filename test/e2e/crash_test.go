@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -51,7 +50,7 @@ func TestAgentKill9MidBurst(t *testing.T) {
 			return answered.Load() >= total/3, nil
 		})
 		first.Kill()
-		a, err := testbed.StartAgent(ctx, bins, filepath.Dir(first.Socket), cptest.Current().KubeconfigPath, node)
+		a, err := testbed.StartAgent(ctx, bins, filepath.Dir(first.Socket), first.Kubeconfig, node)
 		if err != nil {
 			t.Error(err)
 			return

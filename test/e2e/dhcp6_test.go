@@ -282,16 +282,24 @@ func startDataplaneAgent(t *testing.T, ctx context.Context, node, netnsPath, dir
 	}
 	addr := l.Addr().String()
 	l.Close()
+	// The same dir again: the same pod-bound token, as a restarted container keeps.
+	kubeconfig, err := testbed.NodeAgentKubeconfig(ctx, cptest.Current().Config, node, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	socket := filepath.Join(dir, node+".sock")
 	p, err := testbed.StartProcess("agent-"+node, bins.Agent, filepath.Join(dir, node+".log"),
-		"--node-name", node, "--socket", socket, "--kubeconfig", cptest.Current().KubeconfigPath,
+		"--node-name", node, "--socket", socket, "--kubeconfig", kubeconfig,
 		"--dataplane-netns", netnsPath, "--metrics-addr", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &testbed.Agent{Process: p, Node: node, Socket: socket}
+	a := &testbed.Agent{Process: p, Node: node, Socket: socket, Kubeconfig: kubeconfig}
 	t.Cleanup(func() {
 		a.Stop()
+		if first {
+			checkNotRefused(t, a)
+		}
 		if first && (t.Failed() || os.Getenv("TENURE_E2E_LOGS") != "") { // a restart appends to the same log
 			b, _ := os.ReadFile(a.Log)
 			t.Logf("agent %s log:\n%s", node, b)

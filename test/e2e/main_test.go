@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -36,7 +37,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(cptest.Main(m, nil))
+	// Every agent runs as the DaemonSet's would: its RBAC from deploy/rbac,
+	// a token bound to a pod on its node, and the node-restriction policy
+	// of deploy/policy in force.
+	os.Exit(cptest.Main(m, func(cp *controlplane.ControlPlane) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, err := testbed.InstallAgentAccess(ctx, cp.Config)
+		return err
+	}))
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {
@@ -54,24 +63,35 @@ func apiClient(t *testing.T) client.WithWatch {
 	return c
 }
 
-// startAgents starts one agent process per node and creates the nodes.
+// startAgents creates the nodes and starts one agent process per node, each
+// with a token bound to an agent pod on its node.
 func startAgents(t *testing.T, ctx context.Context, nodes ...string) map[string]*testbed.Agent {
 	t.Helper()
-	c := apiClient(t)
 	dir := t.TempDir()
 	out := map[string]*testbed.Agent{}
 	for _, n := range nodes {
-		if _, err := testbed.CreateNode(ctx, c, n); err != nil {
-			t.Fatal(err)
-		}
-		a, err := testbed.StartAgent(ctx, bins, dir, cptest.Current().KubeconfigPath, n)
+		a, err := testbed.StartNodeAgent(ctx, bins, dir, cptest.Current().Config, n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(a.Stop)
+		t.Cleanup(func() {
+			a.Stop()
+			checkNotRefused(t, a)
+		})
 		out[n] = a
 	}
 	return out
+}
+
+// checkNotRefused fails the test if the node-restriction policy refused the
+// agent anything (or anything of a restart that logged to the same file):
+// a refused rollback or release is only logged, and would otherwise show
+// only as a leak.
+func checkNotRefused(t *testing.T, a *testbed.Agent) {
+	t.Helper()
+	if refused := testbed.PolicyRefusals(a.Log); len(refused) > 0 {
+		t.Errorf("the node-restriction policy refused agent %s:\n%s", a.Node, strings.Join(refused, "\n"))
+	}
 }
 
 // netconf is a network config as a runtime passes it (top-level type is
