@@ -14,7 +14,7 @@ var CRDs embed.FS
 // overlay can be built in memory on top of exactly what ships
 // (hack/local-node, for the local node).
 //
-//go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml agent/* controller/*.yaml
+//go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml policy/*.yaml agent/* controller/*.yaml
 var Manifests embed.FS
 
 // RBAC holds the namespace and the service accounts, roles and bindings of

@@ -1,0 +1,292 @@
+//go:build integration
+
+// Package chaos_test holds tenure to its promises while the world around it
+// misbehaves (issue 14). TestSlowAPIServer puts a loopback proxy between an
+// agent and kube-apiserver that delays and drops a seeded fraction of the
+// requests.
+package chaos_test
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/testbed"
+)
+
+var (
+	bins testbed.Binaries
+	seed = flag.Uint64("chaos.seed", 0, "seed of the faults (0: a new one, printed)")
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if bins, err = testbed.Build(""); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(cptest.Main(m, nil))
+}
+
+// faultyProxy forwards to the API server and, per request, drops the
+// connection with probability drop or delays the request by up to
+// maxDelay with probability delay.
+type faultyProxy struct {
+	srv         *httptest.Server
+	mu          sync.Mutex
+	rnd         *rand.Rand
+	delay, drop float64
+	maxDelay    time.Duration
+	on          atomic.Bool
+
+	delayed, dropped, forwarded atomic.Int64
+}
+
+func newFaultyProxy(t *testing.T, upstream *rest.Config, seed uint64) *faultyProxy {
+	t.Helper()
+	target, err := url.Parse(upstream.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// TLS to the API server with its CA; the caller's own credential
+	// (its Authorization header) is what is forwarded.
+	transport, err := rest.TransportFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: upstream.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultyProxy{rnd: rand.New(rand.NewPCG(seed, seed^0x5eed)), delay: 0.3, drop: 0.1, maxDelay: 2 * time.Second}
+	p.on.Store(true)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = transport
+	rp.FlushInterval = -1 // watches stream
+	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.on.Load() {
+			p.mu.Lock()
+			x, d := p.rnd.Float64(), time.Duration(p.rnd.Int64N(int64(p.maxDelay)))
+			p.mu.Unlock()
+			switch {
+			case x < p.drop:
+				p.dropped.Add(1)
+				if hj, ok := w.(http.Hijacker); ok {
+					if conn, _, err := hj.Hijack(); err == nil {
+						conn.Close()
+						return
+					}
+				}
+				panic(http.ErrAbortHandler)
+			case x < p.drop+p.delay:
+				p.delayed.Add(1)
+				select {
+				case <-time.After(d):
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		p.forwarded.Add(1)
+		rp.ServeHTTP(w, r)
+	}))
+	p.srv.EnableHTTP2 = false // one request per connection drop, as a flaky link would
+	p.srv.StartTLS()
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// kubeconfig writes a kubeconfig that reaches the API server through the
+// proxy with the admin's token.
+func (p *faultyProxy) kubeconfig(t *testing.T, token string) string {
+	t.Helper()
+	certPEM := pemCert(p.srv)
+	kc := clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"slow": {Server: p.srv.URL, CertificateAuthorityData: certPEM}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"slow": {Token: token}},
+		Contexts:       map[string]*clientcmdapi.Context{"slow": {Cluster: "slow", AuthInfo: "slow"}},
+		CurrentContext: "slow",
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A slow, lossy API server: every ADD through an agent behind the proxy
+// ends, before a runtime's timeout, either with an address or with a
+// retryable error (CNI code 11); the runtime's DEL of a failed sandbox and
+// its next sandbox's ADD then settle it. Once the faults stop, every pod
+// holds exactly the address its last ADD returned, no failed sandbox holds
+// anything, and no address is held twice.
+func TestSlowAPIServer(t *testing.T) {
+	s := *seed
+	if s == 0 {
+		s = rand.Uint64()
+	}
+	t.Logf("seed %d (reproduce with -chaos.seed=%d)", s, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cp := cptest.Current()
+	c, err := kube.NewClient(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFaultyProxy(t, cp.Config, s)
+	const node = "slow-node"
+	if _, err := testbed.CreateNode(ctx, c, node); err != nil {
+		t.Fatal(err)
+	}
+	agent, err := testbed.StartAgent(ctx, bins, t.TempDir(), proxy.kubeconfig(t, cp.Config.BearerToken), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Stop)
+	conf := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"slow","type":"macvlan","master":"eth0",
+		"ipam":{"type":"tenure","agent_socket":%q,"range":"10.77.0.0/24"}}`, agent.Socket))
+	if err := testbed.EnsureNamespace(ctx, c, "slow"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The runtime's patience for one CNI call (the kubelet's CRI
+	// runtime-request-timeout).
+	const runtimeTimeout = 2 * time.Minute
+	const pods = 12
+	type outcome struct {
+		name, uid, container, address string
+		failed                        []string // sandboxes whose ADD failed (DEL run)
+	}
+	results := make([]outcome, pods)
+	var codes sync.Map // CNI code -> *atomic.Int64
+	count := func(code uint) {
+		v, _ := codes.LoadOrStore(code, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, pods)
+	sem := make(chan struct{}, 8)
+	for i := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			name := fmt.Sprintf("slow-%d", i)
+			pod, err := testbed.CreatePod(ctx, c, "slow", name, node, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			o := outcome{name: name, uid: string(pod.UID)}
+			for attempt := 0; ; attempt++ {
+				sandbox := fmt.Sprintf("sandbox-%d-%d", i, attempt)
+				call := testbed.CNICall{Command: "ADD", ContainerID: sandbox, IfName: "net1", Args: testbed.PodArgs("slow", name, o.uid), Config: conf}
+				callCtx, callCancel := context.WithTimeout(ctx, runtimeTimeout)
+				out, err := testbed.ExecShim(callCtx, bins.Shim, call)
+				callCancel()
+				var cniErr *types.Error
+				switch {
+				case err == nil:
+					var res current.Result
+					if err := json.Unmarshal(out, &res); err != nil || len(res.IPs) != 1 {
+						errs <- fmt.Errorf("%s: result %s: %v", name, out, err)
+						return
+					}
+					o.container, o.address = sandbox, res.IPs[0].Address.IP.String()
+					results[i] = o
+					count(0)
+					return
+				case errors.As(err, &cniErr) && cniErr.Code == 11:
+					count(cniErr.Code)
+				default:
+					errs <- fmt.Errorf("%s: ADD ended without an address or a retryable error: %v", name, err)
+					return
+				}
+				// The runtime tears the failed sandbox down (DEL until it
+				// succeeds) and makes a new one.
+				o.failed = append(o.failed, sandbox)
+				call.Command = "DEL"
+				for {
+					callCtx, callCancel := context.WithTimeout(ctx, runtimeTimeout)
+					_, err := testbed.ExecShim(callCtx, bins.Shim, call)
+					callCancel()
+					if err == nil {
+						break
+					}
+					if !errors.As(err, &cniErr) || cniErr.Code != 11 || ctx.Err() != nil {
+						errs <- fmt.Errorf("%s: DEL of %s: %v", name, sandbox, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	proxy.on.Store(false)
+
+	// What the API holds, read directly.
+	var list tenurev1alpha1.IPReservationList
+	if err := c.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	byContainer := map[string][]string{}
+	byAddress := map[string]int{}
+	for _, r := range list.Items {
+		if r.Spec.Owner.Namespace != "slow" {
+			continue
+		}
+		byContainer[r.Spec.Owner.ContainerID] = append(byContainer[r.Spec.Owner.ContainerID], r.Spec.Address)
+		byAddress[r.Spec.Address]++
+	}
+	retries := 0
+	for _, o := range results {
+		if o.container == "" {
+			continue // reported above
+		}
+		if got := byContainer[o.container]; len(got) != 1 || got[0] != o.address {
+			t.Errorf("%s: sandbox %s got %s, the API holds %v for it", o.name, o.container, o.address, got)
+		}
+		for _, f := range o.failed {
+			if got := byContainer[f]; len(got) > 0 {
+				t.Errorf("%s: failed sandbox %s still holds %v after its DEL: half-written", o.name, f, got)
+			}
+		}
+		retries += len(o.failed)
+	}
+	for a, n := range byAddress {
+		if n > 1 {
+			t.Errorf("%s is held %d times", a, n)
+		}
+	}
+	ok, _ := codes.Load(uint(0))
+	t.Logf("seed %d: %d requests forwarded, %d delayed (up to %v), %d dropped; %d pods, %v ADDs succeeded, %d ADDs failed with code 11 and were retried in a new sandbox",
+		s, proxy.forwarded.Load(), proxy.delayed.Load(), proxy.maxDelay, proxy.dropped.Load(), pods, ok, retries)
+}
+
+func pemCert(s *httptest.Server) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+}
