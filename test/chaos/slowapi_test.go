@@ -29,9 +29,9 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -48,7 +48,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(cptest.Main(m, nil))
+	os.Exit(cptest.Main(m, func(cp *controlplane.ControlPlane) error {
+		// The agent's RBAC and node-restriction policy, as deploy/ ships them.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := testbed.InstallAgentAccess(ctx, cp.Config)
+		return err
+	}))
 }
 
 // faultyProxy forwards to the API server and, per request, drops the
@@ -115,22 +121,22 @@ func newFaultyProxy(t *testing.T, upstream *rest.Config, seed uint64) *faultyPro
 	return p
 }
 
-// kubeconfig writes a kubeconfig that reaches the API server through the
-// proxy with the admin's token.
-func (p *faultyProxy) kubeconfig(t *testing.T, token string) string {
+// via rewrites the kubeconfig at path to reach the API server through the
+// proxy, with the same credential.
+func (p *faultyProxy) via(t *testing.T, path string) string {
 	t.Helper()
-	certPEM := pemCert(p.srv)
-	kc := clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"slow": {Server: p.srv.URL, CertificateAuthorityData: certPEM}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"slow": {Token: token}},
-		Contexts:       map[string]*clientcmdapi.Context{"slow": {Cluster: "slow", AuthInfo: "slow"}},
-		CurrentContext: "slow",
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(kc, path); err != nil {
+	kc, err := clientcmd.LoadFromFile(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return path
+	for _, c := range kc.Clusters {
+		c.Server, c.CertificateAuthorityData = p.srv.URL, pemCert(p.srv)
+	}
+	out := filepath.Join(t.TempDir(), "slow.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // A slow, lossy API server: every ADD through an agent behind the proxy
@@ -157,7 +163,12 @@ func TestSlowAPIServer(t *testing.T) {
 	if _, err := testbed.CreateNode(ctx, c, node); err != nil {
 		t.Fatal(err)
 	}
-	agent, err := testbed.StartAgent(ctx, bins, t.TempDir(), proxy.kubeconfig(t, cp.Config.BearerToken), node)
+	// The agent's own credential, a token bound to a pod on its node.
+	direct, err := testbed.NodeAgentKubeconfig(ctx, cp.Config, node, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := testbed.StartAgent(ctx, bins, t.TempDir(), proxy.via(t, direct), node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +182,7 @@ func TestSlowAPIServer(t *testing.T) {
 	// The runtime's patience for one CNI call (the kubelet's CRI
 	// runtime-request-timeout).
 	const runtimeTimeout = 2 * time.Minute
-	const pods = 12
+	const pods = 40
 	type outcome struct {
 		name, uid, container, address string
 		failed                        []string // sandboxes whose ADD failed (DEL run)
@@ -282,9 +293,12 @@ func TestSlowAPIServer(t *testing.T) {
 			t.Errorf("%s is held %d times", a, n)
 		}
 	}
-	ok, _ := codes.Load(uint(0))
-	t.Logf("seed %d: %d requests forwarded, %d delayed (up to %v), %d dropped; %d pods, %v ADDs succeeded, %d ADDs failed with code 11 and were retried in a new sandbox",
-		s, proxy.forwarded.Load(), proxy.delayed.Load(), proxy.maxDelay, proxy.dropped.Load(), pods, ok, retries)
+	succeeded := int64(0)
+	if v, ok := codes.Load(uint(0)); ok {
+		succeeded = v.(*atomic.Int64).Load()
+	}
+	t.Logf("seed %d: %d requests forwarded, %d delayed (up to %v), %d dropped; %d pods, %d ADDs succeeded, %d ADDs failed with code 11 and were retried in a new sandbox",
+		s, proxy.forwarded.Load(), proxy.delayed.Load(), proxy.maxDelay, proxy.dropped.Load(), pods, succeeded, retries)
 }
 
 func pemCert(s *httptest.Server) []byte {
