@@ -33,6 +33,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/devnode"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
 // The cluster every test uses, made by TestMain.
@@ -68,6 +69,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	// deploy/'s node-restriction policy is in force here (the DaemonSet's
+	// pod-bound token names the node): the agents must never have been
+	// refused by it.
+	if refusals := agentPolicyRefusals(); len(refusals) > 0 {
+		fmt.Fprintln(os.Stderr, "test/node: the node-restriction policy refused the agent:\n"+strings.Join(refusals, "\n"))
+		code = 1
+	}
 	if err := teardown(); err != nil {
 		// The node must leave nothing on the host, whatever the tests did.
 		fmt.Fprintln(os.Stderr, "test/node: tearing down:", err)
@@ -138,6 +146,16 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 	fmt.Fprintf(os.Stderr, "test/node: control plane ready in %v, tenure rolled out on the node at %v\n",
 		cpReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 	return teardown, nil
+}
+
+// agentPolicyRefusals reads every agent container's log the kubelet kept.
+func agentPolicyRefusals() []string {
+	logs, _ := filepath.Glob(filepath.Join(node.Dir, "pod-logs", "tenure-system_tenure-agent-*", "agent", "*.log"))
+	var out []string
+	for _, l := range logs {
+		out = append(out, testbed.PolicyRefusals(l)...)
+	}
+	return out
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {
