@@ -78,8 +78,8 @@ func devUp(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if withNode {
-		return devUpNode(ctx, e, dir, image, timeout)
+	if withNode && os.Geteuid() != 0 {
+		return errors.New("tenurectl dev up --node: a node runs containerd and a kubelet: run as root")
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -91,6 +91,9 @@ func devUp(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer unlock()
+	if withNode {
+		return devUpNode(ctx, e, dir, image)
+	}
 
 	crds, err := fs.Sub(deploy.CRDs, "crds")
 	if err != nil {
@@ -203,20 +206,8 @@ func defaultImage() string {
 // controllers, then a node of this machine with tenure rolled out on it
 // from deploy/ through hack/local-node. Up already (with a node), it only
 // says so.
-func devUpNode(ctx context.Context, e *env, dir, image string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if os.Geteuid() != 0 {
-		return errors.New("tenurectl dev up --node: a node runs containerd and a kubelet: run as root")
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	unlock, err := lockDir(dir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
+// Called with dir made and locked.
+func devUpNode(ctx context.Context, e *env, dir, image string) error {
 	if cp, err := controlplane.Attach(dir); err == nil {
 		if cp.Healthy(ctx) == nil && nodeRecorded(dir) {
 			fmt.Fprintf(e.stderr, "tenure dev control plane already up at %s with a node (dir %s)\n", cp.URL, dir)

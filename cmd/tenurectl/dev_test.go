@@ -122,15 +122,7 @@ func TestDevUpDown(t *testing.T) {
 		t.Errorf("CRDs = %v, want %v", names, want)
 	}
 
-	down := tenurectl(t, "dev", "down", "--dir", dir)
-	if down.code != 0 {
-		t.Fatalf("dev down exited %d", down.code)
-	}
-	for _, pid := range pids {
-		if !gone(pid) {
-			t.Errorf("pid %d still runs after dev down", pid)
-		}
-	}
+	devDownStops(t, dir, pids)
 	if _, err := os.Stat(filepath.Join(dir, controlplane.StateFile)); !os.IsNotExist(err) {
 		t.Errorf("state file left after dev down: %v", err)
 	}
@@ -223,6 +215,20 @@ func TestDevUpNodeAndDownLeaveNothing(t *testing.T) {
 		t.Errorf("second dev up --node: exit %d; want success saying it is already up", again.code)
 	}
 
+	devDownStops(t, dir, pids)
+	left, err := devnode.Leftovers(filepath.Join(dir, "node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range left {
+		t.Errorf("left behind by dev down: %s", l)
+	}
+}
+
+// devDownStops runs dev down on dir and checks that none of pids runs
+// after it.
+func devDownStops(t *testing.T, dir string, pids []int) {
+	t.Helper()
 	down := tenurectl(t, "dev", "down", "--dir", dir)
 	if down.code != 0 {
 		t.Fatalf("dev down exited %d", down.code)
@@ -231,12 +237,5 @@ func TestDevUpNodeAndDownLeaveNothing(t *testing.T) {
 		if !gone(pid) {
 			t.Errorf("pid %d still runs after dev down", pid)
 		}
-	}
-	left, err := devnode.Leftovers(filepath.Join(dir, "node"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range left {
-		t.Errorf("left behind by dev down: %s", l)
 	}
 }

@@ -146,7 +146,15 @@ func (r *nodeRun) waitGone(ctx context.Context, name string) error {
 	return nil
 }
 
-func running(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil }
+// runningNet1 waits for the pod to run and returns what Multus recorded
+// for its net1.
+func (r *nodeRun) runningNet1(ctx context.Context, name string) ([]string, error) {
+	p, err := r.waitPod(ctx, name, 2*time.Minute, func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
+	if err != nil {
+		return nil, err
+	}
+	return localnode.AttachmentIPs(p, "net1")
+}
 
 // sandboxError is the last FailedCreatePodSandBox message of a pod.
 func (r *nodeRun) sandboxError(ctx context.Context, name string) string {
@@ -206,11 +214,7 @@ func (r *nodeRun) san(ctx context.Context) error {
 	if err := r.Client.Delete(ctx, localnode.Pod(namespace, leaving.Pod, "")); err != nil {
 		return err
 	}
-	p, err := r.waitPod(ctx, waiting, 2*time.Minute, running)
-	if err != nil {
-		return err
-	}
-	ips, err := localnode.AttachmentIPs(p, "net1")
+	ips, err := r.runningNet1(ctx, waiting)
 	if err != nil {
 		return err
 	}
@@ -233,11 +237,7 @@ func (r *nodeRun) migration(ctx context.Context) error {
 		if err := r.Client.Create(ctx, localnode.Pod(namespace, name, nets)); err != nil {
 			return err
 		}
-		p, err := r.waitPod(ctx, name, 2*time.Minute, running)
-		if err != nil {
-			return err
-		}
-		ips, err := localnode.AttachmentIPs(p, "net1")
+		ips, err := r.runningNet1(ctx, name)
 		if err != nil {
 			return err
 		}
