@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,6 +175,7 @@ type ControlPlane struct {
 	// changing it.
 	Config *rest.Config
 
+	opts      Options // as Start was given them, for Restart
 	token     string
 	caPEM     []byte
 	procs     []*proc // in start order: etcd, kube-apiserver
@@ -252,6 +254,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	cp.KubeconfigPath = filepath.Join(cp.Dir, KubeconfigFile)
 
+	cp.opts = opts
 	for attempt := 1; ; attempt++ {
 		err = cp.start(ctx, opts, etcdBin, apiserverBin)
 		if err == nil {
@@ -502,6 +505,46 @@ func Attach(dir string) (*ControlPlane, error) {
 		procs: st.Processes,
 		ports: st.Ports,
 	}, nil
+}
+
+// Crash kills one process of the control plane (etcd, kube-apiserver,
+// kube-controller-manager or kube-scheduler) with SIGKILL and starts it
+// again with the same arguments, as a supervisor would after a crash; etcd
+// keeps its data. It returns once the process is ready again. For fault
+// tests; only a control plane started by this process (not Attached) can.
+func (cp *ControlPlane) Crash(ctx context.Context, name string) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	i := slices.IndexFunc(cp.procs, func(p *proc) bool { return p.Name == name })
+	if i < 0 {
+		return fmt.Errorf("controlplane: no process %q", name)
+	}
+	old := cp.procs[i]
+	if old.cmd == nil {
+		return fmt.Errorf("controlplane: %s was not started by this process", name)
+	}
+	_ = old.cmd.Process.Kill()
+	<-old.done
+	p := &proc{Name: old.Name, Binary: old.Binary, Args: old.Args}
+	if err := p.start(cp.Dir, cp.opts); err != nil {
+		return err
+	}
+	cp.procs[i] = p
+	hc, err := cp.httpClient()
+	if err != nil {
+		return err
+	}
+	var ready func(context.Context) error
+	switch name {
+	case etcdName:
+		url := fmt.Sprintf("http://127.0.0.1:%d/health", cp.ports.EtcdClient)
+		ready = func(ctx context.Context) error { return getOK(ctx, http.DefaultClient, url, `"health":"true"`) }
+	case apiserverName:
+		ready = func(ctx context.Context) error { return getOK(ctx, hc, cp.URL+"/readyz", "") }
+	default:
+		return nil // the controllers answer on their own time
+	}
+	return waitReady(ctx, p, apiserverReadyTimeout, ready)
 }
 
 // Healthy reports whether every process is still running and /readyz

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/go-logr/logr"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +45,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
 	var err error
 	if bins, err = testbed.Build(""); err != nil {
 		fmt.Fprintln(os.Stderr, err)
