@@ -108,6 +108,32 @@ func TestAllocateExplicitConflictAndRange(t *testing.T) {
 	}
 }
 
+// TestAllocateKeepsAnUnconfirmedWrite: a second owner asking for an item
+// this node created a moment ago, before its cache confirmed the write, is
+// refused naming the first, and the store still counts the first's write
+// (a DEL reads it to free the item).
+func TestAllocateKeepsAnUnconfirmedWrite(t *testing.T) {
+	ctx := context.Background()
+	f, stop := newFactory(t, "n1")
+	stop() // the cache never confirms what follows
+	a := f.For("alloc-unconfirmed", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)})
+	item := netip.MustParsePrefix("10.2.0.9/32")
+	r1, err := a.Allocate(ctx, item, owner("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conflict *allocator.ConflictError
+	if _, err := a.Allocate(ctx, item, owner("y")); !errors.As(err, &conflict) || conflict.Holder.UID != "x" {
+		t.Fatalf("another owner: %v, want ConflictError naming x", err)
+	}
+	if !f.Store.Taken(r1.Name) {
+		t.Fatal("the refused request made the store forget x's unconfirmed reservation")
+	}
+	if r, ok := f.Store.Get(r1.Name); !ok || r.UID != r1.UID {
+		t.Fatalf("the store holds %v for %s, want x's reservation", r, r1.Name)
+	}
+}
+
 // A stale cache must never cause a duplicate (the API server refuses the
 // Create) nor a false "full" (one quorum list settles it).
 func TestStaleCacheNeitherDuplicatesNorReportsFalselyFull(t *testing.T) {
