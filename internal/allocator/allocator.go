@@ -314,17 +314,23 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 	// this node has an unconfirmed write of the name itself, the API
 	// server is asked who holds it without a create, whose failure would
 	// make the store forget that write.
-	if !a.f.Store.AssumeOverCache(obj) {
-		return a.holder(ctx, obj, t)
+	for attempt := 0; ; attempt++ {
+		if !a.f.Store.AssumeOverCache(obj) {
+			return a.holder(ctx, obj, t)
+		}
+		created, err := a.create(ctx, obj)
+		if err == nil {
+			return created, nil
+		}
+		if !apierrors.IsAlreadyExists(err) || a.f.Quorum == nil {
+			return nil, err
+		}
+		cur, err := a.holder(ctx, obj, t)
+		if apierrors.IsNotFound(err) && attempt < 2 {
+			continue // released between the create and the read: ask again
+		}
+		return cur, err
 	}
-	created, err := a.create(ctx, obj)
-	if err == nil {
-		return created, nil
-	}
-	if !apierrors.IsAlreadyExists(err) || a.f.Quorum == nil {
-		return nil, err
-	}
-	return a.holder(ctx, obj, t)
 }
 
 // holder answers Allocate for an item someone holds: the holder's
