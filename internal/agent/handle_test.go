@@ -575,6 +575,19 @@ func TestHandle(t *testing.T) {
 	}
 }
 
+// recorded waits until the claim's status records addresses, and returns it.
+func (h *harness) recorded(name string) *ipamclaimsv1alpha1.IPAMClaim {
+	h.t.Helper()
+	claim := &ipamclaimsv1alpha1.IPAMClaim{}
+	err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return len(claim.Status.IPs) > 0, h.fake.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, claim)
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return claim
+}
+
 // TestRetriedAddWritesOnce: the idempotent path costs no API write.
 func TestRetriedAddWritesOnce(t *testing.T) {
 	h := startAgent(t, pod("p1", thisNode, nil))
@@ -593,13 +606,7 @@ func TestRetriedAddWritesOnce(t *testing.T) {
 func TestClaimStatusRecordsTheAllocation(t *testing.T) {
 	h := startAgent(t, ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1"))
 	addrs := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}))
-	var claim ipamclaimsv1alpha1.IPAMClaim
-	err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		return len(claim.Status.IPs) > 0, h.fake.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "vm1"}, &claim)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	claim := h.recorded("vm1")
 	if len(claim.Status.IPs) != 1 || !strings.HasPrefix(claim.Status.IPs[0], addrs[0]+"/") || len(claim.Status.DelegatedPrefixes) != 1 ||
 		claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name != "virt-launcher" {
 		t.Fatalf("claim status %+v after ADD gave %v", claim.Status, addrs)

@@ -1,19 +1,15 @@
 package agent
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
 )
 
@@ -77,13 +73,7 @@ func (h *harness) wantHeld(want []string) {
 func TestStickyClaimRecordsTheStatefulSet(t *testing.T) {
 	h := startAgent(t, stsPod("db-1", "uid-db-1", stickyAnn))
 	addrs := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "db-1", conf: vmNet}))
-	var cl ipamclaimsv1alpha1.IPAMClaim
-	err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		return len(cl.Status.IPs) > 0, h.fake.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "db-1.net1"}, &cl)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := h.recorded("db-1.net1")
 	if cl.Labels[claims.LabelSticky] != "true" || cl.Labels[claims.LabelStatefulSet] != "db" || cl.Annotations[claims.AnnotationPod] != "db-1" {
 		t.Errorf("labels %v annotations %v", cl.Labels, cl.Annotations)
 	}

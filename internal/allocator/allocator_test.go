@@ -269,7 +269,9 @@ type releasedOnRead struct {
 }
 
 func (r *releasedOnRead) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	r.once.Do(func() { _ = r.WithWatch.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}) })
+	r.once.Do(func() {
+		_ = r.WithWatch.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: key.Name}})
+	})
 	return r.WithWatch.Get(ctx, key, obj, opts...)
 }
 

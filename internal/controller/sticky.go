@@ -11,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -33,13 +31,6 @@ import (
 // claim the controller deletes; the rule is in its message.
 const EventStickyReleased = "ReleasedStickyClaim"
 
-// Field indexes on the claim cache: the StatefulSet and the pod a sticky
-// claim is for, as namespace/name.
-const (
-	indexStickyStatefulSet = "sticky.statefulset"
-	indexStickyPod         = "sticky.pod"
-)
-
 // DefaultStickyReleaseAfter is the grace period of --sticky-release-after.
 const DefaultStickyReleaseAfter = 10 * time.Minute
 
@@ -54,46 +45,56 @@ type stickyReleaser struct {
 	now    func() time.Time
 }
 
-// stickyFacts reads what Decide needs from r (the cache or the API server).
-func stickyFacts(ctx context.Context, r client.Reader, ns string, s claims.Sticky, now time.Time) (sticky.Facts, *appsv1.StatefulSet, error) {
-	f := sticky.Facts{Now: now}
-	sts, err := getOrNil(ctx, r, types.NamespacedName{Namespace: ns, Name: s.StatefulSet}, &appsv1.StatefulSet{})
-	if err != nil {
-		return f, nil, err
+// stickyLook is one decision about a sticky claim and what it rests on.
+type stickyLook struct {
+	claim    *ipamclaimsv1alpha1.IPAMClaim
+	sticky   claims.Sticky
+	sts      *appsv1.StatefulSet // nil when there is none
+	decision sticky.Decision
+}
+
+// look reads the sticky claim of key, its StatefulSet and its pod from r
+// (the cache or the API server) and decides; nil when the claim is gone or
+// not a sticky claim the controller can act on.
+func (sr *stickyReleaser) look(ctx context.Context, r client.Reader, key types.NamespacedName) (*stickyLook, error) {
+	l := &stickyLook{claim: &ipamclaimsv1alpha1.IPAMClaim{}}
+	if err := r.Get(ctx, key, l.claim); err != nil {
+		return nil, client.IgnoreNotFound(err)
 	}
-	pod, err := getOrNil(ctx, r, types.NamespacedName{Namespace: ns, Name: s.Pod}, &corev1.Pod{})
+	s, ok, err := claims.StickyOf(l.claim)
 	if err != nil {
-		return f, nil, err
+		sr.log.Info("not a sticky claim the controller can act on", "claim", key, "err", err)
 	}
-	f.StatefulSet, f.Pod = sticky.StatefulSetFactOf(sts), sticky.PodFactOf(pod)
-	return f, sts, nil
+	if !ok || err != nil {
+		return nil, nil
+	}
+	l.sticky = s
+	if l.sts, err = getOrNil(ctx, r, types.NamespacedName{Namespace: key.Namespace, Name: s.StatefulSet}, &appsv1.StatefulSet{}); err != nil {
+		return nil, err
+	}
+	pod, err := getOrNil(ctx, r, types.NamespacedName{Namespace: key.Namespace, Name: s.Pod}, &corev1.Pod{})
+	if err != nil {
+		return nil, err
+	}
+	f := sticky.Facts{Now: sr.now(), StatefulSet: sticky.StatefulSetFactOf(l.sts), Pod: sticky.PodFactOf(pod)}
+	l.decision = sticky.Decide(l.claim, s, f, sr.policy)
+	return l, nil
 }
 
 // reconcile nominates from the cache and returns when to look again.
 func (sr *stickyReleaser) reconcile(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
-	cl := &ipamclaimsv1alpha1.IPAMClaim{}
-	if err := sr.cache.Get(ctx, key, cl); err != nil {
-		return 0, client.IgnoreNotFound(err)
-	}
-	s, ok, err := claims.StickyOf(cl)
-	if !ok || err != nil {
-		if err != nil {
-			sr.log.Info("not a sticky claim the controller can act on", "claim", key, "err", err)
-		}
-		return 0, nil
-	}
-	f, _, err := stickyFacts(ctx, sr.cache, cl.Namespace, s, sr.now())
-	if err != nil {
+	l, err := sr.look(ctx, sr.cache, key)
+	if l == nil || err != nil {
 		return 0, err
 	}
-	d := sticky.Decide(cl, s, f, sr.policy)
-	switch {
+	switch d := l.decision; {
 	case d.Hold:
 		return 0, nil
 	case d.Release:
 		return sr.release(ctx, key)
+	default:
+		return d.RecheckAfter, sr.apply(ctx, l.claim.DeepCopy(), l.sticky, d)
 	}
-	return d.RecheckAfter, sr.apply(ctx, cl.DeepCopy(), s, d)
 }
 
 // apply writes the mark and the adoption d asks for, if they differ from
@@ -142,19 +143,11 @@ func (sr *stickyReleaser) apply(ctx context.Context, cl *ipamclaimsv1alpha1.IPAM
 // release decides again on live reads and deletes the claim when the
 // answer is still to release.
 func (sr *stickyReleaser) release(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
-	cl := &ipamclaimsv1alpha1.IPAMClaim{}
-	if err := sr.live.Get(ctx, key, cl); err != nil {
-		return 0, client.IgnoreNotFound(err)
-	}
-	s, ok, err := claims.StickyOf(cl)
-	if !ok || err != nil {
-		return 0, nil
-	}
-	f, sts, err := stickyFacts(ctx, sr.live, cl.Namespace, s, sr.now())
-	if err != nil {
+	l, err := sr.look(ctx, sr.live, key)
+	if l == nil || err != nil {
 		return 0, err
 	}
-	d := sticky.Decide(cl, s, f, sr.policy)
+	cl, s, d := l.claim, l.sticky, l.decision
 	if d.Hold {
 		return 0, nil
 	}
@@ -175,111 +168,15 @@ func (sr *stickyReleaser) release(ctx context.Context, key types.NamespacedName)
 	}
 	stickyReleasesTotal.WithLabelValues(string(d.Reason)).Inc()
 	sr.log.Info("released sticky claim", "claim", key, "statefulSet", s.StatefulSet, "pod", s.Pod, "reason", d.Reason, "why", d.Message)
-	if sr.events != nil {
-		var target runtime.Object = cl
-		if sts != nil {
-			target = sts
-		}
-		sr.events.Eventf(target, corev1.EventTypeNormal, EventStickyReleased, "deleted IPAMClaim %s, which kept the addresses of pod %s: %s: %s",
-			cl.Name, s.Pod, d.Reason, d.Message)
+	// The Event is about the StatefulSet while it exists: that is where
+	// its owner looks.
+	msg := fmt.Sprintf("deleted IPAMClaim %s, which kept the addresses of pod %s: %s: %s", cl.Name, s.Pod, d.Reason, d.Message)
+	switch {
+	case sr.events == nil:
+	case l.sts != nil:
+		sr.events.Eventf(l.sts, corev1.EventTypeNormal, EventStickyReleased, "%s", msg)
+	default:
+		sr.events.Eventf(cl, corev1.EventTypeNormal, EventStickyReleased, "%s", msg)
 	}
 	return 0, nil
-}
-
-// stickyKey returns the claim's key when it is labelled sticky.
-func stickyKey(obj any) (types.NamespacedName, bool) {
-	cl, ok := unwrap(obj).(*ipamclaimsv1alpha1.IPAMClaim)
-	if !ok || cl.Labels[claims.LabelSticky] != "true" {
-		return types.NamespacedName{}, false
-	}
-	return types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}, true
-}
-
-// indexSticky registers the claim cache's indexes by StatefulSet and pod.
-func (c *Controller) indexSticky(ctx context.Context) error {
-	for index, part := range map[string]func(claims.Sticky) string{
-		indexStickyStatefulSet: func(s claims.Sticky) string { return s.StatefulSet },
-		indexStickyPod:         func(s claims.Sticky) string { return s.Pod },
-	} {
-		err := c.cache.IndexField(ctx, &ipamclaimsv1alpha1.IPAMClaim{}, index, func(obj client.Object) []string {
-			cl := obj.(*ipamclaimsv1alpha1.IPAMClaim)
-			if s, ok, err := claims.StickyOf(cl); ok && err == nil {
-				return []string{cl.Namespace + "/" + part(s)}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// enqueueSticky adds the sticky claims of one index key, only while
-// leading (Lead starts from every sticky claim anyway).
-func (c *Controller) enqueueSticky(index, key string) {
-	if !c.leading.Load() {
-		return
-	}
-	list := &ipamclaimsv1alpha1.IPAMClaimList{}
-	if err := c.cache.List(context.Background(), list, client.MatchingFields{index: key}); err != nil {
-		return
-	}
-	for _, cl := range list.Items {
-		c.stickyQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
-	}
-}
-
-// enqueueAllSticky adds every sticky claim the cache holds.
-func (c *Controller) enqueueAllSticky(ctx context.Context) {
-	list := &ipamclaimsv1alpha1.IPAMClaimList{}
-	if err := c.cache.List(ctx, list, client.MatchingLabels{claims.LabelSticky: "true"}); err != nil {
-		return
-	}
-	for _, cl := range list.Items {
-		c.stickyQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
-	}
-}
-
-// stickyHandlers are the event handlers that nominate sticky claims: the
-// claim itself, the StatefulSet of its name, the pod of its name.
-func (c *Controller) stickyHandlers() []objectHandler {
-	claim := func(obj any) {
-		if key, ok := stickyKey(obj); ok && c.leading.Load() {
-			c.stickyQ.Add(key)
-		}
-	}
-	by := func(index string) func(obj any) {
-		return func(obj any) {
-			if m, ok := unwrap(obj).(metav1.Object); ok {
-				c.enqueueSticky(index, m.GetNamespace()+"/"+m.GetName())
-			}
-		}
-	}
-	handler := func(f func(any)) toolscache.ResourceEventHandler {
-		return toolscache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, obj any) { f(obj) }, DeleteFunc: f}
-	}
-	return []objectHandler{
-		{&ipamclaimsv1alpha1.IPAMClaim{}, handler(claim)},
-		{&appsv1.StatefulSet{}, handler(by(indexStickyStatefulSet))},
-		{&corev1.Pod{}, toolscache.ResourceEventHandlerFuncs{ // a pod's existence is what matters
-			AddFunc: by(indexStickyPod), DeleteFunc: by(indexStickyPod),
-		}},
-	}
-}
-
-// trimStatefulSet keeps what the sticky rules read of a StatefulSet.
-func trimStatefulSet(obj any) (any, error) {
-	s, ok := obj.(*appsv1.StatefulSet)
-	if !ok {
-		return transformTrim(obj)
-	}
-	return &appsv1.StatefulSet{
-		TypeMeta: s.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion, Generation: s.Generation,
-			CreationTimestamp: s.CreationTimestamp, DeletionTimestamp: s.DeletionTimestamp,
-		},
-		Spec: appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas, Ordinals: s.Spec.Ordinals},
-	}, nil
 }

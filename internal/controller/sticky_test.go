@@ -10,7 +10,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
@@ -29,15 +28,6 @@ func stickyClaim(sts, stsUID string, ordinal int) *ipamclaimsv1alpha1.IPAMClaim 
 	return c
 }
 
-func getClaimOrNil(t *testing.T, c client.Client, name string) *ipamclaimsv1alpha1.IPAMClaim {
-	t.Helper()
-	cl, err := getOrNil(context.Background(), c, types.NamespacedName{Namespace: "ns", Name: name}, &ipamclaimsv1alpha1.IPAMClaim{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
-}
-
 // TestStickyReleaser runs the reconciler on one API (cache and live reads
 // agree): it marks a claim whose ordinal the StatefulSet scaled below,
 // releases it after the grace period, never while a pod of its name
@@ -52,6 +42,14 @@ func TestStickyReleaser(t *testing.T) {
 	rec := &fakeRecorder{}
 	sr := &stickyReleaser{cache: c, live: c, writer: c, policy: sticky.Policy{ReleaseAfter: 10 * time.Minute}, events: rec,
 		log: slog.New(slog.DiscardHandler), now: func() time.Time { return now }}
+	getClaimOrNil := func(name string) *ipamclaimsv1alpha1.IPAMClaim {
+		t.Helper()
+		cl, err := getOrNil(ctx, c, types.NamespacedName{Namespace: "ns", Name: name}, &ipamclaimsv1alpha1.IPAMClaim{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
 	reconcile := func(name string) time.Duration {
 		t.Helper()
 		after, err := sr.reconcile(ctx, types.NamespacedName{Namespace: "ns", Name: name})
@@ -63,8 +61,8 @@ func TestStickyReleaser(t *testing.T) {
 
 	// All three in range: nothing written.
 	for _, n := range []string{"web-0.net1", "web-1.net1", "web-2.net1"} {
-		if after := reconcile(n); after != 0 || sticky.MarkOf(getClaimOrNil(t, c, n)) != nil {
-			t.Fatalf("%s in range: recheck %v, mark %v", n, after, sticky.MarkOf(getClaimOrNil(t, c, n)))
+		if after := reconcile(n); after != 0 || sticky.MarkOf(getClaimOrNil(n)) != nil {
+			t.Fatalf("%s in range: recheck %v, mark %v", n, after, sticky.MarkOf(getClaimOrNil(n)))
 		}
 	}
 
@@ -77,11 +75,11 @@ func TestStickyReleaser(t *testing.T) {
 	if after := reconcile("web-2.net1"); after != 10*time.Minute {
 		t.Fatalf("web-2 first seen scaled down: recheck after %v", after)
 	}
-	if m := sticky.MarkOf(getClaimOrNil(t, c, "web-2.net1")); m == nil || !m.Since.Equal(now) || m.Generation != 2 {
+	if m := sticky.MarkOf(getClaimOrNil("web-2.net1")); m == nil || !m.Since.Equal(now) || m.Generation != 2 {
 		t.Fatalf("web-2 mark %+v", m)
 	}
 	reconcile("web-1.net1")
-	if m := sticky.MarkOf(getClaimOrNil(t, c, "web-1.net1")); m != nil {
+	if m := sticky.MarkOf(getClaimOrNil("web-1.net1")); m != nil {
 		t.Fatalf("web-1, whose pod exists, is marked %+v", m)
 	}
 
@@ -89,10 +87,10 @@ func TestStickyReleaser(t *testing.T) {
 	now = now.Add(10 * time.Minute)
 	reconcile("web-2.net1")
 	reconcile("web-1.net1")
-	if getClaimOrNil(t, c, "web-2.net1") != nil {
+	if getClaimOrNil("web-2.net1") != nil {
 		t.Fatal("web-2's claim survived the grace period")
 	}
-	if getClaimOrNil(t, c, "web-1.net1") == nil || getClaimOrNil(t, c, "web-0.net1") == nil {
+	if getClaimOrNil("web-1.net1") == nil || getClaimOrNil("web-0.net1") == nil {
 		t.Fatal("a claim whose pod exists, or in range, was released")
 	}
 	if len(rec.events) != 1 || rec.events[0].reason != EventStickyReleased || !strings.Contains(rec.events[0].message, "ScaledDown") {
@@ -108,7 +106,7 @@ func TestStickyReleaser(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconcile("old-0.net1")
-	if refs := getClaimOrNil(t, c, "old-0.net1").OwnerReferences; len(refs) != 1 || refs[0].UID != "old-uid-2" || *refs[0].BlockOwnerDeletion {
+	if refs := getClaimOrNil("old-0.net1").OwnerReferences; len(refs) != 1 || refs[0].UID != "old-uid-2" || *refs[0].BlockOwnerDeletion {
 		t.Fatalf("after adoption: ownerReferences %+v", refs)
 	}
 
@@ -118,14 +116,14 @@ func TestStickyReleaser(t *testing.T) {
 	}
 	reconcile("web-0.net1")
 	reconcile("web-1.net1")
-	if getClaimOrNil(t, c, "web-0.net1") != nil || getClaimOrNil(t, c, "web-1.net1") == nil {
+	if getClaimOrNil("web-0.net1") != nil || getClaimOrNil("web-1.net1") == nil {
 		t.Fatal("after the StatefulSet's deletion: want web-0's claim gone, web-1's kept while its pod exists")
 	}
 	if err := c.Delete(ctx, pod("ns", "web-1", "pod-web-1", "a")); err != nil {
 		t.Fatal(err)
 	}
 	reconcile("web-1.net1")
-	if getClaimOrNil(t, c, "web-1.net1") != nil {
+	if getClaimOrNil("web-1.net1") != nil {
 		t.Fatal("web-1's claim survived its StatefulSet and pod")
 	}
 }
@@ -147,9 +145,9 @@ func TestStickyReleaserConfirmsLive(t *testing.T) {
 	if _, err := sr.reconcile(ctx, types.NamespacedName{Namespace: "ns", Name: cl.Name}); err != nil {
 		t.Fatal(err)
 	}
-	got := getClaimOrNil(t, live, cl.Name)
-	if got == nil {
-		t.Fatal("the live read did not keep the claim")
+	got, err := getOrNil(ctx, live, types.NamespacedName{Namespace: "ns", Name: cl.Name}, &ipamclaimsv1alpha1.IPAMClaim{})
+	if got == nil || err != nil {
+		t.Fatalf("the live read did not keep the claim: %v", err)
 	}
 	if m := sticky.MarkOf(got); m != nil {
 		t.Fatalf("mark %+v kept on a claim back in range", m)

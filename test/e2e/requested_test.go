@@ -137,4 +137,3 @@ func TestStickyPodRequestsAnAddress(t *testing.T) {
 		t.Fatalf("%d reservations, want the claim's one", n)
 	}
 }
-

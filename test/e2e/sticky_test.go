@@ -136,18 +136,17 @@ func (s stickyState) equal(o stickyState) bool {
 	return s.uid == o.uid && slices.Equal(s.ips, o.ips) && slices.Equal(s.prefixes, o.prefixes) && slices.Equal(s.reserved, o.reserved)
 }
 
-// Six addresses per family, so that three sticky pods and three others
-// fill them: whoever takes a free address takes a sticky one if it is free.
-const stickyIPAM = `{"ipRanges":[{"range":"10.73.0.0/24","range_start":"10.73.0.1","range_end":"10.73.0.6"},
-	{"range":"fd00:73::/64","range_start":"fd00:73::1","range_end":"fd00:73::6"}],
-	"prefix_delegation":{"range":"fd00:7300::/56","prefix_length":60},"network_name":"sticky"}`
-
 func TestStickyStatefulSet(t *testing.T) {
 	ctx := testContext(t, 6*time.Minute)
-	c := apiClient(t)
 	nodes := []string{"st-a", "st-b", "st-c"}
 	agents := startAgents(t, ctx, nodes...)
-	conf := func(p pod) []byte { return netconf("stickynet", agents[p.node].Socket, stickyIPAM) }
+	c := apiClient(t)
+	// Six addresses per family, so that three sticky pods and three others
+	// fill them: whoever takes a free address takes a sticky one if it is
+	// free.
+	ipam := `{"network_name":"sticky","prefix_delegation":{"range":"fd00:7300::/56","prefix_length":60},
+		"ipRanges":[{"range":"10.73.0.0/24","range_start":"10.73.0.1","range_end":"10.73.0.6"},{"range":"fd00:73::/64","range_start":"fd00:73::1","range_end":"fd00:73::6"}]}`
+	conf := func(p pod) []byte { return netconf("stickynet", agents[p.node].Socket, ipam) }
 	const ns = "e2e-sticky"
 	// A grace period far beyond the test, for the rounds and the scale to
 	// zero; a second controller with a short one follows.

@@ -7,7 +7,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
@@ -164,7 +163,7 @@ func TestStatefulSetFactOf(t *testing.T) {
 		t.Errorf("nil: %+v", f)
 	}
 	three := int32(3)
-	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{UID: types.UID(stsUID), Generation: 4}, Spec: appsv1.StatefulSetSpec{Replicas: &three, Ordinals: &appsv1.StatefulSetOrdinals{Start: 5}}}
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{UID: stsUID, Generation: 4}, Spec: appsv1.StatefulSetSpec{Replicas: &three, Ordinals: &appsv1.StatefulSetOrdinals{Start: 5}}}
 	if f := StatefulSetFactOf(s); !f.Exists || f.Replicas != 3 || f.Start != 5 || f.Generation != 4 || f.UID != stsUID {
 		t.Errorf("%+v", f)
 	}
