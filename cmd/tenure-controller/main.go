@@ -1,7 +1,8 @@
 // Command tenure-controller gives back what leaked and never what is live:
 // it releases IPReservations whose owner is gone (pod deleted or replaced,
 // an earlier sandbox of a pod, terminating pods of a lost node, IPAMClaims
-// deleted), writes pool usage to IPPool status, and exports Events and
+// deleted), deletes sticky StatefulSet claims whose StatefulSet is gone or
+// was scaled below their ordinal for --sticky-release-after, writes pool usage to IPPool status, and exports Events and
 // Prometheus metrics. Replicas elect a leader with a coordination.k8s.io
 // Lease; only the leader acts.
 //
@@ -52,6 +53,7 @@ type flags struct {
 	retryPeriod        time.Duration
 	sweepInterval      time.Duration
 	nodeGrace          time.Duration
+	stickyReleaseAfter time.Duration
 	poolStatusInterval time.Duration
 	workers            int
 	metricsAddr        string
@@ -73,6 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between lease acquire/renew attempts")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", 10*time.Minute, "interval between full sweeps over every reservation (the backstop of the watch-driven release)")
 	fs.DurationVar(&f.nodeGrace, "node-grace-period", 5*time.Minute, "how long a node must be NotReady before its terminating or finished pods lose their addresses")
+	fs.DurationVar(&f.stickyReleaseAfter, "sticky-release-after", controller.DefaultStickyReleaseAfter, "how long a sticky StatefulSet pod's ordinal must stay outside its StatefulSet's (scaled below it), with no pod of its name, before its IPAMClaim and addresses are released")
 	fs.DurationVar(&f.poolStatusInterval, "pool-status-interval", 5*time.Second, "at most one IPPool status write per pool per interval")
 	fs.IntVar(&f.workers, "workers", 8, "reservations reconciled concurrently")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":9465", "address of the Prometheus /metrics endpoint; \"0\" disables it")
@@ -105,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error("--dry-run needs --once")
 		return 2
 	}
-	for name, d := range map[string]time.Duration{"--sweep-interval": f.sweepInterval, "--pool-status-interval": f.poolStatusInterval} {
+	for name, d := range map[string]time.Duration{"--sweep-interval": f.sweepInterval, "--pool-status-interval": f.poolStatusInterval, "--sticky-release-after": f.stickyReleaseAfter} {
 		if d <= 0 {
 			log.Error(name + " must be positive")
 			return 2
@@ -181,7 +184,7 @@ func serve(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) int
 	defer shutdownEvents()
 	c, err := controller.New(cfg, controller.Options{
 		NodeGracePeriod: f.nodeGrace, SweepInterval: f.sweepInterval, PoolStatusInterval: f.poolStatusInterval,
-		Workers: f.workers, Events: events, Logger: log,
+		StickyReleaseAfter: f.stickyReleaseAfter, Workers: f.workers, Events: events, Logger: log,
 	})
 	if err != nil {
 		log.Error("creating controller", "err", err)

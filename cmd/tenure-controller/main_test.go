@@ -27,6 +27,7 @@ func TestRun(t *testing.T) {
 		kc + "--sweep-interval 0s":        {2, "--sweep-interval must be positive"},
 		kc + "--pool-status-interval -1s": {2, "--pool-status-interval must be positive"},
 		kc + "--node-grace-period -1s":    {2, "--node-grace-period must not be negative"},
+		kc + "--sticky-release-after 0s":  {2, "--sticky-release-after must be positive"},
 		kc + "--once":                     {1, "loading API client config"},
 	}
 	for line, w := range want {

@@ -130,24 +130,19 @@ func (a *Agent) keepRecorded(mine []*tenurev1alpha1.IPReservation, rec claims.Re
 func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim, rec claims.Recorded,
 	tmpl allocator.Template, mine *[]*tenurev1alpha1.IPReservation) (held []heldSlot, fresh bool, err error) {
 	ss := slots(at.cfg, true)
+	wants := make([][]netip.Prefix, len(ss))
+	for i, s := range ss {
+		wants[i] = recordedIn(s, rec)
+		// The claim is the truth: a request it contradicts is refused
+		// before anything is written.
+		if s.requested.IsValid() && len(wants[i]) > 0 && wants[i][0].Addr() != s.requested {
+			return nil, false, codedf(CodeClaimMismatch, nil, "IPAMClaim %s records %s, but runtimeConfig.ips asks for %s", claims.Key(claim), wants[i][0].Addr(), s.requested)
+		}
+	}
 	used := map[netip.Prefix]bool{}
 	owned := a.store.ByOwnerUID(string(claim.UID))
-	for _, s := range ss {
-		var want []netip.Prefix
-		if s.rng != nil {
-			for _, p := range rec.Addresses {
-				if item := netip.PrefixFrom(p.Addr(), p.Addr().BitLen()); s.space.Contains(item) {
-					want = append(want, item)
-				}
-			}
-		} else {
-			for _, p := range rec.Prefixes {
-				if s.space.Contains(p) {
-					want = append(want, p)
-				}
-			}
-		}
-		if len(want) > 0 {
+	for i, s := range ss {
+		if want := wants[i]; len(want) > 0 {
 			item := want[0]
 			used[item] = true
 			r, err := a.alloc.For(s.network, s.space).Allocate(ctx, item, tmpl)
@@ -158,6 +153,17 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			continue
 		}
 		fresh = true
+		if s.requested.IsValid() {
+			r, err := a.alloc.For(s.network, s.space).Allocate(ctx, s.requestedItem(), tmpl)
+			if err != nil {
+				return nil, false, err
+			}
+			if !slices.ContainsFunc(owned, func(o *tenurev1alpha1.IPReservation) bool { return o.Name == r.Name }) {
+				*mine = append(*mine, r)
+			}
+			held = append(held, heldSlot{s, r})
+			continue
+		}
 		if r := firstHeld(owned, s); r != nil { // left by an ADD that died before recording
 			held = append(held, heldSlot{s, r})
 			continue
@@ -184,6 +190,25 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		return nil, false, &outsideRangeError{claim: claims.Key(claim), items: outside}
 	}
 	return held, fresh, nil
+}
+
+// recordedIn is what the claim's status records in slot s.
+func recordedIn(s slot, rec claims.Recorded) []netip.Prefix {
+	var want []netip.Prefix
+	if s.rng != nil {
+		for _, p := range rec.Addresses {
+			if item := netip.PrefixFrom(p.Addr(), p.Addr().BitLen()); s.space.Contains(item) {
+				want = append(want, item)
+			}
+		}
+		return want
+	}
+	for _, p := range rec.Prefixes {
+		if s.space.Contains(p) {
+			want = append(want, p)
+		}
+	}
+	return want
 }
 
 type outsideRangeError struct {

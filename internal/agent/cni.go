@@ -75,6 +75,14 @@ type slot struct {
 	network string
 	space   allocator.Space
 	rng     *addrspace.Range // nil for the prefix slot
+	// requested is the address runtimeConfig.ips asks for from rng; zero
+	// for any free one.
+	requested netip.Addr
+}
+
+// requestedItem is the requested address as the allocator's item.
+func (s slot) requestedItem() netip.Prefix {
+	return netip.PrefixFrom(s.requested, s.requested.BitLen())
 }
 
 // holds reads the reservation's name, which says its network and item
@@ -94,11 +102,15 @@ func slots(cfg *config.Config, withPrefix bool) []slot {
 	out := make([]slot, 0, len(cfg.Ranges)+1)
 	for i := range cfg.Ranges {
 		r := &cfg.Ranges[i]
-		out = append(out, slot{
+		s := slot{
 			network: reservation.NetworkKey(cfg.NetworkName, r.String(), cfg.OverlappingRanges),
 			space:   allocator.AddressSpace{Range: *r},
 			rng:     r,
-		})
+		}
+		if i < len(cfg.Requested) {
+			s.requested = cfg.Requested[i]
+		}
+		out = append(out, s)
 	}
 	if withPrefix && cfg.PrefixDelegation != nil {
 		pd := *cfg.PrefixDelegation
@@ -171,6 +183,11 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 	}
 	unlock := a.locks.lock(attachmentKey(req))
 	defer unlock()
+	if at.sel.Claim == "" {
+		if at.sel.Claim, err = a.stickyClaim(ctx, at, true); err != nil {
+			return nil, err
+		}
+	}
 	var held []heldSlot
 	if at.sel.Claim != "" {
 		held, err = a.addForClaim(ctx, at)
@@ -214,7 +231,13 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 			held = append(held, heldSlot{s, r}) // a retried ADD: idempotent
 			continue
 		}
-		r, err := a.alloc.For(s.network, s.space).AllocateNext(ctx, tmpl)
+		var r *tenurev1alpha1.IPReservation
+		var err error
+		if s.requested.IsValid() {
+			r, err = a.allocateRequested(ctx, s, tmpl)
+		} else {
+			r, err = a.alloc.For(s.network, s.space).AllocateNext(ctx, tmpl)
+		}
 		if err != nil {
 			a.rollback(created)
 			return nil, err
@@ -286,6 +309,11 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 		return codedf(types.ErrDecodingFailure, err, "converting prevResult")
 	}
 	held := a.store.ByAttachment(req.ContainerID, req.IfName)
+	if at.sel.Claim == "" {
+		if at.sel.Claim, err = a.stickyClaim(ctx, at, false); err != nil {
+			return err
+		}
+	}
 	if at.sel.Claim != "" {
 		if claim, err := a.getClaim(ctx, at.pod.Namespace, at.sel.Claim, false); err == nil {
 			held = append(held, a.store.ByOwnerUID(string(claim.UID))...)

@@ -14,9 +14,12 @@ import (
 const (
 	// CodeRangeFull: every assignable address of a range is reserved.
 	CodeRangeFull uint = 100
-	// CodeAddressConflict: an address an IPAMClaim records is held by another owner.
+	// CodeAddressConflict: an address asked for by name (recorded by an
+	// IPAMClaim, or requested in runtimeConfig.ips) is held by another
+	// owner; the message names the holder.
 	CodeAddressConflict uint = 101
-	// CodeClaimMismatch: the IPAMClaim's recorded state does not fit this network.
+	// CodeClaimMismatch: the IPAMClaim's recorded state does not fit this
+	// network, or contradicts the address runtimeConfig.ips asks for.
 	CodeClaimMismatch uint = 102
 )
 

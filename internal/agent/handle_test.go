@@ -128,6 +128,9 @@ type call struct {
 	prev []string
 	// valid is GC's cni.dev/valid-attachments: container IDs with net1.
 	valid []string
+	// uid is K8S_POD_UID when not "uid-" + pod (a pod re-created under
+	// its name).
+	uid string
 }
 
 func (h *harness) do(c call) *Response {
@@ -153,7 +156,11 @@ func (h *harness) do(c call) *Response {
 	}
 	req := &cniwire.Request{Command: c.cmd, ContainerID: c.ctr, IfName: "net1", Netns: "/var/run/netns/" + c.ctr, StdinData: []byte(conf)}
 	if c.pod != "" {
-		req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + c.pod + ";K8S_POD_UID=uid-" + c.pod
+		uid := c.uid
+		if uid == "" {
+			uid = "uid-" + c.pod
+		}
+		req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + c.pod + ";K8S_POD_UID=" + uid
 	}
 	return h.agent.Handle(h.ctx, req)
 }
@@ -211,7 +218,9 @@ type step struct {
 	wantCode uint // 0: success
 	wantMsg  string
 	wantIPs  int // ADD: how many addresses the result holds
-	sameAs   int // ADD: 1-based index of an earlier step whose addresses this one must equal
+	// wantAddrs, when set, are the addresses the ADD result holds.
+	wantAddrs []string
+	sameAs    int // ADD: 1-based index of an earlier step whose addresses this one must equal
 }
 
 func TestHandle(t *testing.T) {
@@ -409,6 +418,116 @@ func TestHandle(t *testing.T) {
 		steps: []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}, wantCode: CodeClaimMismatch,
 			wantMsg: "192.168.7.7/24 outside every range"}},
 		wantHeldCount: 0,
+	}, {
+		// Requested addresses: runtimeConfig.ips (Multus' "ips").
+		name:     "runtimeConfig.ips gets exactly that address, as a CIDR or a bare address",
+		objs:     []client.Object{pod("p1", thisNode, nil), pod("p2", thisNode, nil)},
+		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(san29, "10.0.0.5/29")}, wantAddrs: []string{"10.0.0.5"}}, {call: call{cmd: "ADD", ctr: "c2", pod: "p2", conf: withIPs(san29, "10.0.0.3")}, wantAddrs: []string{"10.0.0.3"}}},
+		wantHeld: []string{"10.0.0.3=p2", "10.0.0.5=p1"},
+	}, {
+		name: "a retried ADD with a requested address returns it and writes nothing more",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(san29, "10.0.0.5")}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(san29, "10.0.0.5")}, wantIPs: 1, sameAs: 1},
+		},
+		wantHeld: []string{"10.0.0.5=p1"},
+	}, {
+		name: "a requested address another pod holds answers 101 naming the holder, writes nothing, and is given once DEL freed it",
+		objs: []client.Object{pod("p1", thisNode, nil), pod("p2", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(san29, "10.0.0.5")}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c2", pod: "p2", conf: withIPs(san29, "10.0.0.5")}, wantCode: CodeAddressConflict, wantMsg: "10.0.0.5 is held by Pod ns/p1 (uid uid-p1)"},
+			{before: func(h *harness) { h.wantHeld([]string{"10.0.0.5=p1"}) }, call: call{cmd: "DEL", ctr: "c1", pod: "p1"}},
+			{call: call{cmd: "ADD", ctr: "c2", pod: "p2", conf: withIPs(san29, "10.0.0.5")}, wantIPs: 1},
+		},
+		wantHeld: []string{"10.0.0.5=p2"},
+	}, {
+		name: "a requested address another node's pod holds, unknown to a paused cache, answers 101 naming it",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{{
+			before: func(h *harness) {
+				h.fake.Pause()
+				if err := h.fake.Create(h.ctx, heldBy("san", "10.0.0.5", "uid-x", "node-b")); err != nil {
+					h.t.Fatal(err)
+				}
+			},
+			call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(san29, "10.0.0.5")}, wantCode: CodeAddressConflict, wantMsg: "10.0.0.5 is held by Pod ns/other (uid uid-x)",
+		}},
+		wantHeld: []string{"10.0.0.5=other"},
+	}, {
+		name: "a dual-stack ADD whose requested IPv6 address is held answers 101 and keeps nothing of its IPv4 address",
+		objs: []client.Object{pod("p1", thisNode, nil), heldBy("dual", "fd00::5", "uid-x", "node-b")},
+		steps: []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(dual, "10.2.0.5", "fd00::5")},
+			wantCode: CodeAddressConflict, wantMsg: "fd00::5 is held by Pod ns/other"}},
+		wantHeld: []string{"fd00::5=other"},
+	}, {
+		name: "requested addresses outside every range, excluded or the gateway answer 7 naming them, and write nothing",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(dual, "10.3.0.5")}, wantCode: 7, wantMsg: `runtimeConfig.ips[0]: "10.3.0.5": is outside every range`},
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(dual, "10.2.0.201/24")}, wantCode: 7, wantMsg: `"10.2.0.201/24": is excluded from ipam.ipRanges[0].range "10.2.0.0/24" by ipam.ipRanges[0].exclude[0] "10.2.0.200/29"`},
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(dual, "10.2.0.1")}, wantCode: 7, wantMsg: `"10.2.0.1": is the gateway`},
+		},
+		wantHeld: nil,
+	}, {
+		name: "a new sandbox of a pod takes over its requested address from the earlier sandbox, whose late DEL frees nothing",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: withIPs(san29, "10.0.0.5")}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c2", pod: "p1", conf: withIPs(san29, "10.0.0.5")}, wantIPs: 1, sameAs: 1},
+			{call: call{cmd: "DEL", ctr: "c1", pod: "p1"}},
+			{before: func(h *harness) { h.wantHeld([]string{"10.0.0.5=p1"}) }, call: call{cmd: "CHECK", ctr: "c2", pod: "p1", prev: []string{"10.0.0.5"}}},
+		},
+		wantHeld: []string{"10.0.0.5=p1"},
+	}, {
+		name:          "a claim-bound pod's requested address becomes the claim's",
+		objs:          []client.Object{ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1")},
+		steps:         []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: withIPs(vmNet, "10.1.0.77/24")}, wantAddrs: []string{"10.1.0.77"}}},
+		wantHeldCount: 2, // the address and a delegated prefix
+	}, {
+		name: "a claim that records another address than the requested one answers 102 and writes nothing",
+		objs: []client.Object{ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.1.0.9/24"}}), claimPod("virt-launcher", "vm1")},
+		steps: []step{{call: call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: withIPs(vmNet, "10.1.0.77")}, wantCode: CodeClaimMismatch,
+			wantMsg: "IPAMClaim ns/vm1 records 10.1.0.9, but runtimeConfig.ips asks for 10.1.0.77"}},
+		wantHeld: nil,
+	}, {
+		// Sticky StatefulSet pods.
+		name: "a sticky StatefulSet pod keeps its address in its claim: DEL frees nothing, the pod re-created under its name gets it back",
+		objs: []client.Object{stsPod("db-0", "uid-db-0", stickyAnn)},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "db-0"}, wantIPs: 1},
+			{call: call{cmd: "DEL", ctr: "c1", pod: "db-0"}},
+			{before: recreate("db-0", "uid-db-0-b"), call: call{cmd: "ADD", ctr: "c2", pod: "db-0", uid: "uid-db-0-b"}, wantIPs: 1, sameAs: 1},
+		},
+		wantHeldCount: 1,
+	}, {
+		name:     "a sticky pod's requested address is its claim's",
+		objs:     []client.Object{stsPod("db-0", "uid-db-0", stickyAnn)},
+		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "db-0", conf: withIPs(san29, "10.0.0.6")}, wantIPs: 1}, {call: call{cmd: "DEL", ctr: "c1", pod: "db-0"}}},
+		wantHeld: []string{"10.0.0.6=db-0.net1"},
+	}, {
+		name: "sticky_statefulsets makes a network's StatefulSet pods sticky, not other pods, nor one whose annotation opts out",
+		objs: []client.Object{stsPod("db-0", "uid-db-0", nil), pod("plain", thisNode, nil), stsPod("db-1", "uid-db-1", map[string]string{"ipam.tenure.dev/sticky": "false"})},
+		steps: []step{
+			{call: call{cmd: "ADD", ctr: "c1", pod: "db-0", conf: stickyNet}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c2", pod: "plain", conf: stickyNet}, wantIPs: 1},
+			{call: call{cmd: "ADD", ctr: "c3", pod: "db-1", conf: stickyNet}, wantIPs: 1},
+			{call: call{cmd: "DEL", ctr: "c1", pod: "db-0", conf: stickyNet}},
+			{call: call{cmd: "DEL", ctr: "c2", pod: "plain", conf: stickyNet}},
+			{call: call{cmd: "DEL", ctr: "c3", pod: "db-1", conf: stickyNet}},
+		},
+		wantHeldCount: 1,
+	}, {
+		name:     "the sticky annotation on a pod no StatefulSet controls answers 7 and writes nothing",
+		objs:     []client.Object{pod("p1", thisNode, stickyAnn)},
+		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: 7, wantMsg: "pod ns/p1 has annotation ipam.tenure.dev/sticky but is not a StatefulSet's pod"}},
+		wantHeld: nil,
+	}, {
+		name:     "a claim of the sticky claim's name that is not sticky answers 7 and writes nothing",
+		objs:     []client.Object{stsPod("db-0", "uid-db-0", stickyAnn), ipamClaim("db-0.net1", "san", ipamclaimsv1alpha1.IPAMClaimStatus{})},
+		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "db-0"}, wantCode: 7, wantMsg: "IPAMClaim ns/db-0.net1 exists but is not the sticky claim of pod db-0"}},
+		wantHeld: nil,
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -428,6 +547,10 @@ func TestHandle(t *testing.T) {
 					}
 				case r.Error != nil:
 					t.Fatalf("step %d (%s): code %d: %s", i+1, s.call.cmd, r.Error.Code, r.Error.Msg)
+				case s.wantAddrs != nil:
+					if addrs = ips(t, r); !slices.Equal(addrs, s.wantAddrs) {
+						t.Fatalf("step %d: ADD gave %v, want %v", i+1, addrs, s.wantAddrs)
+					}
 				case s.call.cmd == "ADD":
 					addrs = ips(t, r)
 					if len(addrs) != s.wantIPs {
@@ -452,6 +575,19 @@ func TestHandle(t *testing.T) {
 	}
 }
 
+// recorded waits until the claim's status records addresses, and returns it.
+func (h *harness) recorded(name string) *ipamclaimsv1alpha1.IPAMClaim {
+	h.t.Helper()
+	claim := &ipamclaimsv1alpha1.IPAMClaim{}
+	err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return len(claim.Status.IPs) > 0, h.fake.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, claim)
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return claim
+}
+
 // TestRetriedAddWritesOnce: the idempotent path costs no API write.
 func TestRetriedAddWritesOnce(t *testing.T) {
 	h := startAgent(t, pod("p1", thisNode, nil))
@@ -470,13 +606,7 @@ func TestRetriedAddWritesOnce(t *testing.T) {
 func TestClaimStatusRecordsTheAllocation(t *testing.T) {
 	h := startAgent(t, ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{}), claimPod("virt-launcher", "vm1"))
 	addrs := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "virt-launcher", conf: vmNet}))
-	var claim ipamclaimsv1alpha1.IPAMClaim
-	err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		return len(claim.Status.IPs) > 0, h.fake.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "vm1"}, &claim)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	claim := h.recorded("vm1")
 	if len(claim.Status.IPs) != 1 || !strings.HasPrefix(claim.Status.IPs[0], addrs[0]+"/") || len(claim.Status.DelegatedPrefixes) != 1 ||
 		claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name != "virt-launcher" {
 		t.Fatalf("claim status %+v after ADD gave %v", claim.Status, addrs)

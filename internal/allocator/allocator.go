@@ -310,18 +310,41 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 	if cur, ok := a.f.Store.Get(obj.Name); ok && cur.Spec.Owner.UID == t.Owner.UID && cur.UID != "" {
 		return cur, nil
 	}
-	// The cache may be stale either way; the API server decides.
-	a.f.Store.AssumeOverCache(obj)
-	created, err := a.create(ctx, obj)
-	if err == nil {
-		return created, nil
+	// The cache may be stale either way; the API server decides. When
+	// this node has an unconfirmed write of the name itself, the API
+	// server is asked who holds it without a create, whose failure would
+	// make the store forget that write.
+	for attempt := 0; ; attempt++ {
+		if !a.f.Store.AssumeOverCache(obj) {
+			return a.holder(ctx, obj, t)
+		}
+		created, err := a.create(ctx, obj)
+		if err == nil {
+			return created, nil
+		}
+		if !apierrors.IsAlreadyExists(err) || a.f.Quorum == nil {
+			return nil, err
+		}
+		cur, err := a.holder(ctx, obj, t)
+		if apierrors.IsNotFound(err) && attempt < 2 {
+			continue // released between the create and the read: ask again
+		}
+		return cur, err
 	}
-	if !apierrors.IsAlreadyExists(err) || a.f.Quorum == nil {
-		return nil, err
-	}
-	cur := &tenurev1alpha1.IPReservation{}
-	if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: obj.Name}, cur); err != nil {
-		return nil, fmt.Errorf("reading holder of %s: %w", obj.Spec.Address, err)
+}
+
+// holder answers Allocate for an item someone holds: the holder's
+// reservation when it is the template's owner, else a ConflictError naming
+// the holder.
+func (a *allocator) holder(ctx context.Context, obj *tenurev1alpha1.IPReservation, t Template) (*tenurev1alpha1.IPReservation, error) {
+	cur, ok := a.f.Store.Get(obj.Name)
+	if a.f.Quorum != nil {
+		cur = &tenurev1alpha1.IPReservation{}
+		if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: obj.Name}, cur); err != nil {
+			return nil, fmt.Errorf("reading holder of %s: %w", obj.Spec.Address, err)
+		}
+	} else if !ok {
+		return nil, fmt.Errorf("%s: %w", obj.Spec.Address, ErrAllocated)
 	}
 	if cur.Spec.Owner.UID == t.Owner.UID {
 		return cur, nil

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
@@ -105,6 +107,32 @@ func TestAllocateExplicitConflictAndRange(t *testing.T) {
 	}
 	if a.Has(item) {
 		t.Fatal("released item still held")
+	}
+}
+
+// TestAllocateKeepsAnUnconfirmedWrite: a second owner asking for an item
+// this node created a moment ago, before its cache confirmed the write, is
+// refused naming the first, and the store still counts the first's write
+// (a DEL reads it to free the item).
+func TestAllocateKeepsAnUnconfirmedWrite(t *testing.T) {
+	ctx := context.Background()
+	f, stop := newFactory(t, "n1")
+	stop() // the cache never confirms what follows
+	a := f.For("alloc-unconfirmed", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)})
+	item := netip.MustParsePrefix("10.2.0.9/32")
+	r1, err := a.Allocate(ctx, item, owner("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conflict *allocator.ConflictError
+	if _, err := a.Allocate(ctx, item, owner("y")); !errors.As(err, &conflict) || conflict.Holder.UID != "x" {
+		t.Fatalf("another owner: %v, want ConflictError naming x", err)
+	}
+	if !f.Store.Taken(r1.Name) {
+		t.Fatal("the refused request made the store forget x's unconfirmed reservation")
+	}
+	if r, ok := f.Store.Get(r1.Name); !ok || r.UID != r1.UID {
+		t.Fatalf("the store holds %v for %s, want x's reservation", r, r1.Name)
 	}
 }
 
@@ -230,5 +258,38 @@ func TestAllocateNextFromInsideExcludedBlocks(t *testing.T) {
 		if startedInside == 0 {
 			t.Fatalf("%s: no node's search started inside the excluded blocks; pick other node names", tc.network)
 		}
+	}
+}
+
+// releasedOnRead deletes the reservation it is asked for before reading it:
+// its holder released it between another node's create and its read.
+type releasedOnRead struct {
+	client.WithWatch
+	once sync.Once
+}
+
+func (r *releasedOnRead) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.once.Do(func() {
+		_ = r.WithWatch.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: key.Name}})
+	})
+	return r.WithWatch.Get(ctx, key, obj, opts...)
+}
+
+// TestAllocateAfterTheHolderReleased: an item whose create met
+// AlreadyExists but whose holder is gone by the time it is read is asked
+// for again, and reserved.
+func TestAllocateAfterTheHolderReleased(t *testing.T) {
+	ctx := context.Background()
+	space := allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)}
+	item := netip.MustParsePrefix("10.2.0.9/32")
+	f1, _ := newFactory(t, "n1")
+	if _, err := f1.For("alloc-released", space).Allocate(ctx, item, owner("x")); err != nil {
+		t.Fatal(err)
+	}
+	f2, _ := newFactory(t, "n2")
+	f2.Quorum = &releasedOnRead{WithWatch: testClient(t)}
+	r, err := f2.For("alloc-released", space).Allocate(ctx, item, owner("y"))
+	if err != nil || r.Spec.Owner.UID != "y" {
+		t.Fatalf("Allocate after the holder released: %v, %v; want y's reservation", r, err)
 	}
 }

@@ -60,6 +60,17 @@ type Config struct {
 	DHCPv6            *DHCPv6
 	Ignored           []string // whereabouts keys accepted but without effect, sorted
 
+	// Requested[i] is the address the network config's runtimeConfig.ips
+	// (Multus' "ips" of the network-selection element, for a delegate with
+	// the "ips" capability) asks for from Ranges[i], the zero Addr where it
+	// asks for none; nil when it asks for nothing. Every requested address
+	// has its range: one outside every range is an Error.
+	Requested []netip.Addr
+	// StickyStatefulSets (sticky_statefulsets): every StatefulSet pod on
+	// this network keeps its addresses in a claim of its own, as if its
+	// template carried the sticky annotation (internal/claims).
+	StickyStatefulSets bool
+
 	// Where values came from, for messages and for re-applying a pool.
 	gwField         field
 	nameField       field // network_name
@@ -68,13 +79,14 @@ type Config struct {
 	networkFromPool bool
 	pdFromPool      bool
 	poolField       field
+	requested       []requestedIP // runtimeConfig.ips as written
 }
 
 // tenureKeys are the ipam keys tenure acts on.
 var tenureKeys = []string{
 	"type", "range", "range_start", "range_end", "exclude", "ipRanges", "gateway",
 	"routes", "dns", "network_name", "enable_overlapping_ranges", "configuration_path",
-	"pool", "agent_socket", "prefix_delegation", "dhcpv6",
+	"pool", "agent_socket", "prefix_delegation", "dhcpv6", "sticky_statefulsets",
 }
 
 // ignoredKeys are the keys whereabouts v0.9 accepts (pkg/types/types.go,
@@ -211,6 +223,11 @@ func (c *Config) parseNetconf(netconf []byte) (map[string]field, error) {
 			return nil, err
 		}
 	}
+	if f, ok := top["runtimeConfig"]; ok {
+		if c.requested, err = parseRequested(f); err != nil {
+			return nil, err
+		}
+	}
 	ipam, ok := top["ipam"]
 	if !ok {
 		return nil, &Error{Key: "ipam", Reason: "is required"}
@@ -337,8 +354,9 @@ func (c *Config) parseResultKeys(fields map[string]field) error {
 }
 
 // parseAgentKeys reads how the agent names and reaches the network:
-// network_name, enable_overlapping_ranges, agent_socket, and checks
-// configuration_path, which the shim has already acted on.
+// network_name, enable_overlapping_ranges, agent_socket,
+// sticky_statefulsets, and checks configuration_path, which the shim has
+// already acted on.
 func (c *Config) parseAgentKeys(fields map[string]field) error {
 	var err error
 	if f, ok := fields["network_name"]; ok {
@@ -364,6 +382,11 @@ func (c *Config) parseAgentKeys(fields map[string]field) error {
 	}
 	if f, ok := fields["configuration_path"]; ok {
 		if err := checkConfigurationPath(f); err != nil {
+			return err
+		}
+	}
+	if f, ok := fields["sticky_statefulsets"]; ok {
+		if c.StickyStatefulSets, err = f.boolean(); err != nil {
 			return err
 		}
 	}
@@ -636,10 +659,15 @@ func (c *Config) finish(built []builtRange) error {
 			seen[is4] = true
 		}
 	}
+	requested, err := c.assignRequested(built)
+	if err != nil {
+		return err
+	}
 	c.Ranges = make([]addrspace.Range, len(built))
 	for i, b := range built {
 		c.Ranges[i] = b.r
 	}
+	c.Requested = requested
 	return nil
 }
 

@@ -23,7 +23,7 @@ import (
 // nad wraps an ipam section in a macvlan network config, as Multus passes it.
 func nad(ipam string) []byte {
 	return []byte(`{"cniVersion":"1.0.0","name":"net1","type":"macvlan","master":"eth0","mode":"bridge",` +
-		`"runtimeConfig":{"ips":["10.9.9.9/24"]},"args":{"cni":{"x":1}},"ipam":` + ipam + `}`)
+		`"runtimeConfig":{"portMappings":[]},"args":{"cni":{"x":1}},"ipam":` + ipam + `}`)
 }
 
 func mustParse(t *testing.T, ipam string) *Config {

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -46,6 +47,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/controller/sticky"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -65,6 +67,10 @@ type Options struct {
 	SweepInterval time.Duration
 	// PoolStatusInterval bounds how often pool status is written.
 	PoolStatusInterval time.Duration
+	// StickyReleaseAfter is how long a sticky StatefulSet pod's ordinal
+	// must stay outside its StatefulSet's before its claim is released;
+	// zero or less is DefaultStickyReleaseAfter.
+	StickyReleaseAfter time.Duration
 	// Workers reconcile reservations concurrently.
 	Workers int
 	Events  EventRecorder
@@ -81,9 +87,11 @@ type Controller struct {
 	cf      *claimFinalizer
 	sweeper *Sweeper
 	pools   *poolStatus
+	sticky  *stickyReleaser
 
-	resQ   workqueue.TypedRateLimitingInterface[string]
-	claimQ workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	resQ    workqueue.TypedRateLimitingInterface[string]
+	claimQ  workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	stickyQ workqueue.TypedRateLimitingInterface[types.NamespacedName]
 
 	leading atomic.Bool
 	synced  atomic.Bool
@@ -105,6 +113,9 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = 10 * time.Minute
 	}
+	if o.StickyReleaseAfter <= 0 {
+		o.StickyReleaseAfter = DefaultStickyReleaseAfter
+	}
 	live, err := kube.NewClient(cfg)
 	if err != nil {
 		return nil, err
@@ -115,6 +126,7 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Transform: transformTrim},
 			&corev1.Node{}:                  {Transform: transformTrim},
+			&appsv1.StatefulSet{}:           {Transform: trimStatefulSet},
 			&tenurev1alpha1.IPReservation{}: {Transform: reservation.Compact},
 		},
 	})
@@ -128,10 +140,14 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 	}}
 	c.sweeper = &Sweeper{Live: live, Releaser: c.rel, claims: c.cf}
 	c.pools = &poolStatus{counts: &reservationCounts{}, cache: ch, writer: live, interval: o.PoolStatusInterval, log: o.Logger}
+	c.sticky = &stickyReleaser{cache: ch, live: live, writer: live, policy: sticky.Policy{ReleaseAfter: o.StickyReleaseAfter},
+		events: o.Events, log: o.Logger, now: time.Now}
 	c.resQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipreservation_release"})
 	c.claimQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
 		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "ipamclaim_finalizer"})
+	c.stickyQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "sticky_claim_release"})
 	initMetrics()
 	leaderGauge.Set(0)
 	return c, nil
@@ -156,10 +172,10 @@ func (c *Controller) Start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	handlers := []struct {
-		obj client.Object
-		h   toolscache.ResourceEventHandler
-	}{
+	if err := c.indexSticky(ctx); err != nil {
+		return err
+	}
+	handlers := []objectHandler{
 		{&tenurev1alpha1.IPReservation{}, c.reservationHandler()},
 		{&tenurev1alpha1.IPReservation{}, c.pools.counts.Handler()},
 		{&corev1.Pod{}, c.podHandler()},
@@ -171,6 +187,7 @@ func (c *Controller) Start(ctx context.Context) error {
 			DeleteFunc: func(any) { c.pools.markDirty() },
 		}},
 	}
+	handlers = append(handlers, c.stickyHandlers()...)
 	for _, h := range handlers {
 		inf, err := c.cache.GetInformer(ctx, h.obj)
 		if err != nil {
@@ -193,6 +210,12 @@ func (c *Controller) Start(ctx context.Context) error {
 	return nil
 }
 
+// objectHandler is an event handler for the informer of obj's type.
+type objectHandler struct {
+	obj client.Object
+	h   toolscache.ResourceEventHandler
+}
+
 // Lead acts until ctx ends: reservation and claim workers, the sweep
 // (first pass at once) and the pool status writer. Call it only while
 // holding the leader lease, once per process.
@@ -212,6 +235,7 @@ func (c *Controller) Lead(ctx context.Context) {
 			c.claimQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
 		}
 	}
+	c.enqueueAllSticky(ctx)
 	var wg sync.WaitGroup
 	for range c.opts.Workers {
 		wg.Go(func() { work(ctx, c.resQ, c.reconcileReservation, c.log) })
@@ -219,11 +243,26 @@ func (c *Controller) Lead(ctx context.Context) {
 	for range 2 {
 		wg.Go(func() { work(ctx, c.claimQ, c.reconcileClaim, c.log) })
 	}
+	wg.Go(func() { work(ctx, c.stickyQ, c.sticky.reconcile, c.log) })
 	wg.Go(func() { _ = c.sweeper.Run(ctx, c.opts.SweepInterval, c.log) })
+	// The sweep's backstop for sticky claims: look at each again.
+	wg.Go(func() {
+		t := time.NewTicker(c.opts.SweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.enqueueAllSticky(ctx)
+			}
+		}
+	})
 	wg.Go(func() { _ = c.pools.Start(ctx) })
 	<-ctx.Done()
 	c.resQ.ShutDown()
 	c.claimQ.ShutDown()
+	c.stickyQ.ShutDown()
 	wg.Wait()
 }
 

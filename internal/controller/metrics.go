@@ -5,6 +5,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/controller/sticky"
 )
 
 // Metrics are registered in controller-runtime's registry, which
@@ -19,6 +20,10 @@ var (
 	releasesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_releases_total",
 		Help: "Reservations released by this process because their owner is gone, by reason.",
+	}, []string{"reason"})
+	stickyReleasesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenure_sticky_claims_released_total",
+		Help: "Sticky StatefulSet IPAMClaims deleted by this process, by reason (StatefulSetGone, ScaledDown); their reservations are then released as ClaimDeleted or ClaimGone.",
 	}, []string{"reason"})
 	sweepDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "tenure_sweep_duration_seconds",
@@ -36,7 +41,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(reservationsGauge, releasesTotal, sweepDuration, lastSweepSuccess, leaderGauge)
+	crmetrics.Registry.MustRegister(reservationsGauge, releasesTotal, stickyReleasesTotal, sweepDuration, lastSweepSuccess, leaderGauge)
 }
 
 // initMetrics makes every release reason visible at zero, so a replica that
@@ -44,5 +49,8 @@ func init() {
 func initMetrics() {
 	for _, r := range repair.Reasons {
 		releasesTotal.WithLabelValues(string(r))
+	}
+	for _, r := range sticky.Reasons {
+		stickyReleasesTotal.WithLabelValues(string(r))
 	}
 }

@@ -15,6 +15,7 @@ import (
 // +kubebuilder:printcolumn:name="IPs",type=string,JSONPath=`.status.ips`
 // +kubebuilder:printcolumn:name="Prefixes",type=string,JSONPath=`.status.delegatedPrefixes`
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.status.ownerPod.name`
+// +kubebuilder:printcolumn:name="StatefulSet",type=string,JSONPath=`.metadata.labels.ipam\.tenure\.dev/statefulset`,description="The StatefulSet whose pod keeps its addresses in this sticky claim; empty for other claims"
 type IPAMClaim struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
