@@ -17,6 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
 
@@ -36,7 +37,8 @@ func fuzzRequest(cmd, ctr string, flat []byte) []byte {
 
 // FuzzServe writes arbitrary bytes on a connection to the agent's socket,
 // as the shim does (then shuts down its writing side), and reads the answer.
-// The agent runs on a kubefake API with one pod; no API server is involved.
+// The agent runs on a kubefake API with a pod and a pod presenting an
+// IPAMClaim; no API server is involved.
 // Whatever the bytes:
 //   - the agent does not panic, and answers or closes within fuzzDeadline;
 //   - a connection starting with '{' (a cniwire request) gets a well-formed
@@ -73,7 +75,8 @@ func FuzzServe(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	h := startAgentWith(f, Options{NodeName: thisNode, Logger: slog.New(slog.DiscardHandler), PodWait: time.Millisecond}, pod("p1", thisNode, nil))
+	h := startAgentWith(f, Options{NodeName: thisNode, Logger: slog.New(slog.DiscardHandler), PodWait: time.Millisecond},
+		pod("p1", thisNode, nil), claimPod("virt-launcher", "vm1"), ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{}))
 	socket := filepath.Join(f.TempDir(), "agent.sock")
 	l, err := Listen(socket)
 	if err != nil {
