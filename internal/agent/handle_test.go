@@ -42,7 +42,7 @@ const (
 )
 
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	fake  *kubefake.Client
 	agent *Agent
@@ -74,11 +74,20 @@ func startAgent(t *testing.T, objs ...client.Object) *harness {
 
 func startAgentOn(t *testing.T, node string, objs ...client.Object) *harness {
 	t.Helper()
+	logs := &lockedBuffer{}
+	h := startAgentWith(t, Options{NodeName: node, Logger: slog.New(slog.NewTextHandler(logs, nil)), PodWait: 50 * time.Millisecond}, objs...)
+	h.logs = logs
+	return h
+}
+
+// startAgentWith starts an agent of opts on a kubefake API holding objs.
+func startAgentWith(t testing.TB, opts Options, objs ...client.Object) *harness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fc := kubefake.New(objs...)
-	logs := &lockedBuffer{}
-	a, err := New(Options{NodeName: node, Client: fc, Logger: slog.New(slog.NewTextHandler(logs, nil)), PodWait: 50 * time.Millisecond})
+	opts.Client = fc
+	a, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +97,7 @@ func startAgentOn(t *testing.T, node string, objs ...client.Object) *harness {
 	if err := a.Start(startCtx); err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, ctx: ctx, fake: fc, agent: a, logs: logs}
+	return &harness{t: t, ctx: ctx, fake: fc, agent: a}
 }
 
 func pod(name, node string, annotations map[string]string) *corev1.Pod {
@@ -165,7 +174,7 @@ func (h *harness) do(c call) *Response {
 	return h.agent.Handle(h.ctx, req)
 }
 
-func withKey(t *testing.T, conf, key string, v any) string {
+func withKey(t testing.TB, conf, key string, v any) string {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal([]byte(conf), &m); err != nil {

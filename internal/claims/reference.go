@@ -3,6 +3,8 @@
 package claims
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -39,7 +41,7 @@ type Selection struct {
 func Select(pod *corev1.Pod, ifName string) (Selection, error) {
 	var sel Selection
 	if pod.Annotations[nadv1.NetworkAttachmentAnnot] != "" {
-		elems, err := nadutils.ParsePodNetworkAnnotation(pod)
+		elems, err := Networks(pod)
 		if err != nil {
 			return sel, fmt.Errorf("pod %s/%s: annotation %s is malformed: %v", pod.Namespace, pod.Name, nadv1.NetworkAttachmentAnnot, err)
 		}
@@ -78,4 +80,19 @@ func Select(pod *corev1.Pod, ifName string) (Selection, error) {
 		}
 	}
 	return sel, nil
+}
+
+// Networks parses the pod's k8s.v1.cni.cncf.io/networks annotation (which
+// must be set) as Multus reads it. A null element ("[null]") is refused:
+// the library dereferences every element and would panic on it.
+func Networks(pod *corev1.Pod) ([]*nadv1.NetworkSelectionElement, error) {
+	var raw []json.RawMessage
+	if json.Unmarshal([]byte(pod.Annotations[nadv1.NetworkAttachmentAnnot]), &raw) == nil {
+		for i, r := range raw {
+			if bytes.Equal(bytes.TrimSpace(r), []byte("null")) {
+				return nil, fmt.Errorf("element %d is null, not a network selection element", i)
+			}
+		}
+	}
+	return nadutils.ParsePodNetworkAnnotation(pod)
 }

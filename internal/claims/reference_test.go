@@ -39,6 +39,10 @@ func TestSelect(t *testing.T) {
 		{name: "malformed", ifName: "net1",
 			ann:     map[string]string{nets: `[{"name":`},
 			wantErr: "annotation k8s.v1.cni.cncf.io/networks is malformed"},
+		// Found by FuzzSelect: the annotation library panicked on it.
+		{name: "null element", ifName: "net1",
+			ann:     map[string]string{nets: `[null]`},
+			wantErr: "malformed: element 0 is null"},
 		{name: "prefix via cni-args", ifName: "net1",
 			ann:         map[string]string{nets: `[{"name":"san","cni-args":{"tenure.dev/prefix-delegation":true}}]`},
 			wantElement: "san", wantPrefix: true},

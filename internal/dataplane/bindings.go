@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
 	corev1 "k8s.io/api/core/v1"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -82,7 +81,7 @@ func Compute(in Inputs) ([]Binding, []Skip) {
 			continue
 		}
 		podKey := pod.Namespace + "/" + pod.Name
-		elems, err := nadutils.ParsePodNetworkAnnotation(pod)
+		elems, err := claims.Networks(pod)
 		if err != nil {
 			skips = append(skips, Skip{Pod: podKey, Reason: fmt.Sprintf("annotation %s: %v", nadv1.NetworkAttachmentAnnot, err)})
 			continue

@@ -78,6 +78,12 @@ func AddressName(networkKey string, addr netip.Addr) string {
 // way two of them can overlap, and they collide here.
 func PrefixName(networkKey string, p netip.Prefix) string {
 	p = p.Masked()
+	if p.Addr().Is4In6() {
+		// The IPv4 prefix it is, as AddressName unmaps an address: the
+		// length must count the IPv4 bits for Parse to read it back.
+		// Masked to fewer than 96 bits, no prefix is IPv4-mapped.
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
 	return NetworkLabel(networkKey) + ".pd." + encodeAddr(p.Addr()) + "." + strconv.Itoa(p.Bits())
 }
 

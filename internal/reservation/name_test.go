@@ -101,3 +101,18 @@ func TestParseRejectsGarbage(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixNameOfAnIPv4MappedPrefix (found by FuzzName): an IPv4-mapped
+// prefix is named as the IPv4 prefix it is, as an IPv4-mapped address is,
+// so Parse reads the name back instead of refusing a /120 of IPv4.
+func TestPrefixNameOfAnIPv4MappedPrefix(t *testing.T) {
+	mapped := netip.MustParsePrefix("::ffff:10.0.0.0/120")
+	name := PrefixName("vm-net", mapped)
+	if want := PrefixName("vm-net", netip.MustParsePrefix("10.0.0.0/24")); name != want {
+		t.Fatalf("PrefixName(%v) = %q, want %q, the name of 10.0.0.0/24", mapped, name, want)
+	}
+	got, err := Parse(name)
+	if err != nil || !got.IsPrefix || got.Prefix != netip.MustParsePrefix("10.0.0.0/24") {
+		t.Fatalf("Parse(%q) = %+v, %v, want the prefix 10.0.0.0/24", name, got, err)
+	}
+}

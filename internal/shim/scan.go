@@ -20,7 +20,11 @@ func ipamKeys(conf []byte) (configKeys, error) {
 	var k configKeys
 	s := scanner{b: conf}
 	err := s.document(func(key string) error {
-		if key != "ipam" || s.peek() != '{' {
+		if key != "ipam" {
+			return s.skipValue()
+		}
+		k = configKeys{} // a later "ipam" replaces an earlier one whole
+		if s.peek() != '{' {
 			return s.skipValue()
 		}
 		return s.object(func(key string) error {

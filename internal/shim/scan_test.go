@@ -17,6 +17,9 @@ func TestIPAMKeys(t *testing.T) {
 		{"both", `{"name":"n","ipam":{"type":"tenure","agent_socket":"/run/a.sock","configuration_path":"/etc/t.conf"}}`, "/run/a.sock", "/etc/t.conf", false},
 		{"nested decoys", `{"plugins":[{"ipam":{"agent_socket":"/no"}}],"x":{"agent_socket":"/no"},"ipam":{"routes":[{"dst":"0.0.0.0/0"}],"agent_socket":"/yes"}}`, "/yes", "", false},
 		{"last wins", `{"ipam":{"agent_socket":"/a","agent_socket":"/b"}}`, "/b", "", false},
+		// Found by FuzzIPAMKeys: the first ipam's socket outlived it.
+		{"last ipam wins whole", `{"ipam":{"agent_socket":"/a"},"ipam":{"configuration_path":"/c"}}`, "", "/c", false},
+		{"last ipam not an object", `{"ipam":{"agent_socket":"/a"},"ipam":"tenure"}`, "", "", false},
 		{"escapes", `{"ipam":{"agent_socket":"\/run\/t\u00e9\"x\\.sock"}}`, "/run/té\"x\\.sock", "", false},
 		{"surrogate pair", `{"ipam":{"agent_socket":"/\ud83d\ude00"}}`, "/\U0001F600", "", false},
 		{"lone surrogate", `{"ipam":{"agent_socket":"/\ud83d"}}`, "/\uFFFD", "", false},
