@@ -124,9 +124,10 @@ func checkErrorKey(t *testing.T, netconf, flat []byte, err error) {
 	if !errors.As(err, &e) || e.Key == "" || e.Reason == "" {
 		t.Fatalf("error %v (%T) is not a complete *Error", err, err)
 	}
-	var ipam, flatKeys map[string]json.RawMessage
+	var ipam, runtimeConfig, flatKeys map[string]json.RawMessage
 	if top := members(netconf); top != nil {
 		ipam = members(top["ipam"])
+		runtimeConfig = members(top["runtimeConfig"])
 	}
 	flatKeys = members(flat)
 	names := func(rest string, set map[string]json.RawMessage) bool {
@@ -142,6 +143,11 @@ func checkErrorKey(t *testing.T, netconf, flat []byte, err error) {
 	case root == "ipam":
 		if !names(rest, ipam) {
 			t.Fatalf("error %q names ipam.%s, which the ipam section does not set", err, rest)
+		}
+	case root == "runtimeConfig":
+		// What the runtime passes beside the configuration (requested ips).
+		if !names(rest, runtimeConfig) {
+			t.Fatalf("error %q names runtimeConfig.%s, which the configuration does not set", err, rest)
 		}
 	case root == "flatfile":
 		if !names(rest, flatKeys) || (names(rest, ipam) && !strings.HasPrefix(rest, "configuration_path")) {
