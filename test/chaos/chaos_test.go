@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
@@ -130,9 +131,15 @@ func TestChaos(t *testing.T) {
 	var ctrlMu sync.Mutex
 	t.Cleanup(func() { ctrlMu.Lock(); ctrl.Stop(); ctrlMu.Unlock() })
 
-	conf := func(a *testbed.Agent) []byte {
-		return []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"chaos","type":"macvlan","master":"eth0",
-			"ipam":{"type":"tenure","agent_socket":%q,"range":"10.88.0.0/26"}}`, a.Socket))
+	// conf is the network configuration as the runtime passes it; with
+	// requested set, Multus' runtimeConfig.ips asks for that address.
+	conf := func(a *testbed.Agent, requested string) []byte {
+		rc := ""
+		if requested != "" {
+			rc = fmt.Sprintf(`"runtimeConfig":{"ips":[%q]},`, requested+"/26")
+		}
+		return []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"chaos","type":"macvlan","master":"eth0",%s
+			"ipam":{"type":"tenure","agent_socket":%q,"range":"10.88.0.0/26"}}`, rc, a.Socket))
 	}
 	agentOf := func(node string) *testbed.Agent {
 		agentsMu.Lock()
@@ -143,6 +150,7 @@ func TestChaos(t *testing.T) {
 	// The model: what the runtime believes each live pod holds.
 	type livePod struct {
 		name, uid, node, sandbox, address string
+		requested                         string // the address asked for, if any
 	}
 	var (
 		mu       sync.Mutex
@@ -162,7 +170,7 @@ func TestChaos(t *testing.T) {
 		cctx, ccancel := context.WithTimeout(ctx, patience)
 		defer ccancel()
 		out, err := testbed.ExecShim(cctx, bins.Shim, testbed.CNICall{Command: cmd, ContainerID: p.sandbox, IfName: "net1",
-			Args: testbed.PodArgs("chaos", p.name, p.uid), Config: conf(agentOf(p.node))})
+			Args: testbed.PodArgs("chaos", p.name, p.uid), Config: conf(agentOf(p.node), p.requested)})
 		if err != nil || cmd != "ADD" {
 			return nil, err
 		}
@@ -213,7 +221,9 @@ func TestChaos(t *testing.T) {
 		delete(live, p.name) // this worker owns it now
 		return p
 	}
-	add := func(name, node string) {
+	// claimHeld maps the addresses of live claims to the claim.
+	claimHeld := map[string]string{}
+	add := func(name, node string, requested string) {
 		pod, err := testbed.CreatePod(ctx, c, "chaos", name, node, nil)
 		if err != nil {
 			count(ops, "api-error")
@@ -222,22 +232,32 @@ func TestChaos(t *testing.T) {
 		}
 		mu.Lock()
 		seq++
-		p := &livePod{name: name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq)}
+		p := &livePod{name: name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq), requested: requested}
 		mu.Unlock()
 		res, err := call("ADD", p)
 		var cniErr *types.Error
 		switch {
 		case err == nil && len(res.IPs) == 1:
 			p.address = res.IPs[0].Address.IP.String()
+			if requested != "" && p.address != requested {
+				violation("%s asked for %s and got %s", name, requested, p.address)
+			}
 			mu.Lock()
 			for _, other := range live {
 				if other.address == p.address {
 					problems = append(problems, fmt.Sprintf("%s and %s both hold %s", p.name, other.name, p.address))
 				}
 			}
+			if cl, ok := claimHeld[p.address]; ok {
+				problems = append(problems, fmt.Sprintf("%s and claim %s both hold %s", p.name, cl, p.address))
+			}
 			live[name] = p
 			mu.Unlock()
-			count(ops, "add")
+			if requested != "" {
+				count(ops, "add-requested")
+			} else {
+				count(ops, "add")
+			}
 			return
 		case errors.As(err, &cniErr):
 			count(ops, fmt.Sprintf("add-failed-code-%d", cniErr.Code))
@@ -247,6 +267,67 @@ func TestChaos(t *testing.T) {
 		// The runtime tears the sandbox down and gives up on the pod.
 		teardown(p, time.Now().Add(2*time.Minute))
 		deletePod(name)
+	}
+
+	// claimLifecycle: a VM's IPAMClaim, its pod on one node, the migration
+	// target on another (same address), the source's DEL, the target's
+	// DEL, the claim deleted: the controller releases what it held.
+	claimLifecycle := func(name string) {
+		claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "chaos", Name: name},
+			Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "chaos", Interface: "net1"}}
+		if err := c.Create(ctx, claim); err != nil {
+			count(ops, "api-error")
+			return
+		}
+		ann := map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":"chaos","interface":"net1","ipam-claim-reference":%q}]`, name)}
+		var pods []*livePod
+		address := ""
+		for i, suffix := range []string{"-source", "-target"} {
+			node := nodes[(roll(len(nodes))+i)%len(nodes)]
+			pod, err := testbed.CreatePod(ctx, c, "chaos", name+suffix, node, ann)
+			if err != nil {
+				count(ops, "api-error")
+				break
+			}
+			mu.Lock()
+			seq++
+			p := &livePod{name: pod.Name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq)}
+			mu.Unlock()
+			pods = append(pods, p)
+			res, err := call("ADD", p)
+			if err != nil || len(res.IPs) != 1 {
+				count(ops, "claim-add-failed")
+				break
+			}
+			got := res.IPs[0].Address.IP.String()
+			if address != "" && got != address {
+				violation("claim %s: the migration target got %s, the source %s", name, got, address)
+			}
+			address = got
+			mu.Lock()
+			for _, other := range live {
+				if other.address == got {
+					problems = append(problems, fmt.Sprintf("claim %s and %s both hold %s", name, other.name, got))
+				}
+			}
+			claimHeld[got] = name
+			mu.Unlock()
+		}
+		if len(pods) == 2 && address != "" {
+			count(ops, "claim-migrate")
+		}
+		for _, p := range pods {
+			teardown(p, time.Now().Add(2*time.Minute))
+			deletePod(p.name)
+		}
+		mu.Lock()
+		delete(claimHeld, address)
+		mu.Unlock()
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := c.Delete(ctx, claim)
+			return err == nil || apierrors.IsNotFound(err), nil
+		})
+		count(ops, "claim-delete")
 	}
 
 	stop := make(chan struct{})
@@ -262,8 +343,12 @@ func TestChaos(t *testing.T) {
 				default:
 				}
 				switch x := roll(100); {
+				case x < 30:
+					add(fmt.Sprintf("w%d-%d", w, i), nodes[roll(len(nodes))], "")
 				case x < 40:
-					add(fmt.Sprintf("w%d-%d", w, i), nodes[roll(len(nodes))])
+					add(fmt.Sprintf("w%d-%d", w, i), nodes[roll(len(nodes))], fmt.Sprintf("10.88.0.%d", 1+roll(62)))
+				case x < 45:
+					claimLifecycle(fmt.Sprintf("w%d-%d", w, i))
 				case x < 65:
 					if p := pickLive(); p != nil {
 						if teardown(p, time.Now().Add(2*time.Minute)) {
@@ -301,7 +386,7 @@ func TestChaos(t *testing.T) {
 							err := c.Get(ctx, client.ObjectKey{Namespace: "chaos", Name: p.name}, &corev1.Pod{})
 							return apierrors.IsNotFound(err), nil
 						})
-						add(p.name, nodes[roll(len(nodes))])
+						add(p.name, nodes[roll(len(nodes))], "")
 						count(ops, "recreate")
 					}
 				}
