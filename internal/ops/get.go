@@ -241,7 +241,7 @@ func (c *Client) Who(ctx context.Context, query string) (*ReservationsReport, er
 // ParseQuery reads an IP (as a full-length prefix) or a CIDR.
 func ParseQuery(s string) (netip.Prefix, error) {
 	p, err := reservation.ParseItem(strings.TrimSpace(s))
-	if err != nil || p.Addr().Zone() != "" {
+	if err != nil || strings.Contains(s, "%") {
 		return netip.Prefix{}, fmt.Errorf("%q is neither an IP address nor a CIDR prefix", s)
 	}
 	if p.Addr().Is4In6() && p.Bits() >= 96 {

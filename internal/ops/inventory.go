@@ -96,7 +96,9 @@ func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Invent
 			inv.addPoolSource(p.Name)
 			continue
 		}
-		c := &config.Config{OverlappingRanges: true}
+		// The checks that depend on the configuration that names a pool
+		// (the cniVersion's one address per family) are left out.
+		c := &config.Config{CNIVersion: "1.0.0", OverlappingRanges: true}
 		if err := c.ApplyPool(p.Name, p.Spec); err != nil {
 			inv.Notes = append(inv.Notes, fmt.Sprintf("IPPool %s: %v", p.Name, err))
 			continue
