@@ -156,7 +156,7 @@ func (c *Client) holder(ctx context.Context, item netip.Prefix, kind tenurev1alp
 		if network != "" {
 			where = " in network " + network
 		}
-		return nil, fmt.Errorf("%s%s: %w", item, where, ErrNotHeld)
+		return nil, fmt.Errorf("%s%s: %w", reservation.ItemString(kind, item), where, ErrNotHeld)
 	case 1:
 		return found[0], nil
 	}
@@ -165,7 +165,7 @@ func (c *Client) holder(ctx context.Context, item netip.Prefix, kind tenurev1alp
 		nets = append(nets, r.Spec.Network)
 	}
 	slices.Sort(nets)
-	return nil, fmt.Errorf("%s is held in %d networks (%s): name one with --network", item, len(found), strings.Join(nets, ", "))
+	return nil, fmt.Errorf("%s is held in %d networks (%s): name one with --network", reservation.ItemString(kind, item), len(found), strings.Join(nets, ", "))
 }
 
 // liveFacts reads from the API server what repair.Decide needs for r, and
