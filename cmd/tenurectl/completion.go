@@ -88,14 +88,7 @@ func completionTree(e *env) *cobra.Command {
 	}
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
-	names := make([]string, 0, len(commands))
-	for n, c := range commands {
-		if !c.hidden {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range visibleCommands() {
 		c := commands[n]
 		sub := &cobra.Command{Use: c.name, Short: c.summary, Run: func(*cobra.Command, []string) {}}
 		root.AddCommand(sub)

@@ -106,6 +106,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: tenurectl <command> [arguments]\n\ncommands:")
+	for _, n := range visibleCommands() {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	if _, dev := commands["dev"]; !dev {
+		fmt.Fprintln(w, "\ndev, demo and bench are left out of this build (-tags tenure_release)")
+	}
+}
+
+// visibleCommands are the names of the commands usage lists, sorted.
+func visibleCommands() []string {
 	names := make([]string, 0, len(commands))
 	for n, c := range commands {
 		if !c.hidden {
@@ -113,12 +123,7 @@ func usage(w io.Writer) {
 		}
 	}
 	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
-	}
-	if _, dev := commands["dev"]; !dev {
-		fmt.Fprintln(w, "\ndev, demo and bench are left out of this build (-tags tenure_release)")
-	}
+	return names
 }
 
 // newFlagSet returns a flag set for "tenurectl <name>" that reports errors

@@ -127,7 +127,9 @@ func (cl *cluster) reset() {
 		func() error { return c.DeleteAllOf(ctx, &tenurev1alpha1.IPPool{}) },
 		func() error { return c.DeleteAllOf(ctx, &ipamclaimsv1alpha1.IPAMClaim{}, client.InNamespace(opsNS)) },
 		func() error { return c.DeleteAllOf(ctx, nads, client.InNamespace(opsNS)) },
-		func() error { return c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(opsNS), client.GracePeriodSeconds(0)) },
+		func() error {
+			return c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(opsNS), client.GracePeriodSeconds(0))
+		},
 		func() error { return c.DeleteAllOf(ctx, &corev1.Node{}) },
 	} {
 		if err := del(); err != nil && !apierrors.IsNotFound(err) {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/netip"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -74,16 +73,11 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 		opts.NodeGracePeriod = DefaultNodeGracePeriod
 	}
 	rep := &CheckReport{Findings: []Finding{}}
-	pools, err := c.pools(ctx)
+	inv, err := c.inventory(ctx)
 	if err != nil {
 		return nil, err
 	}
-	nads, err := c.networkConfigs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing NetworkAttachmentDefinitions: %w", err)
-	}
-	inv := BuildInventory(pools, nads)
-	rep.Counts.Pools, rep.Counts.NetworkConfigs, rep.Notes = len(pools), len(nads), inv.Notes
+	rep.Counts.Pools, rep.Counts.NetworkConfigs, rep.Notes = inv.Pools, inv.NetworkConfigs, inv.Notes
 
 	rs, err := c.reservations(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -219,26 +213,15 @@ func (c *Client) confirmClaimMismatches(ctx context.Context, fs []Finding, byIte
 
 // WriteTable writes the findings as a table and a summary line.
 func (r *CheckReport) WriteTable(w io.Writer, wide bool) error {
-	for _, n := range r.Notes {
-		if _, err := fmt.Fprintf(w, "note: %s\n", n); err != nil {
-			return err
-		}
+	if err := writeNotes(w, r.Notes); err != nil {
+		return err
 	}
 	if len(r.Findings) > 0 {
-		tw := newTable(w)
-		header := "RULE\tOBJECT\tADDRESS\tMESSAGE"
-		if wide {
-			header = "RULE\tOBJECT\tNETWORK\tADDRESS\tMESSAGE\tRELATED"
-		}
-		fmt.Fprintln(tw, header)
+		t := newTable(w, wide, []string{"RULE", "OBJECT", "ADDRESS", "MESSAGE"}, "NETWORK", "RELATED")
 		for _, f := range r.Findings {
-			if wide {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Rule, f.Object, orNone(f.Network), orNone(f.Address), f.Message, orNone(strings.Join(f.Related, ",")))
-			} else {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Rule, f.Object, orNone(f.Address), f.Message)
-			}
+			t.row([]string{string(f.Rule), f.Object, orNone(f.Address), f.Message}, orNone(f.Network), orNone(strings.Join(f.Related, ",")))
 		}
-		if err := tw.Flush(); err != nil {
+		if err := t.flush(); err != nil {
 			return err
 		}
 	}
@@ -255,15 +238,4 @@ func (r *CheckReport) WriteTable(w io.Writer, wide bool) error {
 		_, err = fmt.Fprintf(w, "%d reservations of networks no configuration describes, with no readable range, were not checked against a range\n", k.RangeUnknown)
 	}
 	return err
-}
-
-// newTable is kubectl's table layout: columns padded with three spaces.
-func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 8, 3, ' ', 0) }
-
-// orNone is kubectl's way of printing an empty cell.
-func orNone(s string) string {
-	if s == "" {
-		return "<none>"
-	}
-	return s
 }

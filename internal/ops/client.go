@@ -13,6 +13,7 @@ package ops
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -159,7 +160,7 @@ func (c *Client) inventory(ctx context.Context) (*Inventory, error) {
 	}
 	nads, err := c.networkConfigs(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing NetworkAttachmentDefinitions: %w", err)
 	}
 	return BuildInventory(pools, nads), nil
 }

@@ -263,36 +263,23 @@ func (r *ReservationsReport) WriteTable(w io.Writer, wide bool) error {
 		_, err := fmt.Fprintf(w, "No reservation %s.\n", what)
 		return err
 	}
-	tw := newTable(w)
-	header := "ADDRESS\tNAMESPACE\tOWNER\tNODE\tAGE"
+	cols := []string{"ADDRESS", "NAMESPACE", "OWNER", "NODE", "AGE"}
+	wideCols := []string{"POD", "MADE ON", "INTERFACE", "NAME", "NETWORK"}
 	if r.who {
-		header = "ADDRESS\tNETWORK\tNAMESPACE\tOWNER\tNODE\tSINCE"
+		cols, wideCols = []string{"ADDRESS", "NETWORK", "NAMESPACE", "OWNER", "NODE", "SINCE"}, wideCols[:4]
 	}
-	if wide {
-		header += "\tPOD\tMADE ON\tINTERFACE\tNAME"
-		if !r.who {
-			header += "\tNETWORK"
-		}
-	}
-	fmt.Fprintln(tw, header)
+	t := newTable(w, wide, cols, wideCols...)
 	for _, v := range r.Reservations {
 		owner := "pod/" + v.Owner.Name
 		if v.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim {
 			owner = "ipamclaim/" + v.Owner.Name
 		}
 		age := duration.HumanDuration(r.now.Sub(v.Created.Time))
+		cells := []string{v.Address, v.Owner.Namespace, owner, orNone(v.Node), age}
 		if r.who {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (%s)", v.Address, v.Network, v.Owner.Namespace, owner, orNone(v.Node), v.Created.UTC().Format(time.RFC3339), age)
-		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", v.Address, v.Owner.Namespace, owner, orNone(v.Node), age)
+			cells = []string{v.Address, v.Network, v.Owner.Namespace, owner, orNone(v.Node), v.Created.UTC().Format(time.RFC3339) + " (" + age + ")"}
 		}
-		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", orNone(v.Pod), orNone(v.Owner.Node), orNone(v.Owner.Interface), v.Name)
-			if !r.who {
-				fmt.Fprintf(tw, "\t%s", v.Network)
-			}
-		}
-		fmt.Fprintln(tw)
+		t.row(cells, []string{orNone(v.Pod), orNone(v.Owner.Node), orNone(v.Owner.Interface), v.Name, v.Network}[:len(wideCols)]...)
 	}
-	return tw.Flush()
+	return t.flush()
 }

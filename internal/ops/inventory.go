@@ -47,6 +47,8 @@ type Inventory struct {
 	index  map[spaceKey]*Space
 	// Notes are configurations that could not be read, in words.
 	Notes []string
+	// Pools and NetworkConfigs count what it was built from.
+	Pools, NetworkConfigs int
 }
 
 type spaceKey struct {
@@ -60,7 +62,7 @@ type spaceKey struct {
 // enable_overlapping_ranges; a pool no configuration names is taken with
 // the default (true).
 func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Inventory {
-	inv := &Inventory{index: map[spaceKey]*Space{}}
+	inv := &Inventory{index: map[spaceKey]*Space{}, Pools: len(pools), NetworkConfigs: len(nads)}
 	byName := map[string]*tenurev1alpha1.IPPool{}
 	for i := range pools {
 		byName[pools[i].Name] = &pools[i]

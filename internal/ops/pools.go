@@ -100,29 +100,19 @@ func PoolRows(inv *Inventory, rs []*tenurev1alpha1.IPReservation) []PoolRow {
 // WriteTable writes one row per range with a usage bar; wide adds the
 // kind, pool and sources.
 func (p *PoolsReport) WriteTable(w io.Writer, wide bool) error {
-	for _, n := range p.Notes {
-		if _, err := fmt.Fprintf(w, "note: %s\n", n); err != nil {
-			return err
-		}
+	if err := writeNotes(w, p.Notes); err != nil {
+		return err
 	}
 	if len(p.Rows) == 0 {
 		_, err := fmt.Fprintln(w, "No pools or reservations found.")
 		return err
 	}
-	tw := newTable(w)
-	header := "NETWORK\tRANGE\tCAPACITY\tALLOCATED\tFREE\tUSAGE"
-	if wide {
-		header += "\tKIND\tPOOL\tSOURCES"
-	}
-	fmt.Fprintln(tw, header)
+	t := newTable(w, wide, []string{"NETWORK", "RANGE", "CAPACITY", "ALLOCATED", "FREE", "USAGE"}, "KIND", "POOL", "SOURCES")
 	for _, r := range p.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s", r.Network, orNone(r.Range), count(r.Capacity), r.Allocated, count(r.Free), UsageBar(r.Allocated, r.Capacity, 20))
-		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s\t%s", r.Kind, orNone(r.Pool), strings.Join(r.Sources, ","))
-		}
-		fmt.Fprintln(tw)
+		t.row([]string{r.Network, orNone(r.Range), count(r.Capacity), strconv.FormatUint(r.Allocated, 10), count(r.Free), UsageBar(r.Allocated, r.Capacity, 20)},
+			string(r.Kind), orNone(r.Pool), strings.Join(r.Sources, ","))
 	}
-	return tw.Flush()
+	return t.flush()
 }
 
 // count prints a capacity; a saturated one is 2^64 or more.

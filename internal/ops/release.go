@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -176,40 +177,44 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 	f := OwnerFacts{Pods: map[string]*repair.PodFact{}, Claims: map[string]*repair.ClaimFact{}, Nodes: map[string]*repair.NodeFact{},
 		ByOwner: map[string][]*tenurev1alpha1.IPReservation{}}
 	var claim *ipamclaimsv1alpha1.IPAMClaim
+	var readErr error
+	read := func(key types.NamespacedName, obj client.Object) bool {
+		found, err := c.getIfExists(ctx, key, obj)
+		readErr = cmp.Or(readErr, err)
+		return found
+	}
 	switch o.Kind {
 	case tenurev1alpha1.OwnerPod:
-		pod := &corev1.Pod{}
-		if err := c.c.Get(ctx, key, pod); err != nil && !apierrors.IsNotFound(err) {
-			return repair.Facts{}, nil, err
-		} else if err == nil {
+		if pod := (&corev1.Pod{}); read(key, pod) {
 			f.Pods[key.String()] = repair.PodFactOf(pod)
 		}
-		sib, err := c.reservations(ctx, metav1.ListOptions{LabelSelector: reservation.LabelOwnerUID + "=" + o.UID})
-		if err != nil {
-			return repair.Facts{}, nil, err
-		}
-		f.ByOwner[o.UID] = sib
-		node := &corev1.Node{}
-		if o.Node == "" {
-			break
-		}
-		if err := c.c.Get(ctx, types.NamespacedName{Name: o.Node}, node); err != nil && !apierrors.IsNotFound(err) {
-			return repair.Facts{}, nil, err
-		} else if err == nil {
+		if node := (&corev1.Node{}); o.Node != "" && read(types.NamespacedName{Name: o.Node}, node) {
 			f.Nodes[o.Node] = repair.NodeFactOf(node)
 		}
+		sib, err := c.reservations(ctx, metav1.ListOptions{LabelSelector: reservation.LabelOwnerUID + "=" + o.UID})
+		readErr = cmp.Or(readErr, err)
+		f.ByOwner[o.UID] = sib
 	case tenurev1alpha1.OwnerIPAMClaim:
-		cl := &ipamclaimsv1alpha1.IPAMClaim{}
-		if err := c.c.Get(ctx, key, cl); err != nil && !apierrors.IsNotFound(err) {
-			return repair.Facts{}, nil, err
-		} else if err == nil {
+		if cl := (&ipamclaimsv1alpha1.IPAMClaim{}); read(key, cl) {
 			f.Claims[key.String()] = repair.ClaimFactOf(cl)
 			if string(cl.UID) == o.UID {
 				claim = cl
 			}
 		}
 	}
+	if readErr != nil {
+		return repair.Facts{}, nil, readErr
+	}
 	return f.Facts(r, c.Now()), claim, nil
+}
+
+// getIfExists reads an object; false when there is none.
+func (c *Client) getIfExists(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
+	err := c.c.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // forget removes item from the claim's status.ips (an address, whatever

@@ -23,23 +23,23 @@ type Rule string
 const (
 	// RuleDuplicate: one address or prefix held by more than one
 	// reservation in the same allocation scope.
-	RuleDuplicate Rule = "Duplicate"
+	RuleDuplicate = Rule("Duplicate")
 	// RuleOverlap: an address or prefix inside a delegated prefix held by
 	// another reservation of the same scope.
-	RuleOverlap Rule = "Overlap"
+	RuleOverlap = Rule("Overlap")
 	// RuleOwnerGone: the pod or claim that holds a reservation is gone, by
 	// the controller's own rules (repair.Decide).
-	RuleOwnerGone Rule = "OwnerGone"
+	RuleOwnerGone = Rule("OwnerGone")
 	// RuleClaimMismatch: an IPAMClaim's status and the reservations it owns
 	// disagree.
-	RuleClaimMismatch Rule = "ClaimMismatch"
+	RuleClaimMismatch = Rule("ClaimMismatch")
 	// RuleOutsideRange: a reservation's item is not assignable in any
 	// configured range of its scope.
-	RuleOutsideRange Rule = "OutsideRange"
+	RuleOutsideRange = Rule("OutsideRange")
 	// RuleMalformed: a reservation whose address does not parse or whose
 	// name is not the one derived from its network and address (the name is
 	// the lock, so such an object does not lock what it holds).
-	RuleMalformed Rule = "Malformed"
+	RuleMalformed = Rule("Malformed")
 )
 
 var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleClaimMismatch, RuleOutsideRange, RuleMalformed}

@@ -12,6 +12,21 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 )
 
+// ruleCase is one table row of a rule over reservations alone.
+type ruleCase struct {
+	name string
+	rs   []*tenurev1alpha1.IPReservation
+	want []string // "RULE OBJECT" of each finding
+	has  []string // what some finding's message says
+}
+
+func testRule(t *testing.T, rule func([]*tenurev1alpha1.IPReservation) []Finding, cases []ruleCase) {
+	t.Helper()
+	for _, tc := range cases {
+		wantFindings(t, tc.name, rule(tc.rs), tc.want, tc.has...)
+	}
+}
+
 func TestFindMalformed(t *testing.T) {
 	good := podRes("san", "10.0.0.5", "ns", "a", "ua", "node-a")
 	badAddr := podRes("san", "10.0.0.6", "ns", "a", "ua", "node-a")
@@ -20,12 +35,7 @@ func TestFindMalformed(t *testing.T) {
 	kindMismatch.Spec.Kind = tenurev1alpha1.KindDelegatedPrefix
 	hostBits := podRes("vm", "2001:db8:100::/56", "ns", "a", "ua", "node-a")
 	hostBits.Spec.Address = "2001:db8:100::1/56"
-	for _, tc := range []struct {
-		name string
-		rs   []*tenurev1alpha1.IPReservation
-		want []string
-		has  []string
-	}{
+	testRule(t, FindMalformed, []ruleCase{
 		{"named as the agent names it", []*tenurev1alpha1.IPReservation{good, podRes("vm", "2001:db8:100::/56", "ns", "a", "ua", "node-a")}, nil, nil},
 		{"unparsable address", []*tenurev1alpha1.IPReservation{badAddr}, []string{"Malformed IPReservation san.10.0.0.6"}, []string{`"10.0.0.300" is not a valid IP`}},
 		{"address of kind DelegatedPrefix", []*tenurev1alpha1.IPReservation{kindMismatch}, []string{"Malformed IPReservation san.10.0.0.7"}, []string{"not a valid CIDR"}},
@@ -36,20 +46,13 @@ func TestFindMalformed(t *testing.T) {
 			r.Spec.Network = "other"
 			return r
 		}()}, []string{"Malformed IPReservation san.10.0.0.5"}, []string{"the name is not other.10.0.0.5"}},
-	} {
-		wantFindings(t, tc.name, FindMalformed(tc.rs), tc.want, tc.has...)
-	}
+	})
 }
 
 func TestFindDuplicates(t *testing.T) {
 	a := podRes("san", "10.0.0.5", "ns", "a", "ua", "node-a")
 	b := renamed(podRes("san", "10.0.0.5", "ns", "b", "ub", "node-b"), "hand-made")
-	for _, tc := range []struct {
-		name string
-		rs   []*tenurev1alpha1.IPReservation
-		want []string
-		has  []string
-	}{
+	testRule(t, FindDuplicates, []ruleCase{
 		{"one holder", []*tenurev1alpha1.IPReservation{a, podRes("san", "10.0.0.6", "ns", "b", "ub", "node-a")}, nil, nil},
 		{"two holders in one scope", []*tenurev1alpha1.IPReservation{a, b},
 			[]string{"Duplicate IPReservation hand-made"}, []string{"10.0.0.5 is held 2 times: by pod ns/b (reservation hand-made, network san), by pod ns/a"}},
@@ -63,19 +66,12 @@ func TestFindDuplicates(t *testing.T) {
 		{"a delegated prefix held twice", []*tenurev1alpha1.IPReservation{
 			podRes("vm", "2001:db8:100::/56", "ns", "a", "ua", "node-a"), renamed(podRes("vm", "2001:db8:100::/56", "ns", "b", "ub", "node-a"), "copy"),
 		}, []string{"Duplicate IPReservation copy"}, nil},
-	} {
-		wantFindings(t, tc.name, FindDuplicates(tc.rs), tc.want, tc.has...)
-	}
+	})
 }
 
 func TestFindOverlaps(t *testing.T) {
 	pd := podRes("vm", "2001:db8:100::/56", "ns", "a", "ua", "node-a")
-	for _, tc := range []struct {
-		name string
-		rs   []*tenurev1alpha1.IPReservation
-		want []string
-		has  []string
-	}{
+	testRule(t, FindOverlaps, []ruleCase{
 		{"disjoint prefixes and addresses", []*tenurev1alpha1.IPReservation{
 			pd, podRes("vm", "2001:db8:100:100::/56", "ns", "b", "ub", "node-a"), podRes("vm", "2001:db8::5", "ns", "c", "uc", "node-a"),
 		}, nil, nil},
@@ -92,9 +88,7 @@ func TestFindOverlaps(t *testing.T) {
 			podRes("vm/2001:db8::/32", "2001:db8:100::5", "ns", "c", "uc", "node-a"),
 		}, nil, nil},
 		{"equal items are duplicates, not overlaps", []*tenurev1alpha1.IPReservation{pd, renamed(pd, "copy")}, nil, nil},
-	} {
-		wantFindings(t, tc.name, FindOverlaps(tc.rs), tc.want, tc.has...)
-	}
+	})
 }
 
 func TestFindOwnersGone(t *testing.T) {

@@ -16,7 +16,9 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
-func nad(ns, name, config string) NetworkConfig { return NetworkConfig{Namespace: ns, Name: name, Config: config} }
+func nad(ns, name, config string) NetworkConfig {
+	return NetworkConfig{Namespace: ns, Name: name, Config: config}
+}
 
 func ipPool(name, network string, ranges ...string) tenurev1alpha1.IPPool {
 	p := tenurev1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}

@@ -304,20 +304,11 @@ func (r *PodReport) WriteTable(w io.Writer, wide bool) error {
 	if len(r.Attachments) == 0 {
 		fmt.Fprintln(w, "No attachments: no networks annotation, no reservation, no Event of tenure-agent.")
 	} else {
-		tw := newTable(w)
-		header := "INTERFACE\tNETWORK\tCLAIM\tADDRESSES\tOUTCOME"
-		if wide {
-			header += "\tRESERVATIONS"
-		}
-		fmt.Fprintln(tw, header)
+		t := newTable(w, wide, []string{"INTERFACE", "NETWORK", "CLAIM", "ADDRESSES", "OUTCOME"}, "RESERVATIONS")
 		for _, a := range r.Attachments {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", a.Interface, orNone(a.Network), orNone(a.Claim), orNone(strings.Join(a.Addresses, ",")), a.Outcome)
-			if wide {
-				fmt.Fprintf(tw, "\t%s", orNone(strings.Join(a.Reservations, ",")))
-			}
-			fmt.Fprintln(tw)
+			t.row([]string{a.Interface, orNone(a.Network), orNone(a.Claim), orNone(strings.Join(a.Addresses, ",")), a.Outcome}, orNone(strings.Join(a.Reservations, ",")))
 		}
-		if err := tw.Flush(); err != nil {
+		if err := t.flush(); err != nil {
 			return err
 		}
 	}
@@ -326,10 +317,9 @@ func (r *PodReport) WriteTable(w io.Writer, wide bool) error {
 		return err
 	}
 	fmt.Fprintln(w, "Events:")
-	tw := newTable(w)
-	fmt.Fprintln(tw, "  AGE\tTYPE\tREASON\tFROM\tOBJECT\tMESSAGE")
+	t := newTable(w, false, []string{"  AGE", "TYPE", "REASON", "FROM", "OBJECT", "MESSAGE"})
 	for _, e := range r.Events {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", duration.HumanDuration(r.now.Sub(e.Time.Time)), e.Type, e.Reason, orNone(e.From), e.Object, e.Message)
+		t.row([]string{"  " + duration.HumanDuration(r.now.Sub(e.Time.Time)), e.Type, e.Reason, orNone(e.From), e.Object, e.Message})
 	}
-	return tw.Flush()
+	return t.flush()
 }
