@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -58,10 +59,35 @@ type ctlResult struct {
 // ctl runs tenurectl in this process against the control plane.
 func ctl(t *testing.T, args ...string) ctlResult {
 	t.Helper()
+	return ctlRaw(t, append(args, "--kubeconfig", cptest.Current().KubeconfigPath)...)
+}
+
+// ctlRaw runs tenurectl with args as they are.
+func ctlRaw(t *testing.T, args ...string) ctlResult {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(append(args, "--kubeconfig", cptest.Current().KubeconfigPath), &stdout, &stderr)
+	code := run(args, &stdout, &stderr)
 	t.Logf("tenurectl %s -> %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 	return ctlResult{code, stdout.String(), stderr.String()}
+}
+
+// kubeconfigWithContext writes a copy of the control plane's kubeconfig
+// with one more context, name, on the same cluster and user, whose
+// namespace is namespace.
+func kubeconfigWithContext(t *testing.T, name, namespace string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(cptest.Current().KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := *cfg.Contexts[cfg.CurrentContext]
+	ctx.Namespace = namespace
+	cfg.Contexts[name] = &ctx
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // ctlJSON runs a command with -o json and decodes its output into out.
@@ -328,6 +354,10 @@ func TestOpsCommands(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("pools -o json: %v, want %v", got, want)
 		}
+		var fromYAML ops.PoolsReport
+		if err := yaml.Unmarshal([]byte(ctl(t, "pools", "-o", "yaml").stdout), &fromYAML); err != nil || fmt.Sprint(fromYAML) != fmt.Sprint(rep) {
+			t.Errorf("pools -o yaml: %+v, %v; want what -o json says, %+v", fromYAML, err, rep)
+		}
 	})
 
 	t.Run("get", func(t *testing.T) {
@@ -402,6 +432,19 @@ func TestOpsCommands(t *testing.T) {
 		}
 		if r := ctl(t, "why", "nobody", "-n", opsNS); r.code != 1 || !strings.Contains(r.stderr, "pod ops/nobody not found") {
 			t.Errorf("why of a missing pod: %+v", r)
+		}
+		// The namespace of the context --context names, from the file
+		// --kubeconfig or $KUBECONFIG names, as kubectl reads them.
+		kc := kubeconfigWithContext(t, "ops-context", opsNS)
+		if r := ctlRaw(t, "why", "web-1", "--kubeconfig", kc, "--context", "ops-context"); r.code != 0 || !strings.Contains(r.stdout, "Pod ops/web-1 ") {
+			t.Errorf("why with --context: %+v", r)
+		}
+		t.Setenv("KUBECONFIG", kc)
+		if r := ctlRaw(t, "why", "web-1", "--context=ops-context"); r.code != 0 || !strings.Contains(r.stdout, "Pod ops/web-1 ") {
+			t.Errorf("why with $KUBECONFIG and --context: %+v", r)
+		}
+		if r := ctlRaw(t, "why", "web-1"); r.code != 1 || !strings.Contains(r.stderr, "pod default/web-1 not found") {
+			t.Errorf("why in the current context's namespace (default): %+v", r)
 		}
 	})
 

@@ -84,11 +84,9 @@ func (c *Client) reservations(ctx context.Context, opts metav1.ListOptions) ([]*
 	var out []*tenurev1alpha1.IPReservation
 	err := c.each(ctx, "reservations", func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, opts, func(o runtime.Object) error {
 		r := o.(*tenurev1alpha1.IPReservation)
-		labels := r.Labels
 		if _, err := reservation.Compact(r); err != nil {
 			return err
 		}
-		r.Labels = labels // the owner-uid label names claims' items in messages
 		out = append(out, r)
 		return nil
 	})
