@@ -103,7 +103,7 @@ type IPReservationSpec struct {
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner.name`
 // +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.owner.kind`,priority=1
 // +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.owner.namespace`,priority=1
-// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.owner.node`
+// +kubebuilder:printcolumn:name="Made On",type=string,JSONPath=`.spec.owner.node`,description="The node the reservation was made on. A claim-bound reservation stays with its claim when the VM migrates: tenurectl get shows the node where its owner runs now."
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPReservation struct {
 	metav1.TypeMeta   `json:",inline"`

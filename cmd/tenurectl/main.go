@@ -2,7 +2,10 @@
 //
 // Subcommands register themselves in a file of their own (see dev.go): a
 // command has a name, a one-line summary and a run function that gets the
-// arguments after its name.
+// arguments after its name. The operator commands (ops.go: pools, get,
+// who, why, release, check) are a thin layer over internal/ops and take
+// kubectl's connection and output flags (kube.go); completion.go gives
+// every command shell completion.
 //
 // The developer commands (dev, demo, bench) carry the build constraint
 // !tenure_release: the image builds with -tags tenure_release, so the
@@ -29,7 +32,16 @@ type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, env *env, args []string) error
+	// hidden commands are left out of the usage (__complete).
+	hidden bool
+	// completion describes the command to shell completion: its flags and
+	// the candidates for its arguments. nil completes its name only.
+	completion func(e *env) (*flag.FlagSet, completeFunc)
 }
+
+// completeFunc returns the candidates for the next positional argument,
+// given those before it; it runs after the flags are parsed.
+type completeFunc func(ctx context.Context, args []string, toComplete string) []string
 
 // env is what a command writes to.
 type env struct {
@@ -39,6 +51,13 @@ type env struct {
 // errUsage makes run exit 2 without printing the error again: the command
 // printed its usage already.
 var errUsage = errors.New("usage")
+
+// exitCode makes run exit with its code without printing anything: the
+// command said what there was to say (check exits 1 when it found
+// problems).
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
 
 var commands = map[string]*command{}
 
@@ -74,9 +93,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	err := c.run(ctx, e, args[1:])
+	var code exitCode
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &code):
+		return int(code)
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
@@ -89,17 +111,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: tenurectl <command> [arguments]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range visibleCommands() {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	if _, dev := commands["dev"]; !dev {
 		fmt.Fprintln(w, "\ndev, demo and bench are left out of this build (-tags tenure_release)")
 	}
+}
+
+// visibleCommands are the names of the commands usage lists, sorted.
+func visibleCommands() []string {
+	names := make([]string, 0, len(commands))
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // newFlagSet returns a flag set for "tenurectl <name>" that reports errors

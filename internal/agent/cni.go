@@ -195,6 +195,7 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 		held, err = a.addForPod(ctx, at)
 	}
 	if err != nil {
+		a.recordAddFailure(at, err)
 		return nil, err
 	}
 	a.dataplane.Attached(at.cfg)
@@ -202,6 +203,27 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 }
 
 func attachmentKey(req *cniwire.Request) string { return req.ContainerID + "/" + req.IfName }
+
+// EventAddFailed is the reason of the Warning Event recorded on a pod whose
+// ADD failed once its pod was known. The message names the attachment as
+// "interface NAME", which `tenurectl why` reads to say why that interface
+// has no address.
+const EventAddFailed = "AddFailed"
+
+// recordAddFailure records the failed ADD on the pod; the recorder
+// aggregates repeats (a runtime retrying the sandbox) into one Event.
+func (a *Agent) recordAddFailure(at *attachment, err error) {
+	if a.recorder == nil {
+		return
+	}
+	ce := toCNI(err)
+	id := at.req.ContainerID
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	a.recorder.Eventf(at.pod, corev1.EventTypeWarning, EventAddFailed, "ADD of interface %s (network %s, container %s) failed with CNI error %d: %s",
+		at.req.IfName, at.cfg.Name, id, ce.Code, ce.Msg)
+}
 
 type heldSlot struct {
 	slot slot

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/tenure-ipam/tenure/internal/ops"
+)
+
+// opsCommand is an operator command: kubectl's connection and output
+// flags, flags of its own, a fixed number of positional arguments, and a
+// call into internal/ops whose report is printed.
+type opsCommand struct {
+	name, summary, argsUsage string
+	nargs                    int
+	// flags adds the command's own flags; the values it returns are read
+	// by run.
+	flags func(fs *flag.FlagSet) any
+	// complete returns the candidates for the positional argument.
+	complete func(ctx context.Context, st *opsState, toComplete string) []string
+	run      func(ctx context.Context, st *opsState, args []string) (report, error)
+}
+
+// opsState is one invocation's parsed flags.
+type opsState struct {
+	e      *env
+	kube   kubeFlags
+	output string
+	own    any // what opsCommand.flags returned
+}
+
+func (st *opsState) client() (*ops.Client, error) { return st.kube.client() }
+
+func (oc *opsCommand) flagSet(e *env) (*flag.FlagSet, *opsState) {
+	st := &opsState{e: e}
+	fs := newFlagSet(e, oc.name, oc.argsUsage+" [flags]")
+	st.kube.register(fs)
+	registerOutput(fs, &st.output)
+	if oc.flags != nil {
+		st.own = oc.flags(fs)
+	}
+	return fs, st
+}
+
+func (oc *opsCommand) register() {
+	register(&command{
+		name:    oc.name,
+		summary: oc.summary,
+		run:     oc.exec,
+		completion: func(e *env) (*flag.FlagSet, completeFunc) {
+			fs, st := oc.flagSet(e)
+			return fs, func(ctx context.Context, args []string, toComplete string) []string {
+				if oc.complete == nil || len(args) >= oc.nargs {
+					return nil
+				}
+				return oc.complete(ctx, st, toComplete)
+			}
+		},
+	})
+}
+
+func (oc *opsCommand) exec(ctx context.Context, e *env, args []string) error {
+	fs, st := oc.flagSet(e)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != oc.nargs {
+		fmt.Fprintf(e.stderr, "tenurectl %s: want %d argument(s) (%s), got %d\n", oc.name, oc.nargs, oc.argsUsage, len(pos))
+		fs.Usage()
+		return errUsage
+	}
+	if err := checkOutput(fs, st.output); err != nil {
+		return err
+	}
+	rep, err := oc.run(ctx, st, pos)
+	if rep != nil {
+		if perr := printReport(e.stdout, rep, st.output); perr != nil {
+			return errors.Join(err, perr)
+		}
+	}
+	return err
+}
+
+// The flags of release and check.
+type releaseFlags struct {
+	network     string
+	force       bool
+	gracePeriod time.Duration
+}
+
+func gracePeriodFlag(fs *flag.FlagSet, d *time.Duration) {
+	fs.DurationVar(d, "node-grace-period", ops.DefaultNodeGracePeriod, "tenure-controller's --node-grace-period: how long a node is NotReady before its terminating pods count as gone")
+}
+
+func init() {
+	for _, oc := range []*opsCommand{
+		{
+			name: "pools", summary: "every network and range: capacity, allocated, free, usage",
+			run: func(ctx context.Context, st *opsState, _ []string) (report, error) {
+				return call(st, func(c *ops.Client) (report, error) { return c.Pools(ctx) })
+			},
+		},
+		{
+			name: "get", summary: "a network's reservations: owner pod or claim, node, age", argsUsage: "NETWORK", nargs: 1,
+			complete: func(ctx context.Context, st *opsState, _ string) []string {
+				return completeWith(st, func(c *ops.Client) ([]string, error) { return c.Networks(ctx) })
+			},
+			run: func(ctx context.Context, st *opsState, args []string) (report, error) {
+				return call(st, func(c *ops.Client) (report, error) { return c.Get(ctx, args[0]) })
+			},
+		},
+		{
+			name: "who", summary: "who holds an address or prefix, and since when", argsUsage: "IP|PREFIX", nargs: 1,
+			run: func(ctx context.Context, st *opsState, args []string) (report, error) {
+				return call(st, func(c *ops.Client) (report, error) { return c.Who(ctx, args[0]) })
+			},
+		},
+		{
+			name: "why", summary: "a pod's attachments and their last allocation outcome", argsUsage: "POD", nargs: 1,
+			complete: func(ctx context.Context, st *opsState, _ string) []string {
+				return completeWith(st, func(c *ops.Client) ([]string, error) {
+					ns, err := st.kube.namespaceOrDefault()
+					if err != nil {
+						return nil, err
+					}
+					return c.PodNames(ctx, ns)
+				})
+			},
+			run: func(ctx context.Context, st *opsState, args []string) (report, error) {
+				ns, err := st.kube.namespaceOrDefault()
+				if err != nil {
+					return nil, err
+				}
+				return call(st, func(c *ops.Client) (report, error) { return c.Why(ctx, ns, args[0]) })
+			},
+		},
+		{
+			name: "release", summary: "release one address or prefix (refuses while its owner is alive)", argsUsage: "IP|PREFIX", nargs: 1,
+			flags: func(fs *flag.FlagSet) any {
+				f := &releaseFlags{}
+				fs.StringVar(&f.network, "network", "", "the network (allocation scope) holding it, when several do")
+				fs.BoolVar(&f.force, "force", false, "release it even though its owner is alive")
+				gracePeriodFlag(fs, &f.gracePeriod)
+				return f
+			},
+			run: func(ctx context.Context, st *opsState, args []string) (report, error) {
+				f := st.own.(*releaseFlags)
+				return call(st, func(c *ops.Client) (report, error) {
+					return c.Release(ctx, args[0], ops.ReleaseOptions{Network: f.network, Force: f.force, NodeGracePeriod: f.gracePeriod})
+				})
+			},
+		},
+		{
+			name: "check", summary: "check every reservation, claim, pod and node; exit 1 on problems",
+			flags: func(fs *flag.FlagSet) any {
+				d := new(time.Duration)
+				gracePeriodFlag(fs, d)
+				return d
+			},
+			run: runCheck,
+		},
+	} {
+		oc.register()
+	}
+}
+
+func call(st *opsState, fn func(*ops.Client) (report, error)) (report, error) {
+	c, err := st.client()
+	if err != nil {
+		return nil, err
+	}
+	rep, err := fn(c)
+	if err != nil {
+		return nil, err // a nil report in a non-nil interface would be printed
+	}
+	return rep, nil
+}
+
+// completeWith returns what fn lists; a completion that cannot reach the
+// cluster offers nothing rather than an error.
+func completeWith(st *opsState, fn func(*ops.Client) ([]string, error)) []string {
+	c, err := st.client()
+	if err != nil {
+		return nil
+	}
+	out, _ := fn(c)
+	return out
+}
+
+// Exit codes of check beyond 0 (clean) and 2 (usage), as kubectl diff
+// has them: 1 when it found problems, more when it could not check.
+const (
+	checkProblems    exitCode = 1
+	checkCouldNotRun exitCode = 3
+)
+
+// runCheck prints the report and exits 1 when it holds findings; a
+// progress line goes to a terminal on stderr while the lists are read.
+func runCheck(ctx context.Context, st *opsState, _ []string) (report, error) {
+	c, err := st.client()
+	if err != nil {
+		fmt.Fprintf(st.e.stderr, "tenurectl check: %v\n", err)
+		return nil, checkCouldNotRun
+	}
+	clear := func() {}
+	if f, ok := st.e.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		c.Progress = func(what string, n int) { fmt.Fprintf(f, "\r\033[Kreading %s: %d", what, n) }
+		clear = func() { fmt.Fprint(f, "\r\033[K") }
+	}
+	rep, err := c.Check(ctx, ops.CheckOptions{NodeGracePeriod: *st.own.(*time.Duration)})
+	clear()
+	if err != nil {
+		fmt.Fprintf(st.e.stderr, "tenurectl check: %v\n", err)
+		return nil, checkCouldNotRun
+	}
+	if !rep.OK() {
+		return rep, checkProblems
+	}
+	return rep, nil
+}

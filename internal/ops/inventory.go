@@ -1,0 +1,235 @@
+package ops
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+)
+
+// NetworkConfig is one NetworkAttachmentDefinition's spec.config.
+type NetworkConfig struct {
+	Namespace, Name string
+	Config          string
+}
+
+// Space is one configured address range or prefix-delegation pool of an
+// allocation scope, as the agent allocates from it.
+type Space struct {
+	// Network is the allocation scope: the spec.network of the
+	// reservations made from this space.
+	Network string
+	Space   allocator.Space
+	// Pool is the IPPool the space comes from, "" for an inline range.
+	Pool string
+	// Sources name where the space is configured: "IPPool NAME",
+	// "NetworkAttachmentDefinition NS/NAME".
+	Sources []string
+}
+
+// Range is the space as reservations record it in spec.range.
+func (s *Space) Range() string { return s.Space.String() }
+
+// Inventory is every space tenurectl knows from the cluster's objects:
+// declared IPPools and the tenure IPAM configurations in
+// NetworkAttachmentDefinitions. Configurations that live only in files on
+// the nodes (a flat file's ranges) are not known.
+type Inventory struct {
+	spaces []*Space
+	index  map[spaceKey]*Space
+	// Notes are configurations that could not be read, in words.
+	Notes []string
+	// Pools and NetworkConfigs count what it was built from.
+	Pools, NetworkConfigs int
+}
+
+type spaceKey struct {
+	network string
+	kind    tenurev1alpha1.ReservationKind
+	rng     string
+}
+
+// BuildInventory derives the spaces of pools and network configurations.
+// A pool named by a configuration takes that configuration's
+// enable_overlapping_ranges; a pool no configuration names is taken with
+// the default (true).
+func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Inventory {
+	inv := &Inventory{index: map[spaceKey]*Space{}, Pools: len(pools), NetworkConfigs: len(nads)}
+	byName := map[string]*tenurev1alpha1.IPPool{}
+	for i := range pools {
+		byName[pools[i].Name] = &pools[i]
+	}
+	named := map[string]bool{}
+	for _, nad := range nads {
+		source := "NetworkAttachmentDefinition " + nad.Namespace + "/" + nad.Name
+		confs, err := tenureConfigs(nad.Config)
+		if err != nil {
+			inv.Notes = append(inv.Notes, fmt.Sprintf("%s: %v", source, err))
+			continue
+		}
+		for _, conf := range confs {
+			c, err := config.Parse(conf, nil)
+			if err == nil && c.Pool != "" {
+				named[c.Pool] = true
+				if p := byName[c.Pool]; p == nil {
+					err = fmt.Errorf("names IPPool %s, which does not exist", c.Pool)
+				} else {
+					err = c.ApplyPool(p.Name, p.Spec)
+				}
+			}
+			if err != nil {
+				inv.Notes = append(inv.Notes, fmt.Sprintf("%s: %v", source, err))
+				continue
+			}
+			inv.addConfig(c, source)
+		}
+	}
+	for i := range pools {
+		p := &pools[i]
+		if named[p.Name] {
+			inv.addPoolSource(p.Name)
+			continue
+		}
+		// The checks that depend on the configuration that names a pool
+		// (the cniVersion's one address per family) are left out.
+		c := &config.Config{CNIVersion: "1.0.0", OverlappingRanges: true}
+		if err := c.ApplyPool(p.Name, p.Spec); err != nil {
+			inv.Notes = append(inv.Notes, fmt.Sprintf("IPPool %s: %v", p.Name, err))
+			continue
+		}
+		inv.addConfig(c, "IPPool "+p.Name)
+	}
+	return inv
+}
+
+func (inv *Inventory) addConfig(c *config.Config, source string) {
+	for _, r := range c.Ranges {
+		inv.add(reservation.NetworkKey(c.NetworkName, r.String(), c.OverlappingRanges), allocator.AddressSpace{Range: r}, c.Pool, source)
+	}
+	if pd := c.PrefixDelegation; pd != nil {
+		inv.add(reservation.NetworkKey(c.NetworkName, pd.Range.String(), c.OverlappingRanges), allocator.PrefixSpace{PD: *pd}, c.Pool, source)
+	}
+}
+
+// add records a space; the first configuration of a (scope, range) wins,
+// later ones only add their name as a source.
+func (inv *Inventory) add(network string, sp allocator.Space, pool, source string) {
+	k := spaceKey{network, sp.Kind(), sp.String()}
+	if s := inv.index[k]; s != nil {
+		if !slices.Contains(s.Sources, source) {
+			s.Sources = append(s.Sources, source)
+		}
+		return
+	}
+	s := &Space{Network: network, Space: sp, Pool: pool, Sources: []string{source}}
+	inv.index[k] = s
+	inv.spaces = append(inv.spaces, s)
+}
+
+// addPoolSource names the IPPool among the sources of the spaces taken
+// from it through configurations.
+func (inv *Inventory) addPoolSource(pool string) {
+	for _, s := range inv.spaces {
+		if s.Pool == pool && !slices.Contains(s.Sources, "IPPool "+pool) {
+			s.Sources = append(s.Sources, "IPPool "+pool)
+		}
+	}
+}
+
+// Spaces returns every known space in the order they were found.
+func (inv *Inventory) Spaces() []*Space { return inv.spaces }
+
+// Lookup returns the known space of a scope, kind and range string, or nil.
+func (inv *Inventory) Lookup(network string, kind tenurev1alpha1.ReservationKind, rng string) *Space {
+	return inv.index[spaceKey{network, kind, rng}]
+}
+
+// InScope returns the known spaces of one allocation scope and kind.
+func (inv *Inventory) InScope(network string, kind tenurev1alpha1.ReservationKind) []*Space {
+	var out []*Space
+	for _, s := range inv.spaces {
+		if s.Network == network && s.Space.Kind() == kind {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// tenureConfigs returns the network configurations with a tenure ipam
+// section in a NetworkAttachmentDefinition's spec.config: the config
+// itself, or each plugin of a configuration list with the list's name and
+// cniVersion, as the runtime hands them to the plugin. A config of another
+// IPAM type, or none (the config lives on the nodes), gives nothing.
+func tenureConfigs(specConfig string) ([][]byte, error) {
+	if strings.TrimSpace(specConfig) == "" {
+		return nil, nil
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(specConfig), &top); err != nil {
+		return nil, fmt.Errorf("spec.config is not a JSON object: %v", err)
+	}
+	plugins := []map[string]json.RawMessage{top}
+	if raw, ok := top["plugins"]; ok {
+		plugins = nil
+		if err := json.Unmarshal(raw, &plugins); err != nil {
+			return nil, fmt.Errorf("spec.config plugins: %v", err)
+		}
+	}
+	var out [][]byte
+	for _, p := range plugins {
+		var ipam struct {
+			Type string `json:"type"`
+		}
+		if raw, ok := p["ipam"]; !ok || json.Unmarshal(raw, &ipam) != nil || ipam.Type != config.PluginType {
+			continue
+		}
+		for _, k := range []string{"name", "cniVersion"} {
+			if v, ok := top[k]; ok {
+				p[k] = v
+			}
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// spaceOfRange rebuilds a space from a reservation's spec.range alone, for
+// scopes no known configuration describes: the range's bounds without its
+// excludes (a reservation does not record them), or a delegation pool
+// ("2001:db8::/40 as /56"). nil when rng is neither.
+func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) allocator.Space {
+	if kind == tenurev1alpha1.KindDelegatedPrefix {
+		p, l, ok := strings.Cut(rng, " as /")
+		if !ok {
+			return nil
+		}
+		pfx, err1 := netip.ParsePrefix(p)
+		n, err2 := strconv.Atoi(l)
+		pd := addrspace.PrefixDelegation{Range: pfx.Masked(), PrefixLength: n}
+		if err1 != nil || err2 != nil || pd.Count() == 0 {
+			return nil
+		}
+		return allocator.PrefixSpace{PD: pd}
+	}
+	conf, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "range", "ipam": map[string]string{"type": config.PluginType, "range": rng}})
+	if err != nil {
+		return nil
+	}
+	c, err := config.Parse(conf, nil)
+	if err != nil || len(c.Ranges) != 1 {
+		return nil
+	}
+	return allocator.AddressSpace{Range: c.Ranges[0]}
+}

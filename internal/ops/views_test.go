@@ -1,0 +1,303 @@
+package ops
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+)
+
+func nad(ns, name, config string) NetworkConfig {
+	return NetworkConfig{Namespace: ns, Name: name, Config: config}
+}
+
+func ipPool(name, network string, ranges ...string) tenurev1alpha1.IPPool {
+	p := tenurev1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	p.Spec.NetworkName = network
+	for _, r := range ranges {
+		p.Spec.Ranges = append(p.Spec.Ranges, tenurev1alpha1.PoolRange{Range: r})
+	}
+	return p
+}
+
+// spaces is "NETWORK RANGE [SOURCES]" per space.
+func spaces(inv *Inventory) []string {
+	var out []string
+	for _, s := range inv.Spaces() {
+		out = append(out, s.Network+" "+s.Range()+" "+strings.Join(s.Sources, ","))
+	}
+	return out
+}
+
+func TestBuildInventory(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pools []tenurev1alpha1.IPPool
+		nads  []NetworkConfig
+		want  []string
+		notes []string
+	}{
+		{"an inline range",
+			nil, []NetworkConfig{nad("ns", "san", `{"cniVersion":"1.0.0","name":"san","type":"macvlan","ipam":{"type":"tenure","range":"10.0.0.0/24","network_name":"san"}}`)},
+			[]string{"san 10.0.0.0/24 NetworkAttachmentDefinition ns/san"}, nil},
+		{"a configuration list, dual stack, overlapping ranges off, prefix delegation",
+			nil, []NetworkConfig{nad("ns", "vm", `{"cniVersion":"1.0.0","name":"vm","plugins":[{"type":"bridge","ipam":{"type":"tenure","network_name":"vm",
+				"enable_overlapping_ranges":false,"ipRanges":[{"range":"10.1.0.0/24"},{"range":"fd00::/64"}],
+				"prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56}}},{"type":"tuning"}]}`)},
+			[]string{"vm/10.1.0.0/24 10.1.0.0/24 NetworkAttachmentDefinition ns/vm", "vm/fd00::/64 fd00::/64 NetworkAttachmentDefinition ns/vm",
+				"vm/2001:db8:100::/40 2001:db8:100::/40 as /56 NetworkAttachmentDefinition ns/vm"}, nil},
+		{"another IPAM, no config, two NADs of one range",
+			nil, []NetworkConfig{
+				nad("ns", "wa", `{"cniVersion":"1.0.0","name":"wa","type":"macvlan","ipam":{"type":"whereabouts","range":"10.2.0.0/24"}}`),
+				nad("ns", "empty", ""),
+				nad("ns", "a", `{"name":"a","type":"macvlan","ipam":{"type":"tenure","range":"10.3.0.0/24"}}`),
+				nad("other", "b", `{"name":"b","type":"ipvlan","ipam":{"type":"tenure","range":"10.3.0.0/24"}}`)},
+			[]string{"default 10.3.0.0/24 NetworkAttachmentDefinition ns/a,NetworkAttachmentDefinition other/b"}, nil},
+		{"a declared pool no configuration names",
+			[]tenurev1alpha1.IPPool{ipPool("blue", "blue-net", "10.4.0.0/24", "10.5.0.10-10.5.0.20/24")}, nil,
+			[]string{"blue-net 10.4.0.0/24 IPPool blue", "blue-net 10.5.0.10-10.5.0.20/24 IPPool blue"}, nil},
+		{"a pool named by a configuration with overlapping ranges off",
+			[]tenurev1alpha1.IPPool{ipPool("blue", "blue-net", "10.4.0.0/24")},
+			[]NetworkConfig{nad("ns", "uses-blue", `{"name":"x","type":"macvlan","ipam":{"type":"tenure","pool":"blue","enable_overlapping_ranges":false}}`)},
+			[]string{"blue-net/10.4.0.0/24 10.4.0.0/24 NetworkAttachmentDefinition ns/uses-blue,IPPool blue"}, nil},
+		{"what does not read",
+			[]tenurev1alpha1.IPPool{ipPool("bad", "", "0.0.0.0/0")},
+			[]NetworkConfig{
+				nad("ns", "json", `{not json`),
+				nad("ns", "nopool", `{"name":"x","type":"macvlan","ipam":{"type":"tenure","pool":"missing"}}`),
+				nad("ns", "badkey", `{"name":"x","type":"macvlan","ipam":{"type":"tenure","range":"10.6.0.0/24","rnage":"x"}}`)},
+			nil, []string{"NetworkAttachmentDefinition ns/json: spec.config is not a JSON object", "NetworkAttachmentDefinition ns/nopool: names IPPool missing, which does not exist",
+				"NetworkAttachmentDefinition ns/badkey: ", "IPPool bad: "}},
+	} {
+		inv := BuildInventory(tc.pools, tc.nads)
+		if got := spaces(inv); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: spaces\n%q\nwant\n%q", tc.name, got, tc.want)
+		}
+		if len(inv.Notes) != len(tc.notes) {
+			t.Errorf("%s: notes %q, want %d like %q", tc.name, inv.Notes, len(tc.notes), tc.notes)
+			continue
+		}
+		for i, n := range tc.notes {
+			if !strings.HasPrefix(inv.Notes[i], n) {
+				t.Errorf("%s: note %q, want it to start %q", tc.name, inv.Notes[i], n)
+			}
+		}
+	}
+}
+
+func TestPoolRows(t *testing.T) {
+	inv := BuildInventory([]tenurev1alpha1.IPPool{ipPool("blue", "blue-net", "10.4.0.0/29")},
+		[]NetworkConfig{nad("ns", "san", `{"name":"san","type":"macvlan","ipam":{"type":"tenure","network_name":"san","range":"10.0.0.0/28","exclude":["10.0.0.1/32"]}}`)})
+	rs := []*tenurev1alpha1.IPReservation{
+		withRange(podRes("san", "10.0.0.2", "ns", "a", "ua", "n"), "10.0.0.0/28"),
+		withRange(podRes("san", "10.0.0.3", "ns", "b", "ub", "n"), "10.0.0.0/28"),
+		withRange(podRes("blue-net", "10.4.0.1", "ns", "c", "uc", "n"), "10.4.0.0/29"),
+		withRange(podRes("lab", "10.9.0.3", "ns", "d", "ud", "n"), "10.9.0.2-10.9.0.5/24"),
+		withRange(podRes("lab", "2001:db8:ff00::/56", "ns", "d", "ud", "n"), "2001:db8:ff00::/40 as /56"),
+		podRes("old", "10.8.0.1", "ns", "e", "ue", "n"),
+	}
+	got := PoolRows(inv, rs)
+	type row struct {
+		network, rng, sources     string
+		capacity, allocated, free uint64
+	}
+	want := []row{
+		{"blue-net", "10.4.0.0/29", "IPPool blue", 6, 1, 5},
+		{"lab", "10.9.0.2-10.9.0.5/24", "reservations", 4, 1, 3},
+		{"lab", "2001:db8:ff00::/40 as /56", "reservations", 65536, 1, 65535},
+		{"old", "", "reservations", 0, 1, 0},
+		{"san", "10.0.0.0/28", "NetworkAttachmentDefinition ns/san", 13, 2, 11},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rows %+v, want %+v", got, want)
+	}
+	for i, w := range want {
+		g := got[i]
+		if (row{g.Network, g.Range, strings.Join(g.Sources, ","), g.Capacity, g.Allocated, g.Free}) != w {
+			t.Errorf("row %d: %+v, want %+v", i, g, w)
+		}
+	}
+	var b bytes.Buffer
+	if err := (&PoolsReport{Rows: got}).WriteTable(&b, false); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	for i, want := range []string{"NETWORK RANGE CAPACITY ALLOCATED FREE USAGE", "", "", "", "old <none> 0 1 0 -",
+		"san 10.0.0.0/28 13 2 11 [###.................] 15%"} {
+		if got := strings.Join(strings.Fields(lines[i]), " "); want != "" && got != want {
+			t.Errorf("table line %d: %q, want %q:\n%s", i, got, want, b.String())
+		}
+	}
+}
+
+func TestUsageBar(t *testing.T) {
+	for _, tc := range []struct {
+		allocated, capacity uint64
+		want                string
+	}{
+		{0, 10, "[..........]   0%"},
+		{5, 10, "[#####.....]  50%"},
+		{10, 10, "[##########] 100%"},
+		{12, 10, "[##########] 120%"},
+		{1, 1 << 40, "[#.........]  <1%"},
+		{3, 0, "-"},
+	} {
+		if got := UsageBar(tc.allocated, tc.capacity, 10); got != tc.want {
+			t.Errorf("UsageBar(%d, %d) = %q, want %q", tc.allocated, tc.capacity, got, tc.want)
+		}
+	}
+}
+
+func TestCurrentPlacement(t *testing.T) {
+	vm := claimRes("vm-net", "10.1.0.1", "ns", "vm", "c1", "launcher-a", "node-a")
+	migrated := claim("ns", "vm", "c1", []string{"10.1.0.1/24"})
+	migrated.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-b"}
+	fresh := claim("ns", "vm", "c1", []string{"10.1.0.1/24"})
+	replaced := claim("ns", "vm", "c-new", nil)
+	pods := map[string]PodPlacement{"ns/launcher-a": {NodeName: "node-a"}, "ns/launcher-b": {NodeName: "node-b"}}
+	for _, tc := range []struct {
+		name  string
+		r     *tenurev1alpha1.IPReservation
+		claim *ipamclaimsv1alpha1.IPAMClaim
+		pods  map[string]PodPlacement
+		want  Placement
+	}{
+		{"a pod owner runs where it was made", podRes("san", "10.0.0.1", "ns", "web", "u", "node-c"), nil, nil, Placement{"web", "node-c"}},
+		{"a claim after a migration: its ownerPod's node", vm, &migrated, pods, Placement{"launcher-b", "node-b"}},
+		{"a claim without ownerPod: the pod that made it", vm, &fresh, pods, Placement{"launcher-a", "node-a"}},
+		{"a claim whose pod is gone", vm, &migrated, map[string]PodPlacement{"ns/launcher-a": {NodeName: "node-a"}}, Placement{}},
+		{"a claim that is gone", vm, nil, pods, Placement{}},
+		{"a claim of the same name, another UID", vm, &replaced, pods, Placement{}},
+	} {
+		if got := CurrentPlacement(tc.r, tc.claim, tc.pods); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestParseQuery(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.5": "10.0.0.5/32", " 10.0.0.0/24 ": "10.0.0.0/24", "10.0.0.7/24": "10.0.0.0/24", "2001:db8::1": "2001:db8::1/128",
+		"::ffff:10.0.0.5": "10.0.0.5/32", "2001:db8:100::/56": "2001:db8:100::/56", "bogus": "", "fe80::1%eth0": "",
+	} {
+		got, err := ParseQuery(in)
+		if (err != nil) != (want == "") || (err == nil && got.String() != want) {
+			t.Errorf("ParseQuery(%q) = %v, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func event(uid types.UID, kind, name, typ, reason, component, host, msg string, at time.Time) corev1.Event {
+	return corev1.Event{
+		InvolvedObject: corev1.ObjectReference{Kind: kind, Name: name, UID: uid},
+		Type:           typ, Reason: reason, Message: msg,
+		Source:        corev1.EventSource{Component: component, Host: host},
+		LastTimestamp: metav1.NewTime(at), Count: 1,
+	}
+}
+
+func TestExplain(t *testing.T) {
+	now := t0.Add(10 * time.Minute)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u1", Annotations: map[string]string{
+		nadv1.NetworkAttachmentAnnot: `[{"name":"san"},{"name":"vm-net","interface":"eth9","ipam-claim-reference":"vm"},{"name":"full","namespace":"other"},{"name":"quiet"}]`,
+	}}, Spec: corev1.PodSpec{NodeName: "node-a"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	san := podRes("san", "10.0.0.5", "ns", "web", "u1", "node-a")
+	san.Spec.Owner.Interface = "net1"
+	stale := podRes("san", "10.0.0.6", "ns", "web", "u-old", "node-a") // not this pod's UID
+	stale.Spec.Owner.Interface = "net1"
+	vmAddr := claimRes("vm-net", "10.1.0.1", "ns", "vm", "c1", "web", "node-a")
+	vmClaim := claim("ns", "vm", "c1", []string{"10.1.0.1/24"})
+	evs := []corev1.Event{
+		event("u1", "Pod", "web", corev1.EventTypeWarning, "AddFailed", AgentComponent, "node-a",
+			"ADD of interface net3 (network full, container abcdef) failed with CNI error 100: range 10.2.0.0/30 is full", t0.Add(5*time.Minute)),
+		event("u1", "Pod", "web", corev1.EventTypeWarning, "AddFailed", AgentComponent, "node-a",
+			"ADD of interface net1 (network san, container 0123) failed with CNI error 11: the API server timed out", t0.Add(-time.Minute)),
+		event("u1", "Pod", "web", corev1.EventTypeNormal, "Scheduled", "default-scheduler", "", "assigned", t0.Add(-2*time.Minute)),
+	}
+	rep := Explain(pod, []*tenurev1alpha1.IPReservation{san, stale}, []PodClaim{{Name: "vm", Claim: &vmClaim, Reservations: []*tenurev1alpha1.IPReservation{vmAddr}}}, evs, now)
+	type att struct {
+		ifName, network, claim string
+		ok                     bool
+		outcome                string
+	}
+	want := []att{
+		{"net1", "ns/san", "", true, "allocated 10.0.0.5 10m ago on node node-a"},
+		{"eth9", "ns/vm-net", "vm", true, "allocated 10.1.0.1 10m ago on node node-a"},
+		{"net3", "other/full", "", false, "ADD failed 5m ago on node node-a: ADD of interface net3 (network full, container abcdef) failed with CNI error 100: range 10.2.0.0/30 is full"},
+		{"net4", "ns/quiet", "", false, "no ADD has reached tenure for this interface: no reservation and no Event"},
+	}
+	if len(rep.Attachments) != len(want) {
+		t.Fatalf("attachments %+v, want %+v", rep.Attachments, want)
+	}
+	for i, w := range want {
+		a := rep.Attachments[i]
+		if (att{a.Interface, a.Network, a.Claim, a.OK, a.Outcome}) != w {
+			t.Errorf("attachment %d:\n%+v\nwant\n%+v", i, att{a.Interface, a.Network, a.Claim, a.OK, a.Outcome}, w)
+		}
+	}
+	if len(rep.Events) != 3 || rep.Events[0].Reason != "Scheduled" || rep.Events[2].From != "tenure-agent, node-a" {
+		t.Errorf("events not in time order or without source: %+v", rep.Events)
+	}
+
+	// Without a networks annotation the attachments are what reservations
+	// and the agent's Events name; a later failure is told after the
+	// allocation; a claim's condition and an unscheduled pod speak for
+	// themselves.
+	bare := pod.DeepCopy()
+	bare.Annotations = nil
+	later := event("u1", "Pod", "web", corev1.EventTypeWarning, "AddFailed", AgentComponent, "node-a",
+		"ADD of interface net1 (network san, container 4567) failed with CNI error 11: timeout", t0.Add(time.Minute))
+	rep = Explain(bare, []*tenurev1alpha1.IPReservation{san}, nil, []corev1.Event{later}, now)
+	if len(rep.Attachments) != 1 || !strings.Contains(rep.Attachments[0].Outcome, "allocated 10.0.0.5 10m ago on node node-a; a later ADD failed 9m ago: ADD of interface net1") {
+		t.Errorf("later failure: %+v", rep.Attachments)
+	}
+
+	exhausted := claim("ns", "vm", "c1", nil)
+	exhausted.Status.Conditions = []metav1.Condition{{Type: ipamclaimsv1alpha1.ConditionIPsAllocated, Status: metav1.ConditionFalse,
+		Reason: ipamclaimsv1alpha1.ReasonSubnetExhausted, Message: "range 10.1.0.0/30 is full"}}
+	unscheduled := pod.DeepCopy()
+	unscheduled.Spec.NodeName = ""
+	unscheduled.Annotations[nadv1.NetworkAttachmentAnnot] = `[{"name":"vm-net","ipam-claim-reference":"vm"},{"name":"san"}]`
+	rep = Explain(unscheduled, nil, []PodClaim{{Name: "vm", Claim: &exhausted}}, nil, now)
+	if got := []string{rep.Attachments[0].Outcome, rep.Attachments[1].Outcome}; !slices.Equal(got, []string{
+		"IPAMClaim ns/vm: SubnetExhausted: range 10.1.0.0/30 is full", "the pod is not scheduled to a node: no ADD yet"}) {
+		t.Errorf("claim condition and unscheduled pod: %q", got)
+	}
+	rep = Explain(unscheduled, nil, []PodClaim{{Name: "vm"}}, nil, now)
+	if got := rep.Attachments[0].Outcome; got != "IPAMClaim ns/vm does not exist" {
+		t.Errorf("missing claim: %q", got)
+	}
+
+	sandbox := event("u1", "Pod", "web", corev1.EventTypeWarning, "FailedCreatePodSandBox", "kubelet", "node-a", "plugin type=multus failed: ...", t0)
+	broken := pod.DeepCopy()
+	broken.Annotations[nadv1.NetworkAttachmentAnnot] = `[{"name":"san"}]`
+	rep = Explain(broken, nil, nil, []corev1.Event{sandbox}, now)
+	if got := rep.Attachments[0].Outcome; got != "the pod's sandbox failed 10m ago (FailedCreatePodSandBox): plugin type=multus failed: ..." {
+		t.Errorf("sandbox failure: %q", got)
+	}
+	broken.Annotations[nadv1.NetworkAttachmentAnnot] = `[{"name":`
+	if rep = Explain(broken, nil, nil, nil, now); !strings.Contains(rep.Problem, "does not parse") {
+		t.Errorf("bad annotation: problem %q", rep.Problem)
+	}
+}
+
+func TestTenureConfigs(t *testing.T) {
+	confs, err := tenureConfigs(`{"cniVersion":"0.4.0","name":"list","plugins":[{"type":"macvlan","ipam":{"type":"tenure","range":"10.0.0.0/24"}},{"type":"tuning"},{"type":"x","ipam":{"type":"dhcp"}}]}`)
+	if err != nil || len(confs) != 1 {
+		t.Fatalf("configs %q, %v", confs, err)
+	}
+	for _, want := range []string{`"cniVersion":"0.4.0"`, `"name":"list"`, `"type":"macvlan"`} {
+		if !strings.Contains(string(confs[0]), want) {
+			t.Errorf("plugin config %s lacks %s", confs[0], want)
+		}
+	}
+}

@@ -1,0 +1,325 @@
+package ops
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+)
+
+// AgentComponent is the Event source of tenure-agent; its Warning Events
+// on a pod say "interface NAME" for the attachment whose ADD failed.
+const AgentComponent = "tenure-agent"
+
+// kubeletSandboxFailure is the kubelet's Event when a pod sandbox's CNI
+// ADD (through Multus, any plugin's) failed.
+const kubeletSandboxFailure = "FailedCreatePodSandBox"
+
+// PodClaim is an IPAMClaim a pod presents, with what it owns.
+type PodClaim struct {
+	Name string
+	// Claim is nil when no claim of that name exists.
+	Claim        *ipamclaimsv1alpha1.IPAMClaim
+	Reservations []*tenurev1alpha1.IPReservation
+}
+
+// AttachmentReport is the state of one attachment of a pod.
+type AttachmentReport struct {
+	Interface string `json:"interface"`
+	// Network is the NetworkAttachmentDefinition (namespace/name) the
+	// pod's networks annotation names for the interface.
+	Network string `json:"network,omitempty"`
+	Claim   string `json:"claim,omitempty"`
+	// Addresses are the addresses and prefixes held for it now.
+	Addresses    []string `json:"addresses"`
+	Reservations []string `json:"reservations,omitempty"`
+	// OK: the attachment holds its addresses.
+	OK bool `json:"ok"`
+	// Outcome is the last allocation outcome, in words.
+	Outcome string `json:"outcome"`
+}
+
+// EventView is an Event on the pod or one of its claims.
+type EventView struct {
+	Time    metav1.Time `json:"time"`
+	Type    string      `json:"type"`
+	Reason  string      `json:"reason"`
+	From    string      `json:"from"`
+	Object  string      `json:"object"`
+	Message string      `json:"message"`
+	Count   int32       `json:"count,omitempty"`
+}
+
+// PodReport is Why's answer.
+type PodReport struct {
+	Namespace   string             `json:"namespace"`
+	Name        string             `json:"name"`
+	UID         string             `json:"uid"`
+	Node        string             `json:"node,omitempty"`
+	Phase       string             `json:"phase,omitempty"`
+	Attachments []AttachmentReport `json:"attachments"`
+	// Problem is set when the networks annotation does not parse.
+	Problem string      `json:"problem,omitempty"`
+	Events  []EventView `json:"events"`
+
+	now time.Time
+}
+
+// Why answers "why has this pod no address": for each attachment of the
+// pod, what it holds (its reservations, or its claim's) and the last
+// allocation outcome from the Events of tenure-agent, of the kubelet and on
+// the claims.
+func (c *Client) Why(ctx context.Context, namespace, name string) (*PodReport, error) {
+	pod := &corev1.Pod{}
+	if err := c.c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("pod %s/%s not found", namespace, name)
+		}
+		return nil, err
+	}
+	owned, err := c.reservations(ctx, metav1.ListOptions{LabelSelector: reservation.LabelOwnerUID + "=" + string(pod.UID)})
+	if err != nil {
+		return nil, err
+	}
+	events, err := c.events(ctx, namespace, pod.UID)
+	if err != nil {
+		return nil, err
+	}
+	elems, _ := networkElements(pod)
+	var pcs []PodClaim
+	for _, e := range elems {
+		if e.IPAMClaimReference == "" || slices.ContainsFunc(pcs, func(pc PodClaim) bool { return pc.Name == e.IPAMClaimReference }) {
+			continue
+		}
+		pc := PodClaim{Name: e.IPAMClaimReference}
+		cl := &ipamclaimsv1alpha1.IPAMClaim{}
+		switch err := c.c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: pc.Name}, cl); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, err
+		default:
+			pc.Claim = cl
+			if pc.Reservations, err = c.reservations(ctx, metav1.ListOptions{LabelSelector: reservation.LabelOwnerUID + "=" + string(cl.UID)}); err != nil {
+				return nil, err
+			}
+			ce, err := c.events(ctx, namespace, cl.UID)
+			if err != nil {
+				return nil, err
+			}
+			events = append(events, ce...)
+		}
+		pcs = append(pcs, pc)
+	}
+	return Explain(pod, owned, pcs, events, c.Now()), nil
+}
+
+func (c *Client) events(ctx context.Context, namespace string, uid types.UID) ([]corev1.Event, error) {
+	l := &corev1.EventList{}
+	if err := c.c.List(ctx, l, client.InNamespace(namespace), client.MatchingFields{"involvedObject.uid": string(uid)}); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// networkElements parses the pod's networks annotation; none without one.
+func networkElements(pod *corev1.Pod) ([]*nadv1.NetworkSelectionElement, error) {
+	if pod.Annotations[nadv1.NetworkAttachmentAnnot] == "" {
+		return nil, nil
+	}
+	elems, err := nadutils.ParsePodNetworkAnnotation(pod)
+	for _, e := range elems {
+		if e.Namespace == "" {
+			e.Namespace = pod.Namespace
+		}
+	}
+	return elems, err
+}
+
+// interfaceInMessage finds "interface NAME" in an agent Event's message.
+var interfaceInMessage = regexp.MustCompile(`\binterface ([^\s,:;()]+)`)
+
+// Explain builds the report of a pod from what was read: the reservations
+// it owns, the claims it presents, and the Events on it and its claims.
+// The attachments are the elements of its networks annotation (Multus
+// names unnamed interfaces net1, net2, ... in annotation order), and any
+// other interface its reservations or the agent's Events name.
+func Explain(pod *corev1.Pod, owned []*tenurev1alpha1.IPReservation, pcs []PodClaim, events []corev1.Event, now time.Time) *PodReport {
+	rep := &PodReport{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Node: pod.Spec.NodeName, Phase: string(pod.Status.Phase), now: now,
+		Attachments: []AttachmentReport{}, Events: []EventView{}}
+	elems, err := networkElements(pod)
+	if err != nil {
+		rep.Problem = fmt.Sprintf("annotation %s does not parse: %v", nadv1.NetworkAttachmentAnnot, err)
+	}
+	slices.SortFunc(events, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b).Time) })
+	for _, e := range events {
+		rep.Events = append(rep.Events, EventView{
+			Time: eventTime(e), Type: e.Type, Reason: e.Reason, From: strings.TrimSuffix(e.Source.Component+", "+e.Source.Host, ", "),
+			Object: e.InvolvedObject.Kind + "/" + e.InvolvedObject.Name, Message: e.Message, Count: e.Count,
+		})
+	}
+
+	var names []string
+	add := func(n string) {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	for i, e := range elems {
+		add(cmp.Or(e.InterfaceRequest, "net"+strconv.Itoa(i+1)))
+	}
+	for _, r := range owned {
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && r.Spec.Owner.UID == string(pod.UID) {
+			add(r.Spec.Owner.Interface)
+		}
+	}
+	for _, e := range events {
+		if m := interfaceInMessage.FindStringSubmatch(e.Message); m != nil && e.Source.Component == AgentComponent {
+			add(m[1])
+		}
+	}
+	rep.Attachments = make([]AttachmentReport, len(names))
+	for i, n := range names {
+		rep.Attachments[i] = AttachmentReport{Interface: n, Addresses: []string{}}
+	}
+	attachment := func(ifName string) *AttachmentReport { return &rep.Attachments[slices.Index(names, ifName)] }
+
+	newest := map[string]*tenurev1alpha1.IPReservation{}
+	hold := func(a *AttachmentReport, r *tenurev1alpha1.IPReservation) {
+		a.Addresses = append(a.Addresses, r.Spec.Address)
+		a.Reservations = append(a.Reservations, r.Name)
+		if n := newest[a.Interface]; n == nil || r.CreationTimestamp.After(n.CreationTimestamp.Time) {
+			newest[a.Interface] = r
+		}
+	}
+	for i, e := range elems {
+		a := attachment(cmp.Or(e.InterfaceRequest, "net"+strconv.Itoa(i+1)))
+		a.Network = e.Namespace + "/" + e.Name
+		a.Claim = e.IPAMClaimReference
+		for _, pc := range pcs {
+			if pc.Name == a.Claim {
+				for _, r := range pc.Reservations {
+					hold(a, r)
+				}
+			}
+		}
+	}
+	for _, r := range owned {
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && r.Spec.Owner.UID == string(pod.UID) {
+			hold(attachment(r.Spec.Owner.Interface), r)
+		}
+	}
+	for i := range rep.Attachments {
+		a := &rep.Attachments[i]
+		a.OK, a.Outcome = outcome(pod, a, newest[a.Interface], pcs, events, now)
+	}
+	return rep
+}
+
+// outcome says the last allocation outcome of one attachment.
+func outcome(pod *corev1.Pod, a *AttachmentReport, newest *tenurev1alpha1.IPReservation, pcs []PodClaim, events []corev1.Event, now time.Time) (bool, string) {
+	var failed *corev1.Event // the agent's newest Warning for this interface
+	var sandbox *corev1.Event
+	for i := range events {
+		e := &events[i]
+		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.UID != pod.UID {
+			continue
+		}
+		if m := interfaceInMessage.FindStringSubmatch(e.Message); e.Source.Component == AgentComponent && m != nil && m[1] == a.Interface {
+			failed = e
+		}
+		if e.Reason == kubeletSandboxFailure {
+			sandbox = e
+		}
+	}
+	ago := func(t time.Time) string { return duration.HumanDuration(now.Sub(t)) + " ago" }
+	if newest != nil {
+		s := fmt.Sprintf("allocated %s %s on node %s", strings.Join(a.Addresses, ", "), ago(newest.CreationTimestamp.Time), orNone(newest.Spec.Owner.Node))
+		if failed != nil && eventTime(*failed).After(newest.CreationTimestamp.Time) {
+			s += fmt.Sprintf("; a later ADD failed %s: %s", ago(eventTime(*failed).Time), failed.Message)
+		}
+		return true, s
+	}
+	if failed != nil {
+		return false, fmt.Sprintf("ADD failed %s on node %s: %s", ago(eventTime(*failed).Time), orNone(failed.Source.Host), failed.Message)
+	}
+	for _, pc := range pcs {
+		if pc.Name != a.Claim {
+			continue
+		}
+		if pc.Claim == nil {
+			return false, fmt.Sprintf("IPAMClaim %s/%s does not exist", pod.Namespace, pc.Name)
+		}
+		if c := meta.FindStatusCondition(pc.Claim.Status.Conditions, ipamclaimsv1alpha1.ConditionIPsAllocated); c != nil && c.Status != metav1.ConditionTrue {
+			return false, fmt.Sprintf("IPAMClaim %s/%s: %s: %s", pod.Namespace, pc.Name, c.Reason, c.Message)
+		}
+	}
+	switch {
+	case pod.Spec.NodeName == "":
+		return false, "the pod is not scheduled to a node: no ADD yet"
+	case sandbox != nil:
+		return false, fmt.Sprintf("the pod's sandbox failed %s (%s): %s", ago(eventTime(*sandbox).Time), sandbox.Reason, sandbox.Message)
+	}
+	return false, "no ADD has reached tenure for this interface: no reservation and no Event"
+}
+
+// eventTime is when an Event last happened, whichever of its times the
+// recorder set.
+func eventTime(e corev1.Event) metav1.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp
+	case !e.EventTime.IsZero():
+		return metav1.Time{Time: e.EventTime.Time}
+	case !e.FirstTimestamp.IsZero():
+		return e.FirstTimestamp
+	}
+	return e.CreationTimestamp
+}
+
+// WriteTable writes the pod, its attachments and its Events.
+func (r *PodReport) WriteTable(w io.Writer, wide bool) error {
+	fmt.Fprintf(w, "Pod %s/%s (uid %s) on node %s, phase %s\n", r.Namespace, r.Name, r.UID, orNone(r.Node), orNone(r.Phase))
+	if r.Problem != "" {
+		fmt.Fprintf(w, "problem: %s\n", r.Problem)
+	}
+	if len(r.Attachments) == 0 {
+		fmt.Fprintln(w, "No attachments: no networks annotation, no reservation, no Event of tenure-agent.")
+	} else {
+		t := newTable(w, wide, []string{"INTERFACE", "NETWORK", "CLAIM", "ADDRESSES", "OUTCOME"}, "RESERVATIONS")
+		for _, a := range r.Attachments {
+			t.row([]string{a.Interface, orNone(a.Network), orNone(a.Claim), orNone(strings.Join(a.Addresses, ",")), a.Outcome}, orNone(strings.Join(a.Reservations, ",")))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.Events) == 0 {
+		_, err := fmt.Fprintln(w, "Events: <none>")
+		return err
+	}
+	fmt.Fprintln(w, "Events:")
+	t := newTable(w, false, []string{"  AGE", "TYPE", "REASON", "FROM", "OBJECT", "MESSAGE"})
+	for _, e := range r.Events {
+		t.row([]string{"  " + duration.HumanDuration(r.now.Sub(e.Time.Time)), e.Type, e.Reason, orNone(e.From), e.Object, e.Message})
+	}
+	return t.flush()
+}
