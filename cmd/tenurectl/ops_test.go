@@ -9,6 +9,20 @@ import (
 	"testing"
 )
 
+func complete(t *testing.T, args ...string) []string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append([]string{"__complete"}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("__complete %q: exit %d: %s", args, code, stderr.String())
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		name, _, _ := strings.Cut(l, "\t")
+		out = append(out, name)
+	}
+	return out
+}
+
 func TestParseInterspersed(t *testing.T) {
 	for _, tc := range []struct {
 		args            []string
@@ -62,20 +76,6 @@ func TestOpsKubeconfigErrors(t *testing.T) {
 		{[]string{"pools", "--kubeconfig", missing}, 1, "tenurectl pools: stat " + missing},
 		{[]string{"check", "--kubeconfig", missing}, 3, "tenurectl check: stat " + missing},
 	})
-}
-
-func complete(t *testing.T, args ...string) []string {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run(append([]string{"__complete"}, args...), &stdout, &stderr); code != 0 {
-		t.Fatalf("__complete %q: exit %d: %s", args, code, stderr.String())
-	}
-	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		name, _, _ := strings.Cut(l, "\t")
-		out = append(out, name)
-	}
-	return out
 }
 
 // TestCompletion: the scripts for each shell call back into tenurectl, and
