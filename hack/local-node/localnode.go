@@ -240,7 +240,7 @@ func rolledOut(ctx context.Context, c client.Client) error {
 	s := ds.Status
 	if s.ObservedGeneration != ds.Generation || s.DesiredNumberScheduled == 0 ||
 		s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberReady != s.DesiredNumberScheduled || s.NumberUnavailable != 0 {
-		return fmt.Errorf("DaemonSet %s: generation %d observed %d, desired %d, updated %d, ready %d",
+		return fmt.Errorf("daemonset %s: generation %d observed %d, desired %d, updated %d, ready %d",
 			ds.Name, ds.Generation, s.ObservedGeneration, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberReady)
 	}
 	var dep appsv1.Deployment
@@ -253,7 +253,7 @@ func rolledOut(ctx context.Context, c client.Client) error {
 	}
 	d := dep.Status
 	if d.ObservedGeneration != dep.Generation || d.UpdatedReplicas != want || d.AvailableReplicas != want || d.Replicas != want {
-		return fmt.Errorf("Deployment %s: generation %d observed %d, want %d, updated %d, available %d, total %d",
+		return fmt.Errorf("deployment %s: generation %d observed %d, want %d, updated %d, available %d, total %d",
 			dep.Name, dep.Generation, d.ObservedGeneration, want, d.UpdatedReplicas, d.AvailableReplicas, d.Replicas)
 	}
 	return nil

@@ -22,10 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-func objectMeta(ns, name string, annotations map[string]string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations}
-}
-
 // namespace makes a namespace for the test and deletes it afterwards.
 func namespace(ctx context.Context, t *testing.T, name string) string {
 	t.Helper()
