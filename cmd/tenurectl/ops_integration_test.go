@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,6 +31,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	localnode "github.com/tenure-ipam/tenure/hack/local-node"
 	"github.com/tenure-ipam/tenure/internal/ops"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -44,7 +44,7 @@ func init() {
 		return cptest.Main(m, func(cp *controlplane.ControlPlane) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			return controlplane.InstallCRDs(ctx, cp.Config, os.DirFS(filepath.Join("..", "..", "test", "deploy", "testdata")))
+			return controlplane.InstallCRDs(ctx, cp.Config, localnode.MultusCRDs())
 		})
 	}
 }
