@@ -21,6 +21,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -330,6 +331,85 @@ func TestChaos(t *testing.T) {
 		count(ops, "claim-delete")
 	}
 
+	// stickyLifecycle: a one-replica StatefulSet whose pods are sticky
+	// (ipam.tenure.dev/sticky): its pod gets an address, is deleted with no
+	// DEL and re-created under its name with a new UID on another node (as
+	// the StatefulSet controller does), and must get the same address; then
+	// its DEL, the pod and the StatefulSet go, and the controller releases
+	// the sticky claim's addresses.
+	stickyLifecycle := func(name string) {
+		labels := map[string]string{"app": name}
+		one := int32(1)
+		sts := &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "chaos", Name: name},
+			Spec: appsv1.StatefulSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}},
+		}
+		if err := c.Create(ctx, sts); err != nil {
+			count(ops, "api-error")
+			return
+		}
+		address := ""
+		var last *livePod
+		for round := range 2 {
+			node := nodes[(roll(len(nodes))+round)%len(nodes)]
+			yes := true
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "chaos", Name: name + "-0", Labels: labels,
+					Annotations:     map[string]string{"ipam.tenure.dev/sticky": "true"},
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: name, UID: sts.UID, Controller: &yes}}},
+				Spec: corev1.PodSpec{NodeName: node, Containers: sts.Spec.Template.Spec.Containers},
+			}
+			if err := c.Create(ctx, pod); err != nil {
+				count(ops, "api-error")
+				break
+			}
+			mu.Lock()
+			seq++
+			p := &livePod{name: pod.Name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq)}
+			mu.Unlock()
+			last = p
+			res, err := call("ADD", p)
+			if err != nil || len(res.IPs) != 1 {
+				count(ops, "sticky-add-failed")
+				break
+			}
+			got := res.IPs[0].Address.IP.String()
+			if address != "" && got != address {
+				violation("sticky %s-0 got %s after its re-creation, %s before", name, got, address)
+			}
+			address = got
+			mu.Lock()
+			for _, other := range live {
+				if other.address == got {
+					problems = append(problems, fmt.Sprintf("sticky %s-0 and %s both hold %s", name, other.name, got))
+				}
+			}
+			claimHeld[got] = name + "-0"
+			mu.Unlock()
+			if round == 0 {
+				deletePod(pod.Name) // no DEL: the StatefulSet controller re-creates it
+				_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+					err := c.Get(ctx, client.ObjectKey{Namespace: "chaos", Name: pod.Name}, &corev1.Pod{})
+					return apierrors.IsNotFound(err), nil
+				})
+			}
+		}
+		if last != nil {
+			teardown(last, time.Now().Add(2*time.Minute))
+			deletePod(last.name)
+		}
+		mu.Lock()
+		delete(claimHeld, address)
+		mu.Unlock()
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := c.Delete(ctx, sts)
+			return err == nil || apierrors.IsNotFound(err), nil
+		})
+		count(ops, "sticky-statefulset")
+	}
+
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -349,6 +429,8 @@ func TestChaos(t *testing.T) {
 					add(fmt.Sprintf("w%d-%d", w, i), nodes[roll(len(nodes))], fmt.Sprintf("10.88.0.%d", 1+roll(62)))
 				case x < 45:
 					claimLifecycle(fmt.Sprintf("w%d-%d", w, i))
+				case x < 48:
+					stickyLifecycle(fmt.Sprintf("sts-w%d-%d", w, i))
 				case x < 65:
 					if p := pickLive(); p != nil {
 						if teardown(p, time.Now().Add(2*time.Minute)) {
