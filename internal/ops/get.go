@@ -18,6 +18,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	stickyclaims "github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -36,8 +37,11 @@ type ReservationView struct {
 	// the claim's status.ownerPod; "" when none exists.
 	Pod string `json:"pod,omitempty"`
 	// Node is where that pod runs now; "" when no pod holds it.
-	Node    string      `json:"node,omitempty"`
-	Created metav1.Time `json:"created"`
+	Node string `json:"node,omitempty"`
+	// StatefulSet is, for a sticky claim's reservation, the StatefulSet
+	// whose pod the claim keeps addresses for.
+	StatefulSet string      `json:"statefulSet,omitempty"`
+	Created     metav1.Time `json:"created"`
 }
 
 // Placement is where a reservation's owner runs now.
@@ -125,10 +129,14 @@ func (c *Client) views(ctx context.Context, rs []*tenurev1alpha1.IPReservation) 
 	}
 	out := make([]ReservationView, len(rs))
 	for i, r := range rs {
-		pl := CurrentPlacement(r, claims[r.Spec.Owner.Namespace+"/"+r.Spec.Owner.Name], pods)
+		cl := claims[r.Spec.Owner.Namespace+"/"+r.Spec.Owner.Name]
+		pl := CurrentPlacement(r, cl, pods)
 		out[i] = ReservationView{
 			Name: r.Name, Network: r.Spec.Network, Kind: r.Spec.Kind, Address: r.Spec.Address, Range: r.Spec.Range, Pool: r.Spec.Pool,
 			Owner: r.Spec.Owner, Pod: pl.Pod, Node: pl.Node, Created: r.CreationTimestamp,
+		}
+		if cl != nil && cl.Labels[stickyclaims.LabelSticky] == "true" {
+			out[i].StatefulSet = cl.Labels[stickyclaims.LabelStatefulSet]
 		}
 	}
 	sortViews(out)
@@ -155,6 +163,18 @@ func compareItems(a, b string) int {
 		return 1
 	}
 	return cmp.Compare(a, b)
+}
+
+// ownerCell names a reservation's owner as kubectl would, and for a sticky
+// claim the StatefulSet it belongs to.
+func ownerCell(v ReservationView) string {
+	switch {
+	case v.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim:
+		return "pod/" + v.Owner.Name
+	case v.StatefulSet != "":
+		return "ipamclaim/" + v.Owner.Name + " (sticky, statefulset/" + v.StatefulSet + ")"
+	}
+	return "ipamclaim/" + v.Owner.Name
 }
 
 // ReservationsReport is Get's and Who's answer.
@@ -270,10 +290,7 @@ func (r *ReservationsReport) WriteTable(w io.Writer, wide bool) error {
 	}
 	t := newTable(w, wide, cols, wideCols...)
 	for _, v := range r.Reservations {
-		owner := "pod/" + v.Owner.Name
-		if v.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim {
-			owner = "ipamclaim/" + v.Owner.Name
-		}
+		owner := ownerCell(v)
 		age := duration.HumanDuration(r.now.Sub(v.Created.Time))
 		cells := []string{v.Address, v.Owner.Namespace, owner, orNone(v.Node), age}
 		if r.who {

@@ -301,3 +301,21 @@ func TestTenureConfigs(t *testing.T) {
 		}
 	}
 }
+
+// Issue 17: a sticky claim's reservation names its StatefulSet in the
+// OWNER column; a plain claim's and a pod's do not.
+func TestOwnerCellShowsStickyStatefulSet(t *testing.T) {
+	for _, tc := range []struct {
+		view ReservationView
+		want string
+	}{
+		{ReservationView{Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Name: "db-0"}}, "pod/db-0"},
+		{ReservationView{Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Name: "vm1.vm-net"}}, "ipamclaim/vm1.vm-net"},
+		{ReservationView{Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Name: "db-0.net1"}, StatefulSet: "db"},
+			"ipamclaim/db-0.net1 (sticky, statefulset/db)"},
+	} {
+		if got := ownerCell(tc.view); got != tc.want {
+			t.Errorf("ownerCell(%+v) = %q, want %q", tc.view.Owner, got, tc.want)
+		}
+	}
+}

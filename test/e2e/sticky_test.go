@@ -24,6 +24,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller/sticky"
+	"github.com/tenure-ipam/tenure/internal/ops"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
@@ -187,6 +188,7 @@ func TestStickyStatefulSet(t *testing.T) {
 		}
 		if round == 0 {
 			checkClaimTable(t, ctx, ns)
+			checkStickyInTenurectlGet(t, ctx, c, "sticky", "db")
 		}
 		if round < 4 {
 			for ord := range 3 {
@@ -384,5 +386,27 @@ func checkClaimTable(t *testing.T, ctx context.Context, ns string) {
 		if r.Cells[col] != "db" {
 			t.Errorf("row %v: StatefulSet column %v, want db", r.Cells[0], r.Cells[col])
 		}
+	}
+}
+
+// checkStickyInTenurectlGet: what `tenurectl get NETWORK` reports names
+// the StatefulSet of every sticky claim's reservation (issue 17).
+func checkStickyInTenurectlGet(t *testing.T, ctx context.Context, c client.Client, network, sts string) {
+	t.Helper()
+	rep, err := ops.New(c).Get(ctx, network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sticky := 0
+	for _, v := range rep.Reservations {
+		if v.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim {
+			if v.StatefulSet != sts {
+				t.Errorf("tenurectl get %s: %s of claim %s shows StatefulSet %q, want %q", network, v.Address, v.Owner.Name, v.StatefulSet, sts)
+			}
+			sticky++
+		}
+	}
+	if sticky == 0 {
+		t.Errorf("tenurectl get %s shows no claim-owned reservation", network)
 	}
 }
