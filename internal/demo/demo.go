@@ -92,8 +92,8 @@ type run struct {
 	agents map[string]*testbed.Agent
 	// agentLogs outlive r.agents, which drops a lost node's agent.
 	agentLogs []string
-	ctrl   *testbed.Process
-	rep    *Report
+	ctrl      *testbed.Process
+	rep       *Report
 }
 
 // Run plays the demo and stops everything it started.

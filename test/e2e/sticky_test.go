@@ -24,8 +24,8 @@ import (
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller/sticky"
-	"github.com/tenure-ipam/tenure/internal/ops"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/ops"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
