@@ -33,6 +33,7 @@ import (
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	tenureops "github.com/tenure-ipam/tenure/internal/ops"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -53,7 +54,8 @@ const patience = 15 * time.Second
 // the processes' timing). Checked while it runs: no address held by two
 // live pods, every ADD that succeeded still holds its reservation unless
 // its DEL or a release explains it; after the faults stop and the
-// controller has swept: the reservations are exactly the live pods'.
+// controller has swept: the reservations are exactly the live pods', and
+// `tenurectl check` (ops.Check) finds nothing.
 func TestChaos(t *testing.T) {
 	s := *seed
 	if s == 0 {
@@ -570,10 +572,18 @@ func TestChaos(t *testing.T) {
 	for _, m := range missing {
 		violation("a successful ADD's reservation is gone with no DEL or release to explain it: %s", m)
 	}
+	// And what an operator would run: `tenurectl check` must be clean.
+	checked, err := tenureops.New(c).Check(ctx, tenureops.CheckOptions{NodeGracePeriod: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range checked.Findings {
+		violation("tenurectl check: %+v", f)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("seed %d, %v: operations %v; faults %v; live pods %d; invariant violations %d; leaked reservations after sweep %d; duplicate addresses %d",
-		s, *duration, ops, faults, len(live), len(problems), len(leaked), countDuplicates(problems))
+	t.Logf("seed %d, %v: operations %v; faults %v; live pods %d; invariant violations %d; leaked reservations after sweep %d; duplicate addresses %d; tenurectl check findings %d over %d reservations",
+		s, *duration, ops, faults, len(live), len(problems), len(leaked), countDuplicates(problems), len(checked.Findings), checked.Counts.Reservations)
 	for _, p := range problems {
 		t.Error(p)
 	}
