@@ -302,10 +302,28 @@ func (r *nodeRun) nodeLoss(ctx context.Context) error {
 		return err
 	}
 	begin := time.Now()
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		held, err := r.podReservations(ctx)
-		return held == 0, err
-	})
+	released := func(timeout time.Duration) error {
+		return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			held, err := r.podReservations(ctx)
+			return held == 0, err
+		})
+	}
+	err := released(90 * time.Second)
+	if err != nil && ctx.Err() == nil {
+		// With one node, every node is NotReady: the lifecycle controller
+		// may take it for a control-plane fault and stop evicting. The
+		// pods are then deleted as an operator would; still no DEL runs.
+		r.say("      (the controller-manager stopped evicting: its only node is NotReady; the pods are deleted by hand)")
+		var pods corev1.PodList
+		if lerr := r.Client.List(ctx, &pods, client.InNamespace(namespace)); lerr == nil {
+			for i := range pods.Items {
+				if strings.HasPrefix(pods.Items[i].Name, "san-") {
+					_ = r.Client.Delete(ctx, &pods.Items[i])
+				}
+			}
+		}
+		err = released(90 * time.Second)
+	}
 	if err != nil {
 		_ = r.Node.Return(ctx)
 		return fmt.Errorf("the SAN's reservations were not released: %w", err)
