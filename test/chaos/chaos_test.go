@@ -272,6 +272,19 @@ func TestChaos(t *testing.T) {
 		deletePod(name)
 	}
 
+	// holdForClaim records that a claim (who) holds address, and that no
+	// live pod holds it too.
+	holdForClaim := func(address, who string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, other := range live {
+			if other.address == address {
+				problems = append(problems, fmt.Sprintf("%s and %s both hold %s", who, other.name, address))
+			}
+		}
+		claimHeld[address] = who
+	}
+
 	// claimLifecycle: a VM's IPAMClaim, its pod on one node, the migration
 	// target on another (same address), the source's DEL, the target's
 	// DEL, the claim deleted: the controller releases what it held.
@@ -307,14 +320,7 @@ func TestChaos(t *testing.T) {
 				violation("claim %s: the migration target got %s, the source %s", name, got, address)
 			}
 			address = got
-			mu.Lock()
-			for _, other := range live {
-				if other.address == got {
-					problems = append(problems, fmt.Sprintf("claim %s and %s both hold %s", name, other.name, got))
-				}
-			}
-			claimHeld[got] = name
-			mu.Unlock()
+			holdForClaim(got, "claim "+name)
 		}
 		if len(pods) == 2 && address != "" {
 			count(ops, "claim-migrate")
@@ -382,14 +388,7 @@ func TestChaos(t *testing.T) {
 				violation("sticky %s-0 got %s after its re-creation, %s before", name, got, address)
 			}
 			address = got
-			mu.Lock()
-			for _, other := range live {
-				if other.address == got {
-					problems = append(problems, fmt.Sprintf("sticky %s-0 and %s both hold %s", name, other.name, got))
-				}
-			}
-			claimHeld[got] = name + "-0"
-			mu.Unlock()
+			holdForClaim(got, "sticky "+name+"-0")
 			if round == 0 {
 				deletePod(pod.Name) // no DEL: the StatefulSet controller re-creates it
 				_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
