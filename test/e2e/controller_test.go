@@ -23,6 +23,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -121,9 +122,26 @@ func TestControllerHardNodeLoss(t *testing.T) {
 	// after the list above can see it.
 	// (Its own wait: the 30 s above bound the release, not a scrape on a
 	// loaded machine.)
+	var byReason map[string]float64
+	defer func() {
+		if t.Failed() {
+			t.Logf("tenure_releases_total by reason at the last scrape: %v", byReason)
+		}
+	}()
 	ctlPoll(t, ctx, "tenure_releases_total{reason=PodGone} >= 50", func() (bool, error) {
-		n, _ := ctrl.metric(t, "tenure_releases_total", `reason="PodGone"`)
-		return n >= perNode, nil
+		text, err := ctrl.scrape()
+		if err != nil {
+			return false, err
+		}
+		m, err := testbed.ParseMetrics(text)
+		if err != nil {
+			return false, err
+		}
+		byReason = map[string]float64{}
+		for _, r := range repair.Reasons {
+			byReason[string(r)], _ = m.Sum("tenure_releases_total", fmt.Sprintf("reason=%q", r))
+		}
+		return byReason[string(repair.PodGone)] >= perNode, nil
 	})
 	// One Event per release; the pods are gone and there is no pool, so the
 	// Events are about the reservations (namespace default).

@@ -45,8 +45,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
@@ -64,6 +66,9 @@ var current *controlplane.ControlPlane
 // plane. It returns the exit code for os.Exit.
 func Main(m *testing.M, setup func(cp *controlplane.ControlPlane) error) int {
 	flag.Parse() // so testing.Verbose works before m.Run
+	// Tests reach the API server with controller-runtime's client, which
+	// otherwise prints a stack trace the first time it would log.
+	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
