@@ -284,6 +284,18 @@ func TestChaos(t *testing.T) {
 		}
 		claimHeld[address] = who
 	}
+	// letGo ends what holdForClaim recorded and deletes the object the
+	// address was bound to (the claim, the StatefulSet), retrying through
+	// faults; the controller then releases the address.
+	letGo := func(address string, owner client.Object) {
+		mu.Lock()
+		delete(claimHeld, address)
+		mu.Unlock()
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := c.Delete(ctx, owner)
+			return err == nil || apierrors.IsNotFound(err), nil
+		})
+	}
 
 	// claimLifecycle: a VM's IPAMClaim, its pod on one node, the migration
 	// target on another (same address), the source's DEL, the target's
@@ -329,13 +341,7 @@ func TestChaos(t *testing.T) {
 			teardown(p, time.Now().Add(2*time.Minute))
 			deletePod(p.name)
 		}
-		mu.Lock()
-		delete(claimHeld, address)
-		mu.Unlock()
-		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			err := c.Delete(ctx, claim)
-			return err == nil || apierrors.IsNotFound(err), nil
-		})
+		letGo(address, claim)
 		count(ops, "claim-delete")
 	}
 
@@ -401,13 +407,7 @@ func TestChaos(t *testing.T) {
 			teardown(last, time.Now().Add(2*time.Minute))
 			deletePod(last.name)
 		}
-		mu.Lock()
-		delete(claimHeld, address)
-		mu.Unlock()
-		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			err := c.Delete(ctx, sts)
-			return err == nil || apierrors.IsNotFound(err), nil
-		})
+		letGo(address, sts)
 		count(ops, "sticky-statefulset")
 	}
 
