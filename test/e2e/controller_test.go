@@ -63,6 +63,7 @@ func byOwnerUID(t *testing.T, ctx context.Context, network string) map[string]ma
 }
 
 func TestControllerHardNodeLoss(t *testing.T) {
+	begin := time.Now()
 	ctx := testContext(t, 4*time.Minute)
 	c := apiClient(t)
 	const network, ns, perNode = "hardloss", "e2e-hardloss", 50
@@ -76,6 +77,8 @@ func TestControllerHardNodeLoss(t *testing.T) {
 		onB = append(onB, newPod(t, ctx, c, ns, "hl-b", nil))
 	}
 	addAll(t, ctx, append(append([]pod{}, onA...), onB...), conf, 20)
+	// Where the test's time goes, should its deadline pass on a busy machine.
+	t.Logf("agents started, %d pods created and added %v after the start", 2*perNode, time.Since(begin).Round(time.Millisecond))
 	before := byOwnerUID(t, ctx, network)
 	if len(before) != 2*perNode {
 		t.Fatalf("%d pods hold reservations, want %d", len(before), 2*perNode)
