@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,7 +101,8 @@ func TestStateFileRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.DHCPv6{Enabled: true, Interfaces: []string{"br0", "vlan200"}, InstallRoutes: false, PreferredLifetime: 600 * time.Second, ValidLifetime: 900 * time.Second}
+	want := config.DHCPv6{Enabled: true, Interfaces: []string{"br0", "vlan200"}, InstallRoutes: false, PreferredLifetime: 600 * time.Second, ValidLifetime: 900 * time.Second,
+		RouterAdvertisements: true, OnLink: []netip.Prefix{netip.MustParsePrefix("fd00:96::/64")}, Gateway: netip.MustParseAddr("fd00:96::1")}
 	s.Learn("san", &want)
 	s.Learn("gone", &config.DHCPv6{Enabled: true, Interfaces: []string{"br9"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
 	s.Learn("gone", &config.DHCPv6{Enabled: false})
