@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/ndp"
@@ -145,7 +146,8 @@ type advertiser struct {
 	solicited  chan netip.Addr // a solicitation's source (unspecified: answer to all nodes)
 	stop       chan struct{}
 	senderDone chan struct{}
-	readerDone chan struct{} // closed also when reading fails: the advertiser is restarted
+	readerDone chan struct{}
+	readFailed atomic.Bool // reading failed before close: the advertiser is restarted
 	stopOnce   sync.Once
 }
 
@@ -201,14 +203,7 @@ func (a *advertiser) set(s RASettings) {
 	}
 }
 
-func (a *advertiser) failed() bool {
-	select {
-	case <-a.readerDone:
-		return true
-	default:
-		return false
-	}
-}
+func (a *advertiser) failed() bool { return a.readFailed.Load() }
 
 // close sends the final advertisement and closes the socket.
 func (a *advertiser) close() {
@@ -275,6 +270,7 @@ func (a *advertiser) read() {
 			select {
 			case <-a.stop:
 			default:
+				a.readFailed.Store(true)
 				a.log.Warn("reading router solicitations failed; restarting the advertiser", "err", err)
 			}
 			return
@@ -328,17 +324,11 @@ func (s *Service) reconcileAdvertisers(want map[string]RASettings) {
 			}
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(want)) {
-		if _, ok := s.advertisers[name]; ok {
-			continue
-		}
-		a, err := s.startAdvertiser(name, want[name])
-		s.logErr("advertiser "+name, err, "cannot send router advertisements yet; retrying at the next resync", "interface", name, "netns", s.ns.String())
-		if err == nil {
-			s.advertisers[name] = a
-			s.log.Info("sending router advertisements", "interface", name, "from", a.self, "prefixes", want[name].Prefixes, "router", want[name].Router)
-		}
-	}
+	startMissing(s, s.advertisers, want, "advertiser", "cannot send router advertisements yet; retrying at the next resync", s.startAdvertiser,
+		func(name string, a *advertiser) {
+			w := a.current()
+			s.log.Info("sending router advertisements", "interface", name, "from", a.self, "prefixes", w.Prefixes, "router", w.Router)
+		})
 }
 
 func (s *Service) stopAdvertiser(name string, a *advertiser) {

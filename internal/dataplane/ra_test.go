@@ -1,15 +1,13 @@
 package dataplane
 
 import (
-	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -87,22 +85,36 @@ func checkPrefix(t *testing.T, ra *ndp.RouterAdvertisement, want string) {
 	t.Errorf("RA %+v has no prefix option", ra)
 }
 
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// logMessages is a slog.Handler that passes each record's message on.
+type logMessages chan string
+
+func (m logMessages) Enabled(context.Context, slog.Level) bool { return true }
+
+func (m logMessages) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case m <- r.Message:
+	default: // the test reads only the messages it waits for
+	}
+	return nil
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+func (m logMessages) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m logMessages) WithGroup(string) slog.Handler      { return m }
 
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// waitFor reads messages until one contains what.
+func (m logMessages) waitFor(t *testing.T, what string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case msg := <-m:
+			if strings.Contains(msg, what) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("nothing logged %q", what)
+		}
+	}
 }
 
 // TestAdvertiserInANamespace: an advertiser on one end of a veth pair in a
@@ -110,17 +122,14 @@ func (l *lockedBuffer) String() string {
 // end, warns about another router's advertisement, and says goodbye with
 // router lifetime 0 when it stops (root only).
 func TestAdvertiserInANamespace(t *testing.T) {
-	if ok, why := testbed.CanPlumb(); !ok {
-		t.Skip(why)
-	}
-	name := fmt.Sprintf("tdp-ra-%d", os.Getpid())
-	path, remove, err := testbed.AddNetns(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(remove)
-	if out, err := exec.Command("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0").CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
+	name, path := testNetns(t, "ra")
+	for _, k := range []string{"all", "default"} { // link-local addresses usable at once
+		err := testbed.InNetns(name, func() error {
+			return os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/accept_dad", []byte("0"), 0o644)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, args := range [][]string{
 		{"link", "add", "rt0", "type", "veth", "peer", "name", "cl0"},
@@ -130,8 +139,8 @@ func TestAdvertiserInANamespace(t *testing.T) {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	var logs lockedBuffer
-	s, err := New(Options{Source: &fakeSource{}, Netns: path, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	logs := make(logMessages, 64)
+	s, err := New(Options{Source: &fakeSource{}, Netns: path, Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +175,7 @@ func TestAdvertiserInANamespace(t *testing.T) {
 		for {
 			m, _, _, err := client.ReadFrom()
 			if err != nil {
-				t.Fatalf("waiting for %s: %v\nlogs:\n%s", what, err, logs.String())
+				t.Fatalf("waiting for %s: %v", what, err)
 			}
 			if ra, ok := m.(*ndp.RouterAdvertisement); ok {
 				return ra
@@ -177,7 +186,7 @@ func TestAdvertiserInANamespace(t *testing.T) {
 	settings := RASettings{Prefixes: []RAPrefix{{netip.MustParsePrefix("fd00:96::/64"), time.Hour, 2 * time.Hour}}}
 	s.reconcileAdvertisers(map[string]RASettings{"rt0": settings})
 	if len(s.advertisers) != 1 {
-		t.Fatalf("no advertiser started:\n%s", logs.String())
+		t.Fatal("no advertiser started")
 	}
 	checkPrefix(t, next("the first periodic advertisement"), "fd00:96::/64")
 
@@ -193,13 +202,7 @@ func TestAdvertiserInANamespace(t *testing.T) {
 	if err := client.WriteTo(&ndp.RouterAdvertisement{RouterLifetime: time.Minute}, nil, netip.IPv6LinkLocalAllNodes()); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "another router advertises on this segment") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no warning about the other router:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	logs.waitFor(t, "another router advertises on this segment")
 
 	// A gateway: advertised at once with a router lifetime.
 	settings.Router = true
@@ -215,4 +218,20 @@ func TestAdvertiserInANamespace(t *testing.T) {
 	if ra := next("the final advertisement"); ra.RouterLifetime != 0 {
 		t.Errorf("final router lifetime %v, want 0", ra.RouterLifetime)
 	}
+}
+
+// testNetns makes a network namespace for the test (root only; skipped
+// otherwise) and returns its name and path.
+func testNetns(t *testing.T, tag string) (name, path string) {
+	t.Helper()
+	if ok, why := testbed.CanPlumb(); !ok {
+		t.Skip(why)
+	}
+	name = fmt.Sprintf("tdp-%s-%d", tag, os.Getpid())
+	path, remove, err := testbed.AddNetns(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	return name, path
 }

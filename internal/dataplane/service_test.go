@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -157,15 +156,7 @@ func TestHandlerConfigAndServerDUID(t *testing.T) {
 // TestRoutesInANamespace drives reconcileRoutes against a real kernel table
 // in a network namespace the test makes (root only).
 func TestRoutesInANamespace(t *testing.T) {
-	if ok, why := testbed.CanPlumb(); !ok {
-		t.Skip(why)
-	}
-	name := fmt.Sprintf("tdp-rt-%d", os.Getpid())
-	path, remove, err := testbed.AddNetns(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(remove)
+	name, path := testNetns(t, "rt")
 	ip := func(args ...string) string {
 		t.Helper()
 		out, err := testbed.IPIn(name, args...)

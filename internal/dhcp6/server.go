@@ -158,11 +158,21 @@ func newServer(ifname string, h *Handler, conn net.PacketConn, opts ...ServerOpt
 // returns an error if reading fails otherwise (the sockets are then closed).
 // Call Serve once.
 func (s *Server) Serve() error {
-	var err error
+	read := s.readUDP
 	if s.frames != nil {
-		err = s.serveFrames()
-	} else {
-		err = s.serveUDP()
+		read = s.readFrame
+	}
+	buf := make([]byte, 1<<16)
+	var err error
+	for err == nil {
+		var (
+			payload []byte
+			peer    *net.UDPAddr
+			mac     net.HardwareAddr
+		)
+		if payload, peer, mac, err = read(buf); err == nil && peer != nil {
+			s.handle(payload, peer, mac)
+		}
 	}
 	if s.closed.Load() || errors.Is(err, net.ErrClosed) {
 		return nil
@@ -171,39 +181,36 @@ func (s *Server) Serve() error {
 	return err
 }
 
-func (s *Server) serveFrames() error {
-	buf := make([]byte, 1<<16)
-	for {
-		n, from, err := s.frames.ReadFrom(buf)
-		if err != nil {
-			return err
-		}
-		var mac net.HardwareAddr
-		if a, ok := from.(*packet.Addr); ok && len(a.HardwareAddr) > 0 {
-			mac = bytes.Clone(a.HardwareAddr)
-		}
-		peer, payload, err := parseUDP6(buf[:n])
-		if err != nil {
-			s.undecodable(err, mac, nil)
-			continue
-		}
-		s.handle(payload, peer, mac)
+// readFrame reads one client frame from the packet socket: the UDP payload,
+// its source, and the frame's link-layer source. A frame whose IPv6 or UDP
+// header does not hold together is counted as undecodable and gives a nil
+// peer.
+func (s *Server) readFrame(buf []byte) ([]byte, *net.UDPAddr, net.HardwareAddr, error) {
+	n, from, err := s.frames.ReadFrom(buf)
+	if err != nil {
+		return nil, nil, nil, err
 	}
+	var mac net.HardwareAddr
+	if a, ok := from.(*packet.Addr); ok && len(a.HardwareAddr) > 0 {
+		mac = bytes.Clone(a.HardwareAddr)
+	}
+	peer, payload, err := parseUDP6(buf[:n])
+	if err != nil {
+		s.undecodable(err, mac, nil)
+		return nil, nil, nil, nil
+	}
+	return payload, peer, mac, nil
 }
 
-func (s *Server) serveUDP() error {
-	buf := make([]byte, 1<<16)
-	for {
-		n, from, err := s.conn.ReadFrom(buf)
-		if err != nil {
-			return err
-		}
-		peer, _ := from.(*net.UDPAddr)
-		if peer == nil {
-			continue
-		}
-		s.handle(buf[:n], peer, nil)
+// readUDP reads one datagram from the UDP socket (UDP-only mode: no
+// link-layer source).
+func (s *Server) readUDP(buf []byte) ([]byte, *net.UDPAddr, net.HardwareAddr, error) {
+	n, from, err := s.conn.ReadFrom(buf)
+	if err != nil {
+		return nil, nil, nil, err
 	}
+	peer, _ := from.(*net.UDPAddr)
+	return buf[:n], peer, nil, nil
 }
 
 // parseUDP6 returns the UDP source and payload of an IPv6 packet that the

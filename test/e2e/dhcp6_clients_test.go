@@ -6,14 +6,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,7 +45,8 @@ type dhcpcdSite struct {
 	sfx, node, network   string
 	ns                   string // Kubernetes namespace of the claims and pods
 	agentSocket, metrics string
-	ipam                 string
+	ipam                 string // the network config the next ADDs carry
+	subnet               int    // N of fd00:N::/64
 	nodeNS               string
 	guests               int
 }
@@ -70,18 +70,30 @@ func requireDhcpcd(t *testing.T) {
 	}
 }
 
-// newDhcpcdSite makes the node namespace, starts its agent and returns the
-// site; ipam is the network's IPAM config (without type and agent_socket).
-func newDhcpcdSite(t *testing.T, ctx context.Context, tag, ipam string) *dhcpcdSite {
+// newDhcpcdSite fails the test without dhcpcd, makes the node namespace,
+// starts its agent and returns the site, whose network has the range
+// fd00:N::/64, delegates /56s of fd00:N00::/40 and serves DHCPv6 on br0,
+// with router advertisements if ra.
+func newDhcpcdSite(t *testing.T, tag string, n int, ra bool) *dhcpcdSite {
 	t.Helper()
-	sfx := strconv.Itoa(os.Getpid() % 100000)
+	requireDhcpcd(t)
+	ctx := testContext(t, 3*time.Minute)
+	sfx := fmt.Sprint(os.Getpid() % 100000)
 	s := &dhcpcdSite{t: t, ctx: ctx, c: apiClient(t), sfx: sfx, node: "dc-" + tag, network: "dc" + tag,
-		ns: "dhcpcd-" + tag, nodeNS: "tdc-" + tag + "-" + sfx, ipam: ipam}
+		ns: "dhcpcd-" + tag, nodeNS: "tdc-" + tag + "-" + sfx, subnet: n}
+	s.setRA(ra)
 	path := dhcpNode(t, s.nodeNS)
 	waitLinkLocal(t, ctx, s.nodeNS, "br0")
 	agent, metrics := startDataplaneAgent(t, ctx, s.node, path, "")
 	s.agentSocket, s.metrics = agent.Socket, metrics
 	return s
+}
+
+// setRA sets the network config the next ADDs carry.
+func (s *dhcpcdSite) setRA(ra bool) {
+	s.ipam = fmt.Sprintf(`{"ipRanges":[{"range":"fd00:%x::/64"}],
+		"prefix_delegation":{"range":"fd00:%x00::/40","prefix_length":56},
+		"dhcpv6":{"interfaces":["br0"],"router_advertisements":%t}}`, s.subnet, s.subnet, ra)
 }
 
 // guest makes a guest namespace whose eth0 has mac and a link-local
@@ -104,7 +116,7 @@ func (s *dhcpcdSite) guest(mac string, mode int) dhcpcdGuest {
 	var sysctls []string
 	if mode == 2 {
 		// stable-privacy needs its secret first.
-		sysctls = append(sysctls, "net.ipv6.conf.eth0.stable_secret=2001:db8:5ec:1e7::"+strconv.Itoa(s.guests))
+		sysctls = append(sysctls, fmt.Sprintf("net.ipv6.conf.eth0.stable_secret=2001:db8:5ec:1e7::%d", s.guests))
 	}
 	sysctls = append(sysctls, fmt.Sprintf("net.ipv6.conf.eth0.addr_gen_mode=%d", mode))
 	for _, kv := range sysctls {
@@ -143,15 +155,25 @@ func (s *dhcpcdSite) add(p pod) {
 	}
 }
 
-// linkLocal returns the link-local address of eth0 in ns.
-func linkLocalOf(t *testing.T, ns string) netip.Addr {
+// eth0Addrs lists the IPv6 addresses of eth0 in ns with the scope ("link",
+// "global"), as ip's JSON output gives them.
+func eth0Addrs(t *testing.T, ns, scope string) []netip.Addr {
 	t.Helper()
-	out := mustIP(t, ns, "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link")
-	m := regexp.MustCompile(`inet6 (fe80::[0-9a-f:]+)/64`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no link-local address on eth0 in %s: %s", ns, out)
+	var links []struct {
+		AddrInfo []struct {
+			Local string `json:"local"`
+		} `json:"addr_info"`
 	}
-	return netip.MustParseAddr(m[1])
+	if err := json.Unmarshal([]byte(mustIP(t, ns, "-j", "-6", "addr", "show", "dev", "eth0", "scope", scope)), &links); err != nil {
+		t.Fatal(err)
+	}
+	var out []netip.Addr
+	for _, l := range links {
+		for _, a := range l.AddrInfo {
+			out = append(out, netip.MustParseAddr(a.Local))
+		}
+	}
+	return out
 }
 
 // dhcpcdRun is a dhcpcd running in a guest namespace.
@@ -260,26 +282,14 @@ func pollErr(ctx context.Context, d time.Duration, cond func() bool) error {
 	return nil
 }
 
-// globalAddrs lists the global IPv6 addresses of eth0 in ns.
-func globalAddrs(t *testing.T, ns string) []netip.Addr {
-	t.Helper()
-	var out []netip.Addr
-	for _, m := range regexp.MustCompile(`inet6 ([0-9a-f:]+)/`).FindAllStringSubmatch(mustIP(t, ns, "-6", "addr", "show", "dev", "eth0", "scope", "global"), -1) {
-		out = append(out, netip.MustParseAddr(m[1]))
-	}
-	return out
-}
-
 // TestDHCPv6ClientsKnownByTheirFramesMAC: guests whose DUID (DUID-UUID,
 // DUID-EN) and link-local address (stable-privacy, random) say nothing of
 // their MAC get exactly their claim's address and prefix: the server knows
 // them by the Ethernet source of their frames. A packet that is no DHCPv6
 // message is counted, not answered.
 func TestDHCPv6ClientsKnownByTheirFramesMAC(t *testing.T) {
-	requireDhcpcd(t)
-	ctx := testContext(t, 3*time.Minute)
-	s := newDhcpcdSite(t, ctx, "mac", `{"ipRanges":[{"range":"fd00:97::/64"}],
-		"prefix_delegation":{"range":"fd00:9700::/40","prefix_length":56},"dhcpv6":{"interfaces":["br0"]}}`)
+	s := newDhcpcdSite(t, "mac", 0x97, false)
+	ctx := s.ctx
 
 	var first dhcpcdGuest
 	for i, c := range []struct {
@@ -295,7 +305,11 @@ func TestDHCPv6ClientsKnownByTheirFramesMAC(t *testing.T) {
 		if i == 0 {
 			first = g
 		}
-		ll := linkLocalOf(t, g.ns)
+		lls := eth0Addrs(t, g.ns, "link")
+		if len(lls) != 1 {
+			t.Fatalf("%s: eth0 link-local addresses %v", c.name, lls)
+		}
+		ll := lls[0]
 		if mac, ok := dhcp6.MACFromLinkLocal(ll); ok {
 			t.Fatalf("%s: guest link-local %s encodes MAC %s: the test needs one that does not", c.name, ll, mac)
 		}
@@ -304,7 +318,7 @@ func TestDHCPv6ClientsKnownByTheirFramesMAC(t *testing.T) {
 		if !strings.Contains(r.log(), "DUID "+c.duid) {
 			t.Errorf("%s: dhcpcd did not use DUID %s", c.name, c.duid)
 		}
-		if got := globalAddrs(t, g.ns); len(got) != 1 || got[0] != g.addr {
+		if got := eth0Addrs(t, g.ns, "global"); len(got) != 1 || got[0] != g.addr {
 			t.Errorf("%s: eth0 holds %v, want exactly the claim's %s", c.name, got, g.addr)
 		}
 		t.Logf("%s (%s, link-local %s): %s and %s", c.name, c.mac, ll, g.addr, g.prefix)
@@ -336,11 +350,8 @@ func TestDHCPv6ClientsKnownByTheirFramesMAC(t *testing.T) {
 // client gets its claim's address, with the range's /64 on-link and no
 // default route (the network has no gateway).
 func TestDHCPv6RouterAdvertisementsStartStockClients(t *testing.T) {
-	requireDhcpcd(t)
-	ctx := testContext(t, 3*time.Minute)
-	const ipamFmt = `{"ipRanges":[{"range":"fd00:98::/64"}],
-		"prefix_delegation":{"range":"fd00:9800::/40","prefix_length":56},"dhcpv6":{"interfaces":["br0"],"router_advertisements":%t}}`
-	s := newDhcpcdSite(t, ctx, "ra", fmt.Sprintf(ipamFmt, false))
+	s := newDhcpcdSite(t, "ra", 0x98, false)
+	ctx := s.ctx
 	g := s.guest("02:00:00:d8:00:01", 2)
 
 	r := startDhcpcd(t, g.ns, "")
@@ -349,16 +360,16 @@ func TestDHCPv6RouterAdvertisementsStartStockClients(t *testing.T) {
 	if n := sumDHCPv6Messages(t, scrape(t, s.metrics)); n != 0 {
 		t.Fatalf("the server saw %v DHCPv6 messages with router advertisements off; a stock dhcpcd must send none", n)
 	}
-	if got := globalAddrs(t, g.ns); len(got) != 0 {
+	if got := eth0Addrs(t, g.ns, "global"); len(got) != 0 {
 		t.Fatalf("eth0 holds %v without router advertisements", got)
 	}
 
 	// The operator turns router advertisements on: the next ADD on the
 	// node (another pod of the network) carries the new config.
-	s.ipam = fmt.Sprintf(ipamFmt, true)
+	s.setRA(true)
 	s.add(newPod(t, ctx, s.c, s.ns, s.node, nil))
 	r.waitLease(ctx, g, false)
-	if got := globalAddrs(t, g.ns); len(got) != 1 || got[0] != g.addr {
+	if got := eth0Addrs(t, g.ns, "global"); len(got) != 1 || got[0] != g.addr {
 		t.Errorf("eth0 holds %v, want exactly the claim's %s", got, g.addr)
 	}
 	poll(t, ctx, 20*time.Second, "the on-link route of fd00:98::/64 on eth0", func() bool {
@@ -388,15 +399,13 @@ func sumDHCPv6Messages(t *testing.T, metrics string) float64 {
 // server's Reply (read off the guest's link) has NoAddrsAvail and
 // NoPrefixAvail inside the others.
 func TestDHCPv6TwoIAsOfEachKind(t *testing.T) {
-	requireDhcpcd(t)
-	ctx := testContext(t, 3*time.Minute)
-	s := newDhcpcdSite(t, ctx, "ia", `{"ipRanges":[{"range":"fd00:99::/64"}],
-		"prefix_delegation":{"range":"fd00:9900::/40","prefix_length":56},"dhcpv6":{"interfaces":["br0"]}}`)
+	s := newDhcpcdSite(t, "ia", 0x99, false)
+	ctx := s.ctx
 	g := s.guest("02:00:00:d9:00:01", 0)
 	replies := captureServerMessages(t, g.ns)
 	r := startDhcpcd(t, g.ns, "noipv6rs\nipv6only\ninterface eth0\n  ia_na 1\n  ia_na 2\n  ia_pd 3\n  ia_pd 4\n")
 	r.waitLease(ctx, g, true)
-	if got := globalAddrs(t, g.ns); len(got) != 1 || got[0] != g.addr {
+	if got := eth0Addrs(t, g.ns, "global"); len(got) != 1 || got[0] != g.addr {
 		t.Errorf("eth0 holds %v, want exactly the claim's %s", got, g.addr)
 	}
 
