@@ -170,7 +170,9 @@ func eth0Addrs(t *testing.T, ns, scope string) []netip.Addr {
 	var out []netip.Addr
 	for _, l := range links {
 		for _, a := range l.AddrInfo {
-			out = append(out, netip.MustParseAddr(a.Local))
+			if a.Local != "" { // ip lists the filtered-out addresses as {}
+				out = append(out, netip.MustParseAddr(a.Local))
+			}
 		}
 	}
 	return out
