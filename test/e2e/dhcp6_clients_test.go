@@ -89,11 +89,16 @@ func newDhcpcdSite(t *testing.T, tag string, n int, ra bool) *dhcpcdSite {
 	return s
 }
 
-// setRA sets the network config the next ADDs carry.
-func (s *dhcpcdSite) setRA(ra bool) {
-	s.ipam = fmt.Sprintf(`{"ipRanges":[{"range":"fd00:%x::/64"}],
+// setRA sets the network config the next ADDs carry: router advertisements
+// on or off, and an IPv6 gateway (fd00:N::1) or none.
+func (s *dhcpcdSite) setRA(ra bool, gateway ...bool) {
+	gw := ""
+	if len(gateway) > 0 && gateway[0] {
+		gw = fmt.Sprintf(`"gateway":"fd00:%x::1",`, s.subnet)
+	}
+	s.ipam = fmt.Sprintf(`{"ipRanges":[{"range":"fd00:%x::/64"}],%s
 		"prefix_delegation":{"range":"fd00:%x00::/40","prefix_length":56},
-		"dhcpv6":{"interfaces":["br0"],"router_advertisements":%t}}`, s.subnet, s.subnet, ra)
+		"dhcpv6":{"interfaces":["br0"],"router_advertisements":%t}}`, s.subnet, gw, s.subnet, ra)
 }
 
 // guest makes a guest namespace whose eth0 has mac and a link-local
@@ -350,7 +355,8 @@ func TestDHCPv6ClientsKnownByTheirFramesMAC(t *testing.T) {
 // DHCPv6. With router_advertisements off it never does; once the network's
 // config turns them on, the node serving the guest advertises and the same
 // client gets its claim's address, with the range's /64 on-link and no
-// default route (the network has no gateway).
+// default route (the network has no gateway); a gateway in the config makes
+// the node the guest's default router.
 func TestDHCPv6RouterAdvertisementsStartStockClients(t *testing.T) {
 	s := newDhcpcdSite(t, "ra", 0x98, false)
 	ctx := s.ctx
@@ -384,6 +390,20 @@ func TestDHCPv6RouterAdvertisementsStartStockClients(t *testing.T) {
 	if !strings.Contains(r.log(), "Router Advertisement from") {
 		t.Errorf("dhcpcd logged no Router Advertisement")
 	}
+
+	// With a gateway in the config, the node advertises itself as the
+	// default router: the guest routes through the node's link-local
+	// address on br0.
+	s.setRA(true, true)
+	s.add(newPod(t, ctx, s.c, s.ns, s.node, nil))
+	nodeLL := ""
+	if m := strings.Fields(mustIP(t, s.nodeNS, "-6", "-o", "addr", "show", "dev", "br0", "scope", "link")); len(m) > 3 {
+		nodeLL, _, _ = strings.Cut(m[3], "/")
+	}
+	poll(t, ctx, 20*time.Second, "a default route via the node's "+nodeLL, func() bool {
+		out, _ := testbed.IPIn(g.ns, "-6", "route", "show", "default")
+		return nodeLL != "" && strings.Contains(out, "via "+nodeLL+" dev eth0")
+	})
 }
 
 func sumDHCPv6Messages(t *testing.T, metrics string) float64 {
