@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests drive (a real DHCPv6 client,
+# Installs the Debian packages the tests drive (the real DHCPv6 clients dhclient and dhcpcd,
 # iproute2, util-linux's setpriv, runc for the local node) when they are missing; without root it
 # fails and names what to install, so no test skips for a missing tool.
 set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v dhclient >/dev/null || need+=(isc-dhcp-client)
+# dhcpcd: the DHCPv6 client of the guests with stock settings (Debian's
+# dhcpcd-base holds the binary, without the system service).
+command -v dhcpcd >/dev/null || need+=(dhcpcd-base)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v runc >/dev/null || need+=(runc)
 ((${#need[@]})) || exit 0

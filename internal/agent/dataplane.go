@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,8 +59,29 @@ func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
 // Attached is called after every successful ADD: the network's dhcpv6
 // settings are learnt from its IPAM config, and the bindings recomputed.
 func (d *agentDataplane) Attached(cfg *config.Config) {
-	d.svc.Learn(cfg.Name, cfg.DHCPv6)
+	d.svc.Learn(cfg.Name, withLinkInfo(cfg))
 	d.svc.Trigger()
+}
+
+// withLinkInfo returns the network's dhcpv6 settings with what its Router
+// Advertisements tell the guests: the IPv6 subnets of its ranges (on-link
+// prefixes) and its IPv6 gateway.
+func withLinkInfo(cfg *config.Config) *config.DHCPv6 {
+	if cfg.DHCPv6 == nil {
+		return nil
+	}
+	d := *cfg.DHCPv6
+	d.OnLink = nil
+	for _, r := range cfg.Ranges {
+		if p := r.Prefix.Masked(); p.Addr().Is6() && !p.Addr().Is4In6() && !slices.Contains(d.OnLink, p) {
+			d.OnLink = append(d.OnLink, p)
+		}
+	}
+	d.Gateway = netip.Addr{}
+	if cfg.Gateway.Is6() && !cfg.Gateway.Is4In6() {
+		d.Gateway = cfg.Gateway
+	}
+	return &d
 }
 
 // Run reconciles until ctx ends; Start calls it once the caches synced.

@@ -339,14 +339,15 @@ func TestParsePrefixDelegationAndDHCPv6(t *testing.T) {
 		t.Errorf("At(Count) = %v, want zero", got)
 	}
 	d := c.DHCPv6
-	if d == nil || !d.Enabled || !d.InstallRoutes || d.PreferredLifetime != time.Hour || d.ValidLifetime != 2*time.Hour || d.Interfaces != nil {
+	if d == nil || !d.Enabled || !d.InstallRoutes || d.PreferredLifetime != time.Hour || d.ValidLifetime != 2*time.Hour || d.Interfaces != nil ||
+		d.RouterAdvertisements {
 		t.Errorf("DHCPv6 defaults = %+v", d)
 	}
 
 	c = mustParse(t, `{"type":"tenure","range":"2001:db8::/64","dhcpv6":{"enabled":false,"interfaces":["net1","eth0.100"],
-		"preferred_lifetime":600,"valid_lifetime":600,"install_routes":false}}`)
+		"preferred_lifetime":600,"valid_lifetime":600,"install_routes":false,"router_advertisements":true}}`)
 	d = c.DHCPv6
-	if d.Enabled || d.InstallRoutes || d.PreferredLifetime != 10*time.Minute || d.ValidLifetime != 10*time.Minute ||
+	if d.Enabled || d.InstallRoutes || d.PreferredLifetime != 10*time.Minute || d.ValidLifetime != 10*time.Minute || !d.RouterAdvertisements ||
 		!slices.Equal(d.Interfaces, []string{"net1", "eth0.100"}) {
 		t.Errorf("DHCPv6 = %+v", d)
 	}
@@ -561,6 +562,7 @@ func TestParseErrors(t *testing.T) {
 		// dhcpv6.
 		{"dhcpv6 not an object", `{"type":"tenure","range":"fd00::/64","dhcpv6":true}`, "ipam.dhcpv6", []string{"true", "must be an object"}},
 		{"dhcpv6 enabled type", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"enabled":"yes"}}`, "ipam.dhcpv6.enabled", []string{`"yes"`, "true or false"}},
+		{"dhcpv6 router_advertisements type", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"router_advertisements":"on"}}`, "ipam.dhcpv6.router_advertisements", []string{`"on"`, "true or false"}},
 		{"dhcpv6 install_routes type", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"install_routes":1}}`, "ipam.dhcpv6.install_routes", []string{"1", "true or false"}},
 		{"dhcpv6 valid < preferred", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"preferred_lifetime":600,"valid_lifetime":300}}`, "ipam.dhcpv6.valid_lifetime",
 			[]string{"300", "ipam.dhcpv6.preferred_lifetime 600"}},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"math"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -15,6 +16,19 @@ type DHCPv6 struct {
 	PreferredLifetime time.Duration // default 3600s
 	ValidLifetime     time.Duration // default 7200s, >= PreferredLifetime
 	InstallRoutes     bool          // default true
+	// RouterAdvertisements (router_advertisements, default false): the
+	// node serving a guest also sends it Router Advertisements (M and O
+	// flags, the network's IPv6 on-link prefixes), so clients with stock
+	// settings start DHCPv6.
+	RouterAdvertisements bool
+
+	// Not keys of the dhcpv6 object: the agent fills them in from the
+	// network's config (ranges, gateway) for the Router Advertisements.
+
+	// OnLink are the IPv6 subnets of the network's ranges.
+	OnLink []netip.Prefix
+	// Gateway is the network's IPv6 gateway; the zero Addr when it has none.
+	Gateway netip.Addr
 }
 
 // Defaults of the dhcpv6 object.
@@ -75,7 +89,7 @@ func buildPrefixDelegation(rf, lf field, n int64) (*addrspace.PrefixDelegation, 
 	return &addrspace.PrefixDelegation{Range: p, PrefixLength: int(n)}, nil
 }
 
-var dhcpv6Keys = []string{"enabled", "interfaces", "preferred_lifetime", "valid_lifetime", "install_routes"}
+var dhcpv6Keys = []string{"enabled", "interfaces", "preferred_lifetime", "valid_lifetime", "install_routes", "router_advertisements"}
 
 func parseDHCPv6(f field) (*DHCPv6, error) {
 	m, err := f.object()
@@ -93,6 +107,11 @@ func parseDHCPv6(f field) (*DHCPv6, error) {
 	}
 	if v, ok := m["install_routes"]; ok {
 		if d.InstallRoutes, err = v.boolean(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := m["router_advertisements"]; ok {
+		if d.RouterAdvertisements, err = v.boolean(); err != nil {
 			return nil, err
 		}
 	}

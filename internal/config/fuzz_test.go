@@ -255,7 +255,7 @@ func canonical(t *testing.T, c *Config) []byte {
 	}
 	if d := c.DHCPv6; d != nil {
 		ipam["dhcpv6"] = map[string]any{
-			"enabled": d.Enabled, "interfaces": d.Interfaces, "install_routes": d.InstallRoutes,
+			"enabled": d.Enabled, "interfaces": d.Interfaces, "install_routes": d.InstallRoutes, "router_advertisements": d.RouterAdvertisements,
 			"preferred_lifetime": int64(d.PreferredLifetime.Seconds()), "valid_lifetime": int64(d.ValidLifetime.Seconds()),
 		}
 	}

@@ -55,10 +55,11 @@
 // the other is dropped with a logged reason. The same claim appearing twice
 // is kept once.
 //
-// The handler (internal/dhcp6) derives candidate MACs from the packet (RFC
-// 6939 option, DUID-LL/LLT link-layer address, EUI-64 of the link-local
-// source) and asks [Service.Lookup] with the interface the message came in
-// on; the answer is the binding whose MAC matches and whose network lists
+// The handler (internal/dhcp6) derives the client's MAC from the packet (the
+// Ethernet source of the frame; only where there is none, or for a relayed
+// message, the RFC 6939 option, DUID-LL/LLT link-layer address, EUI-64 of
+// the link-local source) and asks [Service.Lookup] with the interface the
+// message came in on; the answer is the binding whose MAC matches and whose network lists
 // that interface. Everyone else gets no answer. On a bridge shared by
 // several guests the MAC is asserted by the guest, so MAC-spoofing protection
 // on the bridge ports (e.g. the bridge plugin's macspoofchk, KubeVirt's
@@ -89,6 +90,18 @@
 // answer the same client (rule 4), so the shared DUID never confuses one.
 // Advertise carries Preference 255: an agent only ever answers a client it
 // holds the binding of, so the client need not wait for other servers.
+//
+// # Router Advertisements
+//
+// A network whose dhcpv6.router_advertisements is true gets Router
+// Advertisements (M and O flags, its IPv6 ranges' subnets on-link, router
+// lifetime 0 unless it has an IPv6 gateway) on each of its DHCPv6 interfaces
+// on which this node holds one of its bindings ([WantedAdvertisements]): the
+// node that serves a guest is the one that advertises to it, whatever rule
+// chooses that node. One advertiser per interface (ra.go) sends them
+// periodically and in answer to Router Solicitations, warns about other
+// routers' advertisements, and sends a last one with router lifetime 0 when
+// the interface is no longer wanted.
 //
 // # Routes
 //

@@ -85,16 +85,28 @@ func (s *Service) reconcileServers(networks map[string]config.DHCPv6) {
 			s.stopServer(name, sv)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(want)) {
-		if _, ok := s.servers[name]; ok {
-			continue
-		}
-		sv, err := s.startServer(name, want[name])
-		s.logErr("server "+name, err, "cannot serve dhcpv6 yet; retrying at the next resync", "interface", name, "netns", s.ns.String())
-		if err == nil {
-			s.servers[name] = sv
+	startMissing(s, s.servers, want, "server", "cannot serve dhcpv6 yet; retrying at the next resync", s.startServer,
+		func(name string, sv *server) {
 			s.log.Info("serving dhcpv6", "interface", name, "netns", s.ns.String(), "ifindex", sv.ifindex,
 				"preferredLifetime", sv.cfg.PreferredLifetime, "validLifetime", sv.cfg.ValidLifetime)
+		})
+}
+
+// startMissing starts, in name order, each interface's service that want
+// has and running lacks, and records it in running; one that fails to start
+// is logged (once until its error changes) and tried again at the next
+// reconcile.
+func startMissing[V, C any](s *Service, running map[string]V, want map[string]C, what, failMsg string,
+	start func(string, C) (V, error), started func(string, V)) {
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := running[name]; ok {
+			continue
+		}
+		v, err := start(name, want[name])
+		s.logErr(what+" "+name, err, failMsg, "interface", name, "netns", s.ns.String())
+		if err == nil {
+			running[name] = v
+			started(name, v)
 		}
 	}
 }

@@ -45,7 +45,8 @@ type Options struct {
 	Logger   *slog.Logger
 }
 
-// Service serves DHCPv6 and keeps the routes of this node's bindings.
+// Service serves DHCPv6 (and, where asked, Router Advertisements) and keeps
+// the routes of this node's bindings.
 type Service struct {
 	opts Options
 	log  *slog.Logger
@@ -64,9 +65,10 @@ type Service struct {
 	heard   map[string]string // binding key -> interface last heard on
 
 	// Owned by the Run goroutine.
-	servers   map[string]*server
-	lastState map[string]string // pod|interface -> binding or skip, as last logged
-	lastErrs  map[string]string
+	servers     map[string]*server
+	advertisers map[string]*advertiser // by interface
+	lastState   map[string]string      // pod|interface -> binding or skip, as last logged
+	lastErrs    map[string]string
 }
 
 // New opens the dataplane namespace and reads the state file.
@@ -92,7 +94,7 @@ func New(opts Options) (*Service, error) {
 	s := &Service{
 		opts: opts, log: opts.Logger.With("component", "dataplane"), ns: ns, nl: nl,
 		trigger: make(chan struct{}, 1), networks: map[string]config.DHCPv6{},
-		heard: map[string]string{}, servers: map[string]*server{}, lastErrs: map[string]string{},
+		heard: map[string]string{}, servers: map[string]*server{}, advertisers: map[string]*advertiser{}, lastErrs: map[string]string{},
 	}
 	s.index.Store(&index{byMACIf: map[string]Binding{}})
 	if opts.StateFile != "" {
@@ -118,6 +120,7 @@ func (s *Service) Learn(network string, d *config.DHCPv6) {
 	default:
 		nd := *d
 		nd.Interfaces = slices.Clone(d.Interfaces)
+		nd.OnLink = slices.Clone(d.OnLink)
 		if !had || !sameSettings(old, nd) {
 			s.networks[network] = nd
 			changed = true
@@ -127,7 +130,8 @@ func (s *Service) Learn(network string, d *config.DHCPv6) {
 	s.mu.Unlock()
 	if changed && d != nil && d.Enabled {
 		s.log.Info("dhcpv6 settings learnt", "network", network, "interfaces", d.Interfaces, "installRoutes", d.InstallRoutes,
-			"preferredLifetime", d.PreferredLifetime, "validLifetime", d.ValidLifetime)
+			"preferredLifetime", d.PreferredLifetime, "validLifetime", d.ValidLifetime,
+			"routerAdvertisements", d.RouterAdvertisements, "onLink", d.OnLink, "gateway", d.Gateway)
 	} else if changed {
 		s.log.Info("dhcpv6 settings forgotten: the network's config has no enabled dhcpv6", "network", network)
 	}
@@ -138,7 +142,8 @@ func (s *Service) Learn(network string, d *config.DHCPv6) {
 
 func sameSettings(a, b config.DHCPv6) bool {
 	return a.Enabled == b.Enabled && a.InstallRoutes == b.InstallRoutes && a.PreferredLifetime == b.PreferredLifetime &&
-		a.ValidLifetime == b.ValidLifetime && slices.Equal(a.Interfaces, b.Interfaces)
+		a.ValidLifetime == b.ValidLifetime && slices.Equal(a.Interfaces, b.Interfaces) &&
+		a.RouterAdvertisements == b.RouterAdvertisements && slices.Equal(a.OnLink, b.OnLink) && a.Gateway == b.Gateway
 }
 
 // Networks returns a copy of the learnt settings.
@@ -148,6 +153,7 @@ func (s *Service) Networks() map[string]config.DHCPv6 {
 	out := make(map[string]config.DHCPv6, len(s.networks))
 	for k, v := range s.networks {
 		v.Interfaces = slices.Clone(v.Interfaces)
+		v.OnLink = slices.Clone(v.OnLink)
 		out[k] = v
 	}
 	return out
@@ -183,6 +189,9 @@ func (s *Service) shutdown() {
 	for name, sv := range s.servers {
 		s.stopServer(name, sv)
 	}
+	for name, a := range s.advertisers {
+		s.stopAdvertiser(name, a)
+	}
 	s.nl.Close()
 	s.ns.close()
 }
@@ -192,6 +201,7 @@ func (s *Service) reconcile() {
 	s.persist()
 	bindings := s.rebind(networks)
 	s.reconcileServers(networks)
+	s.reconcileAdvertisers(WantedAdvertisements(bindings, networks))
 	s.reconcileRoutes(bindings)
 }
 

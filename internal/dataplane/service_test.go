@@ -1,9 +1,9 @@
 package dataplane
 
 import (
-	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,7 +100,8 @@ func TestStateFileRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.DHCPv6{Enabled: true, Interfaces: []string{"br0", "vlan200"}, InstallRoutes: false, PreferredLifetime: 600 * time.Second, ValidLifetime: 900 * time.Second}
+	want := config.DHCPv6{Enabled: true, Interfaces: []string{"br0", "vlan200"}, InstallRoutes: false, PreferredLifetime: 600 * time.Second, ValidLifetime: 900 * time.Second,
+		RouterAdvertisements: true, OnLink: []netip.Prefix{netip.MustParsePrefix("fd00:96::/64")}, Gateway: netip.MustParseAddr("fd00:96::1")}
 	s.Learn("san", &want)
 	s.Learn("gone", &config.DHCPv6{Enabled: true, Interfaces: []string{"br9"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
 	s.Learn("gone", &config.DHCPv6{Enabled: false})
@@ -155,15 +156,7 @@ func TestHandlerConfigAndServerDUID(t *testing.T) {
 // TestRoutesInANamespace drives reconcileRoutes against a real kernel table
 // in a network namespace the test makes (root only).
 func TestRoutesInANamespace(t *testing.T) {
-	if ok, why := testbed.CanPlumb(); !ok {
-		t.Skip(why)
-	}
-	name := fmt.Sprintf("tdp-rt-%d", os.Getpid())
-	path, remove, err := testbed.AddNetns(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(remove)
+	name, path := testNetns(t, "rt")
 	ip := func(args ...string) string {
 		t.Helper()
 		out, err := testbed.IPIn(name, args...)

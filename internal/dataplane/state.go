@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"time"
@@ -22,6 +23,11 @@ type stateNetwork struct {
 	PreferredLifetime int64    `json:"preferred_lifetime"`
 	ValidLifetime     int64    `json:"valid_lifetime"`
 	InstallRoutes     bool     `json:"install_routes"`
+	// Router Advertisements (absent in files written before they existed:
+	// off, as the default).
+	RouterAdvertisements bool           `json:"router_advertisements,omitempty"`
+	OnLink               []netip.Prefix `json:"on_link,omitempty"`
+	Gateway              netip.Addr     `json:"gateway,omitzero"`
 }
 
 func (s *Service) load() error {
@@ -40,7 +46,8 @@ func (s *Service) load() error {
 	defer s.mu.Unlock()
 	for name, n := range st.Networks {
 		d := config.DHCPv6{Enabled: true, Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
-			PreferredLifetime: time.Duration(n.PreferredLifetime) * time.Second, ValidLifetime: time.Duration(n.ValidLifetime) * time.Second}
+			PreferredLifetime: time.Duration(n.PreferredLifetime) * time.Second, ValidLifetime: time.Duration(n.ValidLifetime) * time.Second,
+			RouterAdvertisements: n.RouterAdvertisements, OnLink: n.OnLink, Gateway: n.Gateway}
 		if d.PreferredLifetime <= 0 || d.ValidLifetime < d.PreferredLifetime {
 			s.log.Warn("ignoring invalid network in the dataplane state file", "network", name)
 			continue
@@ -64,7 +71,8 @@ func (s *Service) persist() {
 	st := stateFile{Networks: map[string]stateNetwork{}}
 	for name, n := range s.networks {
 		st.Networks[name] = stateNetwork{Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
-			PreferredLifetime: int64(n.PreferredLifetime / time.Second), ValidLifetime: int64(n.ValidLifetime / time.Second)}
+			PreferredLifetime: int64(n.PreferredLifetime / time.Second), ValidLifetime: int64(n.ValidLifetime / time.Second),
+			RouterAdvertisements: n.RouterAdvertisements, OnLink: n.OnLink, Gateway: n.Gateway}
 	}
 	s.dirty = false
 	s.mu.Unlock()

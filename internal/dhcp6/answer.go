@@ -3,6 +3,7 @@ package dhcp6
 import (
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
@@ -140,10 +141,26 @@ func (h *Handler) newMessage(typ dhcpv6.MessageType, req *request) *dhcpv6.Messa
 // addIAs answers every IA_NA, IA_TA and IA_PD of req into reply, IAIDs
 // echoed, in the order the client sent each kind. It reports whether any IA
 // got a lease with non-zero lifetimes.
+//
+// A client has one address and one prefix (its claim's), so one IA_NA gets
+// the address and one IA_PD the prefix (RFC 8415 §18.3: the others are
+// answered as IAs the server has nothing for, e.g. NoAddrsAvail or
+// NoPrefixAvail inside the IA in Solicit and Request). The one is the first
+// IA that already lists the lease, else the first IA of its kind in the
+// message, so a client renewing its IAs in another order keeps its lease in
+// the same IA.
 func (h *Handler) addIAs(reply, req *dhcpv6.Message, l lease, mode iaMode) bool {
 	leased := false
-	for _, ia := range req.Options.IANA() {
-		out, ok := h.answerNA(ia, l, mode)
+	nas := req.Options.IANA()
+	holder := slices.IndexFunc(nas, func(ia *dhcpv6.OptIANA) bool {
+		return l.addr.IsValid() && containsAddr(appendAddrs(nil, ia.Options.Addresses()), l.addr)
+	})
+	for i, ia := range nas {
+		il := lease{addr: l.addr}
+		if i != max(holder, 0) {
+			il = lease{}
+		}
+		out, ok := h.answerNA(ia, il, mode)
 		reply.AddOption(out)
 		leased = leased || ok
 	}
@@ -156,8 +173,16 @@ func (h *Handler) addIAs(reply, req *dhcpv6.Message, l lease, mode iaMode) bool 
 			}}})
 		}
 	}
-	for _, ia := range req.Options.IAPD() {
-		out, ok := h.answerPD(ia, l, mode)
+	pds := req.Options.IAPD()
+	holder = slices.IndexFunc(pds, func(ia *dhcpv6.OptIAPD) bool {
+		return l.prefix.IsValid() && slices.Contains(appendPrefixes(nil, ia.Options.Prefixes()), l.prefix)
+	})
+	for i, ia := range pds {
+		il := lease{prefix: l.prefix}
+		if i != max(holder, 0) {
+			il = lease{}
+		}
+		out, ok := h.answerPD(ia, il, mode)
 		reply.AddOption(out)
 		leased = leased || ok
 	}

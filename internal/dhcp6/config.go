@@ -65,9 +65,13 @@ const (
 	// OutcomeIgnored: a well-formed message not meant for this server: another
 	// server's DUID, a type only clients receive, a Confirm without addresses.
 	OutcomeIgnored = "ignored"
-	// OutcomeMalformed: undecodable, or failing RFC 8415 §16 validation
+	// OutcomeMalformed: a DHCPv6 message failing RFC 8415 §16 validation
 	// (e.g. no Client Identifier, a Server Identifier on a Solicit).
 	OutcomeMalformed = "malformed"
+	// OutcomeUndecodable: a packet to the server port that is no DHCPv6
+	// message at all (the library cannot decode it, or its IPv6/UDP headers
+	// are inconsistent); reported by the Server with MsgTypeUnknown.
+	OutcomeUndecodable = "undecodable"
 	// OutcomeNoBinding: no candidate MAC of the client maps to a binding on
 	// this node; nothing was sent.
 	OutcomeNoBinding = "nobinding"

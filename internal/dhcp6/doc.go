@@ -9,10 +9,14 @@
 //     no lease state of its own: whatever [Lookup] returns for the client is
 //     the lease, and the Lookup interface has no write path, so answering a
 //     message can never change what tenure has allocated.
-//   - [Server] wraps insomniacslk/dhcp's server6 on one network interface:
-//     a UDP socket on [::]:547 bound to that interface (SO_BINDTODEVICE) and
-//     joined to ff02::1:2 there, so several Servers (one per VM interface)
-//     coexist in one network namespace.
+//   - [Server] serves a Handler on one network interface: it reads the
+//     clients' messages from a packet socket (with a BPF filter passing only
+//     IPv6 UDP to port 547 addressed to this host), which gives the Ethernet
+//     source address of each frame, and answers from a UDP socket on
+//     [::]:547 bound to the interface (SO_BINDTODEVICE) and joined to
+//     ff02::1:2 there, so several Servers (one per VM interface) coexist in
+//     one network namespace. Packets that are no DHCPv6 message are counted
+//     as [OutcomeUndecodable]. Messages are handled one at a time.
 //
 // # Who is the client
 //
@@ -25,19 +29,34 @@
 //  1. The link-layer source of the client's packet as seen by whoever is
 //     closest to it: for a relayed message, the RFC 6939 Client Link-Layer
 //     Address option of the innermost Relay-forward (added by the first-hop
-//     relay); for a direct message, the mac argument of [Handler.Handle]
-//     (Source.MAC), when the caller knows it. For a relayed message the
-//     caller's mac is the relay's, and is ignored.
-//  2. The link-layer address inside the client's DUID, when the Client
+//     relay); for a direct message, Source.MAC: the Ethernet source of the
+//     frame ([Server] fills it in). For a direct message with a Source.MAC
+//     it is the only candidate: the DUID and the link-local address are
+//     chosen by the guest, the frame's source is what a bridge port's
+//     MAC-spoofing check enforces. For a relayed message Source.MAC is the
+//     relay's, and is ignored.
+//  2. Only when 1 gave no Source.MAC (a link without link-layer addresses,
+//     a caller that does not know it) or for a relayed message: the
+//     link-layer address inside the client's DUID, when the Client
 //     Identifier is a DUID-LL or DUID-LLT.
-//  3. The modified EUI-64 interface identifier of the client's link-local
-//     source address (fe80::/10 with ff:fe in the middle), turned back into a
-//     MAC: for a relayed message the innermost relay's peer-address, for a
-//     direct one Source.Peer (the UDP source address; [Server] fills it in).
+//  3. Likewise: the modified EUI-64 interface identifier of the client's
+//     link-local source address (fe80::/10 with ff:fe in the middle), turned
+//     back into a MAC: for a relayed message the innermost relay's
+//     peer-address, for a direct one Source.Peer.
 //
+// So a guest with a DUID-UUID or DUID-EN and a stable-privacy link-local
+// address (NetworkManager's defaults) is known by its frames' source MAC.
 // Candidates 2 and 3 are chosen by the guest, so the interface name passed to
 // Lookup is what keeps a guest from claiming someone else's lease: a Lookup
 // must only return bindings that live behind that interface.
+//
+// # One address, one prefix
+//
+// A client gets its binding's address in one IA_NA and its prefix in one
+// IA_PD: the first IA that already lists it, else the first of its kind in
+// the message. Any other IA_NA or IA_PD is answered as one the server has
+// nothing for (NoAddrsAvail / NoPrefixAvail in Solicit and Request,
+// NoBinding in Renew), RFC 8415 §18.3.
 //
 // # What is answered
 //

@@ -326,7 +326,14 @@ func candidates(req *request, src Source) []net.HardwareAddr {
 		add(lla)
 		peer, _ = netip.AddrFromSlice(first.PeerAddr)
 	} else {
-		add(src.MAC)
+		if len(src.MAC) > 0 {
+			// The frame's link-layer source is the client's MAC: what a
+			// bridge port's MAC-spoofing check enforces. The DUID and the
+			// link-local address, which the guest chooses freely, are only
+			// a fallback where the link gives no source address.
+			add(src.MAC)
+			return macs
+		}
 		peer = src.Peer
 	}
 	switch d := req.cid.(type) {

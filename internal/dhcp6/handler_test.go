@@ -60,6 +60,26 @@ func TestHandle(t *testing.T) {
 		{name: "solicit nothing to offer: NoAddrsAvail in the IAs and at the top", msg: solicit(t, withPD), bindings: empty,
 			wantType: dhcpv6.MessageTypeAdvertise, outcome: OutcomeAdvertise, status: st(iana.StatusNoAddrsAvail),
 			na: []iaWant{iaStatus(naIAID, iana.StatusNoAddrsAvail)}, pd: []iaWant{iaStatus(pdIAID, iana.StatusNoPrefixAvail)}},
+		// One address and one prefix per client: two IAs of a kind get
+		// the lease in one, NoAddrsAvail / NoPrefixAvail (NoBinding in a
+		// Renew) in the other (RFC 8415 §18.3).
+		{name: "solicit two IA_NAs and two IA_PDs: the first of each gets the lease",
+			msg: solicit(t, withPD, secondNA, secondPD), bindings: full,
+			wantType: dhcpv6.MessageTypeAdvertise, outcome: OutcomeAdvertise,
+			na: []iaWant{naLease(naIAID), iaStatus(naIAID2, iana.StatusNoAddrsAvail)},
+			pd: []iaWant{pdLease(pdIAID), iaStatus(pdIAID2, iana.StatusNoPrefixAvail)}},
+		{name: "request two of each: the IA that lists the lease keeps it",
+			msg: message(t, dhcpv6.MessageTypeRequest, mySID, withNA, withPD,
+				withAddOption(&dhcpv6.OptIANA{IaId: naIAID2, Options: dhcpv6.IdentityOptions{Options: dhcpv6.Options{ptr(iaAddr(bindAddr))}}}),
+				withAddOption(&dhcpv6.OptIAPD{IaId: pdIAID2, Options: dhcpv6.PDOptions{Options: dhcpv6.Options{iaPrefix(bindPrefix)}}})),
+			bindings: full, wantType: dhcpv6.MessageTypeReply, outcome: OutcomeReply,
+			na: []iaWant{iaStatus(naIAID, iana.StatusNoAddrsAvail), naLease(naIAID2)},
+			pd: []iaWant{iaStatus(pdIAID, iana.StatusNoPrefixAvail), pdLease(pdIAID2)}},
+		{name: "renew two of each: NoBinding in the IAs without the lease",
+			msg:      message(t, dhcpv6.MessageTypeRenew, mySID, withNA, naWith(iaAddr(bindAddr)), pdWith(iaPrefix(bindPrefix)), secondNA, secondPD),
+			bindings: full, wantType: dhcpv6.MessageTypeReply, outcome: OutcomeReply,
+			na: []iaWant{naLease(naIAID), iaStatus(naIAID2, iana.StatusNoBinding)},
+			pd: []iaWant{pdLease(pdIAID), iaStatus(pdIAID2, iana.StatusNoBinding)}},
 		{name: "solicit rapid commit, nothing to offer", msg: solicit(t, dhcpv6.WithRapidCommit, noNA, withPD), bindings: noPrefix,
 			wantType: dhcpv6.MessageTypeReply, outcome: OutcomeReply, rapid: true,
 			pd: []iaWant{iaStatus(pdIAID, iana.StatusNoPrefixAvail)}},
@@ -360,8 +380,9 @@ func TestPreference(t *testing.T) {
 	}
 }
 
-// The candidate MACs are asked in order: link-layer source (RFC 6939 option
-// or the mac argument), DUID-LL/LLT, EUI-64 of the link-local source.
+// The candidate MACs: for a direct message the link-layer source of the
+// frame alone when known; otherwise (and for a relayed message after the RFC
+// 6939 option) DUID-LL/LLT, then EUI-64 of the link-local source.
 func TestMACMappingOrder(t *testing.T) {
 	srcMAC := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}
 	duidMAC := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
@@ -394,21 +415,27 @@ func TestMACMappingOrder(t *testing.T) {
 		{name: "direct: mac argument first",
 			msg: solicit(t, duidLL), src: Source{Ifname: ifname, MAC: srcMAC, Peer: linkLocal},
 			known: []net.HardwareAddr{srcMAC, duidMAC, euiMAC}, wantCalls: []string{key(srcMAC)}, wantKey: srcMAC.String()},
-		{name: "direct: DUID-LL next",
+		{name: "direct: a known link-layer source is the only candidate",
 			msg: solicit(t, duidLL), src: Source{Ifname: ifname, MAC: srcMAC, Peer: linkLocal},
-			known: []net.HardwareAddr{duidMAC, euiMAC}, wantCalls: []string{key(srcMAC), key(duidMAC)}, wantKey: duidMAC.String()},
+			known: []net.HardwareAddr{duidMAC, euiMAC}, wantCalls: []string{key(srcMAC)}},
+		{name: "direct: without a link-layer source, DUID-LL first",
+			msg: solicit(t, duidLL), src: Source{Ifname: ifname, Peer: linkLocal},
+			known: []net.HardwareAddr{duidMAC, euiMAC}, wantCalls: []string{key(duidMAC)}, wantKey: duidMAC.String()},
 		{name: "direct: DUID-LLT",
 			msg: solicit(t), src: Source{Ifname: ifname},
 			known: []net.HardwareAddr{clientMAC}, wantCalls: []string{key(clientMAC)}, wantKey: clientMAC.String()},
-		{name: "direct: EUI-64 of the link-local source last",
-			msg: solicit(t, duidLL), src: Source{Ifname: ifname, MAC: srcMAC, Peer: linkLocal},
-			known: []net.HardwareAddr{euiMAC}, wantCalls: []string{key(srcMAC), key(duidMAC), key(euiMAC)}, wantKey: euiMAC.String()},
+		{name: "direct: without a link-layer source, EUI-64 of the link-local source last",
+			msg: solicit(t, duidLL), src: Source{Ifname: ifname, Peer: linkLocal},
+			known: []net.HardwareAddr{euiMAC}, wantCalls: []string{key(duidMAC), key(euiMAC)}, wantKey: euiMAC.String()},
 		{name: "direct: EUI-64 with a DUID-EN",
 			msg: solicit(t, enDUID), src: Source{Ifname: ifname, Peer: linkLocal},
 			known: []net.HardwareAddr{euiMAC}, wantCalls: []string{key(euiMAC)}, wantKey: euiMAC.String()},
+		{name: "direct: a DUID-EN on a stable-privacy link-local address, known by its link-layer source",
+			msg: solicit(t, enDUID), src: Source{Ifname: ifname, MAC: srcMAC, Peer: netipMust("fe80::3c1a:99d2:7b04:e5f1")},
+			known: []net.HardwareAddr{srcMAC}, wantCalls: []string{key(srcMAC)}, wantKey: srcMAC.String()},
 		{name: "direct: nothing maps",
-			msg: solicit(t, duidLL), src: Source{Ifname: ifname, MAC: srcMAC, Peer: linkLocal},
-			known: []net.HardwareAddr{optMAC}, wantCalls: []string{key(srcMAC), key(duidMAC), key(euiMAC)}},
+			msg: solicit(t, duidLL), src: Source{Ifname: ifname, Peer: linkLocal},
+			known: []net.HardwareAddr{optMAC}, wantCalls: []string{key(duidMAC), key(euiMAC)}},
 		{name: "direct: a global source has no EUI-64",
 			msg: solicit(t, enDUID), src: Source{Ifname: ifname, Peer: netipMust("2001:db8::5054:ff:fe00:3")},
 			known: []net.HardwareAddr{euiMAC}, wantCalls: nil},

@@ -21,6 +21,9 @@ var (
 	// NewSolicit's default IAID: the last four bytes of the MAC.
 	naIAID = [4]byte{0x00, 0x12, 0x34, 0x56}
 	pdIAID = [4]byte{0, 0, 0, 7}
+	// Second IAs of each kind, as a client asking for two of each sends.
+	naIAID2 = [4]byte{0, 0, 0, 2}
+	pdIAID2 = [4]byte{0, 0, 0, 8}
 
 	bindAddr   = netip.MustParseAddr("2001:db8:1::10")
 	bindPrefix = netip.MustParsePrefix("2001:db8:100::/56")
@@ -128,7 +131,12 @@ var (
 	withPD = dhcpv6.WithIAPD(pdIAID)
 	noNA   = without(dhcpv6.OptionIANA)
 	mySID  = dhcpv6.WithServerID(DUIDFromMAC(serverMAC))
+
+	secondNA = withAddOption(&dhcpv6.OptIANA{IaId: naIAID2})
+	secondPD = withAddOption(&dhcpv6.OptIAPD{IaId: pdIAID2})
 )
+
+func ptr[T any](v T) *T { return &v }
 
 func clientDUID() dhcpv6.DUID {
 	return &dhcpv6.DUIDLLT{HWType: iana.HWTypeEthernet, Time: 12345, LinkLayerAddr: clientMAC}

@@ -90,7 +90,7 @@ func TestServerLoopback(t *testing.T) {
 	if _, err := client.WriteToUDP(stranger.ToBytes(), dst); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.WriteToUDP([]byte{1, 2}, dst); err != nil { // undecodable: server6 drops it
+	if _, err := client.WriteToUDP([]byte{1, 2}, dst); err != nil { // undecodable: counted, not answered
 		t.Fatal(err)
 	}
 	sol := solicit(t, withPD)
@@ -107,6 +107,11 @@ func TestServerLoopback(t *testing.T) {
 	}
 	if n := obs.get(MsgTypeSolicit, OutcomeNoBinding); n != 1 {
 		t.Errorf("%d unknown Solicits observed, want 1", n)
+	}
+	// Messages are handled in the order they arrive: the undecodable one
+	// was counted before the Advertise was sent.
+	if n := obs.get(MsgTypeUnknown, OutcomeUndecodable); n != 1 {
+		t.Errorf("%d undecodable packets observed, want 1: %v", n, obs.counts)
 	}
 	for _, c := range lookup.calls {
 		if !strings.HasSuffix(c, "%"+ifname) {
@@ -145,8 +150,10 @@ func TestNewServerErrors(t *testing.T) {
 	}
 }
 
-// Two Servers on two interfaces of one network namespace: both bind
-// [::]:547, each answers only its interface's client, and Close stops both.
+// Three Servers on three interfaces of one network namespace: all bind
+// [::]:547, each answers only its interface's client, known by the Ethernet
+// source of its frames (DUID-EN clients, one on a random link-local
+// address), and Close stops them.
 // The test re-runs itself under `unshare --net` with two veth pairs; it
 // needs root.
 func TestServerPerInterface(t *testing.T) {
@@ -191,9 +198,16 @@ func TestServerPerInterface(t *testing.T) {
 		}
 		return nil
 	}
-	for _, pair := range [][2]string{{"cl0", "srv0"}, {"cl1", "srv1"}} {
+	for _, pair := range [][2]string{{"cl0", "srv0"}, {"cl1", "srv1"}, {"cl2", "srv2"}} {
 		if err := ipCmd("link", "add", pair[0], "type", "veth", "peer", "name", pair[1]); err != nil {
 			t.Skipf("no veth: %v", err)
+		}
+		if pair[0] == "cl2" {
+			// A stable-privacy-like link-local address: no EUI-64 to read
+			// a MAC from.
+			if err := ipCmd("link", "set", "cl2", "addrgenmode", "random"); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for _, l := range pair {
 			if err := ipCmd("link", "set", l, "up"); err != nil {
@@ -223,15 +237,21 @@ func TestServerPerInterface(t *testing.T) {
 
 	mac0, ll0 := linkLocal("cl0")
 	mac1, ll1 := linkLocal("cl1")
+	mac2, ll2 := linkLocal("cl2")
+	if _, ok := MACFromLinkLocal(ll2); ok {
+		t.Fatalf("cl2's link-local address %s is EUI-64", ll2)
+	}
 	addr1 := netip.MustParseAddr("2001:db8:1::11")
+	addr2 := netip.MustParseAddr("2001:db8:1::22")
 	lookup := &fakeLookup{bindings: map[string]Binding{
 		lookupKey(mac0, "srv0"): {Key: "ns/vm0", MAC: mac0, Address: bindAddr, Prefix: bindPrefix},
 		lookupKey(mac1, "srv1"): {Key: "ns/vm1", MAC: mac1, Address: addr1},
+		lookupKey(mac2, "srv2"): {Key: "ns/vm2", MAC: mac2, Address: addr2},
 	}}
 	obs := &countingObserver{}
 	h := NewHandler(testConfig(), lookup, obs)
 	var stops []func()
-	for _, name := range []string{"srv0", "srv1"} {
+	for _, name := range []string{"srv0", "srv1", "srv2"} {
 		s, err := NewServer(name, h)
 		if err != nil {
 			t.Fatalf("NewServer(%s): %v", name, err)
@@ -243,12 +263,13 @@ func TestServerPerInterface(t *testing.T) {
 		ifname string
 		ll     netip.Addr
 		want   netip.Addr
-	}{{"cl0", ll0, bindAddr}, {"cl1", ll1, addr1}} {
+	}{{"cl0", ll0, bindAddr}, {"cl1", ll1, addr1}, {"cl2", ll2, addr2}} {
 		conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IP(c.ll.AsSlice()), Port: dhcpv6.DefaultClientPort, Zone: c.ifname})
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A DUID-EN: only the EUI-64 of the link-local source maps the client.
+		// A DUID-EN: only the Ethernet source of the frame maps the client
+		// (on cl2 the link-local address carries no MAC either).
 		sol := solicit(t, dhcpv6.WithClientID(&dhcpv6.DUIDEN{EnterpriseNumber: 32473, EnterpriseIdentifier: []byte(c.ifname)}))
 		dst := &net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers, Port: dhcpv6.DefaultServerPort, Zone: c.ifname}
 		got, _ := exchange(t, conn, dst, sol)
@@ -268,11 +289,11 @@ func TestServerPerInterface(t *testing.T) {
 
 	// Each Server only saw its own interface's client.
 	for _, call := range lookup.calls {
-		if call != lookupKey(mac0, "srv0") && call != lookupKey(mac1, "srv1") {
+		if call != lookupKey(mac0, "srv0") && call != lookupKey(mac1, "srv1") && call != lookupKey(mac2, "srv2") {
 			t.Errorf("unexpected Lookup %s", call)
 		}
 	}
-	if n := obs.get(MsgTypeSolicit, OutcomeAdvertise); n != 2 {
-		t.Errorf("%d Advertises observed, want 2: %v", n, obs.counts)
+	if n := obs.get(MsgTypeSolicit, OutcomeAdvertise); n != 3 {
+		t.Errorf("%d Advertises observed, want 3: %v", n, obs.counts)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,6 +138,19 @@ func TestAgentDaemonSet(t *testing.T) {
 				t.Errorf("agent container %s: argument %q: the agent must use its in-cluster service account", c.Name, a)
 			}
 		}
+	}
+	// The agent serves its metrics (tenure_dhcpv6_messages_total, ...) on
+	// a port the pod declares.
+	agent := &spec.Containers[0]
+	metricsAddr, ok := flagValue(append(slices.Clone(agent.Command), agent.Args...), "metrics-addr")
+	if !ok || metricsAddr == "" || metricsAddr == "0" {
+		t.Errorf("agent: --metrics-addr unset (%q): the DaemonSet serves no metrics", metricsAddr)
+	} else if _, p, err := net.SplitHostPort(metricsAddr); err != nil {
+		t.Errorf("agent --metrics-addr=%q: %v", metricsAddr, err)
+	} else if !slices.ContainsFunc(agent.Ports, func(cp corev1.ContainerPort) bool {
+		return cp.Name == "metrics" && strconv.Itoa(int(cp.ContainerPort)) == p
+	}) {
+		t.Errorf("agent: no container port named metrics on %s: %+v", p, agent.Ports)
 	}
 	for _, v := range spec.Volumes {
 		if v.HostPath == nil {
