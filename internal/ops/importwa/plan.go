@@ -1,0 +1,535 @@
+// Package importwa imports whereabouts' allocations into tenure, so that a
+// running cluster switches a NetworkAttachmentDefinition from
+// `"type": "whereabouts"` to `"type": "tenure"` without renumbering: every
+// address whereabouts handed out becomes the IPReservation tenure's agent
+// would have written for that pod's attachment, so no new pod gets it and
+// the pod's next ADD (same container, same interface) returns it.
+//
+// Whereabouts' objects are read as unstructured (only the few fields used
+// here); its Go packages are not linked. Its naming, from whereabouts
+// v0.9.4 pkg/storage/kubernetes/ipam.go:
+//   - an IPPool is named by its range's CIDR with ':' and '/' replaced by
+//     '-' (a trailing ':' gets a '0' first), prefixed with "NETWORK_NAME-"
+//     when network_name is set; spec.allocations maps the offset from the
+//     CIDR's first address to {id: containerID, podref: ns/name, ifname};
+//   - an OverlappingRangeIPReservation (enable_overlapping_ranges) is named
+//     by the IP with ':' replaced by '-', prefixed the same way; spec
+//     holds podref and ifname.
+//
+// Plan is pure: it maps listed objects to entries, given a pod lookup and
+// the reservations tenure already holds. Run lists, plans and, with Apply,
+// creates.
+package importwa
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+)
+
+// WhereaboutsType is whereabouts' ipam type.
+const WhereaboutsType = "whereabouts"
+
+// NetworkConfig is one NetworkAttachmentDefinition's spec.config.
+type NetworkConfig = ops.NetworkConfig
+
+// Allocation is one address of a whereabouts IPPool.
+type Allocation struct {
+	// Offset is the key of spec.allocations: the offset from the first
+	// address of spec.range.
+	Offset      string
+	ContainerID string
+	PodRef      string
+	IfName      string
+}
+
+// Pool is a whereabouts IPPool.
+type Pool struct {
+	Namespace, Name string
+	Range           string
+	Allocations     []Allocation
+}
+
+// Overlapping is a whereabouts OverlappingRangeIPReservation.
+type Overlapping struct {
+	Namespace, Name string
+	ContainerID     string
+	PodRef          string
+	IfName          string
+}
+
+// Pod is what the import reads of a live pod.
+type Pod struct {
+	UID  string
+	Node string
+}
+
+// Action says what the import does with an allocation.
+type Action string
+
+const (
+	// Create: the reservation is to be written (dry run).
+	Create Action = "Create"
+	// Created: the reservation was written (--apply).
+	Created Action = "Created"
+	// Exists: the pod already holds the reservation; nothing to write.
+	Exists Action = "Exists"
+	// PodGone: the allocation's pod no longer exists; skipped.
+	PodGone Action = "PodGone"
+	// Conflict: another owner holds the address in tenure; refused.
+	Conflict Action = "Conflict"
+	// OutOfRange: the address is in no range of the configurations that
+	// map to its pool, so tenure never hands it out; skipped.
+	OutOfRange Action = "OutOfRange"
+)
+
+// Entry is one whereabouts allocation and the tenure reservation it maps to.
+type Entry struct {
+	Action  Action `json:"action"`
+	Address string `json:"address"`
+	// Network is the tenure allocation scope (the reservation's
+	// spec.network); Range its spec.range.
+	Network     string `json:"network"`
+	Range       string `json:"range,omitempty"`
+	Reservation string `json:"reservation,omitempty"`
+	PodRef      string `json:"podRef"`
+	PodUID      string `json:"podUID,omitempty"`
+	ContainerID string `json:"containerID,omitempty"`
+	Interface   string `json:"interface,omitempty"`
+	Node        string `json:"node,omitempty"`
+	CNINetwork  string `json:"cniNetwork,omitempty"`
+	// Sources are the whereabouts objects that record the allocation
+	// ("IPPool NS/NAME", "OverlappingRangeIPReservation NS/NAME") and the
+	// configuration mapping it ("NetworkAttachmentDefinition NS/NAME").
+	Sources []string `json:"sources"`
+	// Detail says why an entry is skipped or refused.
+	Detail string `json:"detail,omitempty"`
+	// Holder is the tenure owner of a Conflict.
+	Holder *tenurev1alpha1.ReservationOwner `json:"holder,omitempty"`
+
+	item netip.Addr
+}
+
+// Skipped names a whereabouts object no configuration maps.
+type Skipped struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Reason    string `json:"reason"`
+}
+
+// Report is what the import found and did.
+type Report struct {
+	// Applied says the Create entries were written (now Created).
+	Applied bool    `json:"applied"`
+	Entries []Entry `json:"entries"`
+	// Skipped are pools and overlapping reservations of no known network.
+	Skipped []Skipped `json:"skipped,omitempty"`
+	// Notes are configurations that could not be read, and ambiguities.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Count returns how many entries have action a.
+func (r *Report) Count(a Action) int {
+	n := 0
+	for _, e := range r.Entries {
+		if e.Action == a {
+			n++
+		}
+	}
+	return n
+}
+
+// target is one range of one configuration that a whereabouts pool name
+// maps to.
+type target struct {
+	network    string // reservation.NetworkKey, as the agent computes it
+	rng        addrspace.Range
+	cniNetwork string
+	source     string
+	overlap    bool
+	netName    string
+}
+
+// targets is every whereabouts-or-tenure configuration's ranges by the
+// whereabouts IPPool name they map to.
+type targets struct {
+	byPool map[string][]target
+	// overlapping are the targets of configurations with
+	// enable_overlapping_ranges, which write OverlappingRangeIPReservations.
+	overlapping []target
+	notes       []string
+}
+
+func buildTargets(nads []NetworkConfig) *targets {
+	t := &targets{byPool: map[string][]target{}}
+	nads = slices.Clone(nads)
+	slices.SortFunc(nads, func(a, b NetworkConfig) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	for _, nad := range nads {
+		source := "NetworkAttachmentDefinition " + nad.Namespace + "/" + nad.Name
+		confs, err := ops.IPAMConfigs(nad.Config, WhereaboutsType, config.PluginType)
+		if err != nil {
+			t.notes = append(t.notes, fmt.Sprintf("%s: %v", source, err))
+			continue
+		}
+		for _, conf := range confs {
+			c, err := parseAsTenure(conf)
+			if err == nil && c.Pool != "" {
+				err = fmt.Errorf("names the tenure IPPool %s: whereabouts never allocated from it", c.Pool)
+			}
+			if err != nil {
+				t.notes = append(t.notes, fmt.Sprintf("%s: %v", source, err))
+				continue
+			}
+			for _, r := range c.Ranges {
+				tg := target{
+					network: reservation.NetworkKey(c.NetworkName, r.String(), c.OverlappingRanges),
+					rng:     r, cniNetwork: c.Name, source: source, overlap: c.OverlappingRanges, netName: c.NetworkName,
+				}
+				name := PoolName(c.NetworkName, r.Prefix)
+				t.byPool[name] = append(t.byPool[name], tg)
+				if c.OverlappingRanges {
+					t.overlapping = append(t.overlapping, tg)
+				}
+			}
+		}
+	}
+	return t
+}
+
+// parseAsTenure parses a whereabouts or tenure network configuration with
+// tenure's parser, which takes whereabouts' keys: what the agent reads
+// once the ipam type says tenure.
+func parseAsTenure(conf []byte) (*config.Config, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(conf, &top); err != nil {
+		return nil, err
+	}
+	var ipam map[string]json.RawMessage
+	if err := json.Unmarshal(top["ipam"], &ipam); err != nil {
+		return nil, err
+	}
+	ipam["type"] = json.RawMessage(strconv.Quote(config.PluginType))
+	b, err := json.Marshal(ipam)
+	if err != nil {
+		return nil, err
+	}
+	top["ipam"] = b
+	if conf, err = json.Marshal(top); err != nil {
+		return nil, err
+	}
+	return config.Parse(conf, nil)
+}
+
+// PoolName is the name whereabouts gives the IPPool of a range
+// (IPPoolName without node slices): the CIDR with ':' and '/' as '-',
+// after "NETWORK_NAME-" when network_name is set.
+func PoolName(networkName string, prefix netip.Prefix) string {
+	s := prefix.Masked().String()
+	if strings.HasSuffix(s, ":") {
+		s += "0"
+	}
+	s = strings.NewReplacer(":", "-", "/", "-").Replace(s)
+	if networkName != "" {
+		return networkName + "-" + s
+	}
+	return s
+}
+
+// OverlappingName is the name whereabouts gives the
+// OverlappingRangeIPReservation of an address (NormalizeIP).
+func OverlappingName(networkName string, addr netip.Addr) string {
+	s := addr.Unmap().String()
+	if strings.HasSuffix(s, ":") {
+		s += "0"
+	}
+	s = strings.ReplaceAll(s, ":", "-")
+	if networkName != "" {
+		return networkName + "-" + s
+	}
+	return s
+}
+
+// addrOfOverlapping reverses OverlappingName for one network name.
+func addrOfOverlapping(networkName, name string) (netip.Addr, bool) {
+	rest := name
+	if networkName != "" {
+		var ok bool
+		if rest, ok = strings.CutPrefix(name, networkName+"-"); !ok {
+			return netip.Addr{}, false
+		}
+	}
+	a, err := netip.ParseAddr(rest)
+	if err != nil {
+		if a, err = netip.ParseAddr(strings.ReplaceAll(rest, "-", ":")); err != nil {
+			return netip.Addr{}, false
+		}
+	}
+	return a, OverlappingName(networkName, a) == name
+}
+
+// addOffset is whereabouts' IPAddOffset: first plus a decimal offset.
+func addOffset(first netip.Addr, offset string) (netip.Addr, error) {
+	n, err := strconv.ParseUint(offset, 10, 64)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("offset %q: %v", offset, err)
+	}
+	b := first.As16()
+	carry := n
+	for i := 15; i >= 0 && carry > 0; i-- {
+		sum := uint64(b[i]) + carry&0xff
+		b[i] = byte(sum)
+		carry = carry>>8 + sum>>8
+	}
+	if carry > 0 {
+		return netip.Addr{}, fmt.Errorf("offset %s overflows the address space", offset)
+	}
+	a := netip.AddrFrom16(b)
+	if first.Is4() {
+		if !a.Is4In6() {
+			return netip.Addr{}, fmt.Errorf("offset %s leaves IPv4", offset)
+		}
+		a = a.Unmap()
+	}
+	return a, nil
+}
+
+// Inputs are the listed objects Plan maps.
+type Inputs struct {
+	NetworkConfigs []NetworkConfig
+	Pools          []Pool
+	Overlapping    []Overlapping
+	// Existing is the owner of every tenure reservation by object name.
+	Existing map[string]tenurev1alpha1.ReservationOwner
+}
+
+// Plan maps every allocation to its entry. pod looks a podref
+// ("namespace/name") up live; false when the pod is gone. progress, when
+// set, is called after each allocation.
+func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(done, total int)) (*Report, error) {
+	t := buildTargets(in.NetworkConfigs)
+	rep := &Report{Notes: t.notes}
+	total := len(in.Overlapping)
+	for _, p := range in.Pools {
+		total += len(p.Allocations)
+	}
+	done := 0
+	step := func() {
+		done++
+		if progress != nil {
+			progress(done, total)
+		}
+	}
+	byName := map[string]int{} // reservation name -> index in rep.Entries
+	ambiguous := map[string]bool{}
+	add := func(e Entry, source string) error {
+		if e.Reservation != "" {
+			if i, ok := byName[e.Reservation]; ok {
+				prev := &rep.Entries[i]
+				if prev.PodRef == e.PodRef && prev.Interface == e.Interface {
+					prev.Sources = append(prev.Sources, source)
+					return nil
+				}
+				e.Action, e.Detail = Conflict, fmt.Sprintf("%s also records it for %s", strings.Join(prev.Sources, ", "), prev.PodRef)
+				rep.Entries = append(rep.Entries, e)
+				return nil
+			}
+		}
+		if err := resolve(&e, in.Existing, pod); err != nil {
+			return err
+		}
+		if e.Reservation != "" {
+			byName[e.Reservation] = len(rep.Entries)
+		}
+		rep.Entries = append(rep.Entries, e)
+		return nil
+	}
+
+	pools := slices.Clone(in.Pools)
+	slices.SortFunc(pools, func(a, b Pool) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	for _, p := range pools {
+		source := "IPPool " + p.Namespace + "/" + p.Name
+		tgs := t.byPool[p.Name]
+		first, err := poolFirst(p.Range)
+		if len(tgs) == 0 || err != nil {
+			reason := "no whereabouts or tenure configuration in a NetworkAttachmentDefinition maps to it"
+			if err != nil {
+				reason = err.Error()
+			}
+			rep.Skipped = append(rep.Skipped, Skipped{Kind: "IPPool", Namespace: p.Namespace, Name: p.Name, Reason: reason})
+			for range p.Allocations {
+				step()
+			}
+			continue
+		}
+		allocs := slices.Clone(p.Allocations)
+		slices.SortFunc(allocs, func(a, b Allocation) int { return cmpOffset(a.Offset, b.Offset) })
+		for _, a := range allocs {
+			e := Entry{PodRef: a.PodRef, ContainerID: a.ContainerID, Interface: a.IfName, Sources: []string{source}}
+			addr, err := addOffset(first, a.Offset)
+			if err != nil {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %v", source, err))
+				step()
+				continue
+			}
+			tg, n := pick(tgs, addr)
+			if n > 1 && !ambiguous[p.Name] {
+				ambiguous[p.Name] = true
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d configurations with different tenure scopes map to it; %s is used", source, n, tg.source))
+			}
+			fill(&e, addr, tg, tgs[0])
+			if err := add(e, source); err != nil {
+				return nil, err
+			}
+			step()
+		}
+	}
+
+	over := slices.Clone(in.Overlapping)
+	slices.SortFunc(over, func(a, b Overlapping) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	for _, o := range over {
+		source := "OverlappingRangeIPReservation " + o.Namespace + "/" + o.Name
+		var tg *target
+		var addr netip.Addr
+		for i := range t.overlapping {
+			c := &t.overlapping[i]
+			if a, ok := addrOfOverlapping(c.netName, o.Name); ok && c.rng.Prefix.Contains(a) {
+				tg, addr = c, a
+				break
+			}
+		}
+		if tg == nil {
+			rep.Skipped = append(rep.Skipped, Skipped{Kind: "OverlappingRangeIPReservation", Namespace: o.Namespace, Name: o.Name,
+				Reason: "no configuration with enable_overlapping_ranges has a network_name and range that name it"})
+			step()
+			continue
+		}
+		e := Entry{PodRef: o.PodRef, ContainerID: o.ContainerID, Interface: o.IfName, Sources: []string{source}}
+		fill(&e, addr, *tg, *tg)
+		if err := add(e, source); err != nil {
+			return nil, err
+		}
+		step()
+	}
+	return rep, nil
+}
+
+// pick returns the first target whose range holds addr, and how many
+// distinct scopes hold it; the zero target when none does.
+func pick(tgs []target, addr netip.Addr) (target, int) {
+	var out target
+	scopes := map[string]bool{}
+	for _, tg := range tgs {
+		if !tg.rng.Contains(addr) {
+			continue
+		}
+		if len(scopes) == 0 {
+			out = tg
+		}
+		scopes[tg.network+"|"+tg.rng.String()] = true
+	}
+	return out, len(scopes)
+}
+
+// fill sets the tenure side of e: the scope, range and reservation name of
+// tg, or OutOfRange (named after fallback's scope) when tg is zero.
+func fill(e *Entry, addr netip.Addr, tg, fallback target) {
+	e.Address, e.item = addr.String(), addr
+	if tg.source == "" {
+		e.Action, e.Network = OutOfRange, fallback.network
+		e.Detail = fmt.Sprintf("not in range %s of %s: tenure never hands it out", fallback.rng.String(), fallback.source)
+		e.Sources = append(e.Sources, fallback.source)
+		return
+	}
+	e.Network, e.Range, e.CNINetwork = tg.network, tg.rng.String(), tg.cniNetwork
+	e.Reservation = reservation.AddressName(tg.network, addr)
+	e.Sources = append(e.Sources, tg.source)
+}
+
+// resolve looks the pod up and compares with what tenure holds.
+func resolve(e *Entry, existing map[string]tenurev1alpha1.ReservationOwner, pod func(string) (Pod, bool, error)) error {
+	if e.Action == OutOfRange {
+		return nil
+	}
+	if _, _, ok := strings.Cut(e.PodRef, "/"); !ok {
+		e.Action, e.Detail = PodGone, fmt.Sprintf("podref %q names no pod", e.PodRef)
+		return nil
+	}
+	p, ok, err := pod(e.PodRef)
+	if err != nil {
+		return fmt.Errorf("pod %s: %w", e.PodRef, err)
+	}
+	if !ok {
+		e.Action, e.Detail = PodGone, "pod "+e.PodRef+" no longer exists"
+		return nil
+	}
+	e.PodUID, e.Node = p.UID, p.Node
+	cur, held := existing[e.Reservation]
+	switch {
+	case !held:
+		e.Action = Create
+	case cur.UID == p.UID:
+		e.Action, e.Detail = Exists, "already held by this pod"
+	default:
+		e.Action = Conflict
+		h := cur
+		e.Holder = &h
+		e.Detail = fmt.Sprintf("held by %s %s/%s (uid %s)", cur.Kind, cur.Namespace, cur.Name, cur.UID)
+	}
+	return nil
+}
+
+// Object is the reservation of an entry: what the agent writes for that
+// pod's ADD (internal/agent owner, internal/allocator object).
+func (e *Entry) Object() *tenurev1alpha1.IPReservation {
+	ns, name, _ := strings.Cut(e.PodRef, "/")
+	return reservation.New(reservation.Spec{
+		Network: e.Network, Kind: tenurev1alpha1.KindAddress,
+		Item:  netip.PrefixFrom(e.item, e.item.BitLen()),
+		Range: e.Range, CNINetwork: e.CNINetwork,
+		Owner: tenurev1alpha1.ReservationOwner{
+			Kind: tenurev1alpha1.OwnerPod, Namespace: ns, Name: name, UID: e.PodUID,
+			PodName: name, PodUID: e.PodUID,
+			ContainerID: e.ContainerID, Interface: e.Interface, Node: e.Node,
+		},
+	})
+}
+
+func poolFirst(rng string) (netip.Addr, error) {
+	// net.ParseCIDR's IP, as whereabouts' IPPool.ParseCIDR: the address as
+	// written, not masked.
+	a, _, ok := strings.Cut(rng, "/")
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("spec.range %q is not a CIDR", rng)
+	}
+	if _, err := netip.ParsePrefix(rng); err != nil {
+		return netip.Addr{}, fmt.Errorf("spec.range %q: %v", rng, err)
+	}
+	return netip.ParseAddr(a)
+}
+
+func cmpOffset(a, b string) int {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	if errA != nil || errB != nil {
+		return strings.Compare(a, b)
+	}
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
