@@ -337,7 +337,7 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 		if e.Reservation != "" {
 			if i, ok := byName[e.Reservation]; ok {
 				prev := &rep.Entries[i]
-				if prev.PodRef == e.PodRef && prev.Interface == e.Interface {
+				if prev.PodRef == e.PodRef && (prev.Interface == e.Interface || e.Interface == "") {
 					prev.Sources = append(prev.Sources, source)
 					return nil
 				}
@@ -422,7 +422,42 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 		}
 		step()
 	}
+	rep.Notes = append(rep.Notes, earlierSandboxes(rep.Entries)...)
 	return rep, nil
+}
+
+// earlierSandboxes names the pods that would hold two addresses of one
+// family for one interface on one network, from two sandboxes: whereabouts
+// kept an allocation whose DEL never ran. tenure-controller keeps only the
+// newest sandbox's (repair.EarlierSandbox), and the import cannot tell
+// which sandbox runs now, so the operator is told.
+func earlierSandboxes(entries []Entry) []string {
+	type slot struct {
+		uid, ifName, network string
+		is4                  bool
+	}
+	sandboxes := map[slot][]string{}
+	var order []slot
+	for _, e := range entries {
+		if (e.Action != Create && e.Action != Exists) || e.ContainerID == "" {
+			continue
+		}
+		s := slot{e.PodUID, e.Interface, e.Network, e.item.Is4()}
+		if !slices.Contains(sandboxes[s], e.ContainerID) {
+			if sandboxes[s] == nil {
+				order = append(order, s)
+			}
+			sandboxes[s] = append(sandboxes[s], e.ContainerID)
+		}
+	}
+	var notes []string
+	for _, s := range order {
+		if ids := sandboxes[s]; len(ids) > 1 {
+			notes = append(notes, fmt.Sprintf("pod uid %s interface %s on network %s has allocations of %d sandboxes (%s): tenure-controller keeps only the newest reservation; release the stale ones (tenurectl release) before the switch",
+				s.uid, s.ifName, s.network, len(ids), strings.Join(ids, ", ")))
+		}
+	}
+	return notes
 }
 
 // pick returns the first target whose range holds addr, and how many

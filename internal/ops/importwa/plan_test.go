@@ -232,3 +232,32 @@ func TestPlanRefusesADuplicateAcrossPools(t *testing.T) {
 		t.Fatalf("entries = %+v, want Create then Conflict", rep.Entries)
 	}
 }
+
+// A pod with allocations of two sandboxes on one interface (a DEL that
+// never reached whereabouts) is imported and named in a note: the
+// controller keeps only the newest reservation of a slot.
+func TestPlanNamesEarlierSandboxes(t *testing.T) {
+	rep, err := Plan(Inputs{
+		NetworkConfigs: nads(),
+		Pools: []Pool{{Namespace: "kube-system", Name: "10.10.0.0-24", Range: "10.10.0.0/24", Allocations: []Allocation{
+			{Offset: "1", ContainerID: "old-sandbox", PodRef: "default/a", IfName: "net1"},
+			{Offset: "2", ContainerID: "new-sandbox", PodRef: "default/a", IfName: "net1"},
+			{Offset: "3", ContainerID: "new-sandbox", PodRef: "default/a", IfName: "net2"},
+		}}},
+	}, livePods(map[string]Pod{"default/a": {UID: "uid-a"}}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Count(Create) != 3 {
+		t.Errorf("Count(Create) = %d, want 3", rep.Count(Create))
+	}
+	var sandboxNotes []string
+	for _, n := range rep.Notes {
+		if strings.Contains(n, "sandboxes") {
+			sandboxNotes = append(sandboxNotes, n)
+		}
+	}
+	if len(sandboxNotes) != 1 || !strings.Contains(sandboxNotes[0], "interface net1") || !strings.Contains(sandboxNotes[0], "old-sandbox, new-sandbox") {
+		t.Errorf("notes = %q, want one naming net1's two sandboxes", rep.Notes)
+	}
+}
