@@ -15,8 +15,8 @@ import (
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -124,6 +124,9 @@ func TestSwitchFromWhereabouts(t *testing.T) {
 		addr []string
 	}
 	var old []oldPod
+	if err := testbed.EnsureNamespace(ctx, c, ns); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range networks {
 		if err := c.Create(ctx, nadObj(n, importwa.WhereaboutsType)); err != nil {
 			t.Fatal(err)
@@ -160,6 +163,7 @@ func TestSwitchFromWhereabouts(t *testing.T) {
 		t.Fatalf("dry run: applied %v, %d to create (want %d), %d reservations written", dry.Applied, dry.Count(importwa.Create), len(imported), len(reservationsIn(t, ctx, c, ns)))
 	}
 	rep := importCLI(t, ctx, "--apply")
+	t.Logf("import --apply: %s", rep.Summary())
 	if rep.Count(importwa.Created) != len(imported) || len(rep.Entries) != len(imported) {
 		t.Fatalf("import --apply: %s; want %d created", rep.Summary(), len(imported))
 	}
@@ -206,6 +210,7 @@ func TestSwitchFromWhereabouts(t *testing.T) {
 			freshNet[p.name] = n
 		}
 	}
+	t.Logf("every old pod's tenure ADD returned whereabouts' addresses (%d addresses, %d pods)", len(imported), len(old))
 	if len(fresh) < 200 {
 		t.Fatalf("%d new pods, want at least 200", len(fresh))
 	}

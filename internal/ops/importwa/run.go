@@ -251,4 +251,3 @@ func orNone(s string) string {
 	}
 	return s
 }
-
