@@ -71,15 +71,7 @@ func (cl *cluster) waObject(kind, name string, spec map[string]any) {
 func (cl *cluster) whereaboutsNAD(name, ipam string) string {
 	cl.t.Helper()
 	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"macvlan","master":"eth0","ipam":{"type":"whereabouts","kubernetes":{"kubeconfig":"/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"},%s}}`, name, ipam)
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("k8s.cni.cncf.io/v1")
-	u.SetKind("NetworkAttachmentDefinition")
-	u.SetNamespace(opsNS)
-	u.SetName(name)
-	if err := unstructured.SetNestedField(u.Object, conf, "spec", "config"); err != nil {
-		cl.t.Fatal(err)
-	}
-	cl.create(u)
+	cl.createNAD(name, conf)
 	return strings.Replace(conf, `"type":"whereabouts"`, `"type":"tenure"`, 1)
 }
 

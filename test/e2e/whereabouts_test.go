@@ -27,14 +27,13 @@ import (
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
-// whereaboutsDir builds (or finds cached) whereabouts' CNI plugin and CRDs
-// (hack/build-whereabouts.sh) and returns the directory holding the
-// binary `whereabouts` and crds/.
-func whereaboutsDir(t *testing.T) string {
+// cachedTool runs a hack/build-*.sh script, which builds a test tool
+// into the cache unless it is there, and returns the directory it prints.
+func cachedTool(t *testing.T, script string) string {
 	t.Helper()
-	out, err := exec.Command("bash", testbed.RepoRoot()+"/hack/build-whereabouts.sh").Output()
+	out, err := exec.Command("bash", filepath.Join(testbed.RepoRoot(), "hack", script)).Output()
 	if err != nil {
-		t.Fatalf("building whereabouts: %v", err)
+		t.Fatalf("hack/%s: %v", script, err)
 	}
 	return strings.TrimSpace(string(out))
 }
@@ -73,7 +72,8 @@ func TestSwitchFromWhereabouts(t *testing.T) {
 		t.Fatal("tenurectl and tenure-controller are needed")
 	}
 	ctx := testContext(t, 15*time.Minute)
-	wa := whereaboutsDir(t)
+	// whereabouts' plugin `whereabouts` and its CRDs in crds/.
+	wa := cachedTool(t, "build-whereabouts.sh")
 	waBin := filepath.Join(wa, "whereabouts")
 	cp := cptest.Current()
 	if err := controlplane.InstallCRDs(ctx, cp.Config, localnode.MultusCRDs()); err != nil {
@@ -316,13 +316,7 @@ func reservationsIn(t *testing.T, ctx context.Context, c client.Client, ns strin
 	if err := c.List(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	var out []tenurev1alpha1.IPReservation
-	for _, r := range l.Items {
-		if r.Spec.Owner.Namespace == ns {
-			out = append(out, r)
-		}
-	}
-	return out
+	return slices.DeleteFunc(l.Items, func(r tenurev1alpha1.IPReservation) bool { return r.Spec.Owner.Namespace != ns })
 }
 
 // waObjects lists whereabouts objects of every namespace (kind is the

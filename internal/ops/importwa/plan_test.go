@@ -13,33 +13,30 @@ import (
 // in pkg/storage/kubernetes/ipam.go, and their tests).
 func TestWhereaboutsNames(t *testing.T) {
 	for _, tc := range []struct {
-		network, prefix, want string
+		network, item, want string
 	}{
 		{"", "10.0.0.0/24", "10.0.0.0-24"},
 		{"", "192.168.2.200/29", "192.168.2.200-29"},
 		{"san", "10.0.0.0/24", "san-10.0.0.0-24"},
 		{"", "fd00:1::/64", "fd00-1---64"},
 		{"vm", "2001:db8:0:0:1::/80", "vm-2001-db8-0-0-1---80"},
-	} {
-		if got := PoolName(tc.network, netip.MustParsePrefix(tc.prefix)); got != tc.want {
-			t.Errorf("PoolName(%q, %s) = %q, want %q", tc.network, tc.prefix, got, tc.want)
-		}
-	}
-	for _, tc := range []struct {
-		network, addr, want string
-	}{
+		// OverlappingRangeIPReservations: an address
 		{"", "10.0.0.5", "10.0.0.5"},
 		{"san", "10.0.0.5", "san-10.0.0.5"},
 		{"", "fd00::5", "fd00--5"},
 		{"san", "fd00::", "san-fd00--0"},
 	} {
-		a := netip.MustParseAddr(tc.addr)
-		got := OverlappingName(tc.network, a)
-		if got != tc.want {
-			t.Errorf("OverlappingName(%q, %s) = %q, want %q", tc.network, tc.addr, got, tc.want)
-		}
-		if back, ok := addrOfOverlapping(tc.network, got); !ok || back != a {
-			t.Errorf("addrOfOverlapping(%q, %q) = %v, %v; want %s", tc.network, got, back, ok, a)
+		if !strings.Contains(tc.item, "/") {
+			a := netip.MustParseAddr(tc.item)
+			got := OverlappingName(tc.network, a)
+			if got != tc.want {
+				t.Errorf("OverlappingName(%q, %s) = %q, want %q", tc.network, a, got, tc.want)
+			}
+			if back, ok := addrOfOverlapping(tc.network, got); !ok || back != a {
+				t.Errorf("addrOfOverlapping(%q, %q) = %v, %v; want %s", tc.network, got, back, ok, a)
+			}
+		} else if got := PoolName(tc.network, netip.MustParsePrefix(tc.item)); got != tc.want {
+			t.Errorf("PoolName(%q, %s) = %q, want %q", tc.network, tc.item, got, tc.want)
 		}
 	}
 	if _, ok := addrOfOverlapping("", "san-10.0.0.5"); ok {
