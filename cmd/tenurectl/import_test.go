@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -19,5 +21,30 @@ func TestImportUsage(t *testing.T) {
 	}
 	if got := complete(t, "import", "--"); !slices.Contains(got, "--apply") {
 		t.Errorf("import flags %q lack --apply", got)
+	}
+}
+
+// TestImportProgressBars: a bar per phase from progressMin allocations on,
+// none below it, nothing where stderr is not a terminal.
+func TestImportProgressBars(t *testing.T) {
+	var buf bytes.Buffer
+	b := &bars{out: &buf}
+	b.update("resolving", 1, progressMin-1)
+	if buf.Len() != 0 {
+		t.Errorf("a bar for %d allocations: %q", progressMin-1, buf.String())
+	}
+	for i := 1; i <= 500; i++ {
+		b.update("resolving", i, 500)
+	}
+	b.update("writing", 1, 300)
+	b.finish()
+	out := buf.String()
+	for _, want := range []string{"resolving allocations", "writing allocations", "/500"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the bars lack %q:\n%q", want, out)
+		}
+	}
+	if b := progressBars(&buf); b.out != nil {
+		t.Error("progress bars on a writer that is not a terminal")
 	}
 }
