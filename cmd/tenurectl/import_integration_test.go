@@ -95,11 +95,20 @@ func TestImportWhereabouts(t *testing.T) {
 	alive2 := cl.pod("alive-2", "node-b", `[{"name":"wa"}]`)
 	clash := cl.pod("clash", "node-a", `[{"name":"wa"}]`)
 	holder := cl.pod("holder", "node-b", "")
+	// A pod whose first sandbox's DEL never reached whereabouts: Multus's
+	// network-status says which address its interface has now.
+	restarted := cl.pod("restarted", "node-a", `[{"name":"wa"}]`)
+	restarted.Annotations["k8s.v1.cni.cncf.io/network-status"] = `[{"name":"ops/wa","interface":"net1","ips":["10.60.0.6"]}]`
+	if err := cl.c.Update(cl.ctx, restarted); err != nil {
+		t.Fatal(err)
+	}
 	cl.waObject("IPPool", "wa-10.60.0.0-24", map[string]any{"range": "10.60.0.0/24", "allocations": map[string]any{
 		"1": alloc("ops/alive-1", "sandbox-alive-1"),
 		"2": alloc("ops/gone", "sandbox-gone"),
 		"3": alloc("ops/alive-2", "sandbox-alive-2"),
 		"4": alloc("ops/clash", "sandbox-clash"),
+		"5": alloc("ops/restarted", "sandbox-restarted-1"),
+		"6": alloc("ops/restarted", "sandbox-restarted-2"),
 	}})
 	cl.waObject("OverlappingRangeIPReservation", "wa-10.60.0.1", map[string]any{"podref": "ops/alive-1", "ifname": "net1"})
 	cl.waObject("IPPool", "10.99.0.0-24", map[string]any{"range": "10.99.0.0/24", "allocations": map[string]any{"1": alloc("ops/alive-1", "x")}})
@@ -114,8 +123,10 @@ func TestImportWhereabouts(t *testing.T) {
 	hasRow(t, dry.stdout, "PodGone 10.60.0.2 wa ops/gone net1 <none> pod ops/gone no longer exists")
 	hasRow(t, dry.stdout, "Create 10.60.0.3 wa ops/alive-2 net1 node-b <none>")
 	hasRow(t, dry.stdout, fmt.Sprintf("Conflict 10.60.0.4 wa ops/clash net1 node-a held by Pod ops/holder (uid %s)", holder.UID))
+	hasRow(t, dry.stdout, "Stale 10.60.0.5 wa ops/restarted net1 node-a sandbox sandbox-restarted-1: the pod's network-status lists 10.60.0.6 for net1")
+	hasRow(t, dry.stdout, "Create 10.60.0.6 wa ops/restarted net1 node-a <none>")
 	hasRow(t, dry.stdout, "skipped IPPool kube-system/10.99.0.0-24: no whereabouts or tenure configuration")
-	hasRow(t, dry.stdout, "2 to create (dry run: --apply writes them), 0 already imported, 1 skipped (pod gone), 0 skipped (out of range), 1 refused (another owner)")
+	hasRow(t, dry.stdout, "3 to create (dry run: --apply writes them), 0 already imported, 1 skipped (pod gone), 0 skipped (out of range), 1 skipped (stale sandbox), 1 refused (another owner)")
 	wide := ctl(t, "import", "whereabouts", "-o", "wide")
 	hasRow(t, wide.stdout, fmt.Sprintf("Create 10.60.0.1 wa ops/alive-1 net1 node-a <none> sandbox-alive-1 10.60.0.0/24 %s IPPool kube-system/wa-10.60.0.0-24, NetworkAttachmentDefinition ops/wa, OverlappingRangeIPReservation kube-system/wa-10.60.0.1",
 		reservation.AddressName("wa", netip.MustParseAddr("10.60.0.1"))))
@@ -124,7 +135,8 @@ func TestImportWhereabouts(t *testing.T) {
 	}
 
 	rep := importJSON(t, cl, "--apply")
-	want := map[string]importwa.Action{"10.60.0.1": importwa.Created, "10.60.0.2": importwa.PodGone, "10.60.0.3": importwa.Created, "10.60.0.4": importwa.Conflict}
+	want := map[string]importwa.Action{"10.60.0.1": importwa.Created, "10.60.0.2": importwa.PodGone, "10.60.0.3": importwa.Created, "10.60.0.4": importwa.Conflict,
+		"10.60.0.5": importwa.Stale, "10.60.0.6": importwa.Created}
 	if !rep.Applied || len(rep.Entries) != len(want) {
 		t.Fatalf("--apply: applied %v, %d entries, want %d", rep.Applied, len(rep.Entries), len(want))
 	}
@@ -163,6 +175,12 @@ func TestImportWhereabouts(t *testing.T) {
 	if _, ok := got["10.60.0.2"]; ok {
 		t.Error("the gone pod's allocation was imported")
 	}
+	if _, ok := got["10.60.0.5"]; ok {
+		t.Error("the stale sandbox's allocation was imported")
+	}
+	if r := got["10.60.0.6"]; r.Spec.Owner.UID != string(restarted.UID) || r.Spec.Owner.ContainerID != "sandbox-restarted-2" {
+		t.Errorf("10.60.0.6 is held by %+v, want the restarted pod's current sandbox", r.Spec.Owner)
+	}
 	if r := got["10.60.0.4"]; r.Name != held.Name || r.Spec.Owner.UID != string(holder.UID) {
 		t.Errorf("10.60.0.4 is now %+v, want it left to %s", r.Spec.Owner, holder.Name)
 	}
@@ -172,8 +190,8 @@ func TestImportWhereabouts(t *testing.T) {
 		versions[r.Name] = r.ResourceVersion
 	}
 	again := importJSON(t, cl, "--apply")
-	if again.Count(importwa.Created) != 0 || again.Count(importwa.Exists) != 2 {
-		t.Errorf("second --apply: %s; want nothing created, 2 already imported", again.Summary())
+	if again.Count(importwa.Created) != 0 || again.Count(importwa.Exists) != 3 {
+		t.Errorf("second --apply: %s; want nothing created, 3 already imported", again.Summary())
 	}
 	for _, r := range cl.reservations() {
 		if versions[r.Name] != r.ResourceVersion {
@@ -191,8 +209,8 @@ func TestImportWhereabouts(t *testing.T) {
 	if !strings.Contains(string(resp.Result), `"10.60.0.1/24"`) {
 		t.Errorf("ADD of alive-1 after the import returned %s, want 10.60.0.1/24", resp.Result)
 	}
-	if n := len(cl.reservations()); n != 3 {
-		t.Errorf("%d reservations after alive-1's ADD, want the 3 there were", n)
+	if n := len(cl.reservations()); n != 4 {
+		t.Errorf("%d reservations after alive-1's ADD, want the 4 there were", n)
 	}
 }
 

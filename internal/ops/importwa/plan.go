@@ -69,6 +69,10 @@ type Overlapping struct {
 type Pod struct {
 	UID  string
 	Node string
+	// Addresses are the IPs of each interface in the pod's
+	// k8s.v1.cni.cncf.io/network-status annotation (Multus writes it after
+	// every ADD); nil when the pod has none.
+	Addresses map[string][]string
 }
 
 // Action says what the import does with an allocation.
@@ -88,6 +92,10 @@ const (
 	// OutOfRange: the address is in no range of the configurations that
 	// map to its pool, so tenure never hands it out; skipped.
 	OutOfRange Action = "OutOfRange"
+	// Stale: the pod's interface has allocations of two sandboxes and its
+	// network-status lists another one's address: whereabouts never got
+	// this sandbox's DEL; skipped.
+	Stale Action = "Stale"
 )
 
 // Entry is one whereabouts allocation and the tenure reservation it maps to.
@@ -115,6 +123,10 @@ type Entry struct {
 	Holder *tenurev1alpha1.ReservationOwner `json:"holder,omitempty"`
 
 	item netip.Addr
+	// status is the pod's network-status entry of the interface, when
+	// it has one.
+	status    []string
+	hasStatus bool
 }
 
 // Skipped names a whereabouts object no configuration maps.
@@ -327,34 +339,56 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 	return rep, nil
 }
 
-// earlierSandboxes names the pods that would hold two addresses of one
+// earlierSandboxes settles the pods that would hold two addresses of one
 // family for one interface on one network, from two sandboxes: whereabouts
 // kept an allocation whose DEL never ran. tenure-controller keeps only the
-// newest sandbox's (repair.EarlierSandbox), and the import cannot tell
-// which sandbox runs now, so the operator is told.
+// newest reservation of such a slot (repair.EarlierSandbox), which after an
+// import says nothing of which sandbox runs now, so the live one could be
+// released. The pod's network-status says which address the interface has:
+// the others become Stale. Without it the operator is told, in the notes
+// it returns.
 func earlierSandboxes(entries []Entry) []string {
 	type slot struct {
 		uid, ifName, network string
 		is4                  bool
 	}
-	sandboxes := map[slot][]string{}
+	bySlot := map[slot][]int{}
 	var order []slot
-	for _, e := range entries {
+	for i, e := range entries {
 		if (e.Action != Create && e.Action != Exists) || e.ContainerID == "" {
 			continue
 		}
 		s := slot{e.PodUID, e.Interface, e.Network, e.item.Is4()}
-		if !slices.Contains(sandboxes[s], e.ContainerID) {
-			if sandboxes[s] == nil {
-				order = append(order, s)
-			}
-			sandboxes[s] = append(sandboxes[s], e.ContainerID)
+		if bySlot[s] == nil {
+			order = append(order, s)
 		}
+		bySlot[s] = append(bySlot[s], i)
 	}
 	var notes []string
 	for _, s := range order {
-		if ids := sandboxes[s]; len(ids) > 1 {
-			notes = append(notes, fmt.Sprintf("pod uid %s interface %s on network %s has allocations of %d sandboxes (%s): tenure-controller keeps only the newest reservation; release the stale ones (tenurectl release) before the switch",
+		idx := bySlot[s]
+		sandboxes := func() []string {
+			var ids []string
+			for _, i := range idx {
+				if entries[i].Action != Stale && !slices.Contains(ids, entries[i].ContainerID) {
+					ids = append(ids, entries[i].ContainerID)
+				}
+			}
+			return ids
+		}
+		if len(sandboxes()) < 2 {
+			continue
+		}
+		for _, i := range idx {
+			e := &entries[i]
+			if e.Action == Create && e.hasStatus && !slices.Contains(e.status, e.Address) {
+				e.Action = Stale
+				e.Detail = fmt.Sprintf("sandbox %s: the pod's network-status lists %s for %s, and whereabouts never got this sandbox's DEL",
+					e.ContainerID, strings.Join(e.status, ","), e.Interface)
+			}
+		}
+		if ids := sandboxes(); len(ids) > 1 {
+			notes = append(notes, fmt.Sprintf("pod uid %s interface %s on network %s has allocations of %d sandboxes (%s) and no network-status to tell the live one: tenure-controller keeps only the newest reservation; release the stale ones (tenurectl release) before the switch",
 				s.uid, s.ifName, s.network, len(ids), strings.Join(ids, ", ")))
 		}
 	}
@@ -411,6 +445,7 @@ func resolve(e *Entry, existing map[string]tenurev1alpha1.ReservationOwner, pod 
 		return nil
 	}
 	e.PodUID, e.Node = p.UID, p.Node
+	e.status, e.hasStatus = p.Addresses[e.Interface]
 	cur, held := existing[e.Reservation]
 	switch {
 	case !held:

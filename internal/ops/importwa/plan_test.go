@@ -1,6 +1,7 @@
 package importwa
 
 import (
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -231,30 +232,51 @@ func TestPlanRefusesADuplicateAcrossPools(t *testing.T) {
 }
 
 // A pod with allocations of two sandboxes on one interface (a DEL that
-// never reached whereabouts) is imported and named in a note: the
-// controller keeps only the newest reservation of a slot.
-func TestPlanNamesEarlierSandboxes(t *testing.T) {
-	rep, err := Plan(Inputs{
-		NetworkConfigs: nads(),
-		Pools: []Pool{{Namespace: "kube-system", Name: "10.10.0.0-24", Range: "10.10.0.0/24", Allocations: []Allocation{
-			{Offset: "1", ContainerID: "old-sandbox", PodRef: "default/a", IfName: "net1"},
-			{Offset: "2", ContainerID: "new-sandbox", PodRef: "default/a", IfName: "net1"},
-			{Offset: "3", ContainerID: "new-sandbox", PodRef: "default/a", IfName: "net2"},
-		}}},
-	}, livePods(map[string]Pod{"default/a": {UID: "uid-a"}}), nil)
+// never reached whereabouts): the pod's network-status says which address
+// is the live one, the other is Stale; without network-status all are
+// imported and a note names them (the controller keeps only the newest
+// reservation of a slot, which the import cannot order).
+func TestPlanEarlierSandboxes(t *testing.T) {
+	pool := []Pool{{Namespace: "kube-system", Name: "10.10.0.0-24", Range: "10.10.0.0/24", Allocations: []Allocation{
+		{Offset: "1", ContainerID: "old-sandbox", PodRef: "default/a", IfName: "net1"},
+		{Offset: "2", ContainerID: "new-sandbox", PodRef: "default/a", IfName: "net1"},
+		{Offset: "3", ContainerID: "new-sandbox", PodRef: "default/a", IfName: "net2"},
+	}}}
+	sandboxNotes := func(rep *Report) []string {
+		var out []string
+		for _, n := range rep.Notes {
+			if strings.Contains(n, "sandboxes") {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+
+	rep, err := Plan(Inputs{NetworkConfigs: nads(), Pools: pool}, livePods(map[string]Pod{"default/a": {UID: "uid-a"}}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Count(Create) != 3 {
-		t.Errorf("Count(Create) = %d, want 3", rep.Count(Create))
+		t.Errorf("without network-status: Count(Create) = %d, want 3", rep.Count(Create))
 	}
-	var sandboxNotes []string
-	for _, n := range rep.Notes {
-		if strings.Contains(n, "sandboxes") {
-			sandboxNotes = append(sandboxNotes, n)
-		}
+	if n := sandboxNotes(rep); len(n) != 1 || !strings.Contains(n[0], "interface net1") || !strings.Contains(n[0], "old-sandbox, new-sandbox") {
+		t.Errorf("without network-status: notes = %q, want one naming net1's two sandboxes", rep.Notes)
 	}
-	if len(sandboxNotes) != 1 || !strings.Contains(sandboxNotes[0], "interface net1") || !strings.Contains(sandboxNotes[0], "old-sandbox, new-sandbox") {
-		t.Errorf("notes = %q, want one naming net1's two sandboxes", rep.Notes)
+
+	status := map[string][]string{"net1": {"10.10.0.2"}, "net2": {"10.10.0.3"}}
+	rep, err = Plan(Inputs{NetworkConfigs: nads(), Pools: pool}, livePods(map[string]Pod{"default/a": {UID: "uid-a", Addresses: status}}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Action{}
+	for _, e := range rep.Entries {
+		got[e.Address] = e.Action
+	}
+	want := map[string]Action{"10.10.0.1": Stale, "10.10.0.2": Create, "10.10.0.3": Create}
+	if !maps.Equal(got, want) {
+		t.Errorf("with network-status: %v, want %v", got, want)
+	}
+	if n := sandboxNotes(rep); len(n) != 0 {
+		t.Errorf("with network-status: notes %q", n)
 	}
 }

@@ -2,11 +2,13 @@ package importwa
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -59,7 +61,7 @@ func Run(ctx context.Context, c client.Client, opts Options) (*Report, error) {
 		case err != nil:
 			return Pod{}, false, err
 		default:
-			l = podLookup{Pod{UID: string(p.UID), Node: p.Spec.NodeName}, true}
+			l = podLookup{Pod{UID: string(p.UID), Node: p.Spec.NodeName, Addresses: networkStatus(p)}, true}
 		}
 		pods[ref] = l
 		return l.pod, l.ok, nil
@@ -73,6 +75,22 @@ func Run(ctx context.Context, c client.Client, opts Options) (*Report, error) {
 		return rep, err
 	}
 	return rep, apply(ctx, c, rep, opts.Progress)
+}
+
+// networkStatus reads the IPs of each interface from the pod's
+// network-status annotation; nil when it has none or it does not parse.
+func networkStatus(p *corev1.Pod) map[string][]string {
+	var st []nadv1.NetworkStatus
+	if err := json.Unmarshal([]byte(p.Annotations[nadv1.NetworkStatusAnnot]), &st); err != nil {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, s := range st {
+		if s.Interface != "" {
+			out[s.Interface] = append(out[s.Interface], s.IPs...)
+		}
+	}
+	return out
 }
 
 type podLookup struct {
@@ -241,6 +259,7 @@ func (r *Report) Summary() string {
 		fmt.Sprintf("%d already imported", r.Count(Exists)),
 		fmt.Sprintf("%d skipped (pod gone)", r.Count(PodGone)),
 		fmt.Sprintf("%d skipped (out of range)", r.Count(OutOfRange)),
+		fmt.Sprintf("%d skipped (stale sandbox)", r.Count(Stale)),
 		fmt.Sprintf("%d refused (another owner)", r.Count(Conflict)))
 	return strings.Join(parts, ", ")
 }
