@@ -78,22 +78,16 @@ type Pod struct {
 // Action says what the import does with an allocation.
 type Action string
 
+// The actions, by what becomes of the allocation.
 const (
-	// Create: the reservation is to be written (dry run).
-	Create Action = "Create"
-	// Created: the reservation was written (--apply).
-	Created Action = "Created"
-	// Exists: the pod already holds the reservation; nothing to write.
-	Exists Action = "Exists"
-	// PodGone: the allocation's pod no longer exists; skipped.
-	PodGone Action = "PodGone"
-	// Conflict: another owner holds the address in tenure; refused.
-	Conflict Action = "Conflict"
-	// OutOfRange: the address is in no range of the configurations that
-	// map to its pool, so tenure never hands it out; skipped.
-	OutOfRange Action = "OutOfRange"
+	Create     Action = "Create"     // to be written (dry run)
+	Created    Action = "Created"    // written (--apply)
+	Exists     Action = "Exists"     // the pod holds the reservation already: nothing to write
+	PodGone    Action = "PodGone"    // the allocation's pod no longer exists: skipped
+	Conflict   Action = "Conflict"   // another tenure owner holds the address: refused
+	OutOfRange Action = "OutOfRange" // in no range of the configurations that map its pool, so tenure never hands it out: skipped
 	// Stale: the pod's interface has allocations of two sandboxes and its
-	// network-status lists another one's address: whereabouts never got
+	// network-status lists the other's address: whereabouts never got
 	// this sandbox's DEL; skipped.
 	Stale Action = "Stale"
 )
@@ -129,23 +123,16 @@ type Entry struct {
 	hasStatus bool
 }
 
-// Skipped names a whereabouts object no configuration maps.
-type Skipped struct {
-	Kind      string `json:"kind"`
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Reason    string `json:"reason"`
-}
-
-// Report is what the import found and did.
+// Report is what the import found and did: Applied says the Create
+// entries were written (now Created); Skipped names the pools and
+// overlapping reservations of no known network ("KIND NAMESPACE/NAME:
+// why"); Notes are the configurations that could not be read, and
+// ambiguities.
 type Report struct {
-	// Applied says the Create entries were written (now Created).
-	Applied bool    `json:"applied"`
-	Entries []Entry `json:"entries"`
-	// Skipped are pools and overlapping reservations of no known network.
-	Skipped []Skipped `json:"skipped,omitempty"`
-	// Notes are configurations that could not be read, and ambiguities.
-	Notes []string `json:"notes,omitempty"`
+	Applied bool     `json:"applied"`
+	Entries []Entry  `json:"entries"`
+	Skipped []string `json:"skipped,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 // Count returns how many entries have action a.
@@ -280,7 +267,7 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 			if err != nil {
 				reason = err.Error()
 			}
-			rep.Skipped = append(rep.Skipped, Skipped{Kind: "IPPool", Namespace: p.Namespace, Name: p.Name, Reason: reason})
+			rep.Skipped = append(rep.Skipped, source+": "+reason)
 			for range p.Allocations {
 				step()
 			}
@@ -323,8 +310,7 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 			}
 		}
 		if tg == nil {
-			rep.Skipped = append(rep.Skipped, Skipped{Kind: "OverlappingRangeIPReservation", Namespace: o.Namespace, Name: o.Name,
-				Reason: "no configuration with enable_overlapping_ranges has a network_name and range that name it"})
+			rep.Skipped = append(rep.Skipped, source+": no configuration with enable_overlapping_ranges has a network_name and range that name it")
 			step()
 			continue
 		}

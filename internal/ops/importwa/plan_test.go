@@ -171,7 +171,7 @@ func TestPlan(t *testing.T) {
 	if h := rep.Entries[3].Holder; h == nil || h.UID != "uid-new" || !strings.Contains(rep.Entries[3].Detail, "default/new") {
 		t.Errorf("conflict names %+v (%q), want the holder default/new", h, rep.Entries[3].Detail)
 	}
-	if len(rep.Skipped) != 2 || rep.Skipped[0].Name != "10.77.0.0-24" || rep.Skipped[1].Name != "other-10.1.1.1" {
+	if len(rep.Skipped) != 2 || !strings.HasPrefix(rep.Skipped[0], "IPPool kube-system/10.77.0.0-24: ") || !strings.HasPrefix(rep.Skipped[1], "OverlappingRangeIPReservation kube-system/other-10.1.1.1: ") {
 		t.Errorf("skipped = %+v, want the pool 10.77.0.0-24 and the reservation other-10.1.1.1", rep.Skipped)
 	}
 	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "default/broken") || !strings.Contains(rep.Notes[0], "bogus_key") {

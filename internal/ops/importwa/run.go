@@ -239,7 +239,7 @@ func (r *Report) WriteTable(w io.Writer, wide bool) error {
 		return err
 	}
 	for _, s := range r.Skipped {
-		if _, err := fmt.Fprintf(w, "skipped %s %s/%s: %s\n", s.Kind, s.Namespace, s.Name, s.Reason); err != nil {
+		if _, err := fmt.Fprintf(w, "skipped %s\n", s); err != nil {
 			return err
 		}
 	}
