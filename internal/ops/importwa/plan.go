@@ -153,7 +153,6 @@ type target struct {
 	rng        addrspace.Range
 	cniNetwork string
 	source     string
-	overlap    bool
 	netName    string
 }
 
@@ -192,7 +191,7 @@ func buildTargets(nads []NetworkConfig) *targets {
 			for _, r := range c.Ranges {
 				tg := target{
 					network: reservation.NetworkKey(c.NetworkName, r.String(), c.OverlappingRanges),
-					rng:     r, cniNetwork: c.Name, source: source, overlap: c.OverlappingRanges, netName: c.NetworkName,
+					rng:     r, cniNetwork: c.Name, source: source, netName: c.NetworkName,
 				}
 				name := PoolName(c.NetworkName, r.Prefix)
 				t.byPool[name] = append(t.byPool[name], tg)
@@ -235,7 +234,9 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 	ambiguous := map[string]bool{}
 	add := func(e Entry, source string) error {
 		if e.Reservation != "" {
-			if i, ok := byName[e.Reservation]; ok {
+			// A record of a gone pod does not hold the address against
+			// another record of it.
+			if i, ok := byName[e.Reservation]; ok && rep.Entries[i].Action != PodGone {
 				prev := &rep.Entries[i]
 				if prev.PodRef == e.PodRef && (prev.Interface == e.Interface || e.Interface == "") {
 					prev.Sources = append(prev.Sources, source)
@@ -302,11 +303,16 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 		source := "OverlappingRangeIPReservation " + o.Namespace + "/" + o.Name
 		var tg *target
 		var addr netip.Addr
+		// The first configuration whose range holds the address, else the
+		// first whose subnet does.
 		for i := range t.overlapping {
 			c := &t.overlapping[i]
-			if a, ok := addrOfOverlapping(c.netName, o.Name); ok && c.rng.Prefix.Contains(a) {
+			a, ok := addrOfOverlapping(c.netName, o.Name)
+			if !ok || !c.rng.Prefix.Contains(a) {
+				continue
+			}
+			if tg == nil || (!tg.rng.Contains(addr) && c.rng.Contains(a)) {
 				tg, addr = c, a
-				break
 			}
 		}
 		if tg == nil {

@@ -3,6 +3,7 @@ package importwa
 import (
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -213,21 +214,35 @@ func TestEntryObjectIsTheAgentsReservation(t *testing.T) {
 
 // Two whereabouts records of one tenure reservation for different pods
 // (two pools of one network that overlap, overlapping protection on) are
-// one import and one refusal, never two owners.
-func TestPlanRefusesADuplicateAcrossPools(t *testing.T) {
+// one import and one refusal, never two owners; a gone pod's record does
+// not stand against a live pod's.
+func TestPlanDuplicateRecords(t *testing.T) {
 	nad := `{"cniVersion":"1.0.0","name":"n","type":"macvlan","ipam":{"type":"whereabouts","network_name":"dup","ipRanges":[{"range":"10.30.0.0/24"},{"range":"10.30.0.0/25"}]}}`
-	rep, err := Plan(Inputs{
-		NetworkConfigs: []NetworkConfig{{Namespace: "default", Name: "dup", Config: nad}},
-		Pools: []Pool{
-			{Namespace: "kube-system", Name: "dup-10.30.0.0-24", Range: "10.30.0.0/24", Allocations: []Allocation{{Offset: "5", ContainerID: "c1", PodRef: "default/p1", IfName: "net1"}}},
-			{Namespace: "kube-system", Name: "dup-10.30.0.0-25", Range: "10.30.0.0/25", Allocations: []Allocation{{Offset: "5", ContainerID: "c2", PodRef: "default/p2", IfName: "net1"}}},
-		},
-	}, livePods(map[string]Pod{"default/p1": {UID: "u1"}, "default/p2": {UID: "u2"}}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Entries) != 2 || rep.Entries[0].Action != Create || rep.Entries[1].Action != Conflict {
-		t.Fatalf("entries = %+v, want Create then Conflict", rep.Entries)
+	live := livePods(map[string]Pod{"default/p1": {UID: "u1"}, "default/p2": {UID: "u2"}})
+	for _, tc := range []struct {
+		first string
+		want  []Action
+	}{
+		{"default/p1", []Action{Create, Conflict}},
+		{"default/gone", []Action{PodGone, Create}},
+	} {
+		rep, err := Plan(Inputs{
+			NetworkConfigs: []NetworkConfig{{Namespace: "default", Name: "dup", Config: nad}},
+			Pools: []Pool{
+				{Namespace: "kube-system", Name: "dup-10.30.0.0-24", Range: "10.30.0.0/24", Allocations: []Allocation{{Offset: "5", ContainerID: "c1", PodRef: tc.first, IfName: "net1"}}},
+				{Namespace: "kube-system", Name: "dup-10.30.0.0-25", Range: "10.30.0.0/25", Allocations: []Allocation{{Offset: "5", ContainerID: "c2", PodRef: "default/p2", IfName: "net1"}}},
+			},
+		}, live, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []Action
+		for _, e := range rep.Entries {
+			got = append(got, e.Action)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("first record %s: %v, want %v", tc.first, got, tc.want)
+		}
 	}
 }
 
