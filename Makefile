@@ -13,7 +13,7 @@ BIN := $(CURDIR)/bin
 LDFLAGS := -s -w
 export CGO_ENABLED := 0
 
-.PHONY: all build image generate verify lint test-deps control-plane node-tools cni-plugins test test-unit test-e2e demo bench bench-quick clean
+.PHONY: all build image generate verify lint test-deps control-plane node-tools cni-plugins whereabouts test test-unit test-e2e demo bench bench-quick clean
 
 all: build
 
@@ -49,13 +49,18 @@ node-tools:
 cni-plugins:
 	@bash hack/build-cni-plugins.sh >/dev/null
 
+# whereabouts' CNI plugin and its CRDs: what the end-to-end switch test
+# migrates from.
+whereabouts:
+	@bash hack/build-whereabouts.sh >/dev/null
+
 # Tests that need built binaries (kube-apiserver and etcd, the reference
 # CNI plugins, tenure's own binaries, controller-gen) carry the build tag
 # `integration`; every other test is a unit test and runs without them.
 # Unit and package tests run with the race detector (the race detector
 # needs cgo); the end-to-end packages drive separate processes and run
 # without it.
-test: test-deps control-plane node-tools cni-plugins build image lint
+test: test-deps control-plane node-tools cni-plugins whereabouts build image lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/...
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration ./test/...
 
@@ -72,7 +77,7 @@ lint:
 test-unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
-test-e2e: test-deps control-plane cni-plugins build
+test-e2e: test-deps control-plane cni-plugins whereabouts build
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration -v ./test/...
 
 demo: control-plane cni-plugins build

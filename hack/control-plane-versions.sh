@@ -7,6 +7,9 @@ KUBE_STAGING_VERSION=v0.37.2
 ETCD_VERSION=v3.7.3
 CONTAINERD_VERSION=v2.1.4
 MULTUS_VERSION=v4.2.3
+# whereabouts, the IPAM the end-to-end switch test migrates from
+# (hack/build-whereabouts.sh).
+WHEREABOUTS_VERSION=v0.9.4
 
 # kube_version_ldflags prints the -X flags that stamp KUBE_VERSION into a
 # Kubernetes binary, as its release build does: without them /version and

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -62,15 +63,20 @@ func (k *kubeFlags) namespaceOrDefault() (string, error) {
 }
 
 func (k *kubeFlags) client() (*ops.Client, error) {
-	cfg, err := k.restConfig()
-	if err != nil {
-		return nil, err
-	}
-	c, err := kube.NewClient(cfg)
+	c, err := k.kubeClient()
 	if err != nil {
 		return nil, err
 	}
 	return ops.New(c), nil
+}
+
+// kubeClient is a controller-runtime client that knows tenure's types.
+func (k *kubeFlags) kubeClient() (client.Client, error) {
+	cfg, err := k.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kube.NewClient(cfg)
 }
 
 // Output formats, as kubectl's -o names them; "" is the table.

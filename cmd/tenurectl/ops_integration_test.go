@@ -210,6 +210,14 @@ func (cl *cluster) pod(name, node, networks string) *corev1.Pod {
 func (cl *cluster) nad(name, ipam string) string {
 	cl.t.Helper()
 	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":%q,"type":"macvlan","master":"eth0","ipam":{"type":"tenure",%s}}`, name, ipam)
+	cl.createNAD(name, conf)
+	return conf
+}
+
+// createNAD creates the NetworkAttachmentDefinition name with spec.config
+// conf.
+func (cl *cluster) createNAD(name, conf string) {
+	cl.t.Helper()
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion("k8s.cni.cncf.io/v1")
 	u.SetKind("NetworkAttachmentDefinition")
@@ -219,7 +227,6 @@ func (cl *cluster) nad(name, ipam string) string {
 		cl.t.Fatal(err)
 	}
 	cl.create(u)
-	return conf
 }
 
 func (cl *cluster) claim(name, network string) *ipamclaimsv1alpha1.IPAMClaim {

@@ -164,11 +164,18 @@ func (inv *Inventory) InScope(network string, kind tenurev1alpha1.ReservationKin
 }
 
 // tenureConfigs returns the network configurations with a tenure ipam
-// section in a NetworkAttachmentDefinition's spec.config: the config
-// itself, or each plugin of a configuration list with the list's name and
-// cniVersion, as the runtime hands them to the plugin. A config of another
-// IPAM type, or none (the config lives on the nodes), gives nothing.
+// section in a NetworkAttachmentDefinition's spec.config (IPAMConfigs).
 func tenureConfigs(specConfig string) ([][]byte, error) {
+	return IPAMConfigs(specConfig, config.PluginType)
+}
+
+// IPAMConfigs returns the network configurations in a
+// NetworkAttachmentDefinition's spec.config whose ipam type is one of
+// ipamTypes: the config itself, or each plugin of a configuration list with
+// the list's name and cniVersion, as the runtime hands them to the plugin.
+// A config of another IPAM type, or none (the config lives on the nodes),
+// gives nothing.
+func IPAMConfigs(specConfig string, ipamTypes ...string) ([][]byte, error) {
 	if strings.TrimSpace(specConfig) == "" {
 		return nil, nil
 	}
@@ -188,7 +195,7 @@ func tenureConfigs(specConfig string) ([][]byte, error) {
 		var ipam struct {
 			Type string `json:"type"`
 		}
-		if raw, ok := p["ipam"]; !ok || json.Unmarshal(raw, &ipam) != nil || ipam.Type != config.PluginType {
+		if raw, ok := p["ipam"]; !ok || json.Unmarshal(raw, &ipam) != nil || !slices.Contains(ipamTypes, ipam.Type) {
 			continue
 		}
 		for _, k := range []string{"name", "cniVersion"} {

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +19,7 @@ import (
 // github.com/containernetworking/plugins.
 func referencePlugins(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("bash", testbed.RepoRoot()+"/hack/build-cni-plugins.sh").Output()
-	if err != nil {
-		t.Fatalf("building reference plugins: %v", err)
-	}
-	return strings.TrimSpace(string(out))
+	return cachedTool(t, "build-cni-plugins.sh")
 }
 
 func TestBridgePluginConfiguresTheAddressTenureReturns(t *testing.T) {
