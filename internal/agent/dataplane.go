@@ -10,6 +10,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dataplane"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
 
 // DataplaneOptions configure the agent's DHCPv6 service and prefix routes
@@ -77,6 +78,10 @@ func (s informerSource) Pods() []*corev1.Pod {
 	}
 	return out
 }
+
+func (s informerSource) VMIsServed() bool { return s.a.vmis.Served() }
+
+func (s informerSource) VMI(namespace, name string) (kubevirt.VMI, bool) { return s.a.vmis.Get(namespace, name) }
 
 func (s informerSource) Claim(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool) {
 	obj, ok, _ := s.a.claims.GetIndexer().GetByKey(namespace + "/" + name)

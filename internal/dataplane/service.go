@@ -16,6 +16,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
 
 // DefaultResync is the period of the full reconcile when Options.Resync is 0.
@@ -27,6 +28,16 @@ type Source interface {
 	Pods() []*corev1.Pod
 	// Claim returns the IPAMClaim namespace/name, if cached.
 	Claim(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool)
+}
+
+// VMISource is implemented by a Source that knows KubeVirt's
+// VirtualMachineInstances (rule 4 of the package doc).
+type VMISource interface {
+	// VMIsServed reports whether the API serves VirtualMachineInstances
+	// and their cache has synced.
+	VMIsServed() bool
+	// VMI returns the cached VirtualMachineInstance namespace/name.
+	VMI(namespace, name string) (kubevirt.VMI, bool)
 }
 
 // Options configure a Service.
