@@ -12,6 +12,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
 
 const (
@@ -334,6 +335,117 @@ func TestPlanRoutes(t *testing.T) {
 			rep, rem := PlanRoutes(c.want, c.have)
 			if !slices.Equal(rep, c.replace) || !slices.Equal(rem, c.remove) {
 				t.Fatalf("replace %v remove %v, want %v %v", rep, rem, c.replace, c.remove)
+			}
+		})
+	}
+}
+
+// TestComputeFollowsTheVM: rule 4 where KubeVirt's API is served. The
+// pods are those of node n1 (testPod); the VMI says where the VM runs.
+func TestComputeFollowsTheVM(t *testing.T) {
+	dual := []string{"10.0.0.7/24", "fd00::7/64"}
+	pd := []string{"fd00:9000:0:700::/56"}
+	withMAC := map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"02:00:00:aa:bb:01"}]`}
+	vmOwned := func(owner string) *ipamclaimsv1alpha1.IPAMClaim {
+		c := testClaim("vm1.san", "san", owner, dual, pd)
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: "u1"}}
+		return c
+	}
+	vmi := func(node string, m *kubevirt.Migration) kubevirt.Lookup {
+		return func(ns, name string) (kubevirt.VMI, bool) {
+			if ns != "vms" || name != "vm1" {
+				return kubevirt.VMI{}, false
+			}
+			return kubevirt.VMI{Namespace: ns, Name: name, NodeName: node, Migration: m}, true
+		}
+	}
+	noVMIs := func(string, string) (kubevirt.VMI, bool) { return kubevirt.VMI{}, false }
+	launchedBy := func(p *corev1.Pod, vmiName string) *corev1.Pod {
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: vmiName, UID: "v1", Controller: &yes}}
+		return p
+	}
+	sticky := func(claimPod string) *ipamclaimsv1alpha1.IPAMClaim {
+		c := testClaim("web-0.net1", "san", "web-0", dual, pd)
+		c.Labels = map[string]string{"ipam.tenure.dev/sticky": "true", "ipam.tenure.dev/statefulset": "web"}
+		c.Annotations = map[string]string{"ipam.tenure.dev/pod": claimPod}
+		return c
+	}
+	stickyPod := testPod("web-0", map[string]string{nets: `[{"name":"san","interface":"net1","mac":"02:00:00:aa:bb:01"}]`})
+
+	cases := []struct {
+		name   string
+		pod    *corev1.Pod
+		claim  *ipamclaimsv1alpha1.IPAMClaim
+		vmi    kubevirt.Lookup // nil: the API does not serve VMIs
+		bound  string          // the binding's key, "" for none
+		reason string          // substring of the skip reason when not bound
+	}{
+		{name: "API not served: ownerPod moved to the target decides, as without KubeVirt",
+			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-dst"),
+			reason: "owned by pod virt-launcher-dst"},
+		{name: "VM runs here, no migration",
+			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-src"), vmi: vmi("n1", nil),
+			bound: "vms/vm1.san"},
+		{name: "migration under way: the source serves although ownerPod names the target",
+			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-dst"),
+			vmi:   vmi("n1", &kubevirt.Migration{TargetNode: "n2"}),
+			bound: "vms/vm1.san"},
+		{name: "migration under way: the target does not serve before the switchover",
+			pod: testPod("virt-launcher-dst", withMAC), claim: vmOwned("virt-launcher-dst"),
+			vmi:    vmi("n0", &kubevirt.Migration{TargetNode: "n1"}),
+			reason: "runs on node n0; this node is its migration target"},
+		{name: "switchover: status.nodeName is the target",
+			pod: testPod("virt-launcher-dst", withMAC), claim: vmOwned("virt-launcher-src"),
+			vmi:   vmi("n1", &kubevirt.Migration{TargetNode: "n1", Completed: true}),
+			bound: "vms/vm1.san"},
+		{name: "switchover: the source stops serving",
+			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-src"),
+			vmi:    vmi("n2", &kubevirt.Migration{TargetNode: "n2", Completed: true}),
+			reason: "runs on node n2"},
+		{name: "completed before status.nodeName moved: the target serves",
+			pod: testPod("virt-launcher-dst", withMAC), claim: vmOwned("virt-launcher-src"),
+			vmi:   vmi("n0", &kubevirt.Migration{TargetNode: "n1", Completed: true}),
+			bound: "vms/vm1.san"},
+		{name: "failed migration: the source keeps serving",
+			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-dst"),
+			vmi:   vmi("n1", &kubevirt.Migration{TargetNode: "n2", Completed: true, Failed: true}),
+			bound: "vms/vm1.san"},
+		{name: "failed migration: the target never serves",
+			pod: testPod("virt-launcher-dst", withMAC), claim: vmOwned("virt-launcher-dst"),
+			vmi:    vmi("n0", &kubevirt.Migration{TargetNode: "n1", Completed: true, Failed: true}),
+			reason: "runs on node n0"},
+		{name: "served, VMI missing: ownerPod decides",
+			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-dst"), vmi: noVMIs,
+			reason: "owned by pod virt-launcher-dst"},
+		{name: "served, VMI not scheduled yet: ownerPod decides",
+			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-src"), vmi: vmi("", nil),
+			bound: "vms/vm1.san"},
+		{name: "served, claim of no VM: ownerPod decides",
+			pod: testPod("virt-launcher-src", withMAC), claim: testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd), vmi: vmi("n1", nil),
+			reason: "owned by pod virt-launcher-dst"},
+		{name: "claim of no VM presented by a VMI's launcher pod: the pod's VMI decides",
+			pod:   launchedBy(testPod("virt-launcher-src", withMAC), "vm1"),
+			claim: testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd), vmi: vmi("n1", &kubevirt.Migration{TargetNode: "n2"}),
+			bound: "vms/vm1.san"},
+		{name: "sticky StatefulSet claim is served to its pod",
+			pod: stickyPod, claim: sticky("web-0"),
+			bound: "vms/web-0.net1"},
+		{name: "sticky claim of another pod is not",
+			pod: stickyPod, claim: sticky("web-1")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, skips := Compute(Inputs{Pods: []*corev1.Pod{c.pod}, Claim: claimSource(c.claim), Networks: san, VMI: c.vmi})
+			switch {
+			case c.bound != "" && (len(got) != 1 || got[0].Key != c.bound || got[0].Pod != "vms/"+c.pod.Name):
+				t.Fatalf("bindings %+v (skips %+v), want %s for pod %s", got, skips, c.bound, c.pod.Name)
+			case c.bound == "" && len(got) != 0:
+				t.Fatalf("bindings %+v, want none", got)
+			case c.reason != "" && (len(skips) != 1 || !strings.Contains(skips[0].Reason, c.reason)):
+				t.Fatalf("skips %+v, want one containing %q", skips, c.reason)
+			case c.reason == "" && len(skips) != 0:
+				t.Fatalf("unexpected skips %+v", skips)
 			}
 		})
 	}

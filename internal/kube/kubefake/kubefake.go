@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -63,6 +64,8 @@ func New(objs ...client.Object) *Client {
 		WithObjects(objs...).
 		WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		// The agent watches one CRD by name (internal/kubevirt).
+		WithIndex(crd(), "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
 		Build()
 	c.WithWatch = interceptor.NewClient(inner, interceptor.Funcs{
 		Create: c.create,
@@ -74,6 +77,12 @@ func New(objs ...client.Object) *Client {
 		},
 	})
 	return c
+}
+
+func crd() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	return u
 }
 
 // IsWatchListSemanticsUnSupported tells client-go's reflector to list and
