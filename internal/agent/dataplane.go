@@ -81,7 +81,9 @@ func (s informerSource) Pods() []*corev1.Pod {
 
 func (s informerSource) VMIsServed() bool { return s.a.vmis.Served() }
 
-func (s informerSource) VMI(namespace, name string) (kubevirt.VMI, bool) { return s.a.vmis.Get(namespace, name) }
+func (s informerSource) VMI(namespace, name string) (kubevirt.VMI, bool) {
+	return s.a.vmis.Get(namespace, name)
+}
 
 func (s informerSource) Claim(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool) {
 	obj, ok, _ := s.a.claims.GetIndexer().GetByKey(namespace + "/" + name)
