@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dataplane"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
@@ -77,6 +78,10 @@ func (s informerSource) Pods() []*corev1.Pod {
 		}
 	}
 	return out
+}
+
+func (s informerSource) PodReservations(podUID string) []*tenurev1alpha1.IPReservation {
+	return s.a.store.ByOwnerUID(podUID)
 }
 
 func (s informerSource) VMIsServed() bool { return s.a.vmis.Served() }

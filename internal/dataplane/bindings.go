@@ -14,10 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // Where a binding's MAC came from.
@@ -63,6 +65,9 @@ type Inputs struct {
 	// VMI returns a KubeVirt VirtualMachineInstance; nil when the API does
 	// not serve them (then status.ownerPod alone decides, rule 4).
 	VMI kubevirt.Lookup
+	// PodReservations returns the reservations a pod (by UID) holds; nil
+	// serves no attachment without a claim.
+	PodReservations func(podUID string) []*tenurev1alpha1.IPReservation
 }
 
 // Compute returns this node's bindings, sorted by Key, and the attachments
@@ -105,9 +110,17 @@ func Compute(in Inputs) ([]Binding, []Skip) {
 			}
 			claimName := e.IPAMClaimReference
 			if claimName == "" {
-				if claimName = stickyClaim(pod, ifName, in); claimName == "" {
-					continue
+				claimName = stickyClaim(pod, ifName, in)
+			}
+			if claimName == "" {
+				b, reason := bindPod(pod, ifName, e, statuses, statusErr, in)
+				switch {
+				case reason != "":
+					skips = append(skips, Skip{Pod: podKey, PodInterface: ifName, Reason: reason})
+				case b.Key != "":
+					out = append(out, b)
 				}
+				continue
 			}
 			skip := func(format string, args ...any) {
 				skips = append(skips, Skip{Pod: podKey, PodInterface: ifName, Claim: pod.Namespace + "/" + claimName, Reason: fmt.Sprintf(format, args...)})
@@ -189,6 +202,73 @@ func bind(pod *corev1.Pod, ifName, claimName string, e *nadv1.NetworkSelectionEl
 	b.MAC = mac
 	b.MACSource = source
 	b.Network = claim.Spec.Network
+	b.Pod = pod.Namespace + "/" + pod.Name
+	b.PodInterface = ifName
+	b.Interfaces = slices.Clone(settings.Interfaces)
+	b.InstallRoutes = settings.InstallRoutes
+	return b, ""
+}
+
+// bindPod binds an attachment that presents no claim to the delegated
+// prefix its pod opted in to (and the pod's IPv6 address of that
+// attachment): rule 7 of the package doc. A zero Binding and no reason:
+// the attachment holds no delegated prefix, and is not served.
+func bindPod(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, statuses []nadv1.NetworkStatus, statusErr error, in Inputs) (Binding, string) {
+	var b Binding
+	if in.PodReservations == nil {
+		return b, ""
+	}
+	var mine []*tenurev1alpha1.IPReservation
+	sandboxes := map[string]bool{}
+	hasPrefix := false
+	for _, r := range in.PodReservations(string(pod.UID)) {
+		o := r.Spec.Owner
+		if o.Kind != tenurev1alpha1.OwnerPod || o.UID != string(pod.UID) || o.Interface != ifName {
+			continue
+		}
+		mine = append(mine, r)
+		sandboxes[o.ContainerID] = true
+		hasPrefix = hasPrefix || r.Spec.Kind == tenurev1alpha1.KindDelegatedPrefix
+	}
+	if !hasPrefix {
+		return b, ""
+	}
+	if len(sandboxes) > 1 {
+		// An earlier sandbox's reservations stay until its DEL or the
+		// runtime's GC; which one the guest holds cannot be told.
+		return b, fmt.Sprintf("the pod's reservations for %s belong to %d sandboxes; served once the older ones are released", ifName, len(sandboxes))
+	}
+	network := mine[0].Spec.CNINetwork
+	settings, ok := in.Networks[network]
+	if !ok || !settings.Enabled {
+		return b, fmt.Sprintf("network %q %s", network, noSettings)
+	}
+	if len(settings.Interfaces) == 0 {
+		return b, fmt.Sprintf("network %q: dhcpv6.interfaces is empty", network)
+	}
+	for _, r := range mine {
+		p, err := reservation.ParseItem(r.Spec.Address)
+		if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() {
+			continue
+		}
+		switch {
+		case r.Spec.Kind == tenurev1alpha1.KindDelegatedPrefix && !b.Prefix.IsValid():
+			b.Prefix = p.Masked()
+		case r.Spec.Kind != tenurev1alpha1.KindDelegatedPrefix && !b.Address.IsValid():
+			b.Address = p.Addr()
+		}
+	}
+	if !b.Prefix.IsValid() {
+		return b, "the pod's delegated prefix is not IPv6"
+	}
+	mac, source, reason := macOf(ifName, e, statuses, statusErr)
+	if mac == nil {
+		return b, reason
+	}
+	b.Key = pod.Namespace + "/" + pod.Name + "/" + ifName
+	b.MAC = mac
+	b.MACSource = source
+	b.Network = network
 	b.Pod = pod.Namespace + "/" + pod.Name
 	b.PodInterface = ifName
 	b.Interfaces = slices.Clone(settings.Interfaces)

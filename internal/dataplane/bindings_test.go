@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
@@ -446,6 +447,66 @@ func TestComputeFollowsTheVM(t *testing.T) {
 				t.Fatalf("skips %+v, want one containing %q", skips, c.reason)
 			case c.reason == "" && len(skips) != 0:
 				t.Fatalf("unexpected skips %+v", skips)
+			}
+		})
+	}
+}
+
+// TestComputeServesPodPrefixes: rule 7, an attachment without a claim whose
+// pod opted in to a delegated prefix is served from the pod's reservations.
+func TestComputeServesPodPrefixes(t *testing.T) {
+	pod := testPod("router-0", map[string]string{nets: `[{"name":"san","interface":"net1","mac":"02:00:00:aa:bb:01"}]`})
+	pod.UID = "pod-uid"
+	res := func(kind tenurev1alpha1.ReservationKind, item, sandbox, ifName, network string) *tenurev1alpha1.IPReservation {
+		return &tenurev1alpha1.IPReservation{Spec: tenurev1alpha1.IPReservationSpec{
+			Network: network, Kind: kind, Address: item, CNINetwork: network,
+			Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, UID: "pod-uid", ContainerID: sandbox, Interface: ifName},
+		}}
+	}
+	addr := res(tenurev1alpha1.KindAddress, "fd00::9", "s1", "net1", "san")
+	v4 := res(tenurev1alpha1.KindAddress, "10.0.0.9", "s1", "net1", "san")
+	prefix := res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:900::/56", "s1", "net1", "san")
+	cases := []struct {
+		name      string
+		rs        []*tenurev1alpha1.IPReservation
+		served    bool // PodReservations set
+		addr, pfx string
+		reason    string
+	}{
+		{name: "address and prefix", rs: []*tenurev1alpha1.IPReservation{v4, addr, prefix}, served: true, addr: "fd00::9", pfx: "fd00:9000:0:900::/56"},
+		{name: "prefix only", rs: []*tenurev1alpha1.IPReservation{v4, prefix}, served: true, addr: "invalid IP", pfx: "fd00:9000:0:900::/56"},
+		{name: "no prefix: not served, as before", rs: []*tenurev1alpha1.IPReservation{v4, addr}, served: true},
+		{name: "no reservation source", rs: []*tenurev1alpha1.IPReservation{addr, prefix}},
+		{name: "another interface's prefix", rs: []*tenurev1alpha1.IPReservation{res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:900::/56", "s1", "net2", "san")}, served: true},
+		{name: "two sandboxes' reservations", rs: []*tenurev1alpha1.IPReservation{prefix, res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:a00::/56", "s2", "net1", "san")},
+			served: true, reason: "2 sandboxes"},
+		{name: "network without dhcpv6", rs: []*tenurev1alpha1.IPReservation{res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:900::/56", "s1", "net1", "other")},
+			served: true, reason: `network "other" has no dhcpv6`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := Inputs{Pods: []*corev1.Pod{pod}, Claim: claimSource(), Networks: san}
+			if c.served {
+				in.PodReservations = func(uid string) []*tenurev1alpha1.IPReservation {
+					if uid != "pod-uid" {
+						return nil
+					}
+					return c.rs
+				}
+			}
+			got, skips := Compute(in)
+			switch {
+			case c.pfx != "" && (len(got) != 1 || got[0].Key != "vms/router-0/net1" || got[0].Address.String() != c.addr || got[0].Prefix.String() != c.pfx || got[0].MAC.String() != vmMAC):
+				t.Fatalf("bindings %+v (skips %+v), want %s and %s", got, skips, c.addr, c.pfx)
+			case c.pfx == "" && len(got) != 0:
+				t.Fatalf("bindings %+v, want none", got)
+			case c.reason != "" && (len(skips) != 1 || !strings.Contains(skips[0].Reason, c.reason)):
+				t.Fatalf("skips %+v, want one containing %q", skips, c.reason)
+			case c.reason == "" && len(skips) != 0:
+				t.Fatalf("unexpected skips %+v", skips)
+			}
+			if routes := DesiredRoutes(got, nil); c.addr == "fd00::9" && (len(routes) != 1 || routes[0].String() != "fd00:9000:0:900::/56 via fd00::9 dev br0 onlink") {
+				t.Fatalf("routes %v", routes)
 			}
 		})
 	}

@@ -47,6 +47,9 @@ func (s *Service) rebind(networks map[string]config.DHCPv6) []Binding {
 	if vs, ok := s.opts.Source.(VMISource); ok && vs.VMIsServed() {
 		in.VMI = vs.VMI
 	}
+	if rs, ok := s.opts.Source.(ReservationSource); ok {
+		in.PodReservations = rs.PodReservations
+	}
 	bindings, skips := Compute(in)
 	idx := &index{byMACIf: map[string]Binding{}, bindings: bindings}
 	for _, b := range bindings {
