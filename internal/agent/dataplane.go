@@ -63,6 +63,11 @@ func (d *agentDataplane) Attached(cfg *config.Config) {
 	d.svc.Trigger()
 }
 
+// Detached is called after a DEL released a pod's reservations: a pod's
+// opt-in prefix stops being served and routed at once, not at the next
+// resync (the pod itself may stay, e.g. a sandbox being re-created).
+func (d *agentDataplane) Detached() { d.svc.Trigger() }
+
 // Run reconciles until ctx ends; Start calls it once the caches synced.
 func (d *agentDataplane) Run(ctx context.Context) { d.svc.Run(ctx) }
 
