@@ -34,12 +34,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/kube"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 // Client is the fake API. Its methods are safe for concurrent use.
@@ -60,7 +61,7 @@ type Client struct {
 func New(objs ...client.Object) *Client {
 	c := &Client{}
 	inner := fake.NewClientBuilder().
-		WithScheme(kube.Scheme).
+		WithScheme(scheme()).
 		WithObjects(objs...).
 		WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
@@ -77,6 +78,23 @@ func New(objs ...client.Object) *Client {
 		},
 	})
 	return c
+}
+
+// scheme is a scheme like internal/kube's Scheme plus the CRD kinds as unstructured:
+// the fake registers an unstructured kind it does not know into its scheme
+// on first use, which on the shared kube.Scheme would be a write racing
+// every other client's reads.
+func scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, tenurev1alpha1.AddToScheme, ipamclaimsv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	crdGV := schema.GroupVersion{Group: "apiextensions.k8s.io", Version: "v1"}
+	s.AddKnownTypeWithName(crdGV.WithKind("CustomResourceDefinition"), &unstructured.Unstructured{})
+	s.AddKnownTypeWithName(crdGV.WithKind("CustomResourceDefinitionList"), &unstructured.UnstructuredList{})
+	return s
 }
 
 func crd() *unstructured.Unstructured {
