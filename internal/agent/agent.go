@@ -129,15 +129,8 @@ func New(opts Options) (*Agent, error) {
 		a.dataplane.svc.Trigger()
 		a.triggerOwnerFollow()
 	})
-	follow := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.triggerOwnerFollow() },
-		UpdateFunc: func(any, any) { a.triggerOwnerFollow() },
-		DeleteFunc: func(any) { a.triggerOwnerFollow() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{a.pods, a.claims} {
-		if _, err := inf.AddEventHandler(follow); err != nil {
-			return nil, err
-		}
+	if err := onEveryEvent(a.triggerOwnerFollow, a.pods, a.claims); err != nil {
+		return nil, err
 	}
 	return a, nil
 }

@@ -43,15 +43,8 @@ func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
 	if err != nil {
 		return nil, err
 	}
-	trigger := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { svc.Trigger() },
-		UpdateFunc: func(any, any) { svc.Trigger() },
-		DeleteFunc: func(any) { svc.Trigger() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{a.pods, a.claims} {
-		if _, err := inf.AddEventHandler(trigger); err != nil {
-			return nil, err
-		}
+	if err := onEveryEvent(svc.Trigger, a.pods, a.claims); err != nil {
+		return nil, err
 	}
 	return &agentDataplane{svc: svc, metrics: m}, nil
 }
@@ -70,6 +63,21 @@ func (d *agentDataplane) Detached() { d.svc.Trigger() }
 
 // Run reconciles until ctx ends; Start calls it once the caches synced.
 func (d *agentDataplane) Run(ctx context.Context) { d.svc.Run(ctx) }
+
+// onEveryEvent calls f on every add, update and delete of the informers.
+func onEveryEvent(f func(), infs ...cache.SharedIndexInformer) error {
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { f() },
+		UpdateFunc: func(any, any) { f() },
+		DeleteFunc: func(any) { f() },
+	}
+	for _, inf := range infs {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // informerSource reads the agent's informer caches.
 type informerSource struct{ a *Agent }

@@ -342,113 +342,87 @@ func TestPlanRoutes(t *testing.T) {
 }
 
 // TestComputeFollowsTheVM: rule 4 where KubeVirt's API is served. The
-// pods are those of node n1 (testPod); the VMI says where the VM runs.
+// migration's source pod runs on node n1, its target on n2; each row says
+// what each node computes for its pod: "" is a binding, else a substring of
+// the reason it has none. Exactly one node serves in every row.
 func TestComputeFollowsTheVM(t *testing.T) {
-	dual := []string{"10.0.0.7/24", "fd00::7/64"}
-	pd := []string{"fd00:9000:0:700::/56"}
 	withMAC := map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"02:00:00:aa:bb:01"}]`}
-	vmOwned := func(owner string) *ipamclaimsv1alpha1.IPAMClaim {
-		c := testClaim("vm1.san", "san", owner, dual, pd)
-		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: "u1"}}
+	claim := func(owner string, vmOwned bool) *ipamclaimsv1alpha1.IPAMClaim {
+		c := testClaim("vm1.san", "san", owner, []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})
+		if vmOwned {
+			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: "u1"}}
+		}
 		return c
 	}
-	vmi := func(node string, m *kubevirt.Migration) kubevirt.Lookup {
+	on := func(node string, m *kubevirt.Migration) kubevirt.Lookup {
 		return func(ns, name string) (kubevirt.VMI, bool) {
-			if ns != "vms" || name != "vm1" {
-				return kubevirt.VMI{}, false
-			}
-			return kubevirt.VMI{Namespace: ns, Name: name, NodeName: node, Migration: m}, true
+			return kubevirt.VMI{Namespace: ns, Name: name, NodeName: node, Migration: m}, ns == "vms" && name == "vm1"
 		}
 	}
-	noVMIs := func(string, string) (kubevirt.VMI, bool) { return kubevirt.VMI{}, false }
-	launchedBy := func(p *corev1.Pod, vmiName string) *corev1.Pod {
-		yes := true
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: vmiName, UID: "v1", Controller: &yes}}
+	pod := func(name, node string, launched bool) *corev1.Pod {
+		p := testPod(name, withMAC)
+		p.Spec.NodeName = node
+		if launched { // a virt-launcher pod's controller is its VMI
+			yes := true
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm1", UID: "v1", Controller: &yes}}
+		}
 		return p
 	}
+	const src, dst = "virt-launcher-src", "virt-launcher-dst"
+	toN2 := func(completed, failed bool) *kubevirt.Migration {
+		return &kubevirt.Migration{TargetNode: "n2", Completed: completed, Failed: failed}
+	}
+	cases := []struct {
+		name     string
+		claim    *ipamclaimsv1alpha1.IPAMClaim
+		vmi      kubevirt.Lookup // nil: the API does not serve VMIs
+		launched bool            // the pods are owned by VMI vm1
+		atSrc    string
+		atDst    string
+	}{
+		{"API not served: ownerPod decides, as without KubeVirt", claim(dst, true), nil, false, "owned by pod " + dst, ""},
+		{"VM runs on n1", claim(src, true), on("n1", nil), false, "", "runs on node n1"},
+		{"migration under way, ownerPod on the target: the source serves", claim(dst, true), on("n1", toN2(false, false)), false, "", "runs on node n1; this node is its migration target"},
+		{"switchover: status.nodeName is n2", claim(src, true), on("n2", toN2(true, false)), false, "runs on node n2", ""},
+		{"completed before status.nodeName moved: the target serves", claim(src, true), on("n1", toN2(true, false)), false, "runs on node n2", ""},
+		{"failed migration: the source keeps serving", claim(dst, true), on("n1", toN2(true, true)), false, "", "runs on node n1"},
+		{"VMI missing: ownerPod decides", claim(dst, true), func(string, string) (kubevirt.VMI, bool) { return kubevirt.VMI{}, false }, false, "owned by pod " + dst, ""},
+		{"VMI not scheduled yet: ownerPod decides", claim(src, true), on("", nil), false, "", "owned by pod " + src},
+		{"claim of no VM: ownerPod decides", claim(dst, false), on("n1", nil), false, "owned by pod " + dst, ""},
+		{"claim of no VM presented by a VMI's pods: the pods' VMI decides", claim(dst, false), on("n1", toN2(false, false)), true, "", "migration target"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, side := range []struct{ pod, node, want string }{{src, "n1", c.atSrc}, {dst, "n2", c.atDst}} {
+				got, skips := Compute(Inputs{Pods: []*corev1.Pod{pod(side.pod, side.node, c.launched)}, Claim: claimSource(c.claim), Networks: san, VMI: c.vmi})
+				switch {
+				case side.want == "" && (len(got) != 1 || got[0].Key != "vms/vm1.san" || got[0].Pod != "vms/"+side.pod || len(skips) != 0):
+					t.Errorf("node %s: bindings %+v, skips %+v; want pod %s served", side.node, got, skips, side.pod)
+				case side.want != "" && (len(got) != 0 || len(skips) != 1 || !strings.Contains(skips[0].Reason, side.want)):
+					t.Errorf("node %s: bindings %+v, skips %+v; want none because %q", side.node, got, skips, side.want)
+				}
+			}
+		})
+	}
+}
+
+// TestComputeServesStickyClaims: rule 2, an element without a claim
+// reference is served its pod's sticky StatefulSet claim.
+func TestComputeServesStickyClaims(t *testing.T) {
+	pod := testPod("web-0", map[string]string{nets: `[{"name":"san","interface":"net1","mac":"02:00:00:aa:bb:01"}]`})
 	sticky := func(claimPod string) *ipamclaimsv1alpha1.IPAMClaim {
-		c := testClaim("web-0.net1", "san", "web-0", dual, pd)
+		c := testClaim("web-0.net1", "san", "web-0", []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})
 		c.Labels = map[string]string{"ipam.tenure.dev/sticky": "true", "ipam.tenure.dev/statefulset": "web"}
 		c.Annotations = map[string]string{"ipam.tenure.dev/pod": claimPod}
 		return c
 	}
-	stickyPod := testPod("web-0", map[string]string{nets: `[{"name":"san","interface":"net1","mac":"02:00:00:aa:bb:01"}]`})
-
-	cases := []struct {
-		name   string
-		pod    *corev1.Pod
-		claim  *ipamclaimsv1alpha1.IPAMClaim
-		vmi    kubevirt.Lookup // nil: the API does not serve VMIs
-		bound  string          // the binding's key, "" for none
-		reason string          // substring of the skip reason when not bound
-	}{
-		{name: "API not served: ownerPod moved to the target decides, as without KubeVirt",
-			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-dst"),
-			reason: "owned by pod virt-launcher-dst"},
-		{name: "VM runs here, no migration",
-			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-src"), vmi: vmi("n1", nil),
-			bound: "vms/vm1.san"},
-		{name: "migration under way: the source serves although ownerPod names the target",
-			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-dst"),
-			vmi:   vmi("n1", &kubevirt.Migration{TargetNode: "n2"}),
-			bound: "vms/vm1.san"},
-		{name: "migration under way: the target does not serve before the switchover",
-			pod: testPod("virt-launcher-dst", withMAC), claim: vmOwned("virt-launcher-dst"),
-			vmi:    vmi("n0", &kubevirt.Migration{TargetNode: "n1"}),
-			reason: "runs on node n0; this node is its migration target"},
-		{name: "switchover: status.nodeName is the target",
-			pod: testPod("virt-launcher-dst", withMAC), claim: vmOwned("virt-launcher-src"),
-			vmi:   vmi("n1", &kubevirt.Migration{TargetNode: "n1", Completed: true}),
-			bound: "vms/vm1.san"},
-		{name: "switchover: the source stops serving",
-			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-src"),
-			vmi:    vmi("n2", &kubevirt.Migration{TargetNode: "n2", Completed: true}),
-			reason: "runs on node n2"},
-		{name: "completed before status.nodeName moved: the target serves",
-			pod: testPod("virt-launcher-dst", withMAC), claim: vmOwned("virt-launcher-src"),
-			vmi:   vmi("n0", &kubevirt.Migration{TargetNode: "n1", Completed: true}),
-			bound: "vms/vm1.san"},
-		{name: "failed migration: the source keeps serving",
-			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-dst"),
-			vmi:   vmi("n1", &kubevirt.Migration{TargetNode: "n2", Completed: true, Failed: true}),
-			bound: "vms/vm1.san"},
-		{name: "failed migration: the target never serves",
-			pod: testPod("virt-launcher-dst", withMAC), claim: vmOwned("virt-launcher-dst"),
-			vmi:    vmi("n0", &kubevirt.Migration{TargetNode: "n1", Completed: true, Failed: true}),
-			reason: "runs on node n0"},
-		{name: "served, VMI missing: ownerPod decides",
-			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-dst"), vmi: noVMIs,
-			reason: "owned by pod virt-launcher-dst"},
-		{name: "served, VMI not scheduled yet: ownerPod decides",
-			pod: testPod("virt-launcher-src", withMAC), claim: vmOwned("virt-launcher-src"), vmi: vmi("", nil),
-			bound: "vms/vm1.san"},
-		{name: "served, claim of no VM: ownerPod decides",
-			pod: testPod("virt-launcher-src", withMAC), claim: testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd), vmi: vmi("n1", nil),
-			reason: "owned by pod virt-launcher-dst"},
-		{name: "claim of no VM presented by a VMI's launcher pod: the pod's VMI decides",
-			pod:   launchedBy(testPod("virt-launcher-src", withMAC), "vm1"),
-			claim: testClaim("vm1.san", "san", "virt-launcher-dst", dual, pd), vmi: vmi("n1", &kubevirt.Migration{TargetNode: "n2"}),
-			bound: "vms/vm1.san"},
-		{name: "sticky StatefulSet claim is served to its pod",
-			pod: stickyPod, claim: sticky("web-0"),
-			bound: "vms/web-0.net1"},
-		{name: "sticky claim of another pod is not",
-			pod: stickyPod, claim: sticky("web-1")},
+	got, skips := Compute(Inputs{Pods: []*corev1.Pod{pod}, Claim: claimSource(sticky("web-0")), Networks: san})
+	if len(got) != 1 || got[0].Key != "vms/web-0.net1" || got[0].Prefix.String() != "fd00:9000:0:700::/56" || len(skips) != 0 {
+		t.Fatalf("bindings %+v, skips %+v; want the sticky claim served", got, skips)
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, skips := Compute(Inputs{Pods: []*corev1.Pod{c.pod}, Claim: claimSource(c.claim), Networks: san, VMI: c.vmi})
-			switch {
-			case c.bound != "" && (len(got) != 1 || got[0].Key != c.bound || got[0].Pod != "vms/"+c.pod.Name):
-				t.Fatalf("bindings %+v (skips %+v), want %s for pod %s", got, skips, c.bound, c.pod.Name)
-			case c.bound == "" && len(got) != 0:
-				t.Fatalf("bindings %+v, want none", got)
-			case c.reason != "" && (len(skips) != 1 || !strings.Contains(skips[0].Reason, c.reason)):
-				t.Fatalf("skips %+v, want one containing %q", skips, c.reason)
-			case c.reason == "" && len(skips) != 0:
-				t.Fatalf("unexpected skips %+v", skips)
-			}
-		})
+	// A claim of that name that is not this pod's is not presented by it.
+	if got, skips := Compute(Inputs{Pods: []*corev1.Pod{pod}, Claim: claimSource(sticky("web-1")), Networks: san}); len(got) != 0 || len(skips) != 0 {
+		t.Fatalf("bindings %+v, skips %+v; want nothing", got, skips)
 	}
 }
 

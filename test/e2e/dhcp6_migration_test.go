@@ -52,19 +52,11 @@ const migIPAM = `{"ipRanges":[{"range":"10.97.0.0/24"},{"range":"fd00:97::/64"}]
 // later migration back that fails keeps all of it on the node the VM runs
 // on.
 func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
-	requireDHCPTools(t)
-	ctx := testContext(t, 4*time.Minute)
-	c := apiClient(t)
+	ctx, c := dhcpTest(t, 4*time.Minute)
 	installVMICRD(t, ctx)
 
-	sfx := strconv.Itoa(os.Getpid() % 100000)
-	nodeA, nodeB := "tdm-na-"+sfx, "tdm-nb-"+sfx
-	guest, probe := "tdm-g-"+sfx, "tdm-p-"+sfx
-	pathA, pathB := dhcpNode(t, nodeA), dhcpNode(t, nodeB)
-	dhcpGuest(t, guest, nodeA, "vg", dhcpVMMAC)
-	waitLinkLocal(t, ctx, nodeA, "br0")
-	waitLinkLocal(t, ctx, nodeB, "br0")
-	waitLinkLocal(t, ctx, guest, "eth0")
+	nodeA, nodeB, pathA, pathB := twoNodes(t, ctx, "tdm")
+	guest := plugGuest(t, ctx, nodeA+"-g", nodeA, "vg", dhcpVMMAC)
 
 	agentA, metricsA := startDataplaneAgent(t, ctx, "mig-a", pathA, "")
 	agentB, metricsB := startDataplaneAgent(t, ctx, "mig-b", pathB, "")
@@ -130,8 +122,7 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	waitOwner(t, ctx, c, ns, claimName, podB.name)
 	// Node-a no longer answers the VM's identity: a client with the VM's MAC
 	// now plugged into node-a's bridge gets nothing.
-	dhcpGuest(t, probe, nodeA, "vp", dhcpVMMAC)
-	waitLinkLocal(t, ctx, probe, "eth0")
+	probe := plugGuest(t, ctx, nodeA+"-p", nodeA, "vp", dhcpVMMAC)
 	if adv, err := solicit(t, probe, 3*time.Second); !errors.Is(err, nclient6.ErrNoResponse) {
 		t.Fatalf("node-a after the switchover: advertise %v, err %v; want no response", adv, err)
 	}
@@ -170,23 +161,12 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 // source (the migration failed), the agents see it without a restart and
 // put all three back on the source.
 func TestDHCPv6VMIAPIAppearingPutsTheVMBackOnItsNode(t *testing.T) {
-	requireDHCPTools(t)
-	ctx := testContext(t, 4*time.Minute)
-	c := apiClient(t)
+	ctx, c := dhcpTest(t, 4*time.Minute)
 	waitVMICRDGone(t, ctx)
 
-	sfx := strconv.Itoa(os.Getpid() % 100000)
-	nodeA, nodeB := "tdl-na-"+sfx, "tdl-nb-"+sfx
-	ga, gb := "tdl-ga-"+sfx, "tdl-gb-"+sfx
-	pathA, pathB := dhcpNode(t, nodeA), dhcpNode(t, nodeB)
-	dhcpGuest(t, ga, nodeA, "vga", dhcpVMMAC)
-	dhcpGuest(t, gb, nodeB, "vgb", dhcpVMMAC)
-	for _, n := range []string{nodeA, nodeB} {
-		waitLinkLocal(t, ctx, n, "br0")
-	}
-	for _, g := range []string{ga, gb} {
-		waitLinkLocal(t, ctx, g, "eth0")
-	}
+	nodeA, nodeB, pathA, pathB := twoNodes(t, ctx, "tdl")
+	ga := plugGuest(t, ctx, nodeA+"-g", nodeA, "vga", dhcpVMMAC)
+	gb := plugGuest(t, ctx, nodeB+"-g", nodeB, "vgb", dhcpVMMAC)
 	agentA, _ := startDataplaneAgent(t, ctx, "late-a", pathA, "")
 	agentB, _ := startDataplaneAgent(t, ctx, "late-b", pathB, "")
 
@@ -228,6 +208,35 @@ func TestDHCPv6VMIAPIAppearingPutsTheVMBackOnItsNode(t *testing.T) {
 	if adv, err := solicit(t, gb, 3*time.Second); !errors.Is(err, nclient6.ErrNoResponse) {
 		t.Fatalf("node-b, the failed migration's target: advertise %v, err %v; want no response", adv, err)
 	}
+}
+
+// twoNodes makes the namespaces of two "nodes" (dhcpNode) named after tag
+// and this process, and returns their names and paths.
+func twoNodes(t *testing.T, ctx context.Context, tag string) (nodeA, nodeB, pathA, pathB string) {
+	t.Helper()
+	sfx := strconv.Itoa(os.Getpid() % 100000)
+	nodeA, nodeB = tag+"-a"+sfx, tag+"-b"+sfx
+	pathA, pathB = dhcpNode(t, nodeA), dhcpNode(t, nodeB)
+	waitLinkLocal(t, ctx, nodeA, "br0")
+	waitLinkLocal(t, ctx, nodeB, "br0")
+	return nodeA, nodeB, pathA, pathB
+}
+
+// plugGuest makes guest namespace name behind node's bridge (dhcpGuest) and
+// waits for its link-local address; it returns name.
+func plugGuest(t *testing.T, ctx context.Context, name, node, hostIf, mac string) string {
+	t.Helper()
+	dhcpGuest(t, name, node, hostIf, mac)
+	waitLinkLocal(t, ctx, name, "eth0")
+	return name
+}
+
+// dhcpTest checks the test can run (dhcpTools) and returns its context and
+// API client.
+func dhcpTest(t *testing.T, d time.Duration) (context.Context, client.WithWatch) {
+	t.Helper()
+	requireDHCPTools(t)
+	return testContext(t, d), apiClient(t)
 }
 
 func requireDHCPTools(t *testing.T) {

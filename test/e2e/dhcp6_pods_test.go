@@ -23,16 +23,12 @@ import (
 // which routes the prefix to it, as it does a claim's; after its DEL,
 // neither.
 func TestDHCPv6ServesAPodsOptInPrefix(t *testing.T) {
-	requireDHCPTools(t)
-	ctx := testContext(t, 3*time.Minute)
-	c := apiClient(t)
+	ctx, c := dhcpTest(t, 3*time.Minute)
 
-	sfx := strconv.Itoa(os.Getpid() % 100000)
-	node, guest := "tdo-n-"+sfx, "tdo-g-"+sfx
+	node := "tdo-n-" + strconv.Itoa(os.Getpid()%100000)
 	path := dhcpNode(t, node)
-	dhcpGuest(t, guest, node, "vg", dhcpOtherMAC)
 	waitLinkLocal(t, ctx, node, "br0")
-	waitLinkLocal(t, ctx, guest, "eth0")
+	guest := plugGuest(t, ctx, node+"-g", node, "vg", dhcpOtherMAC)
 	agent, _ := startDataplaneAgent(t, ctx, "optin-a", path, "")
 
 	const ipam = `{"ipRanges":[{"range":"fd00:98::/64"}],
