@@ -125,3 +125,28 @@ func TestCRDServes(t *testing.T) {
 		t.Error("an empty object is seen as serving")
 	}
 }
+
+func TestTrimCRDKeepsWhatServedReads(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": CRDName, "resourceVersion": "3"},
+		"spec": map[string]any{"group": "kubevirt.io", "versions": []any{
+			map[string]any{"name": "v1", "served": true, "storage": true, "schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object"}}},
+		}},
+		"status": map[string]any{"conditions": []any{map[string]any{"type": "Established", "status": "True", "message": "the initial names have been accepted"}}},
+	}}
+	got, err := trimCRD(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu := got.(*unstructured.Unstructured)
+	if !crdServes(tu, "v1") || tu.GetName() != CRDName || tu.GetResourceVersion() != "3" {
+		t.Fatalf("trimmed CRD %v no longer reads as serving v1", tu.Object)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(tu.Object, "spec", "versions"); !found {
+		t.Fatal("versions dropped")
+	}
+	if v, _, _ := unstructured.NestedSlice(tu.Object, "spec", "versions"); len(v) != 1 || len(v[0].(map[string]any)) != 2 {
+		t.Fatalf("versions kept %v, want name and served only", v)
+	}
+}

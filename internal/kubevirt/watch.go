@@ -52,7 +52,45 @@ func NewWatcher(c client.WithWatch, log *slog.Logger, onChange func()) *Watcher 
 		l.SetGroupVersionKind(crdListKind)
 		return l
 	}, &unstructured.Unstructured{}, nil, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", CRDName)})
+	_ = w.crds.SetTransform(trimCRD)
 	return w
+}
+
+// trimCRD is the CRD informer's transform: KubeVirt's VMI CRD carries an
+// OpenAPI schema of several hundred kilobytes, of which served reads the
+// versions' names and served flags and the conditions' types and statuses.
+func trimCRD(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetAPIVersion(u.GetAPIVersion())
+	out.SetKind(u.GetKind())
+	out.SetName(u.GetName())
+	out.SetUID(u.GetUID())
+	out.SetResourceVersion(u.GetResourceVersion())
+	out.SetDeletionTimestamp(u.GetDeletionTimestamp())
+	keep := func(path []string, fields ...string) {
+		list, _, _ := unstructured.NestedSlice(u.Object, path...)
+		var kept []any
+		for _, e := range list {
+			m, _ := e.(map[string]any)
+			k := map[string]any{}
+			for _, f := range fields {
+				if v, ok := m[f]; ok {
+					k[f] = v
+				}
+			}
+			kept = append(kept, k)
+		}
+		if kept != nil {
+			_ = unstructured.SetNestedSlice(out.Object, kept, path...)
+		}
+	}
+	keep([]string{"spec", "versions"}, "name", "served")
+	keep([]string{"status", "conditions"}, "type", "status")
+	return out, nil
 }
 
 // Run watches the CRD until ctx ends.
