@@ -1,12 +1,16 @@
 package agent
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
@@ -75,5 +79,41 @@ func TestOwnerPodMoves(t *testing.T) {
 				t.Fatalf("moves %+v, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestOwnerPodStaysWithTheVM: with KubeVirt's API served, a migration
+// target's ADD leaves ownerPod on the source while the VMI says the VM runs
+// on the source's node. (The move at the switchover is OwnerPodMoves above,
+// and end to end in test/e2e/dhcp6_migration_test.go.)
+func TestOwnerPodStaysWithTheVM(t *testing.T) {
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": kubevirt.CRDName},
+		"spec":     map[string]any{"group": "kubevirt.io", "versions": []any{map[string]any{"name": "v1", "served": true, "storage": true}}},
+		"status":   map[string]any{"conditions": []any{map[string]any{"type": "Established", "status": "True"}}},
+	}}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	vmi := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"namespace": "ns", "name": "vm1"},
+		"status":   map[string]any{"nodeName": "node-b", "migrationState": map[string]any{"targetNode": thisNode}},
+	}}
+	vmi.SetGroupVersionKind(kubevirt.VMIKind)
+	claim := ipamClaim("vm1.vm-net", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{
+		IPs: []string{"10.1.0.5/24"}, DelegatedPrefixes: []string{"2001:db8:100:100::/56"},
+		OwnerPod: &ipamclaimsv1alpha1.OwnerPod{Name: "virt-launcher-src"},
+	})
+	claim.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: "vm-uid"}}
+	h := startAgent(t, crd, vmi, claim, claimPod("virt-launcher-dst", "vm1.vm-net"))
+	if err := wait.PollUntilContextTimeout(h.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return h.agent.vmis.Served(), nil
+	}); err != nil {
+		t.Fatal("the agent never saw VirtualMachineInstances served")
+	}
+
+	if got := ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "virt-launcher-dst", conf: vmNet})); !slices.Equal(got, []string{"10.1.0.5"}) {
+		t.Fatalf("the target got %v, want the claim's 10.1.0.5", got)
+	}
+	if owner := h.recorded("vm1.vm-net").Status.OwnerPod; owner == nil || owner.Name != "virt-launcher-src" {
+		t.Fatalf("after the target's ADD ownerPod is %+v, want the source's: the VM runs on node-b", owner)
 	}
 }

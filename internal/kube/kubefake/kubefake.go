@@ -80,10 +80,10 @@ func New(objs ...client.Object) *Client {
 	return c
 }
 
-// scheme is a scheme like internal/kube's Scheme plus the CRD kinds as unstructured:
-// the fake registers an unstructured kind it does not know into its scheme
-// on first use, which on the shared kube.Scheme would be a write racing
-// every other client's reads.
+// scheme is a scheme like internal/kube's Scheme plus the kinds the agent
+// reads as unstructured: the fake registers an unstructured kind it does
+// not know into its scheme on first use, a write racing every concurrent
+// read of that scheme (and, were it kube.Scheme, of every other client's).
 func scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, tenurev1alpha1.AddToScheme, ipamclaimsv1alpha1.AddToScheme} {
@@ -91,9 +91,14 @@ func scheme() *runtime.Scheme {
 			panic(err)
 		}
 	}
-	crdGV := schema.GroupVersion{Group: "apiextensions.k8s.io", Version: "v1"}
-	s.AddKnownTypeWithName(crdGV.WithKind("CustomResourceDefinition"), &unstructured.Unstructured{})
-	s.AddKnownTypeWithName(crdGV.WithKind("CustomResourceDefinitionList"), &unstructured.UnstructuredList{})
+	// The agent reads these as unstructured (internal/kubevirt).
+	for _, gvk := range []schema.GroupVersionKind{
+		{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+		{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"},
+	} {
+		s.AddKnownTypeWithName(gvk, &unstructured.Unstructured{})
+		s.AddKnownTypeWithName(gvk.GroupVersion().WithKind(gvk.Kind+"List"), &unstructured.UnstructuredList{})
+	}
 	return s
 }
 
