@@ -82,18 +82,7 @@ func FromUnstructured(u *unstructured.Unstructured) VMI {
 // its identity and the status fields FromUnstructured reads. A VMI is tens
 // of kilobytes (the whole domain spec); the agent holds every VMI of the
 // cluster.
-func Trim(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	out := &unstructured.Unstructured{Object: map[string]any{}}
-	out.SetAPIVersion(u.GetAPIVersion())
-	out.SetKind(u.GetKind())
-	out.SetNamespace(u.GetNamespace())
-	out.SetName(u.GetName())
-	out.SetUID(u.GetUID())
-	out.SetResourceVersion(u.GetResourceVersion())
+var Trim = transform(func(u, out *unstructured.Unstructured) {
 	if n, ok, _ := unstructured.NestedString(u.Object, "status", "nodeName"); ok {
 		_ = unstructured.SetNestedField(out.Object, n, "status", "nodeName")
 	}
@@ -106,7 +95,36 @@ func Trim(obj any) (any, error) {
 		}
 		_ = unstructured.SetNestedMap(out.Object, keep, "status", "migrationState")
 	}
-	return out, nil
+})
+
+// transform is an informer transform that hands trim an unstructured object
+// and its identity (out), to which trim copies what is kept; objects of
+// other types pass as they are.
+func transform(trim func(u, out *unstructured.Unstructured)) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		out := identity(u)
+		trim(u, out)
+		return out, nil
+	}
+}
+
+// identity is an object with only u's type and identity: what an informer
+// and its store need (namespace/name, UID, resourceVersion) and whether it
+// is being deleted.
+func identity(u *unstructured.Unstructured) *unstructured.Unstructured {
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetAPIVersion(u.GetAPIVersion())
+	out.SetKind(u.GetKind())
+	out.SetNamespace(u.GetNamespace())
+	out.SetName(u.GetName())
+	out.SetUID(u.GetUID())
+	out.SetResourceVersion(u.GetResourceVersion())
+	out.SetDeletionTimestamp(u.GetDeletionTimestamp())
+	return out
 }
 
 // OwnerVMI names the VirtualMachineInstance an object belongs to, from its

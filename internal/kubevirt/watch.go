@@ -59,18 +59,7 @@ func NewWatcher(c client.WithWatch, log *slog.Logger, onChange func()) *Watcher 
 // trimCRD is the CRD informer's transform: KubeVirt's VMI CRD carries an
 // OpenAPI schema of several hundred kilobytes, of which served reads the
 // versions' names and served flags and the conditions' types and statuses.
-func trimCRD(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	out := &unstructured.Unstructured{Object: map[string]any{}}
-	out.SetAPIVersion(u.GetAPIVersion())
-	out.SetKind(u.GetKind())
-	out.SetName(u.GetName())
-	out.SetUID(u.GetUID())
-	out.SetResourceVersion(u.GetResourceVersion())
-	out.SetDeletionTimestamp(u.GetDeletionTimestamp())
+var trimCRD = transform(func(u, out *unstructured.Unstructured) {
 	keep := func(path []string, fields ...string) {
 		list, _, _ := unstructured.NestedSlice(u.Object, path...)
 		var kept []any
@@ -90,8 +79,7 @@ func trimCRD(obj any) (any, error) {
 	}
 	keep([]string{"spec", "versions"}, "name", "served")
 	keep([]string{"status", "conditions"}, "type", "status")
-	return out, nil
-}
+})
 
 // Run watches the CRD until ctx ends.
 func (w *Watcher) Run(ctx context.Context) {
