@@ -25,6 +25,7 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
 	"github.com/tenure-ipam/tenure/internal/store"
 )
 
@@ -65,6 +66,10 @@ type Agent struct {
 	locks keyedMutex
 
 	dataplane *agentDataplane
+	// vmis caches KubeVirt's VirtualMachineInstances while they are served.
+	vmis *kubevirt.Watcher
+	// ownerFollow triggers runOwnerFollow.
+	ownerFollow chan struct{}
 	// started: Start has returned, caches synced and start-up garbage freed.
 	started atomic.Bool
 }
@@ -115,8 +120,16 @@ func New(opts Options) (*Agent, error) {
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1alpha1.IPAMClaimList{} }, &ipamclaimsv1alpha1.IPAMClaim{}, nil)
 	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPPoolList{} }, &tenurev1alpha1.IPPool{}, nil)
+	a.ownerFollow = make(chan struct{}, 1)
 	var err error
 	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
+		return nil, err
+	}
+	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
+		a.dataplane.svc.Trigger()
+		a.triggerOwnerFollow()
+	})
+	if err := onEveryEvent(a.triggerOwnerFollow, a.pods, a.claims); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -125,6 +138,9 @@ func New(opts Options) (*Agent, error) {
 // Start runs the informers and returns once they have synced.
 func (a *Agent) Start(ctx context.Context) error {
 	go a.store.Run(ctx)
+	// Not waited for: until KubeVirt's API is seen served, claims follow
+	// their status.ownerPod as without KubeVirt.
+	go a.vmis.Run(ctx)
 	for _, inf := range []cache.SharedIndexInformer{a.pods, a.claims, a.pools} {
 		go inf.RunWithContext(ctx)
 	}
@@ -135,6 +151,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
 	go a.dataplane.Run(ctx)
+	go a.runOwnerFollow(ctx)
 	// The initial list's decoding garbage is several times the cache itself
 	// in a large cluster; hand it back now rather than at the GC's leisure.
 	debug.FreeOSMemory()

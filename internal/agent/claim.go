@@ -243,8 +243,16 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		claim.Status.IPs = []string{}
 	}
 	if claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name != pod.Name {
-		claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod.Name}
-		changed = true
+		// A migration target's ADD comes while the VM still runs on the
+		// source: where KubeVirt says so, ownerPod stays on the source until
+		// the switchover (vmi.go).
+		if vmi, elsewhere := a.vmRunsElsewhere(claim, pod); elsewhere && claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {
+			a.log.Info("claim's ownerPod stays: its VM runs on another node", "claim", claims.Key(claim), "pod", pod.Name,
+				"ownerPod", claim.Status.OwnerPod.Name, "vmi", vmi.Namespace+"/"+vmi.Name, "vmNode", vmi.Node())
+		} else {
+			claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod.Name}
+			changed = true
+		}
 	}
 	if claims.SetCondition(claim, true, ipamclaimsv1alpha1.ReasonSuccessfulAllocation, "IPs allocated to pod "+pod.Name) {
 		changed = true

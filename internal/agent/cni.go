@@ -299,6 +299,12 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	// attachment identity, so a bad config does not strand reservations.
 	unlock := a.locks.lock(attachmentKey(req))
 	defer unlock()
+	released := false
+	defer func() {
+		if released {
+			a.dataplane.Detached()
+		}
+	}()
 	for _, r := range a.store.ByAttachment(req.ContainerID, req.IfName) {
 		if r.Spec.Owner.Kind != tenurev1alpha1.OwnerPod {
 			continue // claim-owned: released only when the claim goes
@@ -306,6 +312,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
 			return err
 		}
+		released = true
 	}
 	return nil
 }

@@ -10,8 +10,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dataplane"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
 
 // DataplaneOptions configure the agent's DHCPv6 service and prefix routes
@@ -43,15 +45,8 @@ func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
 	if err != nil {
 		return nil, err
 	}
-	trigger := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { svc.Trigger() },
-		UpdateFunc: func(any, any) { svc.Trigger() },
-		DeleteFunc: func(any) { svc.Trigger() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{a.pods, a.claims} {
-		if _, err := inf.AddEventHandler(trigger); err != nil {
-			return nil, err
-		}
+	if err := onEveryEvent(svc.Trigger, a.pods, a.claims); err != nil {
+		return nil, err
 	}
 	return &agentDataplane{svc: svc, metrics: m}, nil
 }
@@ -84,8 +79,28 @@ func withLinkInfo(cfg *config.Config) *config.DHCPv6 {
 	return &d
 }
 
+// Detached is called after a DEL released a pod's reservations: a pod's
+// opt-in prefix stops being served and routed at once, not at the next
+// resync (the pod itself may stay, e.g. a sandbox being re-created).
+func (d *agentDataplane) Detached() { d.svc.Trigger() }
+
 // Run reconciles until ctx ends; Start calls it once the caches synced.
 func (d *agentDataplane) Run(ctx context.Context) { d.svc.Run(ctx) }
+
+// onEveryEvent calls f on every add, update and delete of the informers.
+func onEveryEvent(f func(), infs ...cache.SharedIndexInformer) error {
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { f() },
+		UpdateFunc: func(any, any) { f() },
+		DeleteFunc: func(any) { f() },
+	}
+	for _, inf := range infs {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // informerSource reads the agent's informer caches.
 type informerSource struct{ a *Agent }
@@ -99,6 +114,16 @@ func (s informerSource) Pods() []*corev1.Pod {
 		}
 	}
 	return out
+}
+
+func (s informerSource) PodReservations(podUID string) []*tenurev1alpha1.IPReservation {
+	return s.a.store.ByOwnerUID(podUID)
+}
+
+func (s informerSource) VMIsServed() bool { return s.a.vmis.Served() }
+
+func (s informerSource) VMI(namespace, name string) (kubevirt.VMI, bool) {
+	return s.a.vmis.Get(namespace, name)
 }
 
 func (s informerSource) Claim(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool) {

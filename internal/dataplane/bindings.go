@@ -14,9 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // Where a binding's MAC came from.
@@ -59,6 +62,12 @@ type Inputs struct {
 	Claim func(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool)
 	// Networks are the learnt dhcpv6 settings by CNI network name.
 	Networks map[string]config.DHCPv6
+	// VMI returns a KubeVirt VirtualMachineInstance; nil when the API does
+	// not serve them (then status.ownerPod alone decides, rule 4).
+	VMI kubevirt.Lookup
+	// PodReservations returns the reservations a pod (by UID) holds; nil
+	// serves no attachment without a claim.
+	PodReservations func(podUID string) []*tenurev1alpha1.IPReservation
 }
 
 // Compute returns this node's bindings, sorted by Key, and the attachments
@@ -92,17 +101,31 @@ func Compute(in Inputs) ([]Binding, []Skip) {
 			statusErr = json.Unmarshal([]byte(s), &statuses)
 		}
 		for i, e := range elems {
-			if e == nil || e.IPAMClaimReference == "" {
+			if e == nil {
 				continue
 			}
 			ifName := e.InterfaceRequest
 			if ifName == "" {
 				ifName = "net" + strconv.Itoa(i+1)
 			}
-			skip := func(format string, args ...any) {
-				skips = append(skips, Skip{Pod: podKey, PodInterface: ifName, Claim: pod.Namespace + "/" + e.IPAMClaimReference, Reason: fmt.Sprintf(format, args...)})
+			claimName := e.IPAMClaimReference
+			if claimName == "" {
+				claimName = stickyClaim(pod, ifName, in)
 			}
-			b, reason := bind(pod, ifName, e, statuses, statusErr, in)
+			if claimName == "" {
+				b, reason := bindPod(pod, ifName, e, statuses, statusErr, in)
+				switch {
+				case reason != "":
+					skips = append(skips, Skip{Pod: podKey, PodInterface: ifName, Reason: reason})
+				case b.Key != "":
+					out = append(out, b)
+				}
+				continue
+			}
+			skip := func(format string, args ...any) {
+				skips = append(skips, Skip{Pod: podKey, PodInterface: ifName, Claim: pod.Namespace + "/" + claimName, Reason: fmt.Sprintf(format, args...)})
+			}
+			b, reason := bind(pod, ifName, claimName, e, statuses, statusErr, in)
 			if reason != "" {
 				skip("%s", reason)
 				continue
@@ -113,12 +136,32 @@ func Compute(in Inputs) ([]Binding, []Skip) {
 	return dedupe(out, skips)
 }
 
-func bind(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, statuses []nadv1.NetworkStatus, statusErr error, in Inputs) (Binding, string) {
+// stickyClaim names the sticky StatefulSet claim (claims.StickyClaimName)
+// of a pod's interface that presents no claim, when that claim exists and
+// is that pod's; "" otherwise. The agent made it at the pod's first ADD and
+// records its addresses and prefix in it as in any claim, so it is served
+// as one.
+func stickyClaim(pod *corev1.Pod, ifName string, in Inputs) string {
+	if in.Claim == nil {
+		return ""
+	}
+	name := claims.StickyClaimName(pod.Name, ifName)
+	c, ok := in.Claim(pod.Namespace, name)
+	if !ok || c == nil {
+		return ""
+	}
+	if s, sticky, err := claims.StickyOf(c); !sticky || err != nil || s.Pod != pod.Name {
+		return ""
+	}
+	return name
+}
+
+func bind(pod *corev1.Pod, ifName, claimName string, e *nadv1.NetworkSelectionElement, statuses []nadv1.NetworkStatus, statusErr error, in Inputs) (Binding, string) {
 	var b Binding
 	if in.Claim == nil {
 		return b, "no claim source"
 	}
-	claim, ok := in.Claim(pod.Namespace, e.IPAMClaimReference)
+	claim, ok := in.Claim(pod.Namespace, claimName)
 	if !ok || claim == nil {
 		return b, "claim not found"
 	}
@@ -132,11 +175,8 @@ func bind(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, stat
 	if len(settings.Interfaces) == 0 {
 		return b, fmt.Sprintf("network %q: dhcpv6.interfaces is empty", claim.Spec.Network)
 	}
-	if claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name == "" {
-		return b, "claim has no status.ownerPod"
-	}
-	if claim.Status.OwnerPod.Name != pod.Name {
-		return b, fmt.Sprintf("claim is owned by pod %s", claim.Status.OwnerPod.Name)
+	if reason := servedElsewhere(pod, claim, in.VMI); reason != "" {
+		return b, reason
 	}
 	rec, _ := claims.ParseStatus(claim.Status) // unparsable entries are skipped
 	for _, p := range rec.Addresses {
@@ -158,7 +198,7 @@ func bind(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, stat
 	if mac == nil {
 		return b, reason
 	}
-	b.Key = pod.Namespace + "/" + e.IPAMClaimReference
+	b.Key = pod.Namespace + "/" + claimName
 	b.MAC = mac
 	b.MACSource = source
 	b.Network = claim.Spec.Network
@@ -167,6 +207,98 @@ func bind(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, stat
 	b.Interfaces = slices.Clone(settings.Interfaces)
 	b.InstallRoutes = settings.InstallRoutes
 	return b, ""
+}
+
+// bindPod binds an attachment that presents no claim to the delegated
+// prefix its pod opted in to (and the pod's IPv6 address of that
+// attachment): rule 7 of the package doc. A zero Binding and no reason:
+// the attachment holds no delegated prefix, and is not served.
+func bindPod(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, statuses []nadv1.NetworkStatus, statusErr error, in Inputs) (Binding, string) {
+	var b Binding
+	if in.PodReservations == nil {
+		return b, ""
+	}
+	var mine []*tenurev1alpha1.IPReservation
+	sandboxes := map[string]bool{}
+	hasPrefix := false
+	for _, r := range in.PodReservations(string(pod.UID)) {
+		o := r.Spec.Owner
+		if o.Kind != tenurev1alpha1.OwnerPod || o.UID != string(pod.UID) || o.Interface != ifName {
+			continue
+		}
+		mine = append(mine, r)
+		sandboxes[o.ContainerID] = true
+		hasPrefix = hasPrefix || r.Spec.Kind == tenurev1alpha1.KindDelegatedPrefix
+	}
+	if !hasPrefix {
+		return b, ""
+	}
+	if len(sandboxes) > 1 {
+		// An earlier sandbox's reservations stay until its DEL or the
+		// runtime's GC; which one the guest holds cannot be told.
+		return b, fmt.Sprintf("the pod's reservations for %s belong to %d sandboxes; served once the older ones are released", ifName, len(sandboxes))
+	}
+	network := mine[0].Spec.CNINetwork
+	settings, ok := in.Networks[network]
+	if !ok || !settings.Enabled {
+		return b, fmt.Sprintf("network %q %s", network, noSettings)
+	}
+	if len(settings.Interfaces) == 0 {
+		return b, fmt.Sprintf("network %q: dhcpv6.interfaces is empty", network)
+	}
+	for _, r := range mine {
+		p, err := reservation.ParseItem(r.Spec.Address)
+		if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() {
+			continue
+		}
+		switch {
+		case r.Spec.Kind == tenurev1alpha1.KindDelegatedPrefix && !b.Prefix.IsValid():
+			b.Prefix = p.Masked()
+		case r.Spec.Kind != tenurev1alpha1.KindDelegatedPrefix && !b.Address.IsValid():
+			b.Address = p.Addr()
+		}
+	}
+	if !b.Prefix.IsValid() {
+		return b, "the pod's delegated prefix is not IPv6"
+	}
+	mac, source, reason := macOf(ifName, e, statuses, statusErr)
+	if mac == nil {
+		return b, reason
+	}
+	b.Key = pod.Namespace + "/" + pod.Name + "/" + ifName
+	b.MAC = mac
+	b.MACSource = source
+	b.Network = network
+	b.Pod = pod.Namespace + "/" + pod.Name
+	b.PodInterface = ifName
+	b.Interfaces = slices.Clone(settings.Interfaces)
+	b.InstallRoutes = settings.InstallRoutes
+	return b, ""
+}
+
+// servedElsewhere applies rule 4: it says why pod is not where the claim is
+// served, "" when it is. Where KubeVirt's API is served and the claim (or
+// the pod) belongs to a VirtualMachineInstance that runs on a node, the pod
+// on that node serves; otherwise the claim's status.ownerPod does.
+func servedElsewhere(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) string {
+	if vmi, ok := kubevirt.VMOf(vmis, pod.Namespace, claim.OwnerReferences, pod.OwnerReferences); ok {
+		node := vmi.Node()
+		if node == pod.Spec.NodeName {
+			return ""
+		}
+		why := fmt.Sprintf("VirtualMachineInstance %s/%s runs on node %s", vmi.Namespace, vmi.Name, node)
+		if vmi.Migrating() && vmi.Migration.TargetNode == pod.Spec.NodeName {
+			why += "; this node is its migration target and serves it from the switchover"
+		}
+		return why
+	}
+	if claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name == "" {
+		return "claim has no status.ownerPod"
+	}
+	if claim.Status.OwnerPod.Name != pod.Name {
+		return fmt.Sprintf("claim is owned by pod %s", claim.Status.OwnerPod.Name)
+	}
+	return ""
 }
 
 // macOf finds the guest's MAC: the element's mac, else the network-status

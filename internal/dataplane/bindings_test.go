@@ -11,7 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
 
 const (
@@ -334,6 +336,151 @@ func TestPlanRoutes(t *testing.T) {
 			rep, rem := PlanRoutes(c.want, c.have)
 			if !slices.Equal(rep, c.replace) || !slices.Equal(rem, c.remove) {
 				t.Fatalf("replace %v remove %v, want %v %v", rep, rem, c.replace, c.remove)
+			}
+		})
+	}
+}
+
+// TestComputeFollowsTheVM: rule 4 where KubeVirt's API is served. The
+// migration's source pod runs on node n1, its target on n2; each row says
+// what each node computes for its pod: "" is a binding, else a substring of
+// the reason it has none. Exactly one node serves in every row.
+func TestComputeFollowsTheVM(t *testing.T) {
+	withMAC := map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"02:00:00:aa:bb:01"}]`}
+	claim := func(owner string, vmOwned bool) *ipamclaimsv1alpha1.IPAMClaim {
+		c := testClaim("vm1.san", "san", owner, []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})
+		if vmOwned {
+			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: "vm1", UID: "u1"}}
+		}
+		return c
+	}
+	on := func(node string, m *kubevirt.Migration) kubevirt.Lookup {
+		return func(ns, name string) (kubevirt.VMI, bool) {
+			return kubevirt.VMI{Namespace: ns, Name: name, NodeName: node, Migration: m}, ns == "vms" && name == "vm1"
+		}
+	}
+	pod := func(name, node string, launched bool) *corev1.Pod {
+		p := testPod(name, withMAC)
+		p.Spec.NodeName = node
+		if launched { // a virt-launcher pod's controller is its VMI
+			yes := true
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm1", UID: "v1", Controller: &yes}}
+		}
+		return p
+	}
+	const src, dst = "virt-launcher-src", "virt-launcher-dst"
+	toN2 := func(completed, failed bool) *kubevirt.Migration {
+		return &kubevirt.Migration{TargetNode: "n2", Completed: completed, Failed: failed}
+	}
+	cases := []struct {
+		name     string
+		claim    *ipamclaimsv1alpha1.IPAMClaim
+		vmi      kubevirt.Lookup // nil: the API does not serve VMIs
+		launched bool            // the pods are owned by VMI vm1
+		atSrc    string
+		atDst    string
+	}{
+		{"API not served: ownerPod decides, as without KubeVirt", claim(dst, true), nil, false, "owned by pod " + dst, ""},
+		{"VM runs on n1", claim(src, true), on("n1", nil), false, "", "runs on node n1"},
+		{"migration under way, ownerPod on the target: the source serves", claim(dst, true), on("n1", toN2(false, false)), false, "", "runs on node n1; this node is its migration target"},
+		{"switchover: status.nodeName is n2", claim(src, true), on("n2", toN2(true, false)), false, "runs on node n2", ""},
+		{"completed before status.nodeName moved: the target serves", claim(src, true), on("n1", toN2(true, false)), false, "runs on node n2", ""},
+		{"failed migration: the source keeps serving", claim(dst, true), on("n1", toN2(true, true)), false, "", "runs on node n1"},
+		{"VMI missing: ownerPod decides", claim(dst, true), func(string, string) (kubevirt.VMI, bool) { return kubevirt.VMI{}, false }, false, "owned by pod " + dst, ""},
+		{"VMI not scheduled yet: ownerPod decides", claim(src, true), on("", nil), false, "", "owned by pod " + src},
+		{"claim of no VM: ownerPod decides", claim(dst, false), on("n1", nil), false, "owned by pod " + dst, ""},
+		{"claim of no VM presented by a VMI's pods: the pods' VMI decides", claim(dst, false), on("n1", toN2(false, false)), true, "", "migration target"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, side := range []struct{ pod, node, want string }{{src, "n1", c.atSrc}, {dst, "n2", c.atDst}} {
+				got, skips := Compute(Inputs{Pods: []*corev1.Pod{pod(side.pod, side.node, c.launched)}, Claim: claimSource(c.claim), Networks: san, VMI: c.vmi})
+				switch {
+				case side.want == "" && (len(got) != 1 || got[0].Key != "vms/vm1.san" || got[0].Pod != "vms/"+side.pod || len(skips) != 0):
+					t.Errorf("node %s: bindings %+v, skips %+v; want pod %s served", side.node, got, skips, side.pod)
+				case side.want != "" && (len(got) != 0 || len(skips) != 1 || !strings.Contains(skips[0].Reason, side.want)):
+					t.Errorf("node %s: bindings %+v, skips %+v; want none because %q", side.node, got, skips, side.want)
+				}
+			}
+		})
+	}
+}
+
+// TestComputeServesStickyClaims: rule 2, an element without a claim
+// reference is served its pod's sticky StatefulSet claim.
+func TestComputeServesStickyClaims(t *testing.T) {
+	pod := testPod("web-0", map[string]string{nets: `[{"name":"san","interface":"net1","mac":"02:00:00:aa:bb:01"}]`})
+	sticky := func(claimPod string) *ipamclaimsv1alpha1.IPAMClaim {
+		c := testClaim("web-0.net1", "san", "web-0", []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})
+		c.Labels = map[string]string{"ipam.tenure.dev/sticky": "true", "ipam.tenure.dev/statefulset": "web"}
+		c.Annotations = map[string]string{"ipam.tenure.dev/pod": claimPod}
+		return c
+	}
+	got, skips := Compute(Inputs{Pods: []*corev1.Pod{pod}, Claim: claimSource(sticky("web-0")), Networks: san})
+	if len(got) != 1 || got[0].Key != "vms/web-0.net1" || got[0].Prefix.String() != "fd00:9000:0:700::/56" || len(skips) != 0 {
+		t.Fatalf("bindings %+v, skips %+v; want the sticky claim served", got, skips)
+	}
+	// A claim of that name that is not this pod's is not presented by it.
+	if got, skips := Compute(Inputs{Pods: []*corev1.Pod{pod}, Claim: claimSource(sticky("web-1")), Networks: san}); len(got) != 0 || len(skips) != 0 {
+		t.Fatalf("bindings %+v, skips %+v; want nothing", got, skips)
+	}
+}
+
+// TestComputeServesPodPrefixes: rule 7, an attachment without a claim whose
+// pod opted in to a delegated prefix is served from the pod's reservations.
+func TestComputeServesPodPrefixes(t *testing.T) {
+	pod := testPod("router-0", map[string]string{nets: `[{"name":"san","interface":"net1","mac":"02:00:00:aa:bb:01"}]`})
+	pod.UID = "pod-uid"
+	res := func(kind tenurev1alpha1.ReservationKind, item, sandbox, ifName, network string) *tenurev1alpha1.IPReservation {
+		return &tenurev1alpha1.IPReservation{Spec: tenurev1alpha1.IPReservationSpec{
+			Network: network, Kind: kind, Address: item, CNINetwork: network,
+			Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, UID: "pod-uid", ContainerID: sandbox, Interface: ifName},
+		}}
+	}
+	addr := res(tenurev1alpha1.KindAddress, "fd00::9", "s1", "net1", "san")
+	v4 := res(tenurev1alpha1.KindAddress, "10.0.0.9", "s1", "net1", "san")
+	prefix := res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:900::/56", "s1", "net1", "san")
+	cases := []struct {
+		name      string
+		rs        []*tenurev1alpha1.IPReservation
+		served    bool // PodReservations set
+		addr, pfx string
+		reason    string
+	}{
+		{name: "address and prefix", rs: []*tenurev1alpha1.IPReservation{v4, addr, prefix}, served: true, addr: "fd00::9", pfx: "fd00:9000:0:900::/56"},
+		{name: "prefix only", rs: []*tenurev1alpha1.IPReservation{v4, prefix}, served: true, addr: "invalid IP", pfx: "fd00:9000:0:900::/56"},
+		{name: "no prefix: not served, as before", rs: []*tenurev1alpha1.IPReservation{v4, addr}, served: true},
+		{name: "no reservation source", rs: []*tenurev1alpha1.IPReservation{addr, prefix}},
+		{name: "another interface's prefix", rs: []*tenurev1alpha1.IPReservation{res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:900::/56", "s1", "net2", "san")}, served: true},
+		{name: "two sandboxes' reservations", rs: []*tenurev1alpha1.IPReservation{prefix, res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:a00::/56", "s2", "net1", "san")},
+			served: true, reason: "2 sandboxes"},
+		{name: "network without dhcpv6", rs: []*tenurev1alpha1.IPReservation{res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:900::/56", "s1", "net1", "other")},
+			served: true, reason: `network "other" has no dhcpv6`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := Inputs{Pods: []*corev1.Pod{pod}, Claim: claimSource(), Networks: san}
+			if c.served {
+				in.PodReservations = func(uid string) []*tenurev1alpha1.IPReservation {
+					if uid != "pod-uid" {
+						return nil
+					}
+					return c.rs
+				}
+			}
+			got, skips := Compute(in)
+			switch {
+			case c.pfx != "" && (len(got) != 1 || got[0].Key != "vms/router-0/net1" || got[0].Address.String() != c.addr || got[0].Prefix.String() != c.pfx || got[0].MAC.String() != vmMAC):
+				t.Fatalf("bindings %+v (skips %+v), want %s and %s", got, skips, c.addr, c.pfx)
+			case c.pfx == "" && len(got) != 0:
+				t.Fatalf("bindings %+v, want none", got)
+			case c.reason != "" && (len(skips) != 1 || !strings.Contains(skips[0].Reason, c.reason)):
+				t.Fatalf("skips %+v, want one containing %q", skips, c.reason)
+			case c.reason == "" && len(skips) != 0:
+				t.Fatalf("unexpected skips %+v", skips)
+			}
+			if routes := DesiredRoutes(got, nil); c.addr == "fd00::9" && (len(routes) != 1 || routes[0].String() != "fd00:9000:0:900::/56 via fd00::9 dev br0 onlink") {
+				t.Fatalf("routes %v", routes)
 			}
 		})
 	}

@@ -1,13 +1,19 @@
 // Package dataplane is the node agent's side of the data path for
-// claim-bound (IPAMClaim) interfaces: it serves DHCPv6 (IA_NA + IA_PD) to the
-// guest behind the interface from the claim's persisted state, and installs
-// the route to the guest's delegated prefix on the node that hosts the
-// claim's owner pod. Everything it does is derived, level-triggered, from
-// three inputs, and recomputed whole on every change and on a periodic
-// resync:
+// interfaces with a delegated prefix: claim-bound (IPAMClaim, including a
+// sticky StatefulSet pod's) interfaces, and those of pods without a claim
+// that opted in to a prefix. It serves DHCPv6 (IA_NA + IA_PD) to the guest
+// behind the interface from the persisted state, and installs the route to
+// the guest's delegated prefix on the node that serves it: for a KubeVirt
+// VM, the node the VM runs on. Everything it does is derived,
+// level-triggered, from these inputs, and recomputed whole on every change
+// and on a periodic resync:
 //
 //   - the pods of this node (the agent's pods informer);
 //   - the IPAMClaims (the agent's claims informer);
+//   - KubeVirt's VirtualMachineInstances, where the API serves them
+//     (internal/kubevirt; see "KubeVirt" below);
+//   - the reservations of this node's pods (the agent's store), for pods
+//     without a claim;
 //   - the dhcpv6 settings of each CNI network, learnt from the IPAM configs
 //     the agent parses at ADD (see "Network settings" below).
 //
@@ -18,21 +24,42 @@
 //
 // [Compute] turns the inputs into bindings. For every pod of this node that
 // is not in a terminal phase (Succeeded, Failed), for every element of its
-// k8s.v1.cni.cncf.io/networks annotation with an ipam-claim-reference:
+// k8s.v1.cni.cncf.io/networks annotation:
 //
 //  1. the pod interface is the element's "interface", else net<N> for the
 //     N-th element (1-based), as Multus names interfaces and as
 //     claims.Select matches them;
-//  2. the claim is <pod namespace>/<ipam-claim-reference>; a missing claim,
-//     or one being deleted, gives no binding;
+//  2. the claim is <pod namespace>/<ipam-claim-reference>; for an element
+//     without one, the pod's sticky StatefulSet claim of that interface
+//     (claims.StickyClaimName, labelled sticky and annotated with this
+//     pod's name) when it exists, else rule 7 applies. A missing claim, or
+//     one being deleted, gives no binding;
 //  3. the claim's spec.network is the CNI network name; the network must have
 //     learnt dhcpv6 settings with enabled=true and at least one interface;
-//  4. the claim's status.ownerPod.name must be this pod. This is what makes
-//     exactly one node answer during a live migration: the agent's ADD for
-//     the target pod moves ownerPod to the target, and from the moment each
-//     agent's claims cache sees that, the source node falls silent and the
-//     target node answers (an informer lag can at worst make both answer for
-//     an instant, with identical content);
+//  4. the pod must be where the claim is served, so that exactly one node
+//     answers during a live migration:
+//     a. where the API serves KubeVirt's VirtualMachineInstances and the
+//     claim's ownerReferences (KubeVirt's IPAM extension makes a VM's
+//     claims owned by the VirtualMachine, whose VMI has its name; a VMI
+//     without a VM owns them itself), else the pod's (a virt-launcher pod's
+//     controller is its VMI), name a VMI that runs on a node: the pod must
+//     be on that node. The VMI runs on status.nodeName, or on
+//     status.migrationState.targetNode once the migration completed without
+//     failing (KubeVirt sets completed a moment before it moves nodeName).
+//     KubeVirt creates the target pod when a migration starts and moves
+//     nodeName at the switchover, minutes later for a large guest: until
+//     then the source keeps answering the guest's Renews and keeps the
+//     route; from then on the target does and the source does neither. A
+//     migration that fails leaves nodeName on the source, and everything
+//     stays there. ownerPod plays no part;
+//     b. otherwise (the API is not served, the claim is no VM's, the VMI
+//     does not exist or is not scheduled yet) the claim's
+//     status.ownerPod.name must be this pod: the agent's ADD for a
+//     migration target moves ownerPod to the target, and from the moment
+//     each agent's claims cache sees that, the source node falls silent and
+//     the target node answers. This is the rule without KubeVirt's API.
+//     Either way an informer lag can at worst make both nodes answer for an
+//     instant, with identical content;
 //  5. the binding holds the first IPv6 entry of status.ips (IA_NA) and the
 //     first IPv6 entry of status.delegatedPrefixes (IA_PD); a claim with
 //     neither gives no binding, a claim with only one of them is served that
@@ -48,7 +75,18 @@
 //     is not checked against anything but the MAC (see internal/dhcp6), so
 //     no MAC means no answer, never a guess. The binding appears as soon as
 //     Multus writes network-status (a pod update event).
-//     An unparsable value at a. falls through to b. and is logged.
+//     An unparsable value at a. falls through to b. and is logged;
+//  7. an element that presents no claim (rule 2) is served when its pod
+//     opted in to a delegated prefix (claims.PrefixDelegationAnnotation or
+//     the element's cni-args) and holds one: the binding holds the IPv6
+//     prefix and the IPv6 address the pod's reservations of this interface
+//     record (owner kind Pod, the pod's UID, the interface), on the network
+//     those reservations name (rule 3), with the MAC of rule 6, under the
+//     key namespace/pod/interface. A pod is on one node, so one node
+//     answers. Reservations of two sandboxes of the pod (an earlier one's
+//     are released by its DEL or the runtime's GC) give no binding until
+//     one set is gone: which one the guest holds cannot be told. An
+//     attachment without a prefix is not served, as before.
 //
 // Two bindings on this node with the same MAC on a shared DHCPv6 interface
 // are ambiguous: the one whose key (namespace/claim) sorts first is kept and
@@ -87,7 +125,8 @@
 // IPAMClaims; a shared identity lets a guest that migrated keep renewing
 // (Renew carries the server identifier) with whichever node now hosts it,
 // instead of waiting for its Renew to time out and Rebind. Two nodes never
-// answer the same client (rule 4), so the shared DUID never confuses one.
+// answer the same client (rules 4 and 7), so the shared DUID never confuses
+// one.
 // Advertise carries Preference 255: an agent only ever answers a client it
 // holds the binding of, so the client need not wait for other servers.
 //
@@ -105,9 +144,9 @@
 //
 // # Routes
 //
-// On the node hosting the owner pod, for each binding with both an address
-// and a prefix on a network whose dhcpv6.install_routes is true (the
-// default), the route
+// On the node that serves a binding (rules 4 and 7), for each binding with
+// both an address and a prefix on a network whose dhcpv6.install_routes is
+// true (the default), the route
 //
 //	PREFIX via ADDRESS dev HOSTIF onlink proto 116
 //
@@ -117,10 +156,31 @@
 // marks tenure's routes: each reconcile lists the IPv6 routes of the main
 // table with that protocol, replaces (RTM_NEWROUTE with NLM_F_REPLACE) the
 // wanted ones that differ and deletes the others, so a route disappears from
-// a node whose pod no longer owns the claim (ownerPod moved, pod deleted,
-// claim deleted, install_routes turned off) also after an agent restart, and
+// a node that no longer serves the binding (the VM moved at a switchover,
+// ownerPod moved, pod deleted, claim deleted, install_routes turned off) also
+// after an agent restart, and
 // routes nobody else marked 116 are never touched. The routes stay when the
 // agent stops, so an agent restart does not interrupt forwarding.
+//
+// # KubeVirt
+//
+// The agent (internal/kubevirt.Watcher) watches one CustomResourceDefinition,
+// virtualmachineinstances.kubevirt.io, selected by name: when it exists, is
+// Established and serves v1, an informer over the VMIs starts (kept trimmed
+// to name, status.nodeName and status.migrationState); when the CRD goes or
+// stops serving v1, the informer stops and rule 4b applies again. KubeVirt
+// installed after the agent is seen at once, without a restart or a timer,
+// and a cluster without KubeVirt costs one idle watch per agent. Nothing
+// waits for it: until the VMI cache has synced (or if RBAC denies the watch)
+// rule 4b applies. VMI changes trigger a reconcile as pod and claim changes
+// do.
+//
+// The claim's status.ownerPod follows the same rule (internal/agent, not this
+// package, which writes nothing): where rule 4a applies, the ADD of a
+// migration target leaves ownerPod on the source, and the agent of the node
+// the VM runs on moves ownerPod to its pod when it names another one (at the
+// switchover; or, after a failed migration whose target's ADD moved it
+// before the VMI was known, back to the source).
 //
 // # Network settings
 //

@@ -43,7 +43,14 @@ func (s *Service) Lookup(mac net.HardwareAddr, ifname string) (dhcp6.Binding, bo
 
 // rebind recomputes the bindings and publishes them to Lookup.
 func (s *Service) rebind(networks map[string]config.DHCPv6) []Binding {
-	bindings, skips := Compute(Inputs{Pods: s.opts.Source.Pods(), Claim: s.opts.Source.Claim, Networks: networks})
+	in := Inputs{Pods: s.opts.Source.Pods(), Claim: s.opts.Source.Claim, Networks: networks}
+	if vs, ok := s.opts.Source.(VMISource); ok && vs.VMIsServed() {
+		in.VMI = vs.VMI
+	}
+	if rs, ok := s.opts.Source.(ReservationSource); ok {
+		in.PodReservations = rs.PodReservations
+	}
+	bindings, skips := Compute(in)
 	idx := &index{byMACIf: map[string]Binding{}, bindings: bindings}
 	for _, b := range bindings {
 		for _, ifn := range b.Interfaces {

@@ -14,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
 
 // DefaultResync is the period of the full reconcile when Options.Resync is 0.
@@ -27,6 +29,23 @@ type Source interface {
 	Pods() []*corev1.Pod
 	// Claim returns the IPAMClaim namespace/name, if cached.
 	Claim(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool)
+}
+
+// ReservationSource is implemented by a Source that knows the pods'
+// reservations, to serve the delegated prefixes of pods without a claim.
+type ReservationSource interface {
+	// PodReservations returns the reservations the pod with this UID holds.
+	PodReservations(podUID string) []*tenurev1alpha1.IPReservation
+}
+
+// VMISource is implemented by a Source that knows KubeVirt's
+// VirtualMachineInstances (rule 4 of the package doc).
+type VMISource interface {
+	// VMIsServed reports whether the API serves VirtualMachineInstances
+	// and their cache has synced.
+	VMIsServed() bool
+	// VMI returns the cached VirtualMachineInstance namespace/name.
+	VMI(namespace, name string) (kubevirt.VMI, bool)
 }
 
 // Options configure a Service.

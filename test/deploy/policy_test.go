@@ -618,8 +618,16 @@ func TestRBACAuthorizer(t *testing.T) {
 			cluster([]string{"get", "list", "watch", "create"}, claims, "ipamclaims"), // create: sticky StatefulSet claims
 			cluster([]string{"update"}, claims, "ipamclaims/status"),
 			inNamespace("default", cluster([]string{"create", "patch"}, "", "events")),
+			// Where KubeVirt's VMs run (internal/kubevirt): its VMIs, and the one CRD that says they are served.
+			cluster([]string{"list", "watch"}, "kubevirt.io", "virtualmachineinstances"),
+			named("virtualmachineinstances.kubevirt.io", cluster(read, "apiextensions.k8s.io", "customresourcedefinitions")),
 		),
 		deny: slices.Concat(
+			cluster([]string{"create", "update", "patch", "delete"}, "kubevirt.io", "virtualmachineinstances"),
+			cluster(read, "kubevirt.io", "virtualmachines"),
+			cluster([]string{"list", "watch"}, "apiextensions.k8s.io", "customresourcedefinitions"),
+			named("ipamclaims.k8s.cni.cncf.io", cluster(read, "apiextensions.k8s.io", "customresourcedefinitions")),
+			named("virtualmachineinstances.kubevirt.io", cluster([]string{"update", "patch", "delete"}, "apiextensions.k8s.io", "customresourcedefinitions")),
 			cluster([]string{"create", "update", "patch", "delete", "deletecollection"}, "", "pods"),
 			cluster([]string{"update"}, "", "pods/status"),
 			cluster([]string{"create"}, "", "pods/exec"),

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -331,6 +332,25 @@ var (
 // address on eth0, as a guest's would.
 func runDhclient(t *testing.T, ctx context.Context, ns string) dhcpLease {
 	t.Helper()
+	d := startDhclient(t, ns)
+	defer d.stop()
+	return d.waitLease(ctx)
+}
+
+// dhclientRun is an ISC dhclient running in a namespace until stop (or the
+// test's end).
+type dhclientRun struct {
+	t               *testing.T
+	ns, dir, leases string
+	cmd             *exec.Cmd
+	done            chan error
+	stopOnce        sync.Once
+}
+
+// startDhclient starts dhclient in ns as runDhclient describes; it keeps
+// running, renewing at the T1 the server gives, until stop.
+func startDhclient(t *testing.T, ns string) *dhclientRun {
+	t.Helper()
 	dir := t.TempDir()
 	ipBin, err := exec.LookPath("ip")
 	if err != nil {
@@ -366,32 +386,51 @@ exit 0
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stop := func() {
+	d := &dhclientRun{t: t, ns: ns, dir: dir, leases: leases, cmd: cmd, done: make(chan error, 1)}
+	go func() { d.done <- cmd.Wait() }()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *dhclientRun) stop() {
+	d.stopOnce.Do(func() {
 		select {
-		case <-done:
+		case err := <-d.done:
+			d.done <- err
 			return
 		default:
 		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-done:
+		case err := <-d.done:
+			d.done <- err
 		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+			_ = d.cmd.Process.Kill()
+			d.done <- <-d.done
 		}
-	}
-	defer stop()
-	dump := func() string {
-		l, _ := os.ReadFile(filepath.Join(dir, "dhclient.log"))
-		s, _ := os.ReadFile(filepath.Join(dir, "script.log"))
-		f, _ := os.ReadFile(leases)
-		return fmt.Sprintf("dhclient log:\n%s\nscript log:\n%s\nlease file:\n%s", l, s, f)
-	}
+	})
+}
+
+func (d *dhclientRun) dump() string {
+	l, _ := os.ReadFile(filepath.Join(d.dir, "dhclient.log"))
+	s, _ := os.ReadFile(filepath.Join(d.dir, "script.log"))
+	f, _ := os.ReadFile(d.leases)
+	return fmt.Sprintf("dhclient log:\n%s\nscript log:\n%s\nlease file:\n%s", l, s, f)
+}
+
+// scriptCalls returns the lines the client script logged, one per call.
+func (d *dhclientRun) scriptCalls() []string {
+	b, _ := os.ReadFile(filepath.Join(d.dir, "script.log"))
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// waitLease waits until the lease file holds an address and a prefix.
+func (d *dhclientRun) waitLease(ctx context.Context) dhcpLease {
+	t := d.t
+	t.Helper()
 	var lease dhcpLease
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		b, _ := os.ReadFile(leases)
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		b, _ := os.ReadFile(d.leases)
 		a, p := reIAAddr.FindSubmatch(b), reIAPrefix.FindSubmatch(b)
 		if a != nil && p != nil {
 			lease.addr, _ = netip.ParseAddr(string(a[1]))
@@ -405,25 +444,25 @@ exit 0
 			return true, nil
 		}
 		select {
-		case exitErr := <-done:
-			done <- exitErr
-			return false, fmt.Errorf("dhclient in %s exited (%v) without a lease", ns, exitErr)
+		case exitErr := <-d.done:
+			d.done <- exitErr
+			return false, fmt.Errorf("dhclient in %s exited (%v) without a lease", d.ns, exitErr)
 		default:
 			return false, nil
 		}
 	})
 	if wait.Interrupted(err) {
-		err = fmt.Errorf("dhclient in %s got no lease with an address and a prefix within 30s", ns)
+		err = fmt.Errorf("dhclient in %s got no lease with an address and a prefix within 30s", d.ns)
 	}
 	if err != nil {
-		t.Fatalf("%v\n%s", err, dump())
+		t.Fatalf("%v\n%s", err, d.dump())
 	}
 	// The script installs the address right after the lease is written.
 	poll(t, ctx, 10*time.Second, "the dhclient script to install "+lease.addr.String(), func() bool {
-		out, _ := testbed.IPIn(ns, "-6", "addr", "show", "dev", "eth0")
+		out, _ := testbed.IPIn(d.ns, "-6", "addr", "show", "dev", "eth0")
 		return strings.Contains(out, lease.addr.String()+"/")
 	})
-	t.Logf("dhclient in %s: %s and %s (DUID %s)", ns, lease.addr, lease.prefix, lease.duid)
+	t.Logf("dhclient in %s: %s and %s (DUID %s)", d.ns, lease.addr, lease.prefix, lease.duid)
 	return lease
 }
 

@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -33,12 +34,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/kube"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 // Client is the fake API. Its methods are safe for concurrent use.
@@ -59,10 +61,12 @@ type Client struct {
 func New(objs ...client.Object) *Client {
 	c := &Client{}
 	inner := fake.NewClientBuilder().
-		WithScheme(kube.Scheme).
+		WithScheme(scheme()).
 		WithObjects(objs...).
 		WithStatusSubresource(&ipamclaimsv1alpha1.IPAMClaim{}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		// The agent watches one CRD by name (internal/kubevirt).
+		WithIndex(crd(), "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
 		Build()
 	c.WithWatch = interceptor.NewClient(inner, interceptor.Funcs{
 		Create: c.create,
@@ -74,6 +78,34 @@ func New(objs ...client.Object) *Client {
 		},
 	})
 	return c
+}
+
+// scheme is a scheme like internal/kube's Scheme plus the kinds the agent
+// reads as unstructured: the fake registers an unstructured kind it does
+// not know into its scheme on first use, a write racing every concurrent
+// read of that scheme (and, were it kube.Scheme, of every other client's).
+func scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, tenurev1alpha1.AddToScheme, ipamclaimsv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	// The agent reads these as unstructured (internal/kubevirt).
+	for _, gvk := range []schema.GroupVersionKind{
+		{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+		{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"},
+	} {
+		s.AddKnownTypeWithName(gvk, &unstructured.Unstructured{})
+		s.AddKnownTypeWithName(gvk.GroupVersion().WithKind(gvk.Kind+"List"), &unstructured.UnstructuredList{})
+	}
+	return s
+}
+
+func crd() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	return u
 }
 
 // IsWatchListSemanticsUnSupported tells client-go's reflector to list and

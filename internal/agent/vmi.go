@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
+)
+
+// Where KubeVirt's API is served, a claim of a virtual machine has its
+// status.ownerPod on the pod of the node the VM runs on (the VMI's
+// status.nodeName, or the target of a completed migration): the pod that
+// serves its DHCPv6 and holds its route (internal/dataplane, rule 4).
+//
+// Two writers keep it there, both the agent of that node, whose
+// node-restriction policy lets it set ownerPod to a pod (never clear it):
+//   - the ADD of a migration target does not move ownerPod while the VM
+//     still runs on another node (recordClaim; without KubeVirt's API it
+//     moves it, as before);
+//   - the agent of the node the VM runs on writes ownerPod to its pod when
+//     it names another one: at the switchover (the target's agent), and
+//     wherever the ADD moved it before the VMI was known, e.g. KubeVirt's
+//     API appeared after the ADD (the source's agent puts it back). A
+//     failed migration leaves the VM, so ownerPod never left the source.
+
+// EventOwnerPodFollowsVM is the reason of the Event on a claim whose
+// ownerPod the agent moved to the node its VM runs on.
+const EventOwnerPodFollowsVM = "OwnerPodFollowsVM"
+
+// ownerFollowRetry spaces the retries of an ownerPod write that failed.
+const ownerFollowRetry = 2 * time.Second
+
+// vmiLookup is the VMI cache while it is served, else nil.
+func (a *Agent) vmiLookup() kubevirt.Lookup {
+	if a.vmis == nil || !a.vmis.Served() {
+		return nil
+	}
+	return a.vmis.Get
+}
+
+// vmRunsElsewhere names the VMI of a claim presented by pod when it runs on
+// another node than this agent's.
+func (a *Agent) vmRunsElsewhere(claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod) (kubevirt.VMI, bool) {
+	vmi, ok := kubevirt.VMOf(a.vmiLookup(), pod.Namespace, claim.OwnerReferences, pod.OwnerReferences)
+	return vmi, ok && vmi.Node() != a.node
+}
+
+// triggerOwnerFollow asks followOwners to run soon; calls coalesce.
+func (a *Agent) triggerOwnerFollow() {
+	select {
+	case a.ownerFollow <- struct{}{}:
+	default:
+	}
+}
+
+// runOwnerFollow moves ownerPod of the claims of VMs running here to the
+// local pod, on every change of pods, claims or VMIs, until ctx ends.
+func (a *Agent) runOwnerFollow(ctx context.Context) {
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.ownerFollow:
+		case <-retry:
+		}
+		retry = nil
+		if !a.followOwners(ctx) {
+			retry = time.After(ownerFollowRetry)
+		}
+	}
+}
+
+// followOwners writes ownerPod where OwnerPodMoves says; false when a write
+// failed and is to be retried.
+func (a *Agent) followOwners(ctx context.Context) bool {
+	lookup := a.vmiLookup()
+	if lookup == nil {
+		return true
+	}
+	ok := true
+	for _, m := range OwnerPodMoves(informerSource{a}.Pods(), informerSource{a}.Claim, lookup, a.node) {
+		claim, found := informerSource{a}.Claim(m.Namespace, m.Claim)
+		if !found {
+			continue
+		}
+		claim = claim.DeepCopy()
+		from := claim.Status.OwnerPod.Name
+		claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: m.Pod}
+		err := a.client.Status().Update(ctx, claim)
+		switch {
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			// The cache is behind; the claim's update event runs this again.
+		case err != nil:
+			a.log.Warn("cannot move the claim's ownerPod to the node its VM runs on", "claim", claims.Key(claim), "pod", m.Pod, "err", err)
+			ok = false
+		default:
+			a.log.Info("claim's ownerPod follows its VM", "claim", claims.Key(claim), "from", from, "to", m.Pod, "vmi", m.VMI, "node", a.node)
+			if a.recorder != nil {
+				a.recorder.Eventf(claim, corev1.EventTypeNormal, EventOwnerPodFollowsVM, "status.ownerPod moved from %s to %s: VirtualMachineInstance %s runs on node %s", from, m.Pod, m.VMI, a.node)
+			}
+		}
+	}
+	return ok
+}
+
+// OwnerPodMove is one claim whose ownerPod is to name Pod.
+type OwnerPodMove struct {
+	Namespace, Claim, Pod, VMI string
+}
+
+// OwnerPodMoves is the pure rule of followOwners: for every claim presented
+// by a pod of node (not terminal, not being deleted) whose VMI runs on node,
+// whose status already records an owner (the ADD writes the first one) and
+// whose ownerPod names no such pod, the move to the first of them by name.
+func OwnerPodMoves(pods []*corev1.Pod, claim func(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool), lookup kubevirt.Lookup, node string) []OwnerPodMove {
+	type key struct{ ns, claim string }
+	presenters := map[key][]string{}
+	vmiOf := map[key]string{}
+	for _, pod := range pods {
+		if pod == nil || pod.Spec.NodeName != node || pod.DeletionTimestamp != nil ||
+			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		elems, err := claims.Networks(pod)
+		if err != nil {
+			continue
+		}
+		for _, e := range elems {
+			if e == nil || e.IPAMClaimReference == "" {
+				continue
+			}
+			c, ok := claim(pod.Namespace, e.IPAMClaimReference)
+			if !ok || c == nil || c.DeletionTimestamp != nil || c.Status.OwnerPod == nil || c.Status.OwnerPod.Name == "" {
+				continue
+			}
+			vmi, ok := kubevirt.VMOf(lookup, pod.Namespace, c.OwnerReferences, pod.OwnerReferences)
+			if !ok || vmi.Node() != node {
+				continue
+			}
+			k := key{pod.Namespace, e.IPAMClaimReference}
+			if !slices.Contains(presenters[k], pod.Name) {
+				presenters[k] = append(presenters[k], pod.Name)
+			}
+			vmiOf[k] = vmi.Namespace + "/" + vmi.Name
+		}
+	}
+	var out []OwnerPodMove
+	for k, names := range presenters {
+		c, _ := claim(k.ns, k.claim)
+		if slices.Contains(names, c.Status.OwnerPod.Name) {
+			continue
+		}
+		slices.Sort(names)
+		out = append(out, OwnerPodMove{Namespace: k.ns, Claim: k.claim, Pod: names[0], VMI: vmiOf[k]})
+	}
+	slices.SortFunc(out, func(a, b OwnerPodMove) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Claim, b.Claim))
+	})
+	return out
+}

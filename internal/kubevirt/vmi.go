@@ -1,0 +1,171 @@
+// Package kubevirt reads where a KubeVirt virtual machine runs: the
+// status.nodeName and status.migrationState of its VirtualMachineInstance
+// (kubevirt.io/v1), and which VirtualMachineInstance a claim or a pod
+// belongs to. tenure does not import KubeVirt's API module: it reads the
+// few fields it needs from unstructured objects, so it neither follows
+// KubeVirt's release cycle nor keeps whole VMI objects in memory.
+package kubevirt
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Group is KubeVirt's API group.
+const Group = "kubevirt.io"
+
+// VMIResource is the resource the agent watches; CRDName is the name of its
+// CustomResourceDefinition.
+var (
+	VMIResource = schema.GroupVersionResource{Group: Group, Version: "v1", Resource: "virtualmachineinstances"}
+	VMIKind     = schema.GroupVersionKind{Group: Group, Version: "v1", Kind: "VirtualMachineInstance"}
+	VMIListKind = schema.GroupVersionKind{Group: Group, Version: "v1", Kind: "VirtualMachineInstanceList"}
+)
+
+// CRDName is the CustomResourceDefinition that serves VMIResource.
+const CRDName = "virtualmachineinstances.kubevirt.io"
+
+// VMI is what tenure reads of a VirtualMachineInstance.
+type VMI struct {
+	Namespace, Name string
+	// NodeName is status.nodeName: the node the VM runs on ("" before it
+	// was scheduled). KubeVirt moves it to the target node at the
+	// migration's switchover, not when the migration starts.
+	NodeName string
+	// Migration is status.migrationState, nil when the VMI never migrated.
+	Migration *Migration
+}
+
+// Migration is the part of status.migrationState tenure reads. It describes
+// the last migration; a new one replaces it.
+type Migration struct {
+	TargetNode string
+	Completed  bool
+	Failed     bool
+}
+
+// Node is the node the VM runs on: the target of a migration that
+// completed without failing (KubeVirt sets completed on the source a moment
+// before it moves status.nodeName, and the guest already runs on the
+// target then), else status.nodeName. "" when it runs nowhere yet.
+func (v VMI) Node() string {
+	if m := v.Migration; m != nil && m.Completed && !m.Failed && m.TargetNode != "" {
+		return m.TargetNode
+	}
+	return v.NodeName
+}
+
+// Migrating reports whether a migration is under way: started, neither
+// completed nor failed. The VM still runs on NodeName meanwhile.
+func (v VMI) Migrating() bool {
+	return v.Migration != nil && !v.Migration.Completed && !v.Migration.Failed
+}
+
+// FromUnstructured reads a VirtualMachineInstance. Fields of the wrong type
+// read as absent: a VMI tenure cannot read runs nowhere it knows of.
+func FromUnstructured(u *unstructured.Unstructured) VMI {
+	v := VMI{Namespace: u.GetNamespace(), Name: u.GetName()}
+	v.NodeName, _, _ = unstructured.NestedString(u.Object, "status", "nodeName")
+	if ms, ok, _ := unstructured.NestedMap(u.Object, "status", "migrationState"); ok {
+		m := &Migration{}
+		m.TargetNode, _, _ = unstructured.NestedString(ms, "targetNode")
+		m.Completed, _, _ = unstructured.NestedBool(ms, "completed")
+		m.Failed, _, _ = unstructured.NestedBool(ms, "failed")
+		v.Migration = m
+	}
+	return v
+}
+
+// Trim is an informer transform: it keeps of a VirtualMachineInstance only
+// its identity and the status fields FromUnstructured reads. A VMI is tens
+// of kilobytes (the whole domain spec); the agent holds every VMI of the
+// cluster.
+var Trim = transform(func(u, out *unstructured.Unstructured) {
+	if n, ok, _ := unstructured.NestedString(u.Object, "status", "nodeName"); ok {
+		_ = unstructured.SetNestedField(out.Object, n, "status", "nodeName")
+	}
+	if ms, ok, _ := unstructured.NestedMap(u.Object, "status", "migrationState"); ok {
+		keep := map[string]any{}
+		for _, k := range []string{"targetNode", "completed", "failed"} {
+			if v, ok := ms[k]; ok {
+				keep[k] = v
+			}
+		}
+		_ = unstructured.SetNestedMap(out.Object, keep, "status", "migrationState")
+	}
+})
+
+// transform is an informer transform that hands trim an unstructured object
+// and its identity (out), to which trim copies what is kept; objects of
+// other types pass as they are.
+func transform(trim func(u, out *unstructured.Unstructured)) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		out := identity(u)
+		trim(u, out)
+		return out, nil
+	}
+}
+
+// identity is an object with only u's type and identity: what an informer
+// and its store need (namespace/name, UID, resourceVersion) and whether it
+// is being deleted.
+func identity(u *unstructured.Unstructured) *unstructured.Unstructured {
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetAPIVersion(u.GetAPIVersion())
+	out.SetKind(u.GetKind())
+	out.SetNamespace(u.GetNamespace())
+	out.SetName(u.GetName())
+	out.SetUID(u.GetUID())
+	out.SetResourceVersion(u.GetResourceVersion())
+	out.SetDeletionTimestamp(u.GetDeletionTimestamp())
+	return out
+}
+
+// OwnerVMI names the VirtualMachineInstance an object belongs to, from its
+// ownerReferences: a KubeVirt VirtualMachine (the IPAMClaims KubeVirt's IPAM
+// extension makes are owned by the VM, whose VMI has the VM's name) or a
+// VirtualMachineInstance (a VMI without a VM owns its claims, and the
+// controller of every virt-launcher pod is its VMI). The VMI is in the
+// object's namespace.
+func OwnerVMI(refs []metav1.OwnerReference) (string, bool) {
+	for _, r := range refs {
+		gv, err := schema.ParseGroupVersion(r.APIVersion)
+		if err != nil || gv.Group != Group || r.Name == "" {
+			continue
+		}
+		if r.Kind == "VirtualMachine" || r.Kind == "VirtualMachineInstance" {
+			return r.Name, true
+		}
+	}
+	return "", false
+}
+
+// Lookup returns a cached VirtualMachineInstance.
+type Lookup func(namespace, name string) (VMI, bool)
+
+// VMOf finds the VirtualMachineInstance behind a claim presented by a pod,
+// both in namespace: the VMI named by the claim's ownerReferences, else by
+// the pod's. ok is false, and the caller falls back to its rule without
+// KubeVirt, when lookup is nil (the API does not serve VMIs), neither names
+// a VMI that exists, or the VMI runs on no node yet.
+func VMOf(lookup Lookup, namespace string, claimOwners, podOwners []metav1.OwnerReference) (VMI, bool) {
+	if lookup == nil {
+		return VMI{}, false
+	}
+	for _, refs := range [][]metav1.OwnerReference{claimOwners, podOwners} {
+		name, ok := OwnerVMI(refs)
+		if !ok {
+			continue
+		}
+		if v, ok := lookup(namespace, name); ok && v.Node() != "" {
+			return v, true
+		}
+	}
+	return VMI{}, false
+}
