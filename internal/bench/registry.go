@@ -24,6 +24,11 @@ type Scenario struct {
 	// is always there.
 	Needs Needs
 	Run   func(e *env, ctx context.Context, sc *ScenarioRun) ([]Result, error)
+	// Targets (optional) are the scenario's goals, as measured, from the
+	// report once every named scenario ran.
+	Targets func(rep *Report) []Target
+	// Plots (optional) are SVG files WriteFiles writes, by file name.
+	Plots func(rep *Report) map[string]Plot
 }
 
 // Needs is what a named scenario wants started before it runs.
@@ -116,6 +121,29 @@ func (e *env) runNamed(ctx context.Context, opts Options, rep *Report) error {
 		rep.Controller = "not started (no named scenario needed it)"
 	}
 	return nil
+}
+
+// namedTargets and namedPlots gather the named scenarios' goals and plots.
+func namedTargets(names []string, rep *Report) []Target {
+	var ts []Target
+	for _, n := range names {
+		if s := scenarios[n]; s.Targets != nil {
+			ts = append(ts, s.Targets(rep)...)
+		}
+	}
+	return ts
+}
+
+func namedPlots(names []string, rep *Report) map[string]Plot {
+	out := map[string]Plot{}
+	for _, n := range names {
+		if s := scenarios[n]; s.Plots != nil {
+			for file, p := range s.Plots(rep) {
+				out[file] = p
+			}
+		}
+	}
+	return out
 }
 
 // ParseAgents parses --agents: a comma-separated list of positive counts.

@@ -154,6 +154,8 @@ type Report struct {
 	Shim         ShimFacts `json:"shim"`
 	Targets      []Target  `json:"targets"`
 	Observations []string  `json:"observations,omitempty"`
+
+	plots map[string]Plot // the named scenarios' plots, by file name
 }
 
 // Find returns the row with id, or nil.
@@ -321,7 +323,8 @@ func plural(n int) string {
 	return "s"
 }
 
-// WriteFiles writes results.json, results.md and adds-latency.svg to dir.
+// WriteFiles writes results.json, results.md, adds-latency.svg (when the
+// grid ran) and the named scenarios' plots to dir.
 func (r *Report) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -331,9 +334,14 @@ func (r *Report) WriteFiles(dir string) error {
 		return err
 	}
 	files := map[string][]byte{
-		"results.json":     append(js, '\n'),
-		"results.md":       r.Markdown(),
-		"adds-latency.svg": r.LatencyPlot().SVG(),
+		"results.json": append(js, '\n'),
+		"results.md":   r.Markdown(),
+	}
+	if lp := r.LatencyPlot(); len(lp.Series) > 0 {
+		files["adds-latency.svg"] = lp.SVG()
+	}
+	for name, p := range r.plots {
+		files[name] = p.SVG()
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {

@@ -66,6 +66,9 @@ type Options struct {
 	Agents []int
 	// FullPoolDuration is how long full-pool's pods retry.
 	FullPoolDuration time.Duration
+	// FullPoolBits is full-pool's IPv4 prefix length (16 when 0; tests
+	// use a smaller pool).
+	FullPoolBits int
 }
 
 // Run starts a control plane, agents and (when built) the controller,
@@ -106,8 +109,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Shim = e.shimFacts()
 		rep.Machine.LoadAvgEnd = loadAvg()
 		rep.DurationS = round3(time.Since(rep.Started).Seconds())
-		rep.Targets = evaluate(rep)
-		rep.Observations = observe(rep)
+		rep.Targets = namedTargets(opts.Scenarios, rep)
+		rep.plots = namedPlots(opts.Scenarios, rep)
 		return rep, err
 	}
 
