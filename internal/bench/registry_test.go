@@ -69,3 +69,27 @@ func TestFigureTablesOneTablePerScenario(t *testing.T) {
 		t.Errorf("a row without figures got a figure table:\n%s", md)
 	}
 }
+
+func TestFanoutTargetsReadTheCurve(t *testing.T) {
+	row := func(n, cpu, conflicts float64) Result {
+		return Result{ID: "fanout", Scenario: "fanout", Figures: map[string]float64{"agents": n, "apiserver_cpu_ms_per_add": cpu, "conflicts_per_add": conflicts}}
+	}
+	rep := &Report{Scenarios: []Result{row(100, 8, 0.01), row(10, 5, 0), row(300, 30, 0.02),
+		{ID: "fanout-n1000", Scenario: "fanout", Notes: "12 of 1000 caches synced", Figures: map[string]float64{"agents": 1000, "sync_s": -1}}}}
+	got := map[string]Target{}
+	for _, tg := range fanoutTargets(rep) {
+		got[tg.Name] = tg
+	}
+	if tg := got["fanout: API server CPU per ADD, N=300 vs N=10"]; tg.Status != "not met" || !strings.Contains(tg.Measured, "6.00×") {
+		t.Errorf("CPU ratio target %+v, want not met at 6.00× (the unsynced N=1000 row is no point of the curve)", tg)
+	}
+	if tg := got["fanout: N=1000"]; tg.Status != "not met" || !strings.Contains(tg.Measured, "12 of 1000") {
+		t.Errorf("stopped round target %+v", tg)
+	}
+	if tg := got["fanout: conflicts per ADD"]; tg.Status != "met" || !strings.Contains(tg.Measured, "0.020 (N=300)") {
+		t.Errorf("conflicts target %+v", tg)
+	}
+	if p := fanoutPlots(rep)["fanout-cpu.svg"]; len(p.Series) == 0 || len(p.Series[0].Points) != 3 {
+		t.Errorf("CPU plot %+v, want 3 points per series", p.Series)
+	}
+}
