@@ -96,7 +96,7 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 		if werr := rep.WriteFiles(*out); werr != nil {
 			fmt.Fprintf(e.stderr, "tenurectl bench: writing %s: %v\n", *out, werr)
 		} else {
-			fmt.Fprintf(e.stderr, "bench: results in %s (results.json, results.md, adds-latency.svg)\n", *out)
+			fmt.Fprintf(e.stderr, "bench: results in %s (results.json, results.md and the plots)\n", *out)
 		}
 	}
 	if rep != nil {

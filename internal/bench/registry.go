@@ -84,6 +84,7 @@ func checkScenarios(names []string) error {
 func (e *env) runNamed(ctx context.Context, opts Options, rep *Report) error {
 	nets := &netAlloc{}
 	agentsUp := false
+	rep.Controller = "not started (no named scenario needed it)"
 	for _, name := range opts.Scenarios {
 		s := scenarios[name]
 		if s.Needs.Agents && !agentsUp {
@@ -96,7 +97,7 @@ func (e *env) runNamed(ctx context.Context, opts Options, rep *Report) error {
 			}
 			agentsUp = true
 		}
-		if s.Needs.Controller && e.controller == nil && e.controllerState == "" {
+		if s.Needs.Controller && e.controllerState == "" {
 			e.startController(ctx)
 			rep.Controller = e.controllerState
 		}
@@ -116,9 +117,6 @@ func (e *env) runNamed(ctx context.Context, opts Options, rep *Report) error {
 		if err != nil {
 			return fmt.Errorf("scenario %s: %w", name, err)
 		}
-	}
-	if rep.Controller == "" {
-		rep.Controller = "not started (no named scenario needed it)"
 	}
 	return nil
 }

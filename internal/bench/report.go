@@ -218,8 +218,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms, %.0f minor faults, over %d calls (exec of %s)\n",
-		r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
+	if r.Shim.Calls > 0 {
+		fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms, %.0f minor faults, over %d calls (exec of %s)\n",
+			r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
+	}
 	fmt.Fprintf(w, "machine: %d CPUs, %d MiB, load average %.2f at start, %.2f at end; controller: %s\n",
 		r.Machine.NumCPU, r.Machine.MemTotalMiB, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Controller)
 	fmt.Fprintln(w, "\ntargets:")
@@ -261,8 +263,10 @@ func (r *Report) Markdown() []byte {
 		mdRow(s.cells())
 	}
 	b.WriteString(figureTables(r.Scenarios, true))
-	fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms, %.0f minor page faults, over %d calls; executed the same way here, %s.\n",
-		r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
+	if r.Shim.Calls > 0 {
+		fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms, %.0f minor page faults, over %d calls; executed the same way here, %s.\n",
+			r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
+	}
 	fmt.Fprintf(&b, "\nMachine: %d CPUs (%s), %d MiB memory, kernel %s, %s; 1-minute load average %.2f at start, %.2f at end. Controller: %s. API server: %s. Run took %.0f s.\n",
 		r.Machine.NumCPU, r.Machine.CPUModel, r.Machine.MemTotalMiB, r.Machine.Kernel, r.Machine.GoVersion, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Controller, r.APIServer, r.DurationS)
 	b.WriteString("\n| target | want | measured | status |\n|---|---|---|---|\n")

@@ -106,7 +106,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if len(opts.Scenarios) > 0 {
 		rep.Mode = "scenarios " + strings.Join(opts.Scenarios, ",")
 		err := e.runNamed(ctx, opts, rep)
-		rep.Shim = e.shimFacts()
+		e.cpuMu.Lock()
+		shimCalls := len(e.shimCPU)
+		e.cpuMu.Unlock()
+		if shimCalls > 0 {
+			rep.Shim = e.shimFacts()
+		}
 		rep.Machine.LoadAvgEnd = loadAvg()
 		rep.DurationS = round3(time.Since(rep.Started).Seconds())
 		rep.Targets = namedTargets(opts.Scenarios, rep)
