@@ -42,6 +42,8 @@ type Needs struct {
 type ScenarioRun struct {
 	Opts Options
 	Rep  *Report
+	// Last: no scenario runs after this one (it need not clean up).
+	Last bool
 	nets *netAlloc
 }
 
@@ -85,7 +87,7 @@ func (e *env) runNamed(ctx context.Context, opts Options, rep *Report) error {
 	nets := &netAlloc{}
 	agentsUp := false
 	rep.Controller = "not started (no named scenario needed it)"
-	for _, name := range opts.Scenarios {
+	for i, name := range opts.Scenarios {
 		s := scenarios[name]
 		if s.Needs.Agents && !agentsUp {
 			for _, n := range agentNodes {
@@ -107,7 +109,7 @@ func (e *env) runNamed(ctx context.Context, opts Options, rep *Report) error {
 			}
 		}
 		e.logf("scenario %s: %s", name, s.Summary)
-		rs, err := s.Run(e, ctx, &ScenarioRun{Opts: opts, Rep: rep, nets: nets})
+		rs, err := s.Run(e, ctx, &ScenarioRun{Opts: opts, Rep: rep, Last: i == len(opts.Scenarios)-1, nets: nets})
 		for i := range rs {
 			if rs[i].Scenario == "" {
 				rs[i].Scenario = name
