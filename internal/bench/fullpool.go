@@ -100,12 +100,8 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 	if _, _, err := e.createAll(ctx, objs, scaleFillConc, max(len(objs)/5, 1000)); err != nil {
 		return nil, err
 	}
-	for _, n := range agentNodes {
-		if _, took, err := e.startAgent(ctx, n); err != nil {
-			return nil, err
-		} else {
-			e.logf("full-pool: agent %s synced the full pool in %v", n, took.Round(time.Millisecond))
-		}
+	if err := e.startBenchAgents(ctx, "synced the full pool"); err != nil {
+		return nil, err
 	}
 	if hadController {
 		e.startController(ctx)

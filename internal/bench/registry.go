@@ -90,12 +90,8 @@ func (e *env) runNamed(ctx context.Context, opts Options, rep *Report) error {
 	for i, name := range opts.Scenarios {
 		s := scenarios[name]
 		if s.Needs.Agents && !agentsUp {
-			for _, n := range agentNodes {
-				_, took, err := e.startAgent(ctx, n)
-				if err != nil {
-					return err
-				}
-				e.logf("agent %s ready in %v", n, took.Round(time.Millisecond))
+			if err := e.startBenchAgents(ctx, "ready"); err != nil {
+				return err
 			}
 			agentsUp = true
 		}
@@ -144,6 +140,19 @@ func namedPlots(names []string, rep *Report) map[string]Plot {
 		}
 	}
 	return out
+}
+
+// startBenchAgents starts the four bench agents and logs how long each
+// took to be ready (what says what ready meant).
+func (e *env) startBenchAgents(ctx context.Context, what string) error {
+	for _, n := range agentNodes {
+		_, took, err := e.startAgent(ctx, n)
+		if err != nil {
+			return err
+		}
+		e.logf("agent %s %s in %v", n, what, took.Round(time.Millisecond))
+	}
+	return nil
 }
 
 // ParseAgents parses --agents: a comma-separated list of positive counts.

@@ -119,12 +119,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, err
 	}
 
-	for _, n := range agentNodes {
-		if _, took, err := e.startAgent(ctx, n); err != nil {
-			return nil, err
-		} else {
-			e.logf("agent %s ready in %v", n, took.Round(time.Millisecond))
-		}
+	if err := e.startBenchAgents(ctx, "ready"); err != nil {
+		return nil, err
 	}
 	e.startController(ctx)
 	rep.Controller = e.controllerState
