@@ -153,6 +153,11 @@ func TestDevCommandsUsage(t *testing.T) {
 		{[]string{"bench", "--scale", "0"}, 2, "--scale must be positive"},
 		{[]string{"bench", "--quick=often"}, 2, "invalid boolean value"},
 		{[]string{"bench", "-h"}, 0, "-skip-scale"},
+		{[]string{"bench", "-h"}, 0, "fanout, full-pool"},
+		{[]string{"bench", "--scenario", "no-such"}, 2, `no scenario "no-such"`},
+		{[]string{"bench", "--scenario", "fanout", "--quick"}, 2, "--quick and --scenario do not combine"},
+		{[]string{"bench", "--agents", "10,x"}, 2, `"x" is not a positive count`},
+		{[]string{"bench", "--full-pool-duration", "0s"}, 2, "--full-pool-duration must be positive"},
 	})
 }
 

@@ -11,6 +11,9 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,9 +146,31 @@ type Factory struct {
 	Quorum client.Reader
 	// Node seeds where the search starts, so nodes rarely race.
 	Node string
+	// QuorumInterval is the least time between two quorum lists of one
+	// network (DefaultQuorumInterval when 0): a full network retried by
+	// many pods costs one list per interval, not one per ADD. What the
+	// cache learns in between (a DEL) is used at once all the same.
+	QuorumInterval time.Duration
 
 	mu      sync.Mutex
 	cursors map[string]uint64
+
+	quorumMu     sync.Mutex
+	quorumLast   map[string]*quorumAnswer // by network
+	quorumFlight singleflight.Group
+}
+
+// DefaultQuorumInterval is Factory.QuorumInterval's default.
+const DefaultQuorumInterval = 5 * time.Second
+
+// HeldIndex is what a Store may offer besides: the addresses its cache
+// holds per network, as runs, so a search jumps over a taken run in one
+// step instead of probing each address (internal/store implements it).
+type HeldIndex interface {
+	// NextUnheldAddress is the first address at or after a that the cache
+	// holds no reservation of in the network of that label; false when
+	// all up to the end of a's family are held.
+	NextUnheldAddress(networkLabel string, a netip.Addr) (netip.Addr, bool)
 }
 
 // For returns the allocator of space on network (a reservation.NetworkKey).
@@ -208,27 +233,58 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	// taken decides candidates; first from the cache, then, if the cache
 	// says full, from one quorum list of the network.
 	taken := func(obj *tenurev1alpha1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
-	for pass := 0; pass < 2; pass++ {
-		created, err := a.firstFree(ctx, t, taken)
-		if created != nil || err != nil {
+	created, err := a.firstFree(ctx, t, taken, true)
+	if created != nil || err != nil || a.f.Quorum == nil {
+		if created == nil && err == nil {
+			err = &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
+		}
+		return created, err
+	}
+	// The cache says full. A quorum list tells a full range from a stale
+	// cache; callers on one network share one list per QuorumInterval.
+	q, fresh, err := a.f.quorum(ctx, a.network)
+	if err != nil {
+		return nil, err
+	}
+	// A list reused from an earlier call says nothing of what was created
+	// since, which the cache may hold: only a fresh one may overrule the
+	// cache (a stale cache's free address then waits for the next list, or
+	// for the cache to catch up, which the first pass sees at once).
+	if fresh && q.heldIn(a.space) < a.space.Capacity() {
+		taken = func(obj *tenurev1alpha1.IPReservation) bool {
+			if q.held[obj.Name] {
+				return true
+			}
+			return !a.f.Store.AssumeOverCache(obj)
+		}
+		if created, err := a.firstFree(ctx, t, taken, false); created != nil || err != nil {
 			return created, err
 		}
-		if pass == 0 && a.f.Quorum != nil {
-			held, err := a.quorumNames(ctx)
-			if err != nil {
-				return nil, err
-			}
-			taken = func(obj *tenurev1alpha1.IPReservation) bool {
-				if held[obj.Name] {
-					return true
-				}
-				return !a.f.Store.AssumeOverCache(obj)
-			}
-			continue
-		}
-		break
 	}
 	return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
+}
+
+// skipHeld is where the first pass resumes when the cache holds the
+// candidate at idx: past the whole run of held addresses it starts, by the
+// store's index. ok false: no index, or the candidate is not held.
+func (a *allocator) skipHeld(idx uint64, item netip.Prefix) (next uint64, ok bool) {
+	as, isAddr := a.space.(AddressSpace)
+	hx, indexed := a.f.Store.(HeldIndex)
+	if !isAddr || !indexed {
+		return 0, false
+	}
+	free, found := hx.NextUnheldAddress(reservation.NetworkLabel(a.network), item.Addr())
+	if found && free == item.Addr() {
+		return 0, false
+	}
+	if !found {
+		return a.space.Size(), true
+	}
+	off, in := as.Range.Offset(free)
+	if !in {
+		return a.space.Size(), true // past the range's end
+	}
+	return off, true
 }
 
 // firstFree creates the reservation of the first candidate from this node's
@@ -238,7 +294,11 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 // cursor lands), and each candidate it passes is held by a reservation, so
 // the walk is as long as the reservations that exist, not the space: it
 // needs no bound to end, and reaching the end means full.
-func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1alpha1.IPReservation) bool) (*tenurev1alpha1.IPReservation, error) {
+//
+// With useIndex (the cache pass), runs the cache holds are jumped over by
+// the store's HeldIndex, so the walk costs the number of runs, not of
+// reservations: a full /16 is one step.
+func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1alpha1.IPReservation) bool, useIndex bool) (*tenurev1alpha1.IPReservation, error) {
 	start, size := a.start(), a.space.Size()
 	for _, span := range [...]struct{ from, to uint64 }{{start, size}, {0, start}} {
 		for i := span.from; i < span.to; {
@@ -248,6 +308,12 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 			idx, item, ok := a.space.Next(i)
 			if !ok || idx >= span.to {
 				break
+			}
+			if useIndex {
+				if next, skip := a.skipHeld(idx, item); skip {
+					i = next
+					continue
+				}
 			}
 			i = idx + 1 // idx < size <= MaxUint64: no overflow
 			obj := a.object(item, t)
@@ -269,13 +335,92 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 	return nil, nil
 }
 
-func (a *allocator) quorumNames(ctx context.Context) (map[string]bool, error) {
+// quorumAnswer is one quorum list of a network: the names held then.
+type quorumAnswer struct {
+	at   time.Time
+	held map[string]bool
+
+	mu     sync.Mutex
+	inSpan map[string]uint64 // by Space.String(): held names inside it
+}
+
+// heldIn counts the listed names that are candidates of space, once per
+// space per list.
+func (q *quorumAnswer) heldIn(space Space) uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	key := string(space.Kind()) + "|" + space.String()
+	if n, ok := q.inSpan[key]; ok {
+		return n
+	}
+	var n uint64
+	for name := range q.held {
+		p, err := reservation.Parse(name)
+		if err == nil && p.IsPrefix == (space.Kind() == tenurev1alpha1.KindDelegatedPrefix) && space.Contains(p.Prefix) {
+			n++
+		}
+	}
+	if q.inSpan == nil {
+		q.inSpan = map[string]uint64{}
+	}
+	q.inSpan[key] = n
+	return n
+}
+
+// quorum returns the network's quorum list: the last one if younger than
+// QuorumInterval (fresh false), else a new one shared by every concurrent
+// caller (fresh true).
+func (f *Factory) quorum(ctx context.Context, network string) (q *quorumAnswer, fresh bool, err error) {
+	interval := f.QuorumInterval
+	if interval <= 0 {
+		interval = DefaultQuorumInterval
+	}
+	f.quorumMu.Lock()
+	last := f.quorumLast[network]
+	f.quorumMu.Unlock()
+	if last != nil && time.Since(last.at) < interval {
+		return last, false, nil
+	}
+	type flight struct {
+		q      *quorumAnswer
+		listed bool
+	}
+	v, err, _ := f.quorumFlight.Do(network, func() (any, error) {
+		// A caller that came in just after the previous flight landed
+		// takes its answer rather than listing again.
+		f.quorumMu.Lock()
+		last := f.quorumLast[network]
+		f.quorumMu.Unlock()
+		if last != nil && time.Since(last.at) < interval {
+			return flight{q: last}, nil
+		}
+		held, err := f.quorumNames(ctx, network)
+		if err != nil {
+			return nil, err
+		}
+		q := &quorumAnswer{at: time.Now(), held: held}
+		f.quorumMu.Lock()
+		if f.quorumLast == nil {
+			f.quorumLast = map[string]*quorumAnswer{}
+		}
+		f.quorumLast[network] = q
+		f.quorumMu.Unlock()
+		return flight{q: q, listed: true}, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	fl := v.(flight)
+	return fl.q, fl.listed, nil
+}
+
+func (f *Factory) quorumNames(ctx context.Context, network string) (map[string]bool, error) {
 	// Metadata only: the names are the answer, and a full range of a large
 	// network is thousands of objects.
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
-	if err := a.f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(a.network)}); err != nil {
-		return nil, fmt.Errorf("listing reservations of network %s: %w", a.network, err)
+	if err := f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
+		return nil, fmt.Errorf("listing reservations of network %s: %w", network, err)
 	}
 	held := make(map[string]bool, len(list.Items))
 	for i := range list.Items {

@@ -78,6 +78,12 @@ type Result struct {
 
 	Notes string `json:"notes,omitempty"`
 
+	// Scenario is the named scenario (--scenario) the row belongs to.
+	Scenario string `json:"scenario,omitempty"`
+	// Figures are a named scenario's figures, by the names the issue
+	// lists (scripts read them by name: keep them stable).
+	Figures map[string]float64 `json:"figures,omitempty"`
+
 	shimCPU []float64 // per call, ms
 }
 
@@ -148,6 +154,8 @@ type Report struct {
 	Shim         ShimFacts `json:"shim"`
 	Targets      []Target  `json:"targets"`
 	Observations []string  `json:"observations,omitempty"`
+
+	plots map[string]Plot // the named scenarios' plots, by file name
 }
 
 // Find returns the row with id, or nil.
@@ -203,8 +211,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms, %.0f minor faults, over %d calls (exec of %s)\n",
-		r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
+	if ft := figureTables(r.Scenarios, false); ft != "" {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprint(tw, ft)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if r.Shim.Calls > 0 {
+		fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms, %.0f minor faults, over %d calls (exec of %s)\n",
+			r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
+	}
 	fmt.Fprintf(w, "machine: %d CPUs, %d MiB, load average %.2f at start, %.2f at end; controller: %s\n",
 		r.Machine.NumCPU, r.Machine.MemTotalMiB, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Controller)
 	fmt.Fprintln(w, "\ntargets:")
@@ -245,8 +262,11 @@ func (r *Report) Markdown() []byte {
 	for _, s := range r.Scenarios {
 		mdRow(s.cells())
 	}
-	fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms, %.0f minor page faults, over %d calls; executed the same way here, %s.\n",
-		r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
+	b.WriteString(figureTables(r.Scenarios, true))
+	if r.Shim.Calls > 0 {
+		fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms, %.0f minor page faults, over %d calls; executed the same way here, %s.\n",
+			r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
+	}
 	fmt.Fprintf(&b, "\nMachine: %d CPUs (%s), %d MiB memory, kernel %s, %s; 1-minute load average %.2f at start, %.2f at end. Controller: %s. API server: %s. Run took %.0f s.\n",
 		r.Machine.NumCPU, r.Machine.CPUModel, r.Machine.MemTotalMiB, r.Machine.Kernel, r.Machine.GoVersion, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Controller, r.APIServer, r.DurationS)
 	b.WriteString("\n| target | want | measured | status |\n|---|---|---|---|\n")
@@ -307,7 +327,8 @@ func plural(n int) string {
 	return "s"
 }
 
-// WriteFiles writes results.json, results.md and adds-latency.svg to dir.
+// WriteFiles writes results.json, results.md, adds-latency.svg (when the
+// grid ran) and the named scenarios' plots to dir.
 func (r *Report) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -317,9 +338,14 @@ func (r *Report) WriteFiles(dir string) error {
 		return err
 	}
 	files := map[string][]byte{
-		"results.json":     append(js, '\n'),
-		"results.md":       r.Markdown(),
-		"adds-latency.svg": r.LatencyPlot().SVG(),
+		"results.json": append(js, '\n'),
+		"results.md":   r.Markdown(),
+	}
+	if lp := r.LatencyPlot(); len(lp.Series) > 0 {
+		files["adds-latency.svg"] = lp.SVG()
+	}
+	for name, p := range r.plots {
+		files[name] = p.SVG()
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {

@@ -59,6 +59,16 @@ type Options struct {
 	Log io.Writer
 	// Command is recorded in the report (how the run was started).
 	Command string
+	// Scenarios, when set, runs only these named scenarios (registry.go),
+	// in this order, instead of the grid.
+	Scenarios []string
+	// Agents is fanout's N, one row per count.
+	Agents []int
+	// FullPoolDuration is how long full-pool's pods retry.
+	FullPoolDuration time.Duration
+	// FullPoolBits is full-pool's IPv4 prefix length (16 when 0; tests
+	// use a smaller pool).
+	FullPoolBits int
 }
 
 // Run starts a control plane, agents and (when built) the controller,
@@ -70,6 +80,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if opts.Scale <= 0 {
 		opts.Scale = 100000
+	}
+	if err := checkScenarios(opts.Scenarios); err != nil {
+		return nil, err
 	}
 	bins, err := testbed.Build("")
 	if err != nil {
@@ -90,12 +103,24 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 
-	for _, n := range agentNodes {
-		if _, took, err := e.startAgent(ctx, n); err != nil {
-			return nil, err
-		} else {
-			e.logf("agent %s ready in %v", n, took.Round(time.Millisecond))
+	if len(opts.Scenarios) > 0 {
+		rep.Mode = "scenarios " + strings.Join(opts.Scenarios, ",")
+		err := e.runNamed(ctx, opts, rep)
+		e.cpuMu.Lock()
+		shimCalls := len(e.shimCPU)
+		e.cpuMu.Unlock()
+		if shimCalls > 0 {
+			rep.Shim = e.shimFacts()
 		}
+		rep.Machine.LoadAvgEnd = loadAvg()
+		rep.DurationS = round3(time.Since(rep.Started).Seconds())
+		rep.Targets = namedTargets(opts.Scenarios, rep)
+		rep.plots = namedPlots(opts.Scenarios, rep)
+		return rep, err
+	}
+
+	if err := e.startBenchAgents(ctx, "ready"); err != nil {
+		return nil, err
 	}
 	e.startController(ctx)
 	rep.Controller = e.controllerState

@@ -61,6 +61,13 @@ type Store struct {
 	assumed map[string]assumedEntry
 	// released: deleted by us, an informer may still hold them.
 	released map[string]time.Time
+
+	// held indexes the cluster cache's addresses per network, so a search
+	// for a free one jumps over taken runs (index.go).
+	held heldIndex
+	// clusterAdded is told each name the cluster cache adds (benchmarks
+	// time the fan-out with it); set before Run.
+	clusterAdded func(name string)
 }
 
 type assumedEntry struct {
@@ -93,6 +100,26 @@ func New(c client.WithWatch, node string) *Store {
 		},
 	}, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
 	_ = s.local.SetTransform(reservation.Compact)
+	_, _ = s.cluster.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			name, _, ok := nameUID(obj)
+			if !ok {
+				return
+			}
+			s.held.apply(name, true)
+			if s.clusterAdded != nil {
+				s.clusterAdded(name)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if name, _, ok := nameUID(obj); ok {
+				s.held.apply(name, false)
+			}
+		},
+	})
 	for _, inf := range []cache.SharedIndexInformer{s.cluster, s.local} {
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    s.observed,
@@ -199,6 +226,10 @@ func (s *Store) localGet(name string, uid types.UID) (*tenurev1alpha1.IPReservat
 	r := obj.(*tenurev1alpha1.IPReservation)
 	return r, uid == "" || r.UID == uid
 }
+
+// OnClusterAdd has fn told the name of each reservation the cluster cache
+// adds, from the informer's goroutine (fn must be quick). Call before Run.
+func (s *Store) OnClusterAdd(fn func(name string)) { s.clusterAdded = fn }
 
 // Run runs the informers until ctx ends.
 func (s *Store) Run(ctx context.Context) {
@@ -330,12 +361,15 @@ func (s *Store) MarkTakenElsewhere(name string) {
 	s.assumed[name] = assumedEntry{obj: &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}}, at: time.Now()}
 }
 
-// Released records a successful delete of ours.
+// Released records a successful delete of ours. The held index forgets
+// the address at once, so the next search on this node finds it before the
+// informer reports the delete.
 func (s *Store) Released(name string) {
 	s.mu.Lock()
 	delete(s.assumed, name)
 	s.released[name] = time.Now()
 	s.mu.Unlock()
+	s.held.apply(name, false)
 }
 
 // ByAttachment returns what one attachment of this node holds.

@@ -1,0 +1,80 @@
+//go:build integration
+
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tenure-ipam/tenure/internal/controlplane"
+	"github.com/tenure-ipam/tenure/internal/testbed"
+)
+
+// TestNamedScenariosReportTheirFigures runs fanout with three caches and
+// full-pool on a /26 for a few seconds, and checks that every figure the
+// issue names is there and says something possible. Speed is for the
+// benchmark run, not asserted here.
+func TestNamedScenariosReportTheirFigures(t *testing.T) {
+	if _, err := controlplane.BinDir(); err != nil {
+		t.Skip(err)
+	}
+	bins, err := testbed.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	e, err := startEnv(ctx, testLogWriter{}, bins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	rep := &Report{}
+	opts := Options{Scenarios: []string{"fanout", "full-pool"}, Agents: []int{3}, FullPoolDuration: 6 * time.Second, FullPoolBits: 26}
+	if err := e.runNamed(ctx, opts, rep); err != nil {
+		t.Fatal(err)
+	}
+
+	fan := rep.Find("fanout-n3")
+	if fan == nil {
+		t.Fatalf("no fanout-n3 row in %+v", rep.Scenarios)
+	}
+	f := fan.Figures
+	for _, k := range []string{"agents", "apiserver_cpu_ms_per_add", "cache_lag_p50_ms", "cache_lag_p99_ms", "conflicts_per_add", "add_p50_ms", "add_p99_ms", "failures", "sync_s"} {
+		if _, ok := f[k]; !ok {
+			t.Errorf("fanout figures lack %s: %v", k, f)
+		}
+	}
+	if f["agents"] != 3 || f["failures"] != 0 || fan.Scenario != "fanout" {
+		t.Errorf("fanout: agents %v failures %v scenario %q (errors %v)", f["agents"], f["failures"], fan.Scenario, fan.Errors)
+	}
+	if !(f["cache_lag_p50_ms"] >= 0 && f["cache_lag_p99_ms"] >= f["cache_lag_p50_ms"] && f["add_p99_ms"] >= f["add_p50_ms"] && f["add_p50_ms"] > 0) {
+		t.Errorf("fanout percentiles out of order: %v", f)
+	}
+	if f["sync_s"] <= 0 || f["conflicts_per_add"] < 0 || f["conflicts_per_add"] > 1 || f["apiserver_cpu_ms_per_add"] < 0 {
+		t.Errorf("fanout figures impossible: %v", f)
+	}
+
+	fp := rep.Find("full-pool")
+	if fp == nil {
+		t.Fatalf("no full-pool row in %+v", rep.Scenarios)
+	}
+	g := fp.Figures
+	for _, k := range []string{"quorum_lists_per_s_per_network", "api_requests_per_failed_add", "failed_add_agent_cpu_ms", "failed_add_p99_ms", "freed_to_waiting_s"} {
+		if _, ok := g[k]; !ok {
+			t.Errorf("full-pool figures lack %s: %v", k, g)
+		}
+	}
+	if g["failed_adds"] <= 0 {
+		t.Errorf("no ADD failed on a full pool: %v", g)
+	}
+	if g["freed_to_waiting_s"] < 0 {
+		t.Errorf("the freed address reached no waiting pod: %v", g)
+	}
+	// One quorum list per network per interval, however many retries: the
+	// window is one or two intervals long.
+	if maxLists := fp.WallS/5 + 1; g["quorum_lists"] > maxLists {
+		t.Errorf("%v quorum lists in %.1f s, want at most %.0f", g["quorum_lists"], fp.WallS, maxLists)
+	}
+}
