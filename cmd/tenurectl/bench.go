@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/tenure-ipam/tenure/internal/bench"
 )
@@ -25,18 +27,44 @@ func init() {
 // as nodes, the controller when built, and the CNI shim executed as a
 // runtime executes it.
 func benchCmd(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "bench", "[--quick] [-o table|json] [--out DIR] [--scale N] [--skip-scale]")
+	fs := newFlagSet(e, "bench", "[--quick] [--scenario NAME]... [--agents 10,100,300,1000] [-o table|json] [--out DIR] [--scale N] [--skip-scale]")
 	quick := fs.Bool("quick", false, "only 500 ADDs at concurrency 50 over 4 nodes, and their DEL (under two minutes)")
 	output := fs.String("o", "table", "output format on stdout: table or json")
 	out := fs.String("out", filepath.Join("out", "bench"), "directory for results.json, results.md and adds-latency.svg (\"\" for none)")
 	scale := fs.Int("scale", 100000, "reservations in the scale scenario")
 	skipScale := fs.Bool("skip-scale", false, "leave out the scale scenario")
+	var named []string
+	fs.Func("scenario", "run only this named scenario (repeatable, run in the order given): "+strings.Join(bench.ScenarioNames(), ", "), func(v string) error {
+		named = append(named, v)
+		return nil
+	})
+	agentsFlag := fs.String("agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
+	fullPoolFor := fs.Duration("full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *output != "table" && *output != "json" {
 		fmt.Fprintf(e.stderr, "tenurectl bench: -o must be table or json, got %q\n", *output)
 		fs.Usage()
+		return errUsage
+	}
+	agents, aerr := bench.ParseAgents(*agentsFlag)
+	if aerr != nil {
+		fmt.Fprintf(e.stderr, "tenurectl bench: %v\n", aerr)
+		return errUsage
+	}
+	for _, n := range named {
+		if !slices.Contains(bench.ScenarioNames(), n) {
+			fmt.Fprintf(e.stderr, "tenurectl bench: --scenario: no scenario %q (have: %s)\n", n, strings.Join(bench.ScenarioNames(), ", "))
+			return errUsage
+		}
+	}
+	if len(named) > 0 && *quick {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --quick and --scenario do not combine\n")
+		return errUsage
+	}
+	if *fullPoolFor <= 0 {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --full-pool-duration must be positive, got %v\n", *fullPoolFor)
 		return errUsage
 	}
 	if *scale <= 0 {
@@ -57,8 +85,12 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 		Quick:     *quick,
 		Scale:     *scale,
 		SkipScale: *skipScale,
-		Log:       e.stderr,
-		Command:   "tenurectl bench " + strings.Join(args, " "),
+		Scenarios: named,
+		Agents:    agents,
+
+		FullPoolDuration: *fullPoolFor,
+		Log:              e.stderr,
+		Command:          "tenurectl bench " + strings.Join(args, " "),
 	})
 	if rep != nil && *out != "" {
 		if werr := rep.WriteFiles(*out); werr != nil {

@@ -78,6 +78,12 @@ type Result struct {
 
 	Notes string `json:"notes,omitempty"`
 
+	// Scenario is the named scenario (--scenario) the row belongs to.
+	Scenario string `json:"scenario,omitempty"`
+	// Figures are a named scenario's figures, by the names the issue
+	// lists (scripts read them by name: keep them stable).
+	Figures map[string]float64 `json:"figures,omitempty"`
+
 	shimCPU []float64 // per call, ms
 }
 
@@ -203,6 +209,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if ft := figureTables(r.Scenarios, false); ft != "" {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprint(tw, ft)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(w, "\nshim: %s, %.1f MB%s; CPU per call mean %.2f ms, p99 %.2f ms, %.0f minor faults, over %d calls (exec of %s)\n",
 		r.Shim.Binary, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
 	fmt.Fprintf(w, "machine: %d CPUs, %d MiB, load average %.2f at start, %.2f at end; controller: %s\n",
@@ -245,6 +258,7 @@ func (r *Report) Markdown() []byte {
 	for _, s := range r.Scenarios {
 		mdRow(s.cells())
 	}
+	b.WriteString(figureTables(r.Scenarios, true))
 	fmt.Fprintf(&b, "\nShim: `%s`, %d bytes (%.1f MB)%s; CPU per call (user+system of the child) mean %.2f ms, p50 %.2f ms, p99 %.2f ms, %.0f minor page faults, over %d calls; executed the same way here, %s.\n",
 		r.Shim.Binary, r.Shim.BinaryBytes, float64(r.Shim.BinaryBytes)/1e6, strippedWord(r.Shim.Stripped), r.Shim.CPUMsMean, r.Shim.CPUMsP50, r.Shim.CPUMsP99, r.Shim.MinorFaultsPerCall, r.Shim.Calls, r.Shim.floors())
 	fmt.Fprintf(&b, "\nMachine: %d CPUs (%s), %d MiB memory, kernel %s, %s; 1-minute load average %.2f at start, %.2f at end. Controller: %s. API server: %s. Run took %.0f s.\n",

@@ -59,6 +59,13 @@ type Options struct {
 	Log io.Writer
 	// Command is recorded in the report (how the run was started).
 	Command string
+	// Scenarios, when set, runs only these named scenarios (registry.go),
+	// in this order, instead of the grid.
+	Scenarios []string
+	// Agents is fanout's N, one row per count.
+	Agents []int
+	// FullPoolDuration is how long full-pool's pods retry.
+	FullPoolDuration time.Duration
 }
 
 // Run starts a control plane, agents and (when built) the controller,
@@ -70,6 +77,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if opts.Scale <= 0 {
 		opts.Scale = 100000
+	}
+	if err := checkScenarios(opts.Scenarios); err != nil {
+		return nil, err
 	}
 	bins, err := testbed.Build("")
 	if err != nil {
@@ -88,6 +98,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if v, err := cs.Discovery().ServerVersion(); err == nil {
 			rep.APIServer = "kube-apiserver " + v.GitVersion
 		}
+	}
+
+	if len(opts.Scenarios) > 0 {
+		rep.Mode = "scenarios " + strings.Join(opts.Scenarios, ",")
+		err := e.runNamed(ctx, opts, rep)
+		rep.Shim = e.shimFacts()
+		rep.Machine.LoadAvgEnd = loadAvg()
+		rep.DurationS = round3(time.Since(rep.Started).Seconds())
+		rep.Targets = evaluate(rep)
+		rep.Observations = observe(rep)
+		return rep, err
 	}
 
 	for _, n := range agentNodes {

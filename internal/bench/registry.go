@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// A named scenario is one `tenurectl bench --scenario NAME` can run on its
+// own. Each lives in its own file and registers itself in one line:
+//
+//	func init() { registerScenario(Scenario{Name: "my-scenario", Summary: "…", Run: (*env).myScenario}) }
+//
+// Run returns its rows; a row's Figures carry the figures a script reads by
+// name (the issue's names, stable).
+type Scenario struct {
+	Name    string
+	Summary string
+	// Needs says what Run expects started before it: the four bench
+	// agents (warmed up) and the controller when built. The control plane
+	// is always there.
+	Needs Needs
+	Run   func(e *env, ctx context.Context, sc *ScenarioRun) ([]Result, error)
+}
+
+// Needs is what a named scenario wants started before it runs.
+type Needs struct {
+	Agents     bool // the four bench agents (bench-n1..n4), warmed up
+	Controller bool // tenure-controller, when built
+}
+
+// ScenarioRun is what a named scenario gets besides the env: the run's
+// options, the report so far, and the network allocator.
+type ScenarioRun struct {
+	Opts Options
+	Rep  *Report
+	nets *netAlloc
+}
+
+var scenarios = map[string]Scenario{}
+
+// registerScenario adds a named scenario; called from init.
+func registerScenario(s Scenario) {
+	if _, dup := scenarios[s.Name]; dup || s.Name == "" || s.Run == nil {
+		panic(fmt.Sprintf("bench: bad or duplicate scenario registration %q", s.Name))
+	}
+	scenarios[s.Name] = s
+}
+
+// ScenarioNames lists the registered named scenarios, sorted.
+func ScenarioNames() []string {
+	names := make([]string, 0, len(scenarios))
+	for n := range scenarios {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ScenarioSummary is one registered scenario's one-line description.
+func ScenarioSummary(name string) string { return scenarios[name].Summary }
+
+// checkScenarios rejects names no scenario registered.
+func checkScenarios(names []string) error {
+	for _, n := range names {
+		if _, ok := scenarios[n]; !ok {
+			return fmt.Errorf("no scenario %q (have: %s)", n, strings.Join(ScenarioNames(), ", "))
+		}
+	}
+	return nil
+}
+
+// runNamed runs the named scenarios in the order given, on an env with only
+// the control plane started; what they need is started once, before the
+// first that needs it.
+func (e *env) runNamed(ctx context.Context, opts Options, rep *Report) error {
+	nets := &netAlloc{}
+	agentsUp := false
+	for _, name := range opts.Scenarios {
+		s := scenarios[name]
+		if s.Needs.Agents && !agentsUp {
+			for _, n := range agentNodes {
+				_, took, err := e.startAgent(ctx, n)
+				if err != nil {
+					return err
+				}
+				e.logf("agent %s ready in %v", n, took.Round(time.Millisecond))
+			}
+			agentsUp = true
+		}
+		if s.Needs.Controller && e.controller == nil && e.controllerState == "" {
+			e.startController(ctx)
+			rep.Controller = e.controllerState
+		}
+		if s.Needs.Agents && nets.n == 0 {
+			if err := e.warmup(ctx, nets); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+		}
+		e.logf("scenario %s: %s", name, s.Summary)
+		rs, err := s.Run(e, ctx, &ScenarioRun{Opts: opts, Rep: rep, nets: nets})
+		for i := range rs {
+			if rs[i].Scenario == "" {
+				rs[i].Scenario = name
+			}
+		}
+		rep.Scenarios = append(rep.Scenarios, rs...)
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", name, err)
+		}
+	}
+	if rep.Controller == "" {
+		rep.Controller = "not started (no named scenario needed it)"
+	}
+	return nil
+}
+
+// ParseAgents parses --agents: a comma-separated list of positive counts.
+func ParseAgents(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscanf(f, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != f {
+			return nil, fmt.Errorf("--agents: %q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--agents: no counts in %q", s)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// figureRows returns, per scenario name in order of appearance, the rows
+// that carry figures.
+func figureRows(rs []Result) (names []string, rows map[string][]Result) {
+	rows = map[string][]Result{}
+	for _, r := range rs {
+		if len(r.Figures) == 0 {
+			continue
+		}
+		if _, seen := rows[r.Scenario]; !seen {
+			names = append(names, r.Scenario)
+		}
+		rows[r.Scenario] = append(rows[r.Scenario], r)
+	}
+	return names, rows
+}
+
+// figureKeys is the union of the rows' figure names, "agents" and
+// "reservations" (what a row is a point of) first, the rest sorted.
+func figureKeys(rows []Result) []string {
+	set := map[string]bool{}
+	for _, r := range rows {
+		for k := range r.Figures {
+			set[k] = true
+		}
+	}
+	var keys []string
+	for _, first := range []string{"agents", "reservations"} {
+		if set[first] {
+			keys = append(keys, first)
+			delete(set, first)
+		}
+	}
+	rest := make([]string, 0, len(set))
+	for k := range set {
+		rest = append(rest, k)
+	}
+	sort.Strings(rest)
+	return append(keys, rest...)
+}
+
+// figureTables renders each named scenario's figures as one table: a row
+// per result, a column per figure (Markdown when md, else tab-aligned text
+// via the caller's tabwriter).
+func figureTables(rs []Result, md bool) string {
+	var b strings.Builder
+	names, rows := figureRows(rs)
+	for _, name := range names {
+		keys := figureKeys(rows[name])
+		head := append([]string{"row"}, keys...)
+		if md {
+			fmt.Fprintf(&b, "\n%s figures:\n\n| %s |\n|%s\n", name, strings.Join(head, " | "), strings.Repeat("---:|", len(head)))
+		} else {
+			fmt.Fprintf(&b, "\n%s figures:\n%s\n", name, strings.Join(head, "\t"))
+		}
+		for _, r := range rows[name] {
+			cells := []string{r.ID}
+			for _, k := range keys {
+				v, ok := r.Figures[k]
+				if !ok {
+					cells = append(cells, "-")
+					continue
+				}
+				cells = append(cells, trimFloat(v))
+			}
+			if md {
+				fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
+			} else {
+				fmt.Fprintf(&b, "%s\n", strings.Join(cells, "\t"))
+			}
+		}
+	}
+	return b.String()
+}
