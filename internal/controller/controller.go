@@ -389,8 +389,8 @@ func (c *Controller) byIndex(index, key string) []string {
 // nominate their claim for the finalizer.
 func (c *Controller) reservationHandler() toolscache.ResourceEventHandler {
 	claimOf := func(e *resEntry) {
-		if e.owner.Kind == tenurev1alpha1.OwnerIPAMClaim && c.leading.Load() {
-			c.claimQ.Add(types.NamespacedName{Namespace: e.owner.Namespace, Name: e.owner.Name})
+		if e.owner.kind == tenurev1alpha1.OwnerIPAMClaim && c.leading.Load() {
+			c.claimQ.Add(types.NamespacedName{Namespace: e.owner.namespace, Name: e.owner.name})
 		}
 	}
 	return toolscache.ResourceEventHandlerDetailedFuncs{
@@ -404,8 +404,8 @@ func (c *Controller) reservationHandler() toolscache.ResourceEventHandler {
 			// Siblings matter only for a reservation made while we watch; at
 			// start-up every reservation is enqueued once anyway, and
 			// enqueueing each one's siblings would cost O(n x siblings).
-			if e.owner.Kind == tenurev1alpha1.OwnerPod && !isInInitialList {
-				c.enqueue(c.byIndex(indexOwnerUID, e.owner.UID)...)
+			if e.owner.kind == tenurev1alpha1.OwnerPod && !isInInitialList {
+				c.enqueue(c.byIndex(indexOwnerUID, e.owner.uid)...)
 			}
 			claimOf(e)
 		},

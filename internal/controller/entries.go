@@ -29,11 +29,19 @@ import (
 // reservations (network, pool, namespace, node, ...) are shared.
 type resEntry struct {
 	name, resourceVersion string
-	created               metav1.Time
-	network, address      string
-	kind                  tenurev1alpha1.ReservationKind
-	pool                  string
-	owner                 tenurev1alpha1.ReservationOwner // PodName and PodUID dropped
+	// created is creationTimestamp in Unix seconds, all the precision the
+	// API keeps.
+	created          int64
+	network, address string
+	kind             tenurev1alpha1.ReservationKind
+	pool             string
+	owner            entryOwner
+}
+
+// entryOwner is spec.owner less podName and podUID, which no rule reads.
+type entryOwner struct {
+	kind                                           tenurev1alpha1.OwnerKind
+	namespace, name, uid, containerID, iface, node string
 }
 
 // GetObjectMeta makes an entry an object to the informer: its store key is
@@ -47,12 +55,16 @@ func intern[T ~string](s T) T { return T(unique.Make(string(s)).Value()) }
 // resEntryOf is the entry of r.
 func resEntryOf(r *tenurev1alpha1.IPReservation) *resEntry {
 	o := r.Spec.Owner
+	var created int64
+	if !r.CreationTimestamp.IsZero() {
+		created = r.CreationTimestamp.Unix()
+	}
 	return &resEntry{
-		name: r.Name, resourceVersion: r.ResourceVersion, created: r.CreationTimestamp,
+		name: r.Name, resourceVersion: r.ResourceVersion, created: created,
 		network: intern(r.Spec.Network), address: r.Spec.Address, kind: intern(r.Spec.Kind), pool: intern(r.Spec.Pool),
-		owner: tenurev1alpha1.ReservationOwner{
-			Kind: intern(o.Kind), Namespace: intern(o.Namespace), Name: o.Name, UID: o.UID,
-			ContainerID: o.ContainerID, Interface: intern(o.Interface), Node: intern(o.Node),
+		owner: entryOwner{
+			kind: intern(o.Kind), namespace: intern(o.Namespace), name: o.Name, uid: o.UID,
+			containerID: o.ContainerID, iface: intern(o.Interface), node: intern(o.Node),
 		},
 	}
 }
@@ -60,12 +72,25 @@ func resEntryOf(r *tenurev1alpha1.IPReservation) *resEntry {
 // into fills r (reused by the caller) with what the entry knows: enough for
 // repair.Decide, never for a write.
 func (e *resEntry) into(r *tenurev1alpha1.IPReservation) *tenurev1alpha1.IPReservation {
+	o := e.owner
 	*r = tenurev1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: e.name, ResourceVersion: e.resourceVersion, CreationTimestamp: e.created},
+		ObjectMeta: metav1.ObjectMeta{Name: e.name, ResourceVersion: e.resourceVersion},
 		Spec: tenurev1alpha1.IPReservationSpec{Network: e.network, Kind: e.kind, Address: e.address, Pool: e.pool,
-			Owner: e.owner},
+			Owner: tenurev1alpha1.ReservationOwner{Kind: o.kind, Namespace: o.namespace, Name: o.name, UID: o.uid,
+				ContainerID: o.containerID, Interface: o.iface, Node: o.node}},
+	}
+	if e.created != 0 {
+		r.CreationTimestamp = metav1.Unix(e.created, 0)
 	}
 	return r
+}
+
+// entryName is the name of a reservation entry, "" for anything else.
+func entryName(obj any) string {
+	if e, ok := obj.(*resEntry); ok {
+		return e.name
+	}
+	return ""
 }
 
 // reservation is a new IPReservation of what the entry knows.
@@ -121,14 +146,14 @@ func ownerBucket(uid string) string { return uid[:min(len(uid), ownerBucketLen)]
 // byIndex), indexNode by owner node.
 var resIndexers = toolscache.Indexers{
 	indexOwnerUID: func(obj any) ([]string, error) {
-		if e, ok := obj.(*resEntry); ok && e.owner.UID != "" {
-			return []string{ownerBucket(e.owner.UID)}, nil
+		if e, ok := obj.(*resEntry); ok && e.owner.uid != "" {
+			return []string{ownerBucket(e.owner.uid)}, nil
 		}
 		return nil, nil
 	},
 	indexNode: func(obj any) ([]string, error) {
-		if e, ok := obj.(*resEntry); ok && e.owner.Node != "" {
-			return []string{e.owner.Node}, nil
+		if e, ok := obj.(*resEntry); ok && e.owner.node != "" {
+			return []string{e.owner.node}, nil
 		}
 		return nil, nil
 	},
@@ -171,7 +196,7 @@ func (x *index) byIndex(name, value string) []*resEntry {
 	}
 	out := make([]*resEntry, 0, len(objs))
 	for _, o := range objs {
-		if e, ok := o.(*resEntry); ok && (name != indexOwnerUID || e.owner.UID == value) {
+		if e, ok := o.(*resEntry); ok && (name != indexOwnerUID || e.owner.uid == value) {
 			out = append(out, e)
 		}
 	}
@@ -209,7 +234,7 @@ func (x *index) pod(namespace, name string) *repair.PodFact {
 // holds reports whether owner uid holds a claim-owned reservation.
 func (x *index) holds(uid string) bool {
 	for _, e := range x.byIndex(indexOwnerUID, uid) {
-		if e.owner.Kind == tenurev1alpha1.OwnerIPAMClaim {
+		if e.owner.kind == tenurev1alpha1.OwnerIPAMClaim {
 			return true
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +72,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		return res, err
 	}
 	entries := snap.idx.reservations.List()
+	// In name order, as the API server lists them: --once prints its
+	// candidates in this order.
+	slices.SortFunc(entries, func(a, b any) int { return strings.Compare(entryName(a), entryName(b)) })
 	res.Reservations = len(entries)
 	var errs []error
 	now := s.Releaser.now()
