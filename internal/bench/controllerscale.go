@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -208,4 +209,30 @@ func (e *env) firstSweep(ctx context.Context, fig map[string]float64) (time.Dura
 	}
 	fig[FigControllerRSSMiB], fig[FigControllerPeakRSSMiB] = round3(rss), round3(hwm)
 	return took, nil
+}
+
+// runPeakRSS runs cmd and returns its peak RSS in MiB, the last VmHWM read
+// from /proc while it ran (every 20 ms). Not wait4's ru_maxrss: Go starts
+// a child with vfork semantics, and Linux carries the high-water mark of
+// the address space it leaves at exec (the bench's own, hundreds of MiB
+// after a fill) into the child's maxrss.
+func runPeakRSS(cmd *exec.Cmd) (float64, error) {
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	peak := 0.0
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, hwm, err := readRSS(cmd.Process.Pid); err == nil {
+			peak = max(peak, hwm)
+		}
+		select {
+		case err := <-done:
+			return peak, err
+		case <-tick.C:
+		}
+	}
 }

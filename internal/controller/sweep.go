@@ -36,6 +36,17 @@ type Sweeper struct {
 	PageSize int64
 	// view, when set, gives the snapshot to sweep instead of live lists.
 	view func(ctx context.Context) (*snapshot, error)
+	// recheck, when set, hands a reservation to the running controller's
+	// queue: after the given time when the answer may change by the clock
+	// alone (a node's grace period), at once (0) when its release failed,
+	// to be retried with the queue's backoff.
+	recheck func(name string, after time.Duration)
+}
+
+func (s *Sweeper) requeue(name string, after time.Duration) {
+	if s.recheck != nil {
+		s.recheck(name, after)
+	}
 }
 
 // NewSweeper builds a sweeper around a releaser; w writes claim finalizers.
@@ -86,11 +97,15 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		g, _ := gather(ctx, snap, e.into(&r), now) // a snapshot never fails
 		if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release {
+			if d.RecheckAfter > 0 {
+				s.requeue(e.name, d.RecheckAfter)
+			}
 			continue
 		}
 		out, err := s.Releaser.Release(ctx, e.name)
 		if err != nil {
 			errs = append(errs, err)
+			s.requeue(e.name, 0)
 			continue
 		}
 		switch {
@@ -99,6 +114,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			res.Outcomes = append(res.Outcomes, out)
 		default:
 			res.Kept++
+			if out.Decision.RecheckAfter > 0 {
+				s.requeue(e.name, out.Decision.RecheckAfter)
+			}
 		}
 	}
 	entries = nil
