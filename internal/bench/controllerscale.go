@@ -68,13 +68,21 @@ func (e *env) controllerScale(ctx context.Context, n int) (Result, error) {
 		return r, nil
 	}
 	// Nothing else runs: the agents watch every reservation, and the
-	// long-running controller is the process being replaced.
+	// long-running controller is the process being replaced. Both come
+	// back for the scenarios that follow.
+	var stopped []string
 	for node := range e.agents {
 		e.stopAgent(node)
+		stopped = append(stopped, node)
 	}
 	hadController := e.controller != nil
 	e.stopController()
 	defer func() {
+		for _, node := range stopped {
+			if _, _, err := e.startAgent(ctx, node); err != nil {
+				e.logf("controller-scale: restarting agent %s: %v", node, err)
+			}
+		}
 		if hadController {
 			e.startController(ctx)
 		}
