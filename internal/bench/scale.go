@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -228,7 +227,7 @@ func (e *env) sweep(ctx context.Context, n int) Result {
 	cmd.Stdout, cmd.Stderr = f, f
 	before, _ := e.snapshot(ctx)
 	begin := time.Now()
-	err = cmd.Run()
+	maxRSS, err := runPeakRSS(cmd)
 	took := time.Since(begin)
 	after, _ := e.snapshot(ctx)
 	if err != nil {
@@ -243,11 +242,7 @@ func (e *env) sweep(ctx context.Context, n int) Result {
 		r.APIRequests, r.APIWrites, r.APIByVerbResource = c.Requests, c.Writes, c.ByVerbResource
 		r.APIRequestsPerOp, r.APIWritesPerOp = c.Requests, c.Writes
 	}
-	maxRSS := 0.0
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		maxRSS = float64(ru.Maxrss) / 1024 // KiB on Linux
-		r.HWMMiB = round3(maxRSS)
-	}
+	r.HWMMiB = round3(maxRSS)
 	r.Notes = fmt.Sprintf("full sweep %.2f s, peak RSS %.0f MiB, %s", took.Seconds(), maxRSS, FormatBreakdown(nonWatch(r.APIByVerbResource), 1))
 	e.logf("scale: sweep: %s", r.Notes)
 	return r

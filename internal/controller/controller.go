@@ -7,8 +7,9 @@
 // Shape, after Kubernetes' ipallocator repair controller and
 // controller-runtime's examples: level-triggered, idempotent reconcilers
 // keyed by reservation name and by claim, fed by informers on
-// IPReservations, Pods, Nodes and IPAMClaims; a periodic full sweep over
-// live lists as a backstop; one pure decision (package repair) used
+// IPReservations, Pods, Nodes and IPAMClaims, which keep of reservations
+// and pods only what the rules read (entries.go); a periodic full sweep
+// over those caches as a backstop; one pure decision (package repair) used
 // everywhere; and one release path (Releaser) that decides again on live
 // reads before a delete carrying the reservation's UID and resourceVersion.
 // A cache only ever nominates candidates; it never decides a release.
@@ -49,7 +50,6 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/controller/sticky"
 	"github.com/tenure-ipam/tenure/internal/kube"
-	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // Field indexes on the reservation cache.
@@ -82,6 +82,7 @@ type Controller struct {
 	opts    Options
 	log     *slog.Logger
 	cache   cache.Cache
+	idx     *index // the reservation and pod informers' stores, set by Start
 	live    client.Client
 	rel     *Releaser
 	cf      *claimFinalizer
@@ -124,10 +125,10 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 		Scheme:           kube.Scheme,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   {Transform: transformTrim},
+			&corev1.Pod{}:                   {Transform: transformEntries},
 			&corev1.Node{}:                  {Transform: transformTrim},
 			&appsv1.StatefulSet{}:           {Transform: trimStatefulSet},
-			&tenurev1alpha1.IPReservation{}: {Transform: reservation.Compact},
+			&tenurev1alpha1.IPReservation{}: {Transform: transformEntries},
 		},
 	})
 	if err != nil {
@@ -135,13 +136,19 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 	}
 	c := &Controller{opts: o, log: o.Logger, cache: ch, live: live}
 	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Policy: repair.Policy{NodeGracePeriod: o.NodeGracePeriod}, Log: o.Logger}
-	c.cf = &claimFinalizer{live: live, writer: live, rel: c.rel, cached: func(ctx context.Context, uid string) []string {
-		return names(ctx, ch, client.MatchingFields{indexOwnerUID: uid})
+	c.cf = &claimFinalizer{live: live, writer: live, rel: c.rel, cached: func(_ context.Context, uid string) []string {
+		return c.idx.names(indexOwnerUID, uid)
 	}}
-	c.sweeper = &Sweeper{Live: live, Releaser: c.rel, claims: c.cf}
+	c.sweeper = &Sweeper{Live: live, Releaser: c.rel, claims: c.cf, view: c.cachedSnapshot, recheck: func(name string, after time.Duration) {
+		if after > 0 {
+			c.resQ.AddAfter(name, after)
+		} else {
+			c.resQ.Add(name)
+		}
+	}}
 	c.pools = &poolStatus{counts: &reservationCounts{}, cache: ch, writer: live, interval: o.PoolStatusInterval, log: o.Logger}
 	c.sticky = &stickyReleaser{cache: ch, live: live, writer: live, policy: sticky.Policy{ReleaseAfter: o.StickyReleaseAfter},
-		events: o.Events, log: o.Logger, now: time.Now}
+		events: o.Events, log: o.Logger, now: time.Now, cachedPod: func(ns, name string) bool { return c.idx.pod(ns, name).Exists }}
 	c.resQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipreservation_release"})
 	c.claimQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
@@ -159,19 +166,11 @@ func (c *Controller) Ready() bool { return c.synced.Load() }
 // Start registers indexes and event handlers, starts the caches and waits
 // for them to sync. The caches run until ctx ends.
 func (c *Controller) Start(ctx context.Context) error {
-	if err := c.cache.IndexField(ctx, &tenurev1alpha1.IPReservation{}, indexOwnerUID, func(obj client.Object) []string {
-		return []string{obj.(*tenurev1alpha1.IPReservation).Spec.Owner.UID}
-	}); err != nil {
+	idx, err := c.entryIndex(ctx)
+	if err != nil {
 		return err
 	}
-	if err := c.cache.IndexField(ctx, &tenurev1alpha1.IPReservation{}, indexNode, func(obj client.Object) []string {
-		if n := obj.(*tenurev1alpha1.IPReservation).Spec.Owner.Node; n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
+	c.idx = idx
 	if err := c.indexSticky(ctx); err != nil {
 		return err
 	}
@@ -210,6 +209,55 @@ func (c *Controller) Start(ctx context.Context) error {
 	return nil
 }
 
+// entryIndex registers the reservation indexes and returns the reservation
+// and pod informers' stores, which hold entries (see entries.go).
+func (c *Controller) entryIndex(ctx context.Context) (*index, error) {
+	store := func(obj client.Object) (toolscache.Indexer, error) {
+		inf, err := c.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, fmt.Errorf("informer for %T: %w", obj, err)
+		}
+		sii, ok := inf.(toolscache.SharedIndexInformer)
+		if !ok {
+			return nil, fmt.Errorf("informer for %T is a %T, not a SharedIndexInformer", obj, inf)
+		}
+		return sii.GetIndexer(), nil
+	}
+	res, err := store(&tenurev1alpha1.IPReservation{})
+	if err != nil {
+		return nil, err
+	}
+	if err := res.AddIndexers(resIndexers); err != nil {
+		return nil, err
+	}
+	pods, err := store(&corev1.Pod{})
+	if err != nil {
+		return nil, err
+	}
+	return &index{reservations: res, pods: pods}, nil
+}
+
+// cachedSnapshot is the running controller's sweep view: the caches.
+func (c *Controller) cachedSnapshot(ctx context.Context) (*snapshot, error) {
+	snap := &snapshot{idx: c.idx, nodes: map[string]*corev1.Node{}, claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{}}
+	nodes := &corev1.NodeList{}
+	if err := c.cache.List(ctx, nodes); err != nil {
+		return nil, err
+	}
+	for i := range nodes.Items {
+		snap.nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	claims := &ipamclaimsv1alpha1.IPAMClaimList{}
+	if err := c.cache.List(ctx, claims); err != nil {
+		return nil, err
+	}
+	for i := range claims.Items {
+		cl := &claims.Items[i]
+		snap.claims[types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}] = cl
+	}
+	return snap, nil
+}
+
 // objectHandler is an event handler for the informer of obj's type.
 type objectHandler struct {
 	obj client.Object
@@ -226,9 +274,11 @@ func (c *Controller) Lead(ctx context.Context) {
 	c.leading.Store(true)
 	defer c.leading.Store(false)
 	// Level-triggered: start from everything, as a fresh informer would.
-	for _, n := range names(ctx, c.cache) {
-		c.resQ.Add(n)
-	}
+	// For reservations that is the first sweep, which starts at once and
+	// makes the same nomination from the same caches; it hands the queue
+	// what the clock may change and what failed. (Enqueueing every name as
+	// well did all of that twice at once: at 100,000 reservations half the
+	// start-up's CPU and most of its garbage.)
 	claims := &ipamclaimsv1alpha1.IPAMClaimList{}
 	if err := c.cache.List(ctx, claims); err == nil {
 		for _, cl := range claims.Items {
@@ -316,18 +366,6 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration, log *slog.Log
 	}
 }
 
-func names(ctx context.Context, c client.Reader, opts ...client.ListOption) []string {
-	list := &tenurev1alpha1.IPReservationList{}
-	if err := c.List(ctx, list, opts...); err != nil {
-		return nil
-	}
-	out := make([]string, len(list.Items))
-	for i := range list.Items {
-		out[i] = list.Items[i].Name
-	}
-	return out
-}
-
 func unwrap(obj any) any {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		return t.Obj
@@ -350,7 +388,7 @@ func (c *Controller) byIndex(index, key string) []string {
 	if !c.leading.Load() || key == "" {
 		return nil
 	}
-	return names(context.Background(), c.cache, client.MatchingFields{index: key})
+	return c.idx.names(index, key)
 }
 
 // reservationHandler enqueues the reservation, and on creation its
@@ -358,45 +396,41 @@ func (c *Controller) byIndex(index, key string) []string {
 // earlier sandbox's reservation an orphan. Claim-owned reservations also
 // nominate their claim for the finalizer.
 func (c *Controller) reservationHandler() toolscache.ResourceEventHandler {
-	claimOf := func(r *tenurev1alpha1.IPReservation) {
-		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim && c.leading.Load() {
-			c.claimQ.Add(types.NamespacedName{Namespace: r.Spec.Owner.Namespace, Name: r.Spec.Owner.Name})
+	claimOf := func(e *resEntry) {
+		if e.owner.kind == tenurev1alpha1.OwnerIPAMClaim && c.leading.Load() {
+			c.claimQ.Add(types.NamespacedName{Namespace: e.owner.namespace, Name: e.owner.name})
 		}
 	}
 	return toolscache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, isInInitialList bool) {
 			c.pools.markDirty()
-			r, ok := obj.(*tenurev1alpha1.IPReservation)
+			e, ok := obj.(*resEntry)
 			if !ok {
 				return
 			}
-			c.enqueue(r.Name)
+			c.enqueue(e.name)
 			// Siblings matter only for a reservation made while we watch; at
 			// start-up every reservation is enqueued once anyway, and
 			// enqueueing each one's siblings would cost O(n x siblings).
-			if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && !isInInitialList {
-				c.enqueue(c.byIndex(indexOwnerUID, r.Spec.Owner.UID)...)
+			if e.owner.kind == tenurev1alpha1.OwnerPod && !isInInitialList {
+				c.enqueue(c.byIndex(indexOwnerUID, e.owner.uid)...)
 			}
-			claimOf(r)
+			claimOf(e)
 		},
 		UpdateFunc: func(_, obj any) {
 			c.pools.markDirty()
-			if r, ok := obj.(*tenurev1alpha1.IPReservation); ok {
-				c.enqueue(r.Name)
-				claimOf(r)
+			if e, ok := obj.(*resEntry); ok {
+				c.enqueue(e.name)
+				claimOf(e)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			c.pools.markDirty()
-			if r, ok := unwrap(obj).(*tenurev1alpha1.IPReservation); ok {
-				claimOf(r)
+			if e, ok := unwrapEntry[*resEntry](obj); ok {
+				claimOf(e)
 			}
 		},
 	}
-}
-
-func terminal(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 // podHandler enqueues a pod's reservations when it is deleted, starts
@@ -404,15 +438,15 @@ func terminal(p *corev1.Pod) bool {
 func (c *Controller) podHandler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, obj any) {
-			o, ok1 := oldObj.(*corev1.Pod)
-			n, ok2 := obj.(*corev1.Pod)
-			if ok1 && ok2 && ((o.DeletionTimestamp == nil && n.DeletionTimestamp != nil) || (!terminal(o) && terminal(n))) {
-				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
+			o, ok1 := oldObj.(*podEntry)
+			n, ok2 := obj.(*podEntry)
+			if ok1 && ok2 && ((!o.fact.Terminating && n.fact.Terminating) || (!o.fact.Terminal && n.fact.Terminal)) {
+				c.enqueue(c.byIndex(indexOwnerUID, n.fact.UID)...)
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if p, ok := unwrap(obj).(*corev1.Pod); ok {
-				c.enqueue(c.byIndex(indexOwnerUID, string(p.UID))...)
+			if p, ok := unwrapEntry[*podEntry](obj); ok {
+				c.enqueue(c.byIndex(indexOwnerUID, p.fact.UID)...)
 			}
 		},
 	}
@@ -474,11 +508,11 @@ func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
 // reconcileReservation nominates from the cache and releases through the
 // Releaser, which decides again on live reads.
 func (c *Controller) reconcileReservation(ctx context.Context, name string) (time.Duration, error) {
-	r := &tenurev1alpha1.IPReservation{}
-	if err := c.cache.Get(ctx, types.NamespacedName{Name: name}, r); err != nil {
-		return 0, client.IgnoreNotFound(err)
+	e := c.idx.reservation(name)
+	if e == nil {
+		return 0, nil
 	}
-	after, _, err := nominate(ctx, cacheSource(c.cache), c.rel, r, c.log)
+	after, _, err := nominate(ctx, cachedSource{idx: c.idx, cache: c.cache}, c.rel, e.reservation(), c.log)
 	return after, err
 }
 
@@ -518,14 +552,6 @@ func (c *Controller) reconcileClaim(ctx context.Context, key types.NamespacedNam
 		_, err := c.cf.finalize(ctx, cl)
 		return 0, err
 	}
-	list := &tenurev1alpha1.IPReservationList{}
-	if err := c.cache.List(ctx, list, client.MatchingFields{indexOwnerUID: string(cl.UID)}); err != nil {
-		return 0, err
-	}
-	holds := false
-	for _, r := range list.Items {
-		holds = holds || r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim
-	}
-	_, err := c.cf.ensure(ctx, cl, holds)
+	_, err := c.cf.ensure(ctx, cl, c.idx.holds(string(cl.UID)))
 	return 0, err
 }

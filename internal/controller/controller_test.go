@@ -321,8 +321,8 @@ func TestPoolStatusWritesOnlyChanges(t *testing.T) {
 	c := newFake(pool, bad, r1, r2)
 	ps := &poolStatus{counts: &reservationCounts{}, cache: c, writer: c, interval: time.Second}
 	h := ps.counts.Handler()
-	h.OnAdd(r1, true)
-	h.OnAdd(r2, true)
+	h.OnAdd(resEntryOf(r1), true)
+	h.OnAdd(resEntryOf(r2), true)
 	if err := ps.update(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -372,10 +372,12 @@ func TestStaleCacheNominatesLiveReadKeeps(t *testing.T) {
 	// The cache has neither the new pod nor the node; it has the
 	// terminating pod.
 	stale := &snapshot{
-		pods:    map[types.NamespacedName]*corev1.Pod{{Namespace: "ns", Name: "term"}: terminating},
-		nodes:   map[string]*corev1.Node{},
-		claims:  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{},
-		byOwner: map[string][]*tenurev1alpha1.IPReservation{},
+		idx:    newIndex(),
+		nodes:  map[string]*corev1.Node{},
+		claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{},
+	}
+	if err := stale.idx.pods.Add(podEntryOf(terminating)); err != nil {
+		t.Fatal(err)
 	}
 	for _, r := range []*tenurev1alpha1.IPReservation{rNew, rTerm} {
 		_, out, err := nominate(ctx, stale, rel, r, slog.Default())
@@ -403,16 +405,16 @@ func TestReservationCountsFollowEvents(t *testing.T) {
 	b.Spec.Pool = "p1"
 	pd := reservationOf("n.pd.fd00-0000-0000-0100-0000-0000-0000-0000.56", "fd00:0:0:100::/56", podOwner("ns", "b", "u2", "c", "n"))
 	pd.Spec.Pool, pd.Spec.Kind = "p1", tenurev1alpha1.KindDelegatedPrefix
-	h.OnAdd(a, true)
-	h.OnAdd(b, false)
-	h.OnAdd(pd, false)
+	h.OnAdd(resEntryOf(a), true)
+	h.OnAdd(resEntryOf(b), false)
+	h.OnAdd(resEntryOf(pd), false)
 	if got := c.snapshot()["p1"]; got == nil || *got != (usage{addresses: 2, prefixes: 1}) {
 		t.Fatalf("after three adds: %+v", got)
 	}
 	moved := b.DeepCopy()
 	moved.Spec.Pool = "p2"
-	h.OnUpdate(b, moved)
-	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: a.Name, Obj: a})
+	h.OnUpdate(resEntryOf(b), resEntryOf(moved))
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: a.Name, Obj: resEntryOf(a)})
 	snap := c.snapshot()
 	if got := snap["p1"]; got == nil || *got != (usage{prefixes: 1}) {
 		t.Fatalf("p1 after moving b and deleting a: %+v", got)
@@ -420,7 +422,7 @@ func TestReservationCountsFollowEvents(t *testing.T) {
 	if got := snap["p2"]; got == nil || *got != (usage{addresses: 1}) {
 		t.Fatalf("p2: %+v", got)
 	}
-	h.OnDelete(pd)
+	h.OnDelete(resEntryOf(pd))
 	if _, ok := c.snapshot()["p1"]; ok {
 		t.Fatal("an empty pool keeps no entry")
 	}

@@ -16,11 +16,14 @@ import (
 )
 
 // source answers the questions Decide needs. Three kinds exist: live API
-// reads (every release is confirmed through one), the controller's informer
-// cache (to find candidates on events) and a sweep's snapshot of full
-// lists. nil, nil means NotFound.
+// reads (every release is confirmed through one), the controller's caches
+// (to find candidates on events) and a sweep's snapshot (the caches in a
+// running controller, paged live lists for --once). A nil object means
+// NotFound.
 type source interface {
-	pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// pod returns the facts of the pod namespace/name and, from live
+	// reads only, the pod itself (what a release Event is about).
+	pod(ctx context.Context, namespace, name string) (*repair.PodFact, *corev1.Pod, error)
 	node(ctx context.Context, name string) (*corev1.Node, error)
 	claim(ctx context.Context, namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, error)
 	// siblings returns reservations whose spec.owner.uid is uid.
@@ -46,12 +49,12 @@ func gather(ctx context.Context, src source, r *tenurev1alpha1.IPReservation, no
 	}
 	switch o.Kind {
 	case tenurev1alpha1.OwnerPod:
-		p, err := src.pod(ctx, o.Namespace, o.Name)
+		f, p, err := src.pod(ctx, o.Namespace, o.Name)
 		if err != nil {
 			return g, err
 		}
 		g.pod = p
-		g.facts.Pod = repair.PodFactOf(p)
+		g.facts.Pod = f
 		if repair.NeedsSiblings(r, g.facts.Pod) {
 			sib, err := src.siblings(ctx, o.UID)
 			if err != nil {
@@ -77,26 +80,8 @@ func gather(ctx context.Context, src source, r *tenurev1alpha1.IPReservation, no
 	return g, nil
 }
 
-// readerSource reads through a client.Reader: the API server (live) or the
-// controller's informer cache.
-type readerSource struct {
-	r client.Reader
-	// siblingOpts selects reservations by owner UID: a label selector for
-	// the API server, a field index for the cache.
-	siblingOpts func(uid string) []client.ListOption
-}
-
-func liveSource(r client.Reader) readerSource {
-	return readerSource{r: r, siblingOpts: func(uid string) []client.ListOption {
-		return []client.ListOption{client.MatchingLabels{reservation.LabelOwnerUID: uid}}
-	}}
-}
-
-func cacheSource(r client.Reader) readerSource {
-	return readerSource{r: r, siblingOpts: func(uid string) []client.ListOption {
-		return []client.ListOption{client.MatchingFields{indexOwnerUID: uid}}
-	}}
-}
+// liveSource reads from the API server.
+type liveSource struct{ r client.Reader }
 
 func getOrNil[T client.Object](ctx context.Context, r client.Reader, key types.NamespacedName, obj T) (T, error) {
 	var zero T
@@ -109,21 +94,26 @@ func getOrNil[T client.Object](ctx context.Context, r client.Reader, key types.N
 	return obj, nil
 }
 
-func (s readerSource) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
-	return getOrNil(ctx, s.r, types.NamespacedName{Namespace: ns, Name: name}, &corev1.Pod{})
+func (s liveSource) pod(ctx context.Context, ns, name string) (*repair.PodFact, *corev1.Pod, error) {
+	p, err := getOrNil(ctx, s.r, types.NamespacedName{Namespace: ns, Name: name}, &corev1.Pod{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return repair.PodFactOf(p), p, nil
 }
 
-func (s readerSource) node(ctx context.Context, name string) (*corev1.Node, error) {
+func (s liveSource) node(ctx context.Context, name string) (*corev1.Node, error) {
 	return getOrNil(ctx, s.r, types.NamespacedName{Name: name}, &corev1.Node{})
 }
 
-func (s readerSource) claim(ctx context.Context, ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+func (s liveSource) claim(ctx context.Context, ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	return getOrNil(ctx, s.r, types.NamespacedName{Namespace: ns, Name: name}, &ipamclaimsv1alpha1.IPAMClaim{})
 }
 
-func (s readerSource) siblings(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
+// siblings selects by the owner label server-side, then by spec.
+func (s liveSource) siblings(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
 	list := &tenurev1alpha1.IPReservationList{}
-	if err := s.r.List(ctx, list, s.siblingOpts(uid)...); err != nil {
+	if err := s.r.List(ctx, list, client.MatchingLabels{reservation.LabelOwnerUID: uid}); err != nil {
 		return nil, err
 	}
 	out := make([]*tenurev1alpha1.IPReservation, 0, len(list.Items))
@@ -135,16 +125,47 @@ func (s readerSource) siblings(ctx context.Context, uid string) ([]*tenurev1alph
 	return out, nil
 }
 
-// snapshot answers from full lists taken by a sweep.
-type snapshot struct {
-	pods    map[types.NamespacedName]*corev1.Pod
-	nodes   map[string]*corev1.Node
-	claims  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
-	byOwner map[string][]*tenurev1alpha1.IPReservation
+// cachedSource answers from the controller's caches: pods and reservations
+// from the entry index, nodes and claims from the informer cache.
+type cachedSource struct {
+	idx   *index
+	cache client.Reader
 }
 
-func (s *snapshot) pod(_ context.Context, ns, name string) (*corev1.Pod, error) {
-	return s.pods[types.NamespacedName{Namespace: ns, Name: name}], nil
+func (s cachedSource) pod(_ context.Context, ns, name string) (*repair.PodFact, *corev1.Pod, error) {
+	return s.idx.pod(ns, name), nil, nil
+}
+
+func (s cachedSource) node(ctx context.Context, name string) (*corev1.Node, error) {
+	return getOrNil(ctx, s.cache, types.NamespacedName{Name: name}, &corev1.Node{})
+}
+
+func (s cachedSource) claim(ctx context.Context, ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	return getOrNil(ctx, s.cache, types.NamespacedName{Namespace: ns, Name: name}, &ipamclaimsv1alpha1.IPAMClaim{})
+}
+
+func (s cachedSource) siblings(_ context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
+	es := s.idx.byIndex(indexOwnerUID, uid)
+	out := make([]*tenurev1alpha1.IPReservation, len(es))
+	for i, e := range es {
+		out[i] = e.reservation()
+	}
+	return out, nil
+}
+
+// snapshot is what a sweep decides on: the entry index, and the nodes and
+// claims as listed when it began. It serves one goroutine: the siblings it
+// returns are valid until its next call.
+type snapshot struct {
+	idx     *index
+	nodes   map[string]*corev1.Node
+	claims  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
+	scratch []tenurev1alpha1.IPReservation
+	sibs    []*tenurev1alpha1.IPReservation
+}
+
+func (s *snapshot) pod(_ context.Context, ns, name string) (*repair.PodFact, *corev1.Pod, error) {
+	return s.idx.pod(ns, name), nil, nil
 }
 
 func (s *snapshot) node(_ context.Context, name string) (*corev1.Node, error) {
@@ -155,6 +176,18 @@ func (s *snapshot) claim(_ context.Context, ns, name string) (*ipamclaimsv1alpha
 	return s.claims[types.NamespacedName{Namespace: ns, Name: name}], nil
 }
 
+// siblings reuses the snapshot's buffers: a sweep asks for the siblings of
+// every pod-owned reservation, and fresh objects each time would be as
+// much garbage as the index itself.
 func (s *snapshot) siblings(_ context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
-	return s.byOwner[uid], nil
+	es := s.idx.byIndex(indexOwnerUID, uid)
+	if cap(s.scratch) < len(es) {
+		s.scratch = make([]tenurev1alpha1.IPReservation, len(es))
+	}
+	s.scratch = s.scratch[:len(es)]
+	s.sibs = s.sibs[:0]
+	for i, e := range es {
+		s.sibs = append(s.sibs, e.into(&s.scratch[i]))
+	}
+	return s.sibs, nil
 }

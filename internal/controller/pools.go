@@ -59,10 +59,7 @@ type reservationCounts struct {
 }
 
 func (c *reservationCounts) add(obj any, delta int64) {
-	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	r, ok := obj.(*tenurev1alpha1.IPReservation)
+	e, ok := unwrapEntry[*resEntry](obj)
 	if !ok {
 		return
 	}
@@ -71,16 +68,16 @@ func (c *reservationCounts) add(obj any, delta int64) {
 	if c.n == nil {
 		c.n = map[string]usage{}
 	}
-	u := c.n[r.Spec.Pool]
-	if r.Spec.Kind == tenurev1alpha1.KindDelegatedPrefix {
+	u := c.n[e.pool]
+	if e.kind == tenurev1alpha1.KindDelegatedPrefix {
 		u.prefixes += delta
 	} else {
 		u.addresses += delta
 	}
 	if u == (usage{}) {
-		delete(c.n, r.Spec.Pool)
+		delete(c.n, e.pool)
 	} else {
-		c.n[r.Spec.Pool] = u
+		c.n[e.pool] = u
 	}
 }
 

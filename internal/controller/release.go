@@ -78,7 +78,7 @@ func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 		return out, fmt.Errorf("reading reservation %s: %w", name, err)
 	}
 	out.Reservation = r
-	g, err := gather(ctx, liveSource(rl.Live), r, rl.now())
+	g, err := gather(ctx, liveSource{rl.Live}, r, rl.now())
 	if err != nil {
 		return out, fmt.Errorf("reading the owner of reservation %s: %w", name, err)
 	}

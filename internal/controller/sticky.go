@@ -43,6 +43,10 @@ type stickyReleaser struct {
 	events EventRecorder
 	log    *slog.Logger
 	now    func() time.Time
+	// cachedPod, when set, says whether the pod cache holds
+	// namespace/name: the controller's keeps entries, not pods (see
+	// entries.go). Unset, pods are read from cache like the rest.
+	cachedPod func(namespace, name string) bool
 }
 
 // stickyLook is one decision about a sticky claim and what it rests on.
@@ -54,9 +58,9 @@ type stickyLook struct {
 }
 
 // look reads the sticky claim of key, its StatefulSet and its pod from r
-// (the cache or the API server) and decides; nil when the claim is gone or
-// not a sticky claim the controller can act on.
-func (sr *stickyReleaser) look(ctx context.Context, r client.Reader, key types.NamespacedName) (*stickyLook, error) {
+// (the cache, with the pod cache, or the API server) and decides; nil when
+// the claim is gone or not a sticky claim the controller can act on.
+func (sr *stickyReleaser) look(ctx context.Context, r client.Reader, cached bool, key types.NamespacedName) (*stickyLook, error) {
 	l := &stickyLook{claim: &ipamclaimsv1alpha1.IPAMClaim{}}
 	if err := r.Get(ctx, key, l.claim); err != nil {
 		return nil, client.IgnoreNotFound(err)
@@ -72,18 +76,24 @@ func (sr *stickyReleaser) look(ctx context.Context, r client.Reader, key types.N
 	if l.sts, err = getOrNil(ctx, r, types.NamespacedName{Namespace: key.Namespace, Name: s.StatefulSet}, &appsv1.StatefulSet{}); err != nil {
 		return nil, err
 	}
-	pod, err := getOrNil(ctx, r, types.NamespacedName{Namespace: key.Namespace, Name: s.Pod}, &corev1.Pod{})
-	if err != nil {
-		return nil, err
+	var pod *sticky.PodFact
+	if cached && sr.cachedPod != nil {
+		pod = &sticky.PodFact{Exists: sr.cachedPod(key.Namespace, s.Pod)}
+	} else {
+		p, err := getOrNil(ctx, r, types.NamespacedName{Namespace: key.Namespace, Name: s.Pod}, &corev1.Pod{})
+		if err != nil {
+			return nil, err
+		}
+		pod = sticky.PodFactOf(p)
 	}
-	f := sticky.Facts{Now: sr.now(), StatefulSet: sticky.StatefulSetFactOf(l.sts), Pod: sticky.PodFactOf(pod)}
+	f := sticky.Facts{Now: sr.now(), StatefulSet: sticky.StatefulSetFactOf(l.sts), Pod: pod}
 	l.decision = sticky.Decide(l.claim, s, f, sr.policy)
 	return l, nil
 }
 
 // reconcile nominates from the cache and returns when to look again.
 func (sr *stickyReleaser) reconcile(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
-	l, err := sr.look(ctx, sr.cache, key)
+	l, err := sr.look(ctx, sr.cache, true, key)
 	if l == nil || err != nil {
 		return 0, err
 	}
@@ -143,7 +153,7 @@ func (sr *stickyReleaser) apply(ctx context.Context, cl *ipamclaimsv1alpha1.IPAM
 // release decides again on live reads and deletes the claim when the
 // answer is still to release.
 func (sr *stickyReleaser) release(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
-	l, err := sr.look(ctx, sr.live, key)
+	l, err := sr.look(ctx, sr.live, false, key)
 	if l == nil || err != nil {
 		return 0, err
 	}

@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -90,7 +91,9 @@ func (c *Controller) stickyHandlers() []objectHandler {
 	}
 	by := func(index string) func(obj any) {
 		return func(obj any) {
-			if m, ok := unwrap(obj).(metav1.Object); ok {
+			// meta.Accessor: pods are cached as entries, which only give
+			// their metadata on request.
+			if m, err := meta.Accessor(unwrap(obj)); err == nil {
 				c.enqueueSticky(index, m.GetNamespace()+"/"+m.GetName())
 			}
 		}

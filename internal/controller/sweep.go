@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,13 +19,14 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
-	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
-// Sweeper is the backstop: one pass of the same decision over full live
-// lists of reservations, pods, nodes and claims, each candidate then
-// confirmed and released through the Releaser. `tenure-controller --once`
-// is one call of Sweep.
+// Sweeper is the backstop: one pass of the same decision over every
+// reservation, each candidate then confirmed and released through the
+// Releaser. A running controller's sweep nominates from its caches, which
+// its informers keep complete (a missed watch event ends in a relist);
+// `tenure-controller --once`, which has no caches, is one call of Sweep
+// over paged live lists.
 type Sweeper struct {
 	// Live reads from the API server.
 	Live     client.Reader
@@ -31,6 +34,19 @@ type Sweeper struct {
 	claims   *claimFinalizer
 	// PageSize bounds each list call (default 500).
 	PageSize int64
+	// view, when set, gives the snapshot to sweep instead of live lists.
+	view func(ctx context.Context) (*snapshot, error)
+	// recheck, when set, hands a reservation to the running controller's
+	// queue: after the given time when the answer may change by the clock
+	// alone (a node's grace period), at once (0) when its release failed,
+	// to be retried with the queue's backoff.
+	recheck func(name string, after time.Duration)
+}
+
+func (s *Sweeper) requeue(name string, after time.Duration) {
+	if s.recheck != nil {
+		s.recheck(name, after)
+	}
 }
 
 // NewSweeper builds a sweeper around a releaser; w writes claim finalizers.
@@ -58,21 +74,38 @@ type SweepResult struct {
 func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	start := time.Now()
 	var res SweepResult
-	snap, all, err := s.snapshot(ctx)
+	view := s.view
+	if view == nil {
+		view = s.snapshot
+	}
+	snap, err := view(ctx)
 	if err != nil {
 		return res, err
 	}
-	res.Reservations = len(all)
+	entries := snap.idx.reservations.List()
+	// In name order, as the API server lists them: --once prints its
+	// candidates in this order.
+	slices.SortFunc(entries, func(a, b any) int { return strings.Compare(entryName(a), entryName(b)) })
+	res.Reservations = len(entries)
 	var errs []error
 	now := s.Releaser.now()
-	for _, r := range all {
-		g, _ := gather(ctx, snap, r, now) // a snapshot never fails
-		if d := repair.Decide(r, g.facts, s.Releaser.Policy); !d.Release {
+	var r tenurev1alpha1.IPReservation // reused: Decide keeps nothing of it
+	for _, obj := range entries {
+		e, ok := obj.(*resEntry)
+		if !ok {
 			continue
 		}
-		out, err := s.Releaser.Release(ctx, r.Name)
+		g, _ := gather(ctx, snap, e.into(&r), now) // a snapshot never fails
+		if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release {
+			if d.RecheckAfter > 0 {
+				s.requeue(e.name, d.RecheckAfter)
+			}
+			continue
+		}
+		out, err := s.Releaser.Release(ctx, e.name)
 		if err != nil {
 			errs = append(errs, err)
+			s.requeue(e.name, 0)
 			continue
 		}
 		switch {
@@ -81,8 +114,12 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			res.Outcomes = append(res.Outcomes, out)
 		default:
 			res.Kept++
+			if out.Decision.RecheckAfter > 0 {
+				s.requeue(e.name, out.Decision.RecheckAfter)
+			}
 		}
 	}
+	entries = nil
 	for _, c := range snap.claims {
 		c := c.DeepCopy()
 		if c.DeletionTimestamp != nil {
@@ -96,11 +133,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			}
 			continue
 		}
-		holds := false
-		for _, r := range snap.byOwner[string(c.UID)] {
-			holds = holds || r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim
-		}
-		if wrote, err := s.claims.ensure(ctx, c, holds); err != nil {
+		if wrote, err := s.claims.ensure(ctx, c, snap.idx.holds(string(c.UID))); err != nil {
 			if !apierrors.IsConflict(err) { // the claim changed: its reconcile or the next sweep retries
 				errs = append(errs, err)
 			}
@@ -109,8 +142,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 	}
 	res.Duration = time.Since(start)
-	// The sweep's lists are garbage now: at 100,000 reservations, hundreds
-	// of MiB the runtime would otherwise keep until it scavenges them.
+	// What the sweep listed (all of the index for --once) is garbage now:
+	// tens of MiB at 100,000 reservations that the runtime would otherwise
+	// keep until it scavenges them.
 	debug.FreeOSMemory()
 	sweepDuration.Observe(res.Duration.Seconds())
 	if len(errs) == 0 {
@@ -127,13 +161,15 @@ func (s *Sweeper) pageSize() int64 {
 }
 
 // listAll pages through a list; each is called after every page.
-func (s *Sweeper) listAll(ctx context.Context, list client.ObjectList, each func()) error {
+func (s *Sweeper) listAll(ctx context.Context, list client.ObjectList, each func() error) error {
 	cont := ""
 	for {
 		if err := s.Live.List(ctx, list, client.Limit(s.pageSize()), client.Continue(cont)); err != nil {
 			return err
 		}
-		each()
+		if err := each(); err != nil {
+			return err
+		}
 		if cont = list.GetContinue(); cont == "" {
 			return nil
 		}
@@ -143,69 +179,58 @@ func (s *Sweeper) listAll(ctx context.Context, list client.ObjectList, each func
 // snapshot lists reservations first, then their owners: a reservation is
 // only ever created for a pod or claim that already exists, so an owner
 // missing from the later lists is a candidate (confirmed live anyway).
-func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, []*tenurev1alpha1.IPReservation, error) {
+// Each page is reduced to the entries a running controller caches as it
+// arrives, so a sweep holds no more than that.
+func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, error) {
 	snap := &snapshot{
-		pods:    map[types.NamespacedName]*corev1.Pod{},
-		nodes:   map[string]*corev1.Node{},
-		claims:  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{},
-		byOwner: map[string][]*tenurev1alpha1.IPReservation{},
+		idx:    newIndex(),
+		nodes:  map[string]*corev1.Node{},
+		claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{},
 	}
-	var all []*tenurev1alpha1.IPReservation
 	rl := &tenurev1alpha1.IPReservationList{}
-	if err := s.listAll(ctx, rl, func() {
+	if err := s.listAll(ctx, rl, func() error {
 		for i := range rl.Items {
-			r := rl.Items[i].DeepCopy()
-			_, _ = reservation.Compact(r)
-			all = append(all, r)
-			snap.byOwner[r.Spec.Owner.UID] = append(snap.byOwner[r.Spec.Owner.UID], r)
+			if err := snap.idx.reservations.Add(resEntryOf(&rl.Items[i])); err != nil {
+				return err
+			}
 		}
+		return nil
 	}); err != nil {
-		return nil, nil, fmt.Errorf("listing reservations: %w", err)
+		return nil, fmt.Errorf("listing reservations: %w", err)
 	}
 	pl := &corev1.PodList{}
-	if err := s.listAll(ctx, pl, func() {
+	if err := s.listAll(ctx, pl, func() error {
 		for i := range pl.Items {
-			p := trimPod(&pl.Items[i])
-			snap.pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+			if err := snap.idx.pods.Add(podEntryOf(&pl.Items[i])); err != nil {
+				return err
+			}
 		}
+		return nil
 	}); err != nil {
-		return nil, nil, fmt.Errorf("listing pods: %w", err)
+		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	nl := &corev1.NodeList{}
-	if err := s.listAll(ctx, nl, func() {
+	if err := s.listAll(ctx, nl, func() error {
 		for i := range nl.Items {
 			n := trimNode(&nl.Items[i])
 			snap.nodes[n.Name] = n
 		}
+		return nil
 	}); err != nil {
-		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	cl := &ipamclaimsv1alpha1.IPAMClaimList{}
-	if err := s.listAll(ctx, cl, func() {
+	if err := s.listAll(ctx, cl, func() error {
 		for i := range cl.Items {
 			c := cl.Items[i].DeepCopy()
 			c.ManagedFields = nil
 			snap.claims[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}] = c
 		}
+		return nil
 	}); err != nil {
-		return nil, nil, fmt.Errorf("listing IPAMClaims: %w", err)
+		return nil, fmt.Errorf("listing IPAMClaims: %w", err)
 	}
-	return snap, all, nil
-}
-
-// trimPod keeps what the decision reads of a pod: identity, deletion,
-// node and phase. The controller caches every pod of the cluster, so this
-// is most of its memory.
-func trimPod(p *corev1.Pod) *corev1.Pod {
-	return &corev1.Pod{
-		TypeMeta: p.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
-		Status: corev1.PodStatus{Phase: p.Status.Phase},
-	}
+	return snap, nil
 }
 
 // trimNode keeps identity and the Ready condition.
@@ -225,11 +250,9 @@ func trimNode(n *corev1.Node) *corev1.Node {
 	return out
 }
 
-// transformTrim is the cache transform for pods and nodes.
+// transformTrim is the cache transform for nodes.
 func transformTrim(obj any) (any, error) {
 	switch o := obj.(type) {
-	case *corev1.Pod:
-		return trimPod(o), nil
 	case *corev1.Node:
 		return trimNode(o), nil
 	case metav1.Object:
