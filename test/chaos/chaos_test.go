@@ -297,6 +297,30 @@ func TestChaos(t *testing.T) {
 		})
 	}
 
+	// addBound runs the ADD of a new sandbox of pod on node for an address
+	// bound to something other than the pod (a claim, a sticky StatefulSet
+	// ordinal): every ADD must return the address the earlier ones did.
+	// It records the address in *address and reports whether the ADD
+	// succeeded (failures counted under failed).
+	addBound := func(pod *corev1.Pod, node string, address *string, failed, who string) (*livePod, bool) {
+		mu.Lock()
+		seq++
+		p := &livePod{name: pod.Name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq)}
+		mu.Unlock()
+		res, err := call("ADD", p)
+		if err != nil || len(res.IPs) != 1 {
+			count(ops, failed)
+			return p, false
+		}
+		got := res.IPs[0].Address.IP.String()
+		if *address != "" && got != *address {
+			violation("%s got %s, where it had %s before", who, got, *address)
+		}
+		*address = got
+		holdForClaim(got, who)
+		return p, true
+	}
+
 	// claimLifecycle: a VM's IPAMClaim, its pod on one node, the migration
 	// target on another (same address), the source's DEL, the target's
 	// DEL, the claim deleted: the controller releases what it held.
@@ -317,22 +341,11 @@ func TestChaos(t *testing.T) {
 				count(ops, "api-error")
 				break
 			}
-			mu.Lock()
-			seq++
-			p := &livePod{name: pod.Name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq)}
-			mu.Unlock()
+			p, added := addBound(pod, node, &address, "claim-add-failed", "claim "+name+suffix)
 			pods = append(pods, p)
-			res, err := call("ADD", p)
-			if err != nil || len(res.IPs) != 1 {
-				count(ops, "claim-add-failed")
+			if !added {
 				break
 			}
-			got := res.IPs[0].Address.IP.String()
-			if address != "" && got != address {
-				violation("claim %s: the migration target got %s, the source %s", name, got, address)
-			}
-			address = got
-			holdForClaim(got, "claim "+name)
 		}
 		if len(pods) == 2 && address != "" {
 			count(ops, "claim-migrate")
@@ -379,22 +392,11 @@ func TestChaos(t *testing.T) {
 				count(ops, "api-error")
 				break
 			}
-			mu.Lock()
-			seq++
-			p := &livePod{name: pod.Name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq)}
-			mu.Unlock()
+			p, added := addBound(pod, node, &address, "sticky-add-failed", "sticky "+name+"-0")
 			last = p
-			res, err := call("ADD", p)
-			if err != nil || len(res.IPs) != 1 {
-				count(ops, "sticky-add-failed")
+			if !added {
 				break
 			}
-			got := res.IPs[0].Address.IP.String()
-			if address != "" && got != address {
-				violation("sticky %s-0 got %s after its re-creation, %s before", name, got, address)
-			}
-			address = got
-			holdForClaim(got, "sticky "+name+"-0")
 			if round == 0 {
 				deletePod(pod.Name) // no DEL: the StatefulSet controller re-creates it
 				_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
