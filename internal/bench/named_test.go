@@ -17,7 +17,7 @@ import (
 // benchmark run, not asserted here.
 func TestNamedScenariosReportTheirFigures(t *testing.T) {
 	if _, err := controlplane.BinDir(); err != nil {
-		t.Skip(err)
+		testbed.SkipUnlessEverything(t, err.Error())
 	}
 	bins, err := testbed.Build("")
 	if err != nil {

@@ -224,9 +224,7 @@ func TestAdvertiserInANamespace(t *testing.T) {
 // otherwise) and returns its name and path.
 func testNetns(t *testing.T, tag string) (name, path string) {
 	t.Helper()
-	if ok, why := testbed.CanPlumb(); !ok {
-		t.Skip(why)
-	}
+	testbed.NeedPlumb(t)
 	name = fmt.Sprintf("tdp-%s-%d", tag, os.Getpid())
 	path, remove, err := testbed.AddNetns(name)
 	if err != nil {

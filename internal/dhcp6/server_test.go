@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
+
+	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
 // serve runs s.Serve in a goroutine and returns a function that closes s and
@@ -63,7 +65,7 @@ func exchange(t *testing.T, c *net.UDPConn, dst *net.UDPAddr, m dhcpv6.DHCPv6) (
 func TestServerLoopback(t *testing.T) {
 	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
 	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
+		testbed.SkipUnlessEverything(t, "no IPv6 loopback: "+err.Error())
 	}
 	obs := &countingObserver{}
 	lookup := newFakeLookup(fullBinding())
@@ -123,7 +125,7 @@ func TestServerLoopback(t *testing.T) {
 func TestServerCloseBeforeServe(t *testing.T) {
 	conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
 	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
+		testbed.SkipUnlessEverything(t, "no IPv6 loopback: "+err.Error())
 	}
 	s, err := newServer(ifname, NewHandler(testConfig(), newFakeLookup(), nil), conn)
 	if err != nil {
@@ -158,18 +160,13 @@ func TestNewServerErrors(t *testing.T) {
 // needs root.
 func TestServerPerInterface(t *testing.T) {
 	if os.Getenv("TENURE_DHCP6_NETNS") != "1" {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root to make a network namespace")
-		}
+		testbed.NeedPlumb(t) // root and iproute2
 		unshare, err := exec.LookPath("unshare")
 		if err != nil {
-			t.Skip("no unshare")
-		}
-		if _, err := exec.LookPath("ip"); err != nil {
-			t.Skip("no ip")
+			t.Fatal("no unshare: install util-linux")
 		}
 		if out, err := exec.Command(unshare, "--net", "true").CombinedOutput(); err != nil {
-			t.Skipf("cannot make a network namespace: %v: %s", err, out)
+			t.Fatalf("cannot make a network namespace as root: %v: %s", err, out)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -180,16 +177,13 @@ func TestServerPerInterface(t *testing.T) {
 		if err != nil {
 			t.Fatalf("child: %v", err)
 		}
-		if strings.Contains(string(out), "--- SKIP") {
-			t.Skip("skipped in the namespace")
-		}
 		return
 	}
 
 	// In the new namespace. No DAD, so link-local addresses are usable at once.
 	for _, k := range []string{"all", "default"} {
 		if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/accept_dad", []byte("0"), 0o644); err != nil {
-			t.Skipf("cannot disable DAD: %v", err)
+			t.Fatalf("cannot disable DAD: %v", err)
 		}
 	}
 	ipCmd := func(args ...string) error {
@@ -200,7 +194,7 @@ func TestServerPerInterface(t *testing.T) {
 	}
 	for _, pair := range [][2]string{{"cl0", "srv0"}, {"cl1", "srv1"}, {"cl2", "srv2"}} {
 		if err := ipCmd("link", "add", pair[0], "type", "veth", "peer", "name", pair[1]); err != nil {
-			t.Skipf("no veth: %v", err)
+			t.Fatalf("no veth: %v", err)
 		}
 		if pair[0] == "cl2" {
 			// A stable-privacy-like link-local address: no EUI-64 to read

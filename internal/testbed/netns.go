@@ -68,3 +68,34 @@ func IPIn(name string, args ...string) (string, error) {
 	out, err := exec.Command("ip", append([]string{"-n", name}, args...)...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
+
+// NeedPlumb makes t skip when real network namespaces cannot be made here
+// (CanPlumb); under `make test` it fails instead (SkipUnlessEverything).
+func NeedPlumb(t SkipOrFail) {
+	t.Helper()
+	if ok, why := CanPlumb(); !ok {
+		SkipUnlessEverything(t, why+" (make test runs every test: run it as root; hack/test-deps.sh installs iproute2)")
+	}
+}
+
+// SkipOrFail is the part of testing.TB that SkipUnlessEverything needs.
+type SkipOrFail interface {
+	Helper()
+	Skip(args ...any)
+	Fatal(args ...any)
+}
+
+// SkipUnlessEverything skips t for why, except under `make test`, which
+// runs as root with every tool installed and sets TENURE_TEST_EVERYTHING=1:
+// there a test that cannot run fails, saying why, rather than passing
+// without having run.
+func SkipUnlessEverything(t SkipOrFail, why string) {
+	t.Helper()
+	if os.Getenv(EnvTestEverything) == "1" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// EnvTestEverything is set to 1 by `make test`.
+const EnvTestEverything = "TENURE_TEST_EVERYTHING"
