@@ -140,7 +140,12 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		}
 	}
 	used := map[netip.Prefix]bool{}
-	owned := a.store.ByOwnerUID(string(claim.UID))
+	// The claim's items may lie in blocks no window of this node holds
+	// (the VM came from another node): ask the API server.
+	owned, err := a.store.HeldBy(ctx, string(claim.UID))
+	if err != nil {
+		return nil, false, err
+	}
 	for i, s := range ss {
 		if want := wants[i]; len(want) > 0 {
 			item := want[0]

@@ -345,7 +345,11 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	}
 	if at.sel.Claim != "" {
 		if claim, err := a.getClaim(ctx, at.pod.Namespace, at.sel.Claim, false); err == nil {
-			held = append(held, a.store.ByOwnerUID(string(claim.UID))...)
+			owned, err := a.store.HeldBy(ctx, string(claim.UID))
+			if err != nil {
+				return err
+			}
+			held = append(held, owned...)
 		}
 	}
 	have := map[netip.Addr]bool{}

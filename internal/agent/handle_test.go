@@ -92,9 +92,9 @@ func startAgentWith(t testing.TB, opts Options, objs ...client.Object) *harness 
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Shutdown)
-	startCtx, stop := context.WithTimeout(ctx, 30*time.Second)
-	defer stop()
-	if err := a.Start(startCtx); err != nil {
+	// The caches run on ctx for the test's life (Start's context is what
+	// they run under, as in cmd/tenure-agent).
+	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return &harness{t: t, ctx: ctx, fake: fc, agent: a}

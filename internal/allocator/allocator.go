@@ -173,6 +173,30 @@ type HeldIndex interface {
 	NextUnheldAddress(networkLabel string, a netip.Addr) (netip.Addr, bool)
 }
 
+// Window is what a Store offers that holds only part of the cluster's
+// reservations (internal/store holds the blocks its node allocates from):
+// before the cache pass trusts the cache about a candidate, it makes sure
+// the candidate's block is watched.
+type Window interface {
+	// Watching reports whether the cache holds every reservation of that
+	// block or of that whole network (reservation.LabelBlock and
+	// reservation.LabelNetwork values).
+	Watching(block, networkLabel string) bool
+	// Watch makes the cache hold those blocks and whole networks, and
+	// returns once it does.
+	Watch(ctx context.Context, blocks, networks []string) error
+}
+
+// maxWiden is how many blocks one cache pass may add to the window before
+// it asks the quorum list instead: past a few full blocks in a row, one
+// list of the network says where the free items are for less than a walk
+// that watches block after block.
+const maxWiden = 4
+
+// errWidened ends a cache pass that added maxWiden blocks to the window
+// without finding a free candidate.
+var errWidened = errors.New("window widened maxWiden times")
+
 // For returns the allocator of space on network (a reservation.NetworkKey).
 func (f *Factory) For(network string, space Space) Interface {
 	return &allocator{f: f, network: network, space: space}
@@ -231,37 +255,85 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 		return nil, &FullError{Range: a.space.String()}
 	}
 	// taken decides candidates; first from the cache, then, if the cache
-	// says full, from one quorum list of the network.
+	// says full or the pass has widened the window enough, from one quorum
+	// list of the network.
 	taken := func(obj *tenurev1alpha1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
 	created, err := a.firstFree(ctx, t, taken, true)
+	widened := errors.Is(err, errWidened)
+	if widened {
+		err = nil
+	}
 	if created != nil || err != nil || a.f.Quorum == nil {
 		if created == nil && err == nil {
 			err = &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
 		}
 		return created, err
 	}
-	// The cache says full. A quorum list tells a full range from a stale
-	// cache; callers on one network share one list per QuorumInterval.
+	// A quorum list tells a full range from a stale cache, and says where
+	// the free items are past the window; callers on one network share
+	// one list per QuorumInterval.
 	q, fresh, err := a.f.quorum(ctx, a.network)
 	if err != nil {
 		return nil, err
 	}
+	if q.heldIn(a.space) >= a.space.Capacity() {
+		if fresh {
+			a.watchWhole(ctx)
+		}
+		return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
+	}
 	// A list reused from an earlier call says nothing of what was created
 	// since, which the cache may hold: only a fresh one may overrule the
 	// cache (a stale cache's free address then waits for the next list, or
-	// for the cache to catch up, which the first pass sees at once).
-	if fresh && q.heldIn(a.space) < a.space.Capacity() {
+	// for the cache to catch up, which the first pass sees at once). Past
+	// the window, where the cache says nothing, any recent list guides
+	// the pass, and the Create decides.
+	if fresh || widened {
 		taken = func(obj *tenurev1alpha1.IPReservation) bool {
 			if q.held[obj.Name] {
 				return true
 			}
-			return !a.f.Store.AssumeOverCache(obj)
+			if fresh {
+				return !a.f.Store.AssumeOverCache(obj)
+			}
+			return !a.f.Store.TryAssume(obj)
 		}
 		if created, err := a.firstFree(ctx, t, taken, false); created != nil || err != nil {
 			return created, err
 		}
 	}
 	return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
+}
+
+// watchWhole has a windowed store watch the whole network once a quorum
+// list found its range full: every delete in it is then a waiting pod's
+// chance, seen at once rather than at the next list.
+func (a *allocator) watchWhole(ctx context.Context) {
+	if w, ok := a.f.Store.(Window); ok {
+		// The answer stands without it: a failed Watch only means the
+		// freed address waits for the next quorum list.
+		_ = w.Watch(ctx, nil, []string{reservation.NetworkLabel(a.network)})
+	}
+}
+
+// widen makes sure a windowed store holds the block of item before the
+// cache pass reads the cache about it; errWidened once the pass has added
+// maxWiden blocks.
+func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) error {
+	w, ok := a.f.Store.(Window)
+	if !ok {
+		return nil
+	}
+	network := reservation.NetworkLabel(a.network)
+	block := reservation.BlockLabel(network, a.space.Kind() == tenurev1alpha1.KindDelegatedPrefix, item)
+	if w.Watching(block, network) {
+		return nil
+	}
+	if *added >= maxWiden {
+		return errWidened
+	}
+	*added++
+	return w.Watch(ctx, []string{block}, nil)
 }
 
 // skipHeld is where the first pass resumes when the cache holds the
@@ -295,11 +367,14 @@ func (a *allocator) skipHeld(idx uint64, item netip.Prefix) (next uint64, ok boo
 // the walk is as long as the reservations that exist, not the space: it
 // needs no bound to end, and reaching the end means full.
 //
-// With useIndex (the cache pass), runs the cache holds are jumped over by
-// the store's HeldIndex, so the walk costs the number of runs, not of
+// With cache (the cache pass), a windowed store is made to watch each
+// candidate's block before the cache is read about it (errWidened after
+// maxWiden new blocks), and runs the cache holds are jumped over by the
+// store's HeldIndex, so the walk costs the number of runs, not of
 // reservations: a full /16 is one step.
-func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1alpha1.IPReservation) bool, useIndex bool) (*tenurev1alpha1.IPReservation, error) {
+func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1alpha1.IPReservation) bool, cache bool) (*tenurev1alpha1.IPReservation, error) {
 	start, size := a.start(), a.space.Size()
+	widened := 0
 	for _, span := range [...]struct{ from, to uint64 }{{start, size}, {0, start}} {
 		for i := span.from; i < span.to; {
 			if err := ctx.Err(); err != nil {
@@ -309,7 +384,10 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 			if !ok || idx >= span.to {
 				break
 			}
-			if useIndex {
+			if cache {
+				if err := a.widen(ctx, item, &widened); err != nil {
+					return nil, err
+				}
 				if next, skip := a.skipHeld(idx, item); skip {
 					i = next
 					continue

@@ -145,7 +145,13 @@ func TestStaleCacheNeitherDuplicatesNorReportsFalselyFull(t *testing.T) {
 	rng := rangeOf(t, `{"type":"tenure","range":"10.4.0.0/30"}`)
 	stale, freeze := newFactory(t, "n1")
 	fresh, _ := newFactory(t, "n2")
-	freeze() // from here on, stale's cache sees nothing
+	// The range's one block is in stale's window, then frozen: from here
+	// on, stale's cache sees nothing.
+	block := reservation.BlockLabel("alloc-stale", false, netip.MustParsePrefix("10.4.0.0/32"))
+	if err := stale.Store.(*store.Store).Watch(ctx, []string{block}, nil); err != nil {
+		t.Fatal(err)
+	}
+	freeze()
 
 	// Taken behind the stale cache's back: both addresses.
 	c := fresh.Writer

@@ -55,6 +55,7 @@ func New(s Spec) *tenurev1alpha1.IPReservation {
 	labels := map[string]string{
 		LabelNetwork:  NetworkLabel(s.Network),
 		LabelOwnerUID: s.Owner.UID,
+		LabelBlock:    BlockLabel(NetworkLabel(s.Network), s.Kind == tenurev1alpha1.KindDelegatedPrefix, s.Item),
 	}
 	if s.Owner.Node != "" {
 		labels[LabelNode] = NodeLabel(s.Owner.Node)

@@ -21,13 +21,13 @@ func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
 		wantLabels map[string]string
 	}{
 		{"IPv4 address", Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.5/32"), Owner: owner},
-			"san.10.0.0.5", "10.0.0.5", map[string]string{LabelNetwork: "san", LabelOwnerUID: "o1", LabelNode: "n1"}},
+			"san.10.0.0.5", "10.0.0.5", map[string]string{LabelNetwork: "san", LabelOwnerUID: "o1", LabelNode: "n1", LabelBlock: BlockLabel("san", false, netip.MustParsePrefix("10.0.0.0/32"))}},
 		{"IPv6 address", Spec{Network: "vm-net", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("2001:db8::1/128"), Owner: owner},
-			"vm-net.2001-0db8-0000-0000-0000-0000-0000-0001", "2001:db8::1", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1"}},
+			"vm-net.2001-0db8-0000-0000-0000-0000-0000-0001", "2001:db8::1", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1", LabelBlock: BlockLabel("vm-net", false, netip.MustParsePrefix("2001:db8::3f/128"))}},
 		{"delegated prefix, unmasked input", Spec{Network: "vm-net", Kind: tenurev1alpha1.KindDelegatedPrefix, Item: netip.MustParsePrefix("2001:db8:0:100::1/56"), Owner: owner},
-			"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", "2001:db8:0:100::/56", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1"}},
+			"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", "2001:db8:0:100::/56", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1", LabelBlock: BlockLabel("vm-net", true, netip.MustParsePrefix("2001:db8::/56"))}},
 		{"no node: no node label", Spec{Network: "a/b", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.1/32"), Owner: tenurev1alpha1.ReservationOwner{UID: "o2"}},
-			AddressName("a/b", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", map[string]string{LabelNetwork: NetworkLabel("a/b"), LabelOwnerUID: "o2"}},
+			AddressName("a/b", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", map[string]string{LabelNetwork: NetworkLabel("a/b"), LabelOwnerUID: "o2", LabelBlock: BlockLabel(NetworkLabel("a/b"), false, netip.MustParsePrefix("10.0.0.1/32"))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := New(tc.spec)

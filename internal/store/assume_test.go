@@ -129,22 +129,89 @@ func TestTakenElsewhereAndAssumeOverCache(t *testing.T) {
 	}
 }
 
-func TestByOwnerUIDSeesOtherNodesAsSketches(t *testing.T) {
+func TestHeldBySeesOtherNodesAsSketches(t *testing.T) {
 	other := resv("10.0.0.5", "claim-1", "n2")
 	mine := resv("10.0.0.6", "claim-1", "n1")
-	s, _, _ := startStore(t, other, mine)
-	got := map[string]*tenurev1alpha1.IPReservation{}
-	for _, r := range s.ByOwnerUID("claim-1") {
-		got[r.Spec.Address] = r
+	s, _, ctx := startStore(t, other, mine)
+	addrs := func(rs []*tenurev1alpha1.IPReservation) map[string]*tenurev1alpha1.IPReservation {
+		got := map[string]*tenurev1alpha1.IPReservation{}
+		for _, r := range rs {
+			got[r.Spec.Address] = r
+		}
+		return got
 	}
+	// Outside the window, another node's reservation is known only to a
+	// live read.
+	if got := addrs(s.ByOwnerUID("claim-1")); len(got) != 1 || got["10.0.0.6"] == nil {
+		t.Fatalf("ByOwnerUID before any Watch = %v, want this node's only", got)
+	}
+	held, err := s.HeldBy(ctx, "claim-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := addrs(held)
 	if len(got) != 2 {
-		t.Fatalf("ByOwnerUID = %v, want both nodes' reservations", got)
+		t.Fatalf("HeldBy = %v, want both nodes' reservations", got)
 	}
 	if got["10.0.0.5"].Spec.Owner.Node != "" || got["10.0.0.6"].Spec.Owner.Node != "n1" {
 		t.Fatal("another node's reservation is a sketch (metadata only), this node's is whole")
 	}
+	if err := s.Watch(ctx, []string{other.Labels[reservation.LabelBlock]}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := addrs(s.ByOwnerUID("claim-1")); len(got) != 2 {
+		t.Fatalf("ByOwnerUID with the block watched = %v, want both", got)
+	}
 	if len(s.Local()) != 1 || s.Len() != 2 {
 		t.Fatalf("Local() = %d, Len() = %d, want 1 and 2", len(s.Local()), s.Len())
+	}
+}
+
+// TestWindowHoldsWhatItWatches: another node's reservation is taken for
+// this store only once its block, or its whole network, is watched; the
+// window then follows creates and deletes in it, and a network watched
+// whole covers every block of it.
+func TestWindowHoldsWhatItWatches(t *testing.T) {
+	inA, inB := resv("10.0.0.5", "o1", "n2"), resv("10.0.0.70", "o2", "n2")
+	s, fc, ctx := startStore(t, inA, inB)
+	blockA, blockB := inA.Labels[reservation.LabelBlock], inB.Labels[reservation.LabelBlock]
+	if blockA == blockB {
+		t.Fatal("10.0.0.5 and 10.0.0.70 lie in different /26 blocks")
+	}
+	if s.Taken(inA.Name) || s.Watching(blockA, "san") {
+		t.Fatal("before any Watch the window holds nothing")
+	}
+	if err := s.Watch(ctx, []string{blockA}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Watching(blockA, "other") || s.Watching(blockB, "other") {
+		t.Fatal("Watching must report block A only")
+	}
+	// Watch returns with the block's list in the cache and the index.
+	if !s.Taken(inA.Name) || s.Taken(inB.Name) {
+		t.Fatalf("after Watch(A): Taken(A) %v, Taken(B) %v; want true, false", s.Taken(inA.Name), s.Taken(inB.Name))
+	}
+	if a, _ := s.NextUnheldAddress("san", netip.MustParseAddr("10.0.0.5")); a != netip.MustParseAddr("10.0.0.6") {
+		t.Fatalf("index after Watch: next unheld from .5 is %v", a)
+	}
+	late := resv("10.0.0.9", "o3", "n3")
+	if err := fc.Create(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "a create in a watched block reaches the window", func() bool { return s.Taken(late.Name) })
+	if err := fc.Delete(ctx, inA); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "a delete in a watched block reaches the window", func() bool { return !s.Taken(inA.Name) })
+	// The whole network: block B too, and block A is kept.
+	if err := s.Watch(ctx, nil, []string{"san"}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Watching(blockB, "san") || !s.Taken(inB.Name) || !s.Taken(late.Name) {
+		t.Fatal("with the network watched whole, every block of it is held")
+	}
+	if err := s.Watch(ctx, []string{blockA}, nil); err != nil || s.Len() != 3 {
+		t.Fatalf("Watch of a held block: %v; Len %d, want 3 (two informers, both hold .9)", err, s.Len())
 	}
 }
 

@@ -92,7 +92,7 @@ func (s *addrSet) nextFree(a netip.Addr) (netip.Addr, bool) {
 	return nx, nx.IsValid()
 }
 
-// heldIndex is the addresses the cluster cache holds, per network label.
+// heldIndex is the addresses a window holds, per network label.
 // Delegated prefixes are not indexed (a pool of them is searched as before).
 type heldIndex struct {
 	mu  sync.RWMutex
@@ -128,26 +128,28 @@ func (x *heldIndex) apply(name string, held bool) {
 }
 
 // NextUnheldAddress returns the first address at or after a of which the
-// cluster cache holds no reservation in the network of that label; false
+// window holds no reservation in the network of that label; false
 // when every address from a to the end of a's family is held. It counts
-// only what the cache has seen: the agent's own unconfirmed writes and
+// only what the window has seen: the agent's own unconfirmed writes and
 // releases are for TryAssume to decide, as ever.
 func (s *Store) NextUnheldAddress(networkLabel string, a netip.Addr) (netip.Addr, bool) {
-	s.held.mu.RLock()
-	defer s.held.mu.RUnlock()
-	set := s.held.per[networkLabel]
+	held := s.win.Load().held
+	held.mu.RLock()
+	defer held.mu.RUnlock()
+	set := held.per[networkLabel]
 	if set == nil {
 		return a, true
 	}
 	return set.nextFree(a)
 }
 
-// HeldAddresses is the number of addresses of one network the cluster
-// cache holds.
+// HeldAddresses is the number of addresses of one network the window
+// holds.
 func (s *Store) HeldAddresses(networkLabel string) int {
-	s.held.mu.RLock()
-	defer s.held.mu.RUnlock()
-	if set := s.held.per[networkLabel]; set != nil {
+	held := s.win.Load().held
+	held.mu.RLock()
+	defer held.mu.RUnlock()
+	if set := held.per[networkLabel]; set != nil {
 		return set.n
 	}
 	return 0

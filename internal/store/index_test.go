@@ -138,13 +138,14 @@ func TestAddrSetMatchesAMap(t *testing.T) {
 // events while allocations read (run with -race).
 func TestHeldIndexPerNetworkConcurrent(t *testing.T) {
 	s := &Store{}
+	s.win.Store(&window{held: &heldIndex{}})
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
-				s.held.apply(fmt.Sprintf("net%d.10.0.%d.%d", w, i/250, i%250), true)
+				s.win.Load().held.apply(fmt.Sprintf("net%d.10.0.%d.%d", w, i/250, i%250), true)
 				s.NextUnheldAddress(fmt.Sprintf("net%d", (w+1)%4), netip.MustParseAddr("10.0.0.0"))
 			}
 		}()
@@ -160,9 +161,9 @@ func TestHeldIndexPerNetworkConcurrent(t *testing.T) {
 		}
 	}
 	// Prefix names are not indexed; deleting the last address drops the network.
-	s.held.apply("net0.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", true)
+	s.win.Load().held.apply("net0.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", true)
 	for i := 0; i < 500; i++ {
-		s.held.apply(fmt.Sprintf("net0.10.0.%d.%d", i/250, i%250), false)
+		s.win.Load().held.apply(fmt.Sprintf("net0.10.0.%d.%d", i/250, i%250), false)
 	}
 	if n := s.HeldAddresses("net0"); n != 0 {
 		t.Errorf("net0 holds %d after every delete", n)

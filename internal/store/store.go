@@ -3,14 +3,17 @@
 // without an API read, plus the agent's own writes that the caches have not
 // reported yet.
 //
-// Two informers feed it, because what an agent must know of the cluster's
+// Two caches feed it, because what an agent must know of the cluster's
 // reservations and of its own node's differs by orders of magnitude:
-//   - cluster: every reservation, as metadata only (name, UID, the owner-UID
-//     label). A name says the network and the item, so this answers "taken,
-//     and by whom" for any address. Metadata lists and watches travel as
-//     protobuf even for custom resources and decode without reflection over
-//     the spec: at 100,000 reservations this is what keeps an agent's start-up
-//     and memory inside its budget (docs/performance.md).
+//   - the window: the reservations of the blocks this agent allocates from
+//     (label ipam.tenure.dev/block, 64 addresses each) and of the networks
+//     it found full, as metadata only (name, UID, the owner-UID label). A
+//     name says the network and the item, so this answers "taken, and by
+//     whom" for any address the agent may pick. Watching only its blocks,
+//     rather than every reservation, is what keeps an ADD's watch event
+//     from going to every node: the API server's cost of an ADD stays flat
+//     as nodes are added (docs/performance.md, "fanout"). The allocator
+//     widens the window (Watch) before it trusts the cache about a block.
 //   - local: this node's reservations (label ipam.tenure.dev/node), whole,
 //     which is what ADD idempotency, DEL, CHECK and GC read.
 //
@@ -22,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,13 +52,22 @@ func AttachmentKey(containerID, ifName string) string { return containerID + "/"
 // informer confirming it; a watch delivers within milliseconds normally.
 const assumedTTL = 2 * time.Minute
 
-// Store answers from the two informers and the agent's unconfirmed writes.
+// Store answers from the window, the local informer and the agent's
+// unconfirmed writes.
 type Store struct {
 	// nodeLabel is reservation.NodeLabel(node): what this node's
 	// reservations carry and the local informer selects.
 	nodeLabel string
-	cluster   cache.SharedIndexInformer // *entry, from metadata: all reservations
+	c         client.WithWatch
+	win       atomic.Pointer[window]        // *entry, from metadata: the watched blocks and networks
 	local     cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
+
+	// winMu serialises window changes; wanted is when each block ("b:"
+	// label) or network ("n:" label) was last asked for, and runCtx the
+	// context the window's informers run under (set by Run).
+	winMu  sync.Mutex
+	wanted map[string]time.Time
+	runCtx context.Context
 
 	mu sync.Mutex
 	// assumed: created by us, not yet seen by the informers.
@@ -62,11 +75,8 @@ type Store struct {
 	// released: deleted by us, an informer may still hold them.
 	released map[string]time.Time
 
-	// held indexes the cluster cache's addresses per network, so a search
-	// for a free one jumps over taken runs (index.go).
-	held heldIndex
-	// clusterAdded is told each name the cluster cache adds (benchmarks
-	// time the fan-out with it); set before Run.
+	// clusterAdded is told each name the window adds (benchmarks time the
+	// fan-out with it); set before Run.
 	clusterAdded func(name string)
 }
 
@@ -78,12 +88,8 @@ type assumedEntry struct {
 // New builds the store of node on a watching client. Call Run, then
 // WaitForSync.
 func New(c client.WithWatch, node string) *Store {
-	s := &Store{nodeLabel: reservation.NodeLabel(node), assumed: map[string]assumedEntry{}, released: map[string]time.Time{}}
-	s.cluster = kube.NewInformer(c, newMetadataList, &metav1.PartialObjectMetadata{}, cache.Indexers{
-		indexOwnerUID: func(obj any) ([]string, error) { return []string{ownerBucket(obj.(*entry).owner)}, nil },
-		indexNetwork:  func(obj any) ([]string, error) { return []string{reservation.NetworkLabelOf(obj.(*entry).name)}, nil },
-	})
-	_ = s.cluster.SetTransform(toEntry)
+	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]time.Time{}, wanted: map[string]time.Time{}}
+	s.win.Store(&window{held: &heldIndex{}, cancel: func() {}})
 	s.local = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
 		indexAttachment: func(obj any) ([]string, error) {
 			r := obj.(*tenurev1alpha1.IPReservation)
@@ -100,34 +106,18 @@ func New(c client.WithWatch, node string) *Store {
 		},
 	}, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
 	_ = s.local.SetTransform(reservation.Compact)
-	_, _ = s.cluster.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			name, _, ok := nameUID(obj)
-			if !ok {
-				return
-			}
-			s.held.apply(name, true)
-			if s.clusterAdded != nil {
-				s.clusterAdded(name)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if name, _, ok := nameUID(obj); ok {
-				s.held.apply(name, false)
-			}
-		},
-	})
-	for _, inf := range []cache.SharedIndexInformer{s.cluster, s.local} {
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    s.observed,
-			UpdateFunc: func(_, obj any) { s.observed(obj) },
-			DeleteFunc: s.deleted,
-		})
-	}
+	_, _ = s.local.AddEventHandler(s.confirmations())
 	return s
+}
+
+// confirmations is the handler every informer of the store gets: it
+// settles the agent's unconfirmed writes and releases.
+func (s *Store) confirmations() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.observed,
+		UpdateFunc: func(_, obj any) { s.observed(obj) },
+		DeleteFunc: s.deleted,
+	}
 }
 
 // entry is what the cluster cache keeps of a reservation: what sketch
@@ -172,7 +162,7 @@ func newMetadataList() client.ObjectList {
 
 // observed drops an assumption once a cache holds the object it stands for:
 // the local cache for this node's objects (what ByAttachment reads), the
-// cluster cache for any other.
+// window for any other.
 func (s *Store) observed(obj any) {
 	name, uid, ok := nameUID(obj)
 	if !ok {
@@ -203,7 +193,7 @@ func (s *Store) deleted(obj any) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, inCluster, _ := s.cluster.GetIndexer().GetByKey(name)
+	_, inCluster := s.win.Load().get(name)
 	_, inLocal, _ := s.local.GetIndexer().GetByKey(name)
 	if !inCluster && !inLocal {
 		delete(s.released, name)
@@ -227,17 +217,22 @@ func (s *Store) localGet(name string, uid types.UID) (*tenurev1alpha1.IPReservat
 	return r, uid == "" || r.UID == uid
 }
 
-// OnClusterAdd has fn told the name of each reservation the cluster cache
-// adds, from the informer's goroutine (fn must be quick). Call before Run.
+// OnClusterAdd has fn told the name of each reservation the window adds,
+// from the informer's goroutine (fn must be quick). Call before Run.
 func (s *Store) OnClusterAdd(fn func(name string)) { s.clusterAdded = fn }
 
-// Run runs the informers until ctx ends.
+// Run runs the local informer, and lets the window's run, until ctx ends.
 func (s *Store) Run(ctx context.Context) {
-	go s.local.RunWithContext(ctx)
-	s.cluster.RunWithContext(ctx)
+	s.winMu.Lock()
+	s.runCtx = ctx
+	s.winMu.Unlock()
+	s.local.RunWithContext(ctx)
+	s.winMu.Lock()
+	s.win.Load().cancel()
+	s.winMu.Unlock()
 }
 
-// WaitForSync blocks until both initial lists are in, or ctx ends.
+// WaitForSync blocks until the local initial list is in, or ctx ends.
 func (s *Store) WaitForSync(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), s.HasSynced) {
 		return fmt.Errorf("reservation cache did not sync: %w", ctx.Err())
@@ -245,8 +240,9 @@ func (s *Store) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
-// HasSynced reports whether both initial lists are in.
-func (s *Store) HasSynced() bool { return s.cluster.HasSynced() && s.local.HasSynced() }
+// HasSynced reports whether the local initial list is in (the window is
+// synced whenever it is in place: see Watch).
+func (s *Store) HasSynced() bool { return s.local.HasSynced() }
 
 // Get returns the reservation of that name as this agent knows it. For a
 // name of another node it is a sketch (see sketch), for this node's the
@@ -267,11 +263,11 @@ func (s *Store) getLocked(name string) (*tenurev1alpha1.IPReservation, bool) {
 	if r, ok := s.localGet(name, ""); ok {
 		return r, true
 	}
-	obj, ok, _ := s.cluster.GetIndexer().GetByKey(name)
+	e, ok := s.win.Load().get(name)
 	if !ok {
 		return nil, false
 	}
-	return sketch(obj.(*entry)), true
+	return sketch(e), true
 }
 
 // sketch is what a cluster-cache entry says of a reservation: its name,
@@ -309,7 +305,7 @@ func (s *Store) takenLocked(name string) bool {
 	if _, ok, _ := s.local.GetIndexer().GetByKey(name); ok {
 		return true
 	}
-	_, ok, _ := s.cluster.GetIndexer().GetByKey(name)
+	_, ok := s.win.Load().get(name)
 	return ok
 }
 
@@ -333,8 +329,8 @@ func (s *Store) Confirm(r *tenurev1alpha1.IPReservation) {
 	confirmed := false
 	if r.Labels[reservation.LabelNode] == s.nodeLabel {
 		_, confirmed = s.localGet(r.Name, r.UID)
-	} else if obj, ok, _ := s.cluster.GetIndexer().GetByKey(r.Name); ok {
-		confirmed = obj.(*entry).uid == r.UID
+	} else if e, ok := s.win.Load().get(r.Name); ok {
+		confirmed = e.uid == r.UID
 	}
 	if confirmed {
 		delete(s.assumed, r.Name)
@@ -369,7 +365,7 @@ func (s *Store) Released(name string) {
 	delete(s.assumed, name)
 	s.released[name] = time.Now()
 	s.mu.Unlock()
-	s.held.apply(name, false)
+	s.win.Load().held.apply(name, false)
 }
 
 // ByAttachment returns what one attachment of this node holds.
@@ -379,13 +375,43 @@ func (s *Store) ByAttachment(containerID, ifName string) []*tenurev1alpha1.IPRes
 	})
 }
 
-// ByOwnerUID returns what one pod or claim holds, on any node: this node's
-// whole, others' as sketches.
+// ByOwnerUID returns what one pod or claim holds as this agent knows it:
+// this node's whole, and others' in the window as sketches. HeldBy asks
+// the API server for all of it.
 func (s *Store) ByOwnerUID(uid string) []*tenurev1alpha1.IPReservation {
 	return s.collect(indexOwnerUID, uid, true, func(r *tenurev1alpha1.IPReservation) bool { return r.Spec.Owner.UID == uid })
 }
 
-// ByNetwork returns every reservation of one network key, on any node.
+// HeldBy returns what one pod or claim holds on any node: this node's
+// whole from the local cache, every other as a sketch from one list of
+// the owner's label (served from the API server's watch cache). It is
+// what a claim's ADD reads, whose items may lie in blocks no window here
+// holds.
+func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
+	list := newMetadataList().(*metav1.PartialObjectMetadataList)
+	if err := s.c.List(ctx, list, client.MatchingLabels{reservation.LabelOwnerUID: uid}); err != nil {
+		return nil, fmt.Errorf("listing reservations of owner %s: %w", uid, err)
+	}
+	out := s.ByOwnerUID(uid)
+	known := make(map[string]bool, len(out))
+	for _, r := range out {
+		known[r.Name] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range list.Items {
+		m := &list.Items[i]
+		if _, gone := s.released[m.Name]; gone || known[m.Name] {
+			continue
+		}
+		e, _ := toEntry(m)
+		out = append(out, sketch(e.(*entry)))
+	}
+	return out, nil
+}
+
+// ByNetwork returns every reservation of one network key this agent knows:
+// this node's and the window's.
 func (s *Store) ByNetwork(network string) []*tenurev1alpha1.IPReservation {
 	label := reservation.NetworkLabel(network)
 	return s.collect(indexNetwork, label, true, func(r *tenurev1alpha1.IPReservation) bool { return reservation.NetworkLabelOf(r.Name) == label })
@@ -397,7 +423,7 @@ func (s *Store) Local() []*tenurev1alpha1.IPReservation {
 }
 
 // collect reads index key from the local cache and, with cluster, the
-// cluster cache (as sketches where the local cache lacks the name), then
+// window (as sketches where the local cache lacks the name), then
 // lays our unconfirmed writes and releases over them.
 func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alpha1.IPReservation) bool) []*tenurev1alpha1.IPReservation {
 	var local, others []any
@@ -410,7 +436,7 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 			if index == indexOwnerUID {
 				ckey = ownerBucket(key)
 			}
-			others, _ = s.cluster.GetIndexer().ByIndex(index, ckey)
+			others = s.win.Load().byIndex(index, ckey)
 		}
 	}
 	s.mu.Lock()
@@ -458,8 +484,14 @@ func (s *Store) expireLocked() {
 	}
 }
 
-// Len is the number of reservations in the cluster cache.
-func (s *Store) Len() int { return len(s.cluster.GetIndexer().ListKeys()) }
+// Len is the number of reservations in the window.
+func (s *Store) Len() int {
+	n := 0
+	for _, inf := range s.win.Load().infs {
+		n += len(inf.GetIndexer().ListKeys())
+	}
+	return n
+}
 
 // AssumeOverCache assumes name even though a cache holds it, for when a
 // quorum read has shown the cache to be stale. False only when this agent

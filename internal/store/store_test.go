@@ -53,14 +53,14 @@ func TestEntryKeysLikeTheObject(t *testing.T) {
 }
 
 func TestOwnerBucketsAreFilteredToTheOwner(t *testing.T) {
-	s := &Store{cluster: cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{
-		indexOwnerUID: func(obj any) ([]string, error) { return []string{ownerBucket(obj.(*entry).owner)}, nil },
-	}), local: cache.NewSharedIndexInformer(nil, &tenurev1alpha1.IPReservation{}, 0, cache.Indexers{indexOwnerUID: cache.MetaNamespaceIndexFunc}),
+	win := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, windowIndexers())
+	s := &Store{local: cache.NewSharedIndexInformer(nil, &tenurev1alpha1.IPReservation{}, 0, cache.Indexers{indexOwnerUID: cache.MetaNamespaceIndexFunc}),
 		assumed: map[string]assumedEntry{}, released: map[string]time.Time{}}
+	s.win.Store(&window{infs: []cache.SharedIndexInformer{win}, held: &heldIndex{}})
 	// Same bucket ("abc"), different owners.
 	for i, owner := range []string{"abc-1", "abc-2", "abc-1"} {
 		e, _ := toEntry(metadata(fmt.Sprintf("san.10.0.0.%d", i+1), fmt.Sprint("u", i), owner))
-		if err := s.cluster.GetIndexer().Add(e); err != nil {
+		if err := win.GetIndexer().Add(e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,10 +82,7 @@ func TestOwnerBucketsAreFilteredToTheOwner(t *testing.T) {
 func BenchmarkClusterCacheMemory(b *testing.B) {
 	const n = 100_000
 	idx := func() cache.Indexer {
-		return cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{
-			indexOwnerUID: func(obj any) ([]string, error) { return []string{ownerBucket(obj.(*entry).owner)}, nil },
-			indexNetwork:  func(obj any) ([]string, error) { return []string{reservation.NetworkLabelOf(obj.(*entry).name)}, nil },
-		})
+		return cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, windowIndexers())
 	}
 	for b.Loop() {
 		var before, after runtime.MemStats

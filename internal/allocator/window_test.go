@@ -1,0 +1,122 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/internal/store"
+)
+
+// The agent's store watches only the blocks its allocations need
+// (internal/store's window): these tests show the allocator widening it,
+// falling back to the quorum list past a few full blocks, and watching a
+// network whole once it is full, so that a release still reaches a
+// waiting pod at once.
+
+// blocksOf lists the /26 block labels of a /23's eight blocks on network.
+func blocksOf(network, base string) []string {
+	b := netip.MustParseAddr(base).As4()
+	var out []string
+	for i := 0; i < 8; i++ {
+		a := netip.AddrFrom4([4]byte{b[0], b[1], b[2] + byte(i/4), byte(64 * (i % 4))})
+		out = append(out, reservation.BlockLabel(reservation.NetworkLabel(network), false, netip.PrefixFrom(a, 32)))
+	}
+	return out
+}
+
+func watched(s *store.Store, network string, blocks []string) (n int) {
+	for _, b := range blocks {
+		if s.Watching(b, "not-"+network) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
+	ctx := context.Background()
+	const network = "alloc-window"
+	rng := rangeOf(t, `{"type":"tenure","range":"10.7.0.0/23"}`)
+	mine, _ := newFactory(t, "n1")
+	other, _ := newFactory(t, "n2")
+	win := mine.Store.(*store.Store)
+	blocks := blocksOf(network, "10.7.0.0")
+
+	// One allocation watches one block: the block it took from.
+	a := mine.For(network, allocator.AddressSpace{Range: rng})
+	first, err := a.AllocateNext(ctx, owner("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := watched(win, network, blocks); n != 1 || !win.Watching(first.Labels[reservation.LabelBlock], "") {
+		t.Fatalf("after one allocation %d blocks are watched, want 1: the block of %s", n, first.Spec.Address)
+	}
+
+	// Another node takes every address but one, .250 of the last block,
+	// behind mine's window.
+	b := other.For(network, allocator.AddressSpace{Range: rng})
+	for i := 1; i <= 510; i++ { // 10.7.0.1 to 10.7.1.254
+		a := netip.AddrFrom4([4]byte{10, 7, byte(i / 256), byte(i % 256)})
+		if a.String() == first.Spec.Address || a.String() == "10.7.1.250" {
+			continue
+		}
+		if _, err := b.Allocate(ctx, netip.PrefixFrom(a, 32), owner(fmt.Sprint("o", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Mine widens at most maxWiden (4) blocks, each full, then one quorum
+	// list says where the free address is.
+	lists := &countingReader{Reader: mine.Quorum}
+	mine.Quorum = lists
+	got, err := a.AllocateNext(ctx, owner("last"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Address != "10.7.1.250" {
+		t.Fatalf("got %s, want the one free address 10.7.1.250", got.Spec.Address)
+	}
+	if n := watched(win, network, blocks); n > 1+4 {
+		t.Fatalf("%d blocks watched, want at most 5 (the first, and 4 widened)", n)
+	}
+	if n := lists.lists.Load(); n != 1 {
+		t.Fatalf("%d quorum lists, want 1", n)
+	}
+
+	// Full now: a fresh quorum list says so, and mine watches the network
+	// whole from then on.
+	mine.QuorumInterval = time.Nanosecond // the last list is too old
+	if _, err := a.AllocateNext(ctx, owner("waiting")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("a full range: %v, want ErrFull", err)
+	}
+	if !win.Watching("no-such-block", reservation.NetworkLabel(network)) {
+		t.Fatal("a range found full must have its network watched whole")
+	}
+	// A release on another node reaches the waiting pod's next ADD
+	// without another quorum list.
+	mine.QuorumInterval = time.Hour
+	before := lists.lists.Load()
+	freed := reservation.AddressName(network, netip.MustParseAddr("10.7.0.77"))
+	if err := b.Release(ctx, netip.MustParsePrefix("10.7.0.77/32")); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return !win.Taken(freed), nil
+	}); err != nil {
+		t.Fatalf("the release never reached the window: %v", err)
+	}
+	r, err := a.AllocateNext(ctx, owner("waiting"))
+	if err != nil || r.Spec.Address != "10.7.0.77" {
+		t.Fatalf("after the release: %v %v, want 10.7.0.77", r, err)
+	}
+	if n := lists.lists.Load() - before; n != 0 {
+		t.Fatalf("%d quorum lists after the release, want 0", n)
+	}
+}
