@@ -65,9 +65,10 @@ type Store struct {
 	// winMu serialises window changes; wanted is when each block ("b:"
 	// label) or network ("n:" label) was last asked for, and runCtx the
 	// context the window's informers run under (set by Run).
-	winMu  sync.Mutex
-	wanted map[string]time.Time
-	runCtx context.Context
+	winMu    sync.Mutex
+	wanted   map[string]time.Time
+	runCtx   context.Context
+	rebuilds atomic.Int64
 
 	mu sync.Mutex
 	// assumed: created by us, not yet seen by the informers.

@@ -106,8 +106,12 @@ func (s *Store) Watch(ctx context.Context, blocks, networks []string) error {
 		return err
 	}
 	s.win.Swap(next).cancel()
+	s.rebuilds.Add(1)
 	return nil
 }
+
+// Rebuilds is how many times Watch has replaced the window.
+func (s *Store) Rebuilds() int64 { return s.rebuilds.Load() }
 
 // start runs next's informers under the store's context and waits, under
 // ctx, until their initial lists are in next's index.
