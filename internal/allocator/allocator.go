@@ -182,9 +182,9 @@ type Window interface {
 	// block or of that whole network (reservation.LabelBlock and
 	// reservation.LabelNetwork values).
 	Watching(block, networkLabel string) bool
-	// Watch makes the cache hold those blocks and whole networks, and
-	// returns once it does.
-	Watch(ctx context.Context, blocks, networks []string) error
+	// Watch makes the cache hold one block of the network of that label,
+	// or the whole network when block is "", and returns once it does.
+	Watch(ctx context.Context, networkLabel, block string) error
 }
 
 // maxWiden is how many blocks one cache pass may add to the window before
@@ -312,7 +312,7 @@ func (a *allocator) watchWhole(ctx context.Context) {
 	if w, ok := a.f.Store.(Window); ok {
 		// The answer stands without it: a failed Watch only means the
 		// freed address waits for the next quorum list.
-		_ = w.Watch(ctx, nil, []string{reservation.NetworkLabel(a.network)})
+		_ = w.Watch(ctx, reservation.NetworkLabel(a.network), "")
 	}
 }
 
@@ -333,7 +333,7 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 		return errWidened
 	}
 	*added++
-	return w.Watch(ctx, []string{block}, nil)
+	return w.Watch(ctx, network, block)
 }
 
 // skipHeld is where the first pass resumes when the cache holds the

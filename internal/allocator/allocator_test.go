@@ -148,7 +148,7 @@ func TestStaleCacheNeitherDuplicatesNorReportsFalselyFull(t *testing.T) {
 	// The range's one block is in stale's window, then frozen: from here
 	// on, stale's cache sees nothing.
 	block := reservation.BlockLabel("alloc-stale", false, netip.MustParsePrefix("10.4.0.0/32"))
-	if err := stale.Store.(*store.Store).Watch(ctx, []string{block}, nil); err != nil {
+	if err := stale.Store.(*store.Store).Watch(ctx, "alloc-stale", block); err != nil {
 		t.Fatal(err)
 	}
 	freeze()

@@ -156,7 +156,7 @@ func TestHeldBySeesOtherNodesAsSketches(t *testing.T) {
 	if got["10.0.0.5"].Spec.Owner.Node != "" || got["10.0.0.6"].Spec.Owner.Node != "n1" {
 		t.Fatal("another node's reservation is a sketch (metadata only), this node's is whole")
 	}
-	if err := s.Watch(ctx, []string{other.Labels[reservation.LabelBlock]}, nil); err != nil {
+	if err := s.Watch(ctx, "san", other.Labels[reservation.LabelBlock]); err != nil {
 		t.Fatal(err)
 	}
 	if got := addrs(s.ByOwnerUID("claim-1")); len(got) != 2 {
@@ -181,7 +181,7 @@ func TestWindowHoldsWhatItWatches(t *testing.T) {
 	if s.Taken(inA.Name) || s.Watching(blockA, "san") {
 		t.Fatal("before any Watch the window holds nothing")
 	}
-	if err := s.Watch(ctx, []string{blockA}, nil); err != nil {
+	if err := s.Watch(ctx, "san", blockA); err != nil {
 		t.Fatal(err)
 	}
 	if !s.Watching(blockA, "other") || s.Watching(blockB, "other") {
@@ -204,13 +204,13 @@ func TestWindowHoldsWhatItWatches(t *testing.T) {
 	}
 	eventually(t, ctx, "a delete in a watched block reaches the window", func() bool { return !s.Taken(inA.Name) })
 	// The whole network: block B too, and block A is kept.
-	if err := s.Watch(ctx, nil, []string{"san"}); err != nil {
+	if err := s.Watch(ctx, "san", ""); err != nil {
 		t.Fatal(err)
 	}
 	if !s.Watching(blockB, "san") || !s.Taken(inB.Name) || !s.Taken(late.Name) {
 		t.Fatal("with the network watched whole, every block of it is held")
 	}
-	if err := s.Watch(ctx, []string{blockA}, nil); err != nil || s.Len() != 3 {
+	if err := s.Watch(ctx, "san", blockA); err != nil || s.Len() != 3 {
 		t.Fatalf("Watch of a held block: %v; Len %d, want 3 (two informers, both hold .9)", err, s.Len())
 	}
 }
@@ -222,4 +222,29 @@ func ledgerHolds[V any](s *Store, ledger map[string]V, name string) bool {
 	defer s.mu.Unlock()
 	_, ok := ledger[name]
 	return ok
+}
+
+// TestWindowHoldsUnlabelledReservationsOfItsNetworks: a reservation
+// without the block label (written before it existed) is in the window of
+// any agent working in its network, whatever block it lies in, and in no
+// other network's.
+func TestWindowHoldsUnlabelledReservationsOfItsNetworks(t *testing.T) {
+	legacy := resv("10.0.0.200", "o1", "n2")
+	delete(legacy.Labels, reservation.LabelBlock)
+	elsewhere := resv("10.0.0.201", "o2", "n2")
+	elsewhere.Name, elsewhere.Labels[reservation.LabelNetwork] = reservation.AddressName("vlan", netip.MustParseAddr("10.0.0.201")), "vlan"
+	delete(elsewhere.Labels, reservation.LabelBlock)
+	s, _, ctx := startStore(t, legacy, elsewhere)
+	if err := s.Watch(ctx, "san", resv("10.0.0.1", "x", "n1").Labels[reservation.LabelBlock]); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Taken(legacy.Name) {
+		t.Fatal("an unlabelled reservation of a network the agent works in must be in its window")
+	}
+	if s.Taken(elsewhere.Name) {
+		t.Fatal("an unlabelled reservation of another network must not be")
+	}
+	if a, _ := s.NextUnheldAddress("san", netip.MustParseAddr("10.0.0.200")); a != netip.MustParseAddr("10.0.0.201") {
+		t.Fatalf("the index must hold the unlabelled reservation: next unheld from .200 is %v", a)
+	}
 }

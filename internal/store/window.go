@@ -25,12 +25,15 @@ import (
 const windowKeep = 10 * time.Minute
 
 // window is one generation of what the agent watches of other nodes'
-// reservations: the blocks it allocates from and the networks it found
-// full (a full network's every delete is a waiting pod's chance). Each
+// reservations: the blocks it allocates from, the networks it found full
+// (a full network's every delete is a waiting pod's chance) and, in the
+// networks of those blocks, the reservations that have no block label
+// (legacy: written before the label existed, or by an older agent during
+// an upgrade; new ones always have it, so this set only shrinks). Each
 // generation has its informers and its index; Watch replaces the whole
 // generation, so lookups never see half of one.
 type window struct {
-	blocks, networks map[string]bool
+	blocks, networks, legacy map[string]bool
 	infs             []cache.SharedIndexInformer // *entry
 	held             *heldIndex
 	cancel           context.CancelFunc
@@ -71,36 +74,41 @@ func (s *Store) Watching(block, networkLabel string) bool {
 	return w.blocks[block] || w.networks[networkLabel]
 }
 
-// Watch makes the window hold the reservations of these blocks and whole
-// networks, and returns once it does (a list of just those, then a watch):
-// until then the cache says nothing about them. The new window keeps what
-// was asked for in the last windowKeep and drops the rest.
-func (s *Store) Watch(ctx context.Context, blocks, networks []string) error {
+// Watch makes the window hold the reservations of one block of the network
+// of that label, or of the whole network when block is "", and returns
+// once it does (a list of just those, then a watch): until then the cache
+// says nothing about them. The new window keeps what was asked for in the
+// last windowKeep and drops the rest.
+func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 	s.winMu.Lock()
 	defer s.winMu.Unlock()
 	if s.runCtx == nil {
 		return fmt.Errorf("reservation window: the store is not running")
 	}
-	now, cur, missing := time.Now(), s.win.Load(), false
-	for _, b := range blocks {
-		s.wanted["b:"+b], missing = now, missing || !cur.blocks[b]
-	}
-	for _, n := range networks {
-		s.wanted["n:"+n], missing = now, missing || !cur.networks[n]
+	now, cur := time.Now(), s.win.Load()
+	s.wanted["l:"+networkLabel] = now
+	missing := !cur.legacy[networkLabel] && !cur.networks[networkLabel]
+	if block == "" {
+		s.wanted["n:"+networkLabel] = now
+		missing = missing || !cur.networks[networkLabel]
+	} else {
+		s.wanted["b:"+block] = now
+		missing = missing || !cur.blocks[block] && !cur.networks[networkLabel]
 	}
 	if !missing {
 		return nil
 	}
-	next := &window{blocks: map[string]bool{}, networks: map[string]bool{}, held: &heldIndex{}}
+	next := &window{blocks: map[string]bool{}, networks: map[string]bool{}, legacy: map[string]bool{}, held: &heldIndex{}}
 	for k, at := range s.wanted {
-		switch kind, v, _ := strings.Cut(k, ":"); {
-		case now.Sub(at) > windowKeep:
+		kind, v, _ := strings.Cut(k, ":")
+		if now.Sub(at) > windowKeep {
 			delete(s.wanted, k)
-		case kind == "b":
-			next.blocks[v] = true
-		default:
-			next.networks[v] = true
+			continue
 		}
+		map[string]map[string]bool{"b": next.blocks, "n": next.networks, "l": next.legacy}[kind][v] = true
+	}
+	for n := range next.networks {
+		delete(next.legacy, n) // watched whole, labelled or not
 	}
 	if err := s.start(ctx, next); err != nil {
 		return err
@@ -113,26 +121,49 @@ func (s *Store) Watch(ctx context.Context, blocks, networks []string) error {
 // Rebuilds is how many times Watch has replaced the window.
 func (s *Store) Rebuilds() int64 { return s.rebuilds.Load() }
 
+// windowSelectors are the label selectors of w's informers: one per
+// non-empty set.
+func windowSelectors(w *window) ([]labels.Selector, error) {
+	var out []labels.Selector
+	for _, sel := range []struct {
+		label   string
+		values  map[string]bool
+		unknown bool // also: without a block label
+	}{{reservation.LabelBlock, w.blocks, false}, {reservation.LabelNetwork, w.networks, false}, {reservation.LabelNetwork, w.legacy, true}} {
+		if len(sel.values) == 0 {
+			continue
+		}
+		in, err := labels.NewRequirement(sel.label, selection.In, slices.Sorted(maps.Keys(sel.values)))
+		if err != nil {
+			return nil, fmt.Errorf("reservation window: %w", err)
+		}
+		selector := labels.NewSelector().Add(*in)
+		if sel.unknown {
+			none, err := labels.NewRequirement(reservation.LabelBlock, selection.DoesNotExist, nil)
+			if err != nil {
+				return nil, err
+			}
+			selector = selector.Add(*none)
+		}
+		out = append(out, selector)
+	}
+	return out, nil
+}
+
 // start runs next's informers under the store's context and waits, under
 // ctx, until their initial lists are in next's index.
 func (s *Store) start(ctx context.Context, next *window) error {
 	wctx, cancel := context.WithCancel(s.runCtx)
 	next.cancel = cancel
+	selectors, err := windowSelectors(next)
+	if err != nil {
+		cancel()
+		return err
+	}
 	var synced []cache.DoneChecker
-	for _, sel := range []struct {
-		label  string
-		values map[string]bool
-	}{{reservation.LabelBlock, next.blocks}, {reservation.LabelNetwork, next.networks}} {
-		if len(sel.values) == 0 {
-			continue
-		}
-		req, err := labels.NewRequirement(sel.label, selection.In, slices.Sorted(maps.Keys(sel.values)))
-		if err != nil {
-			cancel()
-			return fmt.Errorf("reservation window: %w", err)
-		}
+	for _, sel := range selectors {
 		inf := kube.NewInformer(s.c, newMetadataList, &metav1.PartialObjectMetadata{}, windowIndexers(),
-			client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*req)})
+			client.MatchingLabelsSelector{Selector: sel})
 		_ = inf.SetTransform(toEntry)
 		reg, _ := inf.AddEventHandler(s.indexing(next.held))
 		_, _ = inf.AddEventHandler(s.confirmations())
