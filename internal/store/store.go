@@ -59,7 +59,7 @@ type Store struct {
 	// reservations carry and the local informer selects.
 	nodeLabel string
 	c         client.WithWatch
-	win       atomic.Pointer[window]        // *entry, from metadata: the watched blocks and networks
+	win       atomic.Pointer[window]    // *entry, from metadata: the watched blocks and networks
 	local     cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
 
 	// winMu serialises window changes; wanted is when each block ("b:"

@@ -34,9 +34,9 @@ const windowKeep = 10 * time.Minute
 // generation, so lookups never see half of one.
 type window struct {
 	blocks, networks, legacy map[string]bool
-	infs             []cache.SharedIndexInformer // *entry
-	held             *heldIndex
-	cancel           context.CancelFunc
+	infs                     []cache.SharedIndexInformer // *entry
+	held                     *heldIndex
+	cancel                   context.CancelFunc
 }
 
 func (w *window) get(name string) (*entry, bool) {
