@@ -248,3 +248,34 @@ func TestWindowHoldsUnlabelledReservationsOfItsNetworks(t *testing.T) {
 		t.Fatalf("the index must hold the unlabelled reservation: next unheld from .200 is %v", a)
 	}
 }
+
+// TestAnEventReachesOnlyTheWindowsOfItsBlock: what the window is for. Two
+// agents working in different blocks of one network: a create in one's
+// block reaches it, and never the other, which by then has seen a later
+// create in its own block (one watch delivers events in order, so the
+// first would have come before).
+func TestAnEventReachesOnlyTheWindowsOfItsBlock(t *testing.T) {
+	a, fc, ctx := startStore(t)
+	b := New(fc, "n2")
+	go b.Run(ctx)
+	if err := b.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inA, inB := resv("10.0.0.5", "o1", "n3"), resv("10.0.0.70", "o2", "n3")
+	if err := a.Watch(ctx, "san", inA.Labels[reservation.LabelBlock]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Watch(ctx, "san", inB.Labels[reservation.LabelBlock]); err != nil {
+		t.Fatal(err)
+	}
+	lateA, lateB := resv("10.0.0.6", "o3", "n3"), resv("10.0.0.71", "o4", "n3")
+	for _, r := range []*tenurev1alpha1.IPReservation{inA, inB, lateA, lateB} {
+		if err := fc.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, ctx, "each window holds its block's creates", func() bool { return a.Taken(lateA.Name) && b.Taken(lateB.Name) })
+	if !a.Taken(inA.Name) || !b.Taken(inB.Name) || a.Taken(inB.Name) || b.Taken(inA.Name) {
+		t.Fatal("a create reached a window that does not hold its block")
+	}
+}
