@@ -187,6 +187,9 @@ func TestWindowHoldsWhatItWatches(t *testing.T) {
 	if !s.Watching(blockA, "other") || s.Watching(blockB, "other") {
 		t.Fatal("Watching must report block A only")
 	}
+	if n := len(s.win.Load().infs); n != 1 {
+		t.Fatalf("%d informers: with no unlabelled reservation in the network, the block's watch is the only one", n)
+	}
 	// Watch returns with the block's list in the cache and the index.
 	if !s.Taken(inA.Name) || s.Taken(inB.Name) {
 		t.Fatalf("after Watch(A): Taken(A) %v, Taken(B) %v; want true, false", s.Taken(inA.Name), s.Taken(inB.Name))

@@ -121,10 +121,17 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 // Rebuilds is how many times Watch has replaced the window.
 func (s *Store) Rebuilds() int64 { return s.rebuilds.Load() }
 
+// windowSelector is one informer's label selector; legacy: the one of
+// reservations without a block label.
+type windowSelector struct {
+	labels.Selector
+	legacy bool
+}
+
 // windowSelectors are the label selectors of w's informers: one per
 // non-empty set.
-func windowSelectors(w *window) ([]labels.Selector, error) {
-	var out []labels.Selector
+func windowSelectors(w *window) ([]windowSelector, error) {
+	var out []windowSelector
 	for _, sel := range []struct {
 		label   string
 		values  map[string]bool
@@ -145,7 +152,7 @@ func windowSelectors(w *window) ([]labels.Selector, error) {
 			}
 			selector = selector.Add(*none)
 		}
-		out = append(out, selector)
+		out = append(out, windowSelector{selector, sel.unknown})
 	}
 	return out, nil
 }
@@ -161,15 +168,23 @@ func (s *Store) start(ctx context.Context, next *window) error {
 		return err
 	}
 	var synced []cache.DoneChecker
+	var legacy cache.SharedIndexInformer
+	legacyCtx, stopLegacy := context.WithCancel(wctx)
+	next.cancel = func() { stopLegacy(); cancel() }
 	for _, sel := range selectors {
 		inf := kube.NewInformer(s.c, newMetadataList, &metav1.PartialObjectMetadata{}, windowIndexers(),
-			client.MatchingLabelsSelector{Selector: sel})
+			client.MatchingLabelsSelector{Selector: sel.Selector})
 		_ = inf.SetTransform(toEntry)
 		reg, _ := inf.AddEventHandler(s.indexing(next.held))
 		_, _ = inf.AddEventHandler(s.confirmations())
 		next.infs = append(next.infs, inf)
 		synced = append(synced, reg.HasSyncedChecker())
-		go inf.RunWithContext(wctx)
+		if sel.legacy {
+			legacy = inf
+			go inf.RunWithContext(legacyCtx)
+		} else {
+			go inf.RunWithContext(wctx)
+		}
 	}
 	for _, done := range synced {
 		select {
@@ -180,6 +195,15 @@ func (s *Store) start(ctx context.Context, next *window) error {
 		case <-wctx.Done():
 			return fmt.Errorf("reservation window did not sync: %w", wctx.Err())
 		}
+	}
+	// Once no reservation without a block label is left (an upgraded
+	// cluster), its watch would only be one more watcher for the API
+	// server to test every event against: stop it. Only an agent older
+	// than the label writes such a reservation, during a rolling upgrade;
+	// one missed costs a refused Create, and the next window looks again.
+	if legacy != nil && len(legacy.GetIndexer().ListKeys()) == 0 {
+		stopLegacy()
+		next.infs = slices.DeleteFunc(next.infs, func(inf cache.SharedIndexInformer) bool { return inf == legacy })
 	}
 	return nil
 }
