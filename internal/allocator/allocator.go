@@ -307,14 +307,29 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 
 // watchWhole has a windowed store watch the whole network once a quorum
 // list found its range full: every delete in it is then a waiting pod's
-// chance, seen at once rather than at the next list.
+// chance, seen at once rather than at the next list. The watch starts in
+// the background (a full network is a list of all its reservations, which
+// this ADD's "full" answer need not wait for), outliving the ADD.
 func (a *allocator) watchWhole(ctx context.Context) {
-	if w, ok := a.f.Store.(Window); ok {
-		// The answer stands without it: a failed Watch only means the
-		// freed address waits for the next quorum list.
-		_ = w.Watch(ctx, reservation.NetworkLabel(a.network), "")
+	w, ok := a.f.Store.(Window)
+	if !ok {
+		return
 	}
+	network := reservation.NetworkLabel(a.network)
+	if w.Watching("", network) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wholeNetworkSync)
+		defer cancel()
+		// The answer stands without it: a failed Watch only means a
+		// freed address waits for the next quorum list.
+		_ = w.Watch(ctx, network, "")
+	}()
 }
+
+// wholeNetworkSync bounds the list of a full network's reservations.
+const wholeNetworkSync = 5 * time.Minute
 
 // widen makes sure a windowed store holds the block of item before the
 // cache pass reads the cache about it; errWidened once the pass has added

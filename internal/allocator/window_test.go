@@ -96,8 +96,11 @@ func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
 	if _, err := a.AllocateNext(ctx, owner("waiting")); !errors.Is(err, allocator.ErrFull) {
 		t.Fatalf("a full range: %v, want ErrFull", err)
 	}
-	if !win.Watching("no-such-block", reservation.NetworkLabel(network)) {
-		t.Fatal("a range found full must have its network watched whole")
+	// The whole network's watch starts in the background.
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return win.Watching("no-such-block", reservation.NetworkLabel(network)), nil
+	}); err != nil {
+		t.Fatalf("a range found full must have its network watched whole: %v", err)
 	}
 	// A release on another node reaches the waiting pod's next ADD
 	// without another quorum list.

@@ -282,3 +282,23 @@ func TestAnEventReachesOnlyTheWindowsOfItsBlock(t *testing.T) {
 		t.Fatal("a create reached a window that does not hold its block")
 	}
 }
+
+// TestANewWindowKeepsOurReleases: a window whose list was taken before a
+// release of ours reached the API server still lets the search find the
+// address (its index would otherwise hide it until its watch reported the
+// delete: a waiting pod would fail once more on a full network).
+func TestANewWindowKeepsOurReleases(t *testing.T) {
+	r := resv("10.0.0.5", "o1", "n2")
+	s, _, ctx := startStore(t, r)
+	// As if the list raced our delete: the object is still in the API.
+	s.Released(r.Name)
+	if err := s.Watch(ctx, "san", r.Labels[reservation.LabelBlock]); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := s.NextUnheldAddress("san", netip.MustParseAddr("10.0.0.5")); a != netip.MustParseAddr("10.0.0.5") {
+		t.Fatalf("next unheld from our released .5 is %v, want .5", a)
+	}
+	if s.Taken(r.Name) {
+		t.Fatal("our released name is taken")
+	}
+}

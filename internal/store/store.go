@@ -366,6 +366,8 @@ func (s *Store) Released(name string) {
 	delete(s.assumed, name)
 	s.released[name] = time.Now()
 	s.mu.Unlock()
+	// After the unlock: a window installed meanwhile applied the ledger
+	// above under the lock, and this applies to it again, harmlessly.
 	s.win.Load().held.apply(name, false)
 }
 

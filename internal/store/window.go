@@ -113,7 +113,16 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 	if err := s.start(ctx, next); err != nil {
 		return err
 	}
-	s.win.Swap(next).cancel()
+	// The new window's list may predate a release of ours that the old
+	// index already forgot; until its watch reports the delete, its index
+	// would hide the address from the search.
+	s.mu.Lock()
+	for name := range s.released {
+		next.held.apply(name, false)
+	}
+	old := s.win.Swap(next)
+	s.mu.Unlock()
+	old.cancel()
 	s.rebuilds.Add(1)
 	return nil
 }
