@@ -97,7 +97,7 @@ func fanoutPlots(rep *Report) map[string]Plot {
 	}
 	note := fmt.Sprintf("%s · %d CPUs · load %.1f→%.1f · %s", rep.Command, rep.Machine.NumCPU, rep.Machine.LoadAvgStart, rep.Machine.LoadAvgEnd, rep.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	cpu := Plot{
-		Title:  fmt.Sprintf("API server CPU per ADD against agents watching (%d reservations, %d ADDs c%d)", fanoutPresent, fanoutOps, fanoutConc),
+		Title:  fmt.Sprintf("API server CPU per ADD against agents in the network (%d reservations, %d ADDs c%d)", fanoutPresent, fanoutOps, fanoutConc),
 		XLabel: "agent caches (N)", YLabel: "CPU ms per ADD",
 		Series: []Series{series("kube-apiserver", "#1f77b4", "", "apiserver_cpu_ms_per_add"), series("etcd", "#2ca02c", "4 3", "etcd_cpu_ms_per_add")},
 		Note:   note,
@@ -106,7 +106,7 @@ func fanoutPlots(rep *Report) map[string]Plot {
 		cpu.HLines = []HLine{{Y: targetFanoutCPURatio * base, Label: fmt.Sprintf("goal: %.0f× N=%.0f", targetFanoutCPURatio, rows[0].Figures["agents"])}}
 	}
 	lag := Plot{
-		Title:  "Cache lag: a create until every agent cache holds it",
+		Title:  "Cache lag: a create until every agent cache watching its block holds it",
 		XLabel: "agent caches (N)", YLabel: "ms",
 		Series: []Series{series("lag p50", "#d62728", "", "cache_lag_p50_ms"), series("lag p99", "#d62728", "2 3", "cache_lag_p99_ms"),
 			series("ADD p99", "#7f7f7f", "8 4", "add_p99_ms")},
