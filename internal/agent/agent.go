@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -125,6 +126,13 @@ func New(opts Options) (*Agent, error) {
 	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
 		return nil, err
 	}
+	a.dataplane.metrics.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_window_rebuilds_total",
+			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},
+			func() float64 { return float64(a.store.Rebuilds()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
+			Help: "Reservations in the agent's window: the blocks it allocates from and the networks it found full."},
+			func() float64 { return float64(a.store.Len()) }))
 	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
 		a.dataplane.svc.Trigger()
 		a.triggerOwnerFollow()

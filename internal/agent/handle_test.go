@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
@@ -642,4 +644,38 @@ func TestNodeNameLongerThanALabel(t *testing.T) {
 	if held := h.held(); len(held) != 0 {
 		t.Fatalf("left after DEL: %v", held)
 	}
+}
+
+// TestWindowMetrics: the agent's first ADD on a network widens its window
+// by the block it allocates from, and /metrics says so.
+func TestWindowMetrics(t *testing.T) {
+	h := startAgent(t, pod("p1", thisNode, nil))
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		h.agent.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return rec.Body.String()
+	}
+	if m := scrape(); !strings.Contains(m, "tenure_agent_window_rebuilds_total 0\n") || !strings.Contains(m, "tenure_agent_window_reservations 0\n") {
+		t.Fatalf("before any ADD the window is empty and was never built:\n%s", grepLines(m, "tenure_agent_window"))
+	}
+	ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "p1"}))
+	if m := scrape(); !strings.Contains(m, "tenure_agent_window_rebuilds_total 1\n") {
+		t.Fatalf("after one ADD: one rebuild:\n%s", grepLines(m, "tenure_agent_window"))
+	}
+	// Its own create reaches the window by the watch.
+	if err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(scrape(), "tenure_agent_window_reservations 1\n"), nil
+	}); err != nil {
+		t.Fatalf("the window never held the ADD's reservation:\n%s", grepLines(scrape(), "tenure_agent_window"))
+	}
+}
+
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
