@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,6 +126,10 @@ func (s liveSource) siblings(ctx context.Context, uid string) ([]*tenurev1alpha1
 	return out, nil
 }
 
+// errOpaque: a cache cannot answer, since an entry it would answer from
+// is opaque (see resEntry); the live reads decide.
+var errOpaque = errors.New("the cache does not know what an entry's spec says")
+
 // cachedSource answers from the controller's caches: pods and reservations
 // from the entry index, nodes and claims from the informer cache.
 type cachedSource struct {
@@ -148,6 +153,9 @@ func (s cachedSource) siblings(_ context.Context, uid string) ([]*tenurev1alpha1
 	es := s.idx.byIndex(indexOwnerUID, uid)
 	out := make([]*tenurev1alpha1.IPReservation, len(es))
 	for i, e := range es {
+		if e.opaque {
+			return nil, errOpaque
+		}
 		out[i] = e.reservation()
 	}
 	return out, nil
@@ -187,6 +195,9 @@ func (s *snapshot) siblings(_ context.Context, uid string) ([]*tenurev1alpha1.IP
 	s.scratch = s.scratch[:len(es)]
 	s.sibs = s.sibs[:0]
 	for i, e := range es {
+		if e.opaque {
+			return nil, errOpaque
+		}
 		s.sibs = append(s.sibs, e.into(&s.scratch[i]))
 	}
 	return s.sibs, nil

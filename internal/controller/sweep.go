@@ -82,25 +82,26 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	if err != nil {
 		return res, err
 	}
-	entries := snap.idx.reservations.List()
+	entries := snap.idx.list()
 	// In name order, as the API server lists them: --once prints its
 	// candidates in this order.
-	slices.SortFunc(entries, func(a, b any) int { return strings.Compare(entryName(a), entryName(b)) })
+	slices.SortFunc(entries, func(a, b *resEntry) int { return strings.Compare(a.name, b.name) })
 	res.Reservations = len(entries)
 	var errs []error
 	now := s.Releaser.now()
 	var r tenurev1alpha1.IPReservation // reused: Decide keeps nothing of it
-	for _, obj := range entries {
-		e, ok := obj.(*resEntry)
-		if !ok {
-			continue
-		}
-		g, _ := gather(ctx, snap, e.into(&r), now) // a snapshot never fails
-		if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release {
-			if d.RecheckAfter > 0 {
-				s.requeue(e.name, d.RecheckAfter)
+	for _, e := range entries {
+		// An opaque entry, or one with an opaque sibling (the only error
+		// of a snapshot), goes to the live reads as a candidate would.
+		if !e.opaque {
+			if g, err := gather(ctx, snap, e.into(&r), now); err == nil {
+				if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release {
+					if d.RecheckAfter > 0 {
+						s.requeue(e.name, d.RecheckAfter)
+					}
+					continue
+				}
 			}
-			continue
 		}
 		out, err := s.Releaser.Release(ctx, e.name)
 		if err != nil {
@@ -190,7 +191,7 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, error) {
 	rl := &tenurev1alpha1.IPReservationList{}
 	if err := s.listAll(ctx, rl, func() error {
 		for i := range rl.Items {
-			if err := snap.idx.reservations.Add(resEntryOf(&rl.Items[i])); err != nil {
+			if err := snap.idx.add(resEntryOf(&rl.Items[i])); err != nil {
 				return err
 			}
 		}
