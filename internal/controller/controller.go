@@ -175,19 +175,29 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 // made before the summary existed are watched whole. The label selects
 // each set server-side, so every object is in exactly one of them.
 func reservationInformers(c client.WithWatch) []toolscache.SharedIndexInformer {
-	summarized, _ := labels.NewRequirement(reservation.LabelSpecSummary, selection.Equals, []string{reservation.SpecSummaryV1})
-	whole, _ := labels.NewRequirement(reservation.LabelSpecSummary, selection.NotEquals, []string{reservation.SpecSummaryV1})
-	meta := kube.NewInformer(c, func() client.ObjectList {
-		l := &metav1.PartialObjectMetadataList{}
-		l.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
-		return l
-	}, &metav1.PartialObjectMetadata{}, resIndexers, client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*summarized)})
+	summarized, whole := summarySelectors()
+	meta := kube.NewInformer(c, reservationMetadataList, &metav1.PartialObjectMetadata{}, resIndexers, summarized)
 	old := kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{},
-		resIndexers, client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*whole)})
+		resIndexers, whole)
 	for _, inf := range []toolscache.SharedIndexInformer{meta, old} {
 		_ = inf.SetTransform(transformEntries)
 	}
 	return []toolscache.SharedIndexInformer{meta, old}
+}
+
+// summarySelectors select the reservations that carry the spec summary
+// (reservation.LabelSpecSummary) and those that do not.
+func summarySelectors() (summarized, whole client.MatchingLabelsSelector) {
+	is, _ := labels.NewRequirement(reservation.LabelSpecSummary, selection.Equals, []string{reservation.SpecSummaryV1})
+	not, _ := labels.NewRequirement(reservation.LabelSpecSummary, selection.NotEquals, []string{reservation.SpecSummaryV1})
+	return client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*is)},
+		client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*not)}
+}
+
+func reservationMetadataList() client.ObjectList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
+	return l
 }
 
 // Ready reports whether the caches have synced.

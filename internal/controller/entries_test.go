@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -328,5 +329,44 @@ func TestOpaqueEntriesAreJudgedLive(t *testing.T) {
 		if exists(t, c, r.Name) != want {
 			t.Errorf("%s exists: %v, want %v", r.Name, !want, want)
 		}
+	}
+}
+
+// --once lists the reservations as the running controller watches them:
+// as metadata those that carry the spec summary, whole the others, and
+// judges both.
+func TestOnceSweepListsSummarizedAsMetadata(t *testing.T) {
+	ctx := context.Background()
+	made := func(addr string, owner tenurev1alpha1.ReservationOwner, summary bool) *tenurev1alpha1.IPReservation {
+		a := netip.MustParseAddr(addr)
+		r := reservation.New(reservation.Spec{Network: "n", Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(a, 32), Owner: owner})
+		if !summary {
+			delete(r.Labels, reservation.LabelSpecSummary)
+			r.Annotations = nil
+		}
+		return r
+	}
+	objs := []client.Object{pod("ns", "live", "uid-live", "a")}
+	want := map[string]repair.Reason{}
+	for i, summary := range []bool{true, false} {
+		gone := made(fmt.Sprintf("10.0.0.%d", 10+i), podOwner("ns", fmt.Sprint("gone-", i), fmt.Sprint("uid-gone-", i), "s", "a"), summary)
+		live := made(fmt.Sprintf("10.0.0.%d", 20+i), podOwner("ns", "live", "uid-live", "s", "a"), summary)
+		objs = append(objs, gone, live)
+		want[gone.Name] = repair.PodGone
+	}
+	c := newFake(objs...)
+	sw := NewSweeper(c, c, &Releaser{Live: c, Writer: c, DryRun: true})
+	sw.PageSize = 1
+	res, err := sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]repair.Reason{}
+	for _, o := range res.Outcomes {
+		got[o.Name] = o.Decision.Reason
+	}
+	// Kept 0: the cache judged every one itself, none was opaque.
+	if res.Reservations != 4 || fmt.Sprint(got) != fmt.Sprint(want) || res.Kept != 0 {
+		t.Fatalf("swept %d, would release %v, kept %d on live reads; want 4, %v, 0", res.Reservations, got, res.Kept, want)
 	}
 }

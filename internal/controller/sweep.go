@@ -162,10 +162,10 @@ func (s *Sweeper) pageSize() int64 {
 }
 
 // listAll pages through a list; each is called after every page.
-func (s *Sweeper) listAll(ctx context.Context, list client.ObjectList, each func() error) error {
+func (s *Sweeper) listAll(ctx context.Context, list client.ObjectList, each func() error, opts ...client.ListOption) error {
 	cont := ""
 	for {
-		if err := s.Live.List(ctx, list, client.Limit(s.pageSize()), client.Continue(cont)); err != nil {
+		if err := s.Live.List(ctx, list, append([]client.ListOption{client.Limit(s.pageSize()), client.Continue(cont)}, opts...)...); err != nil {
 			return err
 		}
 		if err := each(); err != nil {
@@ -188,6 +188,20 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, error) {
 		nodes:  map[string]*corev1.Node{},
 		claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{},
 	}
+	// As the running controller watches them: as metadata those that carry
+	// the spec summary, whole the older ones.
+	summarized, whole := summarySelectors()
+	ml := reservationMetadataList().(*metav1.PartialObjectMetadataList)
+	if err := s.listAll(ctx, ml, func() error {
+		for i := range ml.Items {
+			if err := snap.idx.add(resEntryOfMeta(&ml.Items[i])); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, summarized); err != nil {
+		return nil, fmt.Errorf("listing reservations: %w", err)
+	}
 	rl := &tenurev1alpha1.IPReservationList{}
 	if err := s.listAll(ctx, rl, func() error {
 		for i := range rl.Items {
@@ -196,7 +210,7 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, error) {
 			}
 		}
 		return nil
-	}); err != nil {
+	}, whole); err != nil {
 		return nil, fmt.Errorf("listing reservations: %w", err)
 	}
 	pl := &corev1.PodList{}
