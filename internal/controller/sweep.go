@@ -11,7 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -191,27 +193,18 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, error) {
 	// As the running controller watches them: as metadata those that carry
 	// the spec summary, whole the older ones.
 	summarized, whole := summarySelectors()
-	ml := reservationMetadataList().(*metav1.PartialObjectMetadataList)
-	if err := s.listAll(ctx, ml, func() error {
-		for i := range ml.Items {
-			if err := snap.idx.add(resEntryOfMeta(&ml.Items[i])); err != nil {
-				return err
-			}
+	for _, l := range []struct {
+		list client.ObjectList
+		sel  client.ListOption
+	}{{reservationMetadataList(), summarized}, {&tenurev1alpha1.IPReservationList{}, whole}} {
+		if err := s.listAll(ctx, l.list, func() error {
+			return meta.EachListItem(l.list, func(obj runtime.Object) error {
+				e, _ := transformEntries(obj)
+				return snap.idx.add(e.(*resEntry))
+			})
+		}, l.sel); err != nil {
+			return nil, fmt.Errorf("listing reservations: %w", err)
 		}
-		return nil
-	}, summarized); err != nil {
-		return nil, fmt.Errorf("listing reservations: %w", err)
-	}
-	rl := &tenurev1alpha1.IPReservationList{}
-	if err := s.listAll(ctx, rl, func() error {
-		for i := range rl.Items {
-			if err := snap.idx.add(resEntryOf(&rl.Items[i])); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, whole); err != nil {
-		return nil, fmt.Errorf("listing reservations: %w", err)
 	}
 	pl := &corev1.PodList{}
 	if err := s.listAll(ctx, pl, func() error {

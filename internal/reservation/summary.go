@@ -51,15 +51,28 @@ type SpecSummary struct {
 	Owner tenurev1alpha1.ReservationOwner
 }
 
+// specSummaryFields are the summary's keys, in the order they are written,
+// and the fields they stand for.
+var specSummaryFields = []struct {
+	key   string
+	field func(*SpecSummary) *string
+}{
+	{"kind", func(s *SpecSummary) *string { return (*string)(&s.Owner.Kind) }},
+	{"namespace", func(s *SpecSummary) *string { return &s.Owner.Namespace }},
+	{"name", func(s *SpecSummary) *string { return &s.Owner.Name }},
+	{"containerID", func(s *SpecSummary) *string { return &s.Owner.ContainerID }},
+	{"interface", func(s *SpecSummary) *string { return &s.Owner.Interface }},
+	{"node", func(s *SpecSummary) *string { return &s.Owner.Node }},
+	{"pool", func(s *SpecSummary) *string { return &s.Pool }},
+}
+
 // EncodeSpecSummary is the AnnotationSpecSummary value of spec.
 func EncodeSpecSummary(spec *tenurev1alpha1.IPReservationSpec) string {
+	s := &SpecSummary{Pool: spec.Pool, Owner: spec.Owner}
 	var b strings.Builder
-	for _, f := range []struct{ key, value string }{
-		{"kind", string(spec.Owner.Kind)}, {"namespace", spec.Owner.Namespace}, {"name", spec.Owner.Name},
-		{"containerID", spec.Owner.ContainerID}, {"interface", spec.Owner.Interface}, {"node", spec.Owner.Node},
-		{"pool", spec.Pool},
-	} {
-		if f.value == "" {
+	for _, f := range specSummaryFields {
+		v := *f.field(s)
+		if v == "" {
 			continue
 		}
 		if b.Len() > 0 {
@@ -67,7 +80,7 @@ func EncodeSpecSummary(spec *tenurev1alpha1.IPReservationSpec) string {
 		}
 		b.WriteString(f.key)
 		b.WriteByte('=')
-		b.WriteString(url.QueryEscape(f.value))
+		b.WriteString(url.QueryEscape(v))
 	}
 	return b.String()
 }
@@ -89,22 +102,11 @@ func ParseSpecSummary(v string) (SpecSummary, error) {
 				return SpecSummary{}, fmt.Errorf("spec summary: %s: %w", key, err)
 			}
 		}
-		o := &s.Owner
-		switch key {
-		case "kind":
-			o.Kind = tenurev1alpha1.OwnerKind(value)
-		case "namespace":
-			o.Namespace = value
-		case "name":
-			o.Name = value
-		case "containerID":
-			o.ContainerID = value
-		case "interface":
-			o.Interface = value
-		case "node":
-			o.Node = value
-		case "pool":
-			s.Pool = value
+		for _, f := range specSummaryFields {
+			if f.key == key {
+				*f.field(&s) = value
+				break
+			}
 		}
 	}
 	return s, nil
