@@ -868,11 +868,12 @@ func TestControllerJudgesReservationsWithoutATrustworthySpecSummary(t *testing.T
 	ctx := testContext(t, 2*time.Minute)
 	c := apiClient(t)
 	const network, ns = "summary", "e2e-summary"
-	live := newPod(t, ctx, c, ns, "sum-a", nil)
-	liveOwner := func(sandbox string) tenurev1alpha1.ReservationOwner {
-		return tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: ns, Name: live.name, UID: live.uid,
-			PodName: live.name, PodUID: live.uid, ContainerID: sandbox, Interface: "net1", Node: "sum-a"}
+	live, live2 := newPod(t, ctx, c, ns, "sum-a", nil), newPod(t, ctx, c, ns, "sum-a", nil)
+	ownerOf := func(p pod, sandbox string) tenurev1alpha1.ReservationOwner {
+		return tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: ns, Name: p.name, UID: p.uid,
+			PodName: p.name, PodUID: p.uid, ContainerID: sandbox, Interface: "net1", Node: "sum-a"}
 	}
+	liveOwner := func(sandbox string) tenurev1alpha1.ReservationOwner { return ownerOf(live, sandbox) }
 	older := func(r *tenurev1alpha1.IPReservation) {
 		delete(r.Labels, reservation.LabelSpecSummary)
 		delete(r.Annotations, reservation.AnnotationSpecSummary)
@@ -916,11 +917,13 @@ func TestControllerJudgesReservationsWithoutATrustworthySpecSummary(t *testing.T
 		UID: live.uid, PodName: live.name, PodUID: live.uid, ContainerID: "retried", Interface: "net2", Node: "sum-a"}, asNew))
 	note(released, "no annotation, pod gone", create(ghostOwner(ns, 2), lostAnnotation))
 	note(kept, "no annotation, pod live", create(liveOwner("current"), lostAnnotation))
-	r := create(liveOwner("current"), asNew)
+	// Of another live pod, so that no sibling the cache cannot read sends
+	// these to the live reads anyway.
+	r := create(ownerOf(live2, "current"), asNew)
 	changeOwner(r, ghostOwner(ns, 3))
 	note(released, "summary says a live pod, spec a gone one", r)
 	r = create(ghostOwner(ns, 4), asNew)
-	changeOwner(r, liveOwner("current"))
+	changeOwner(r, ownerOf(live2, "current"))
 	note(kept, "summary says a gone pod, spec a live one", r)
 	note(kept, "summary, pod live", create(liveOwner("current"), asNew))
 	note(released, "summary, pod gone", create(ghostOwner(ns, 5), asNew))
