@@ -135,6 +135,22 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 		objects.pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
 	policy := repair.Policy{NodeGracePeriod: time.Minute}
+	wantReleased := map[string]repair.Reason{}
+	liveObjects := []client.Object{nodeA, dead, vm, deleting}
+	for _, r := range all {
+		g, _ := gather(ctx, objects, r, now)
+		if d := repair.Decide(r, g.facts, policy); d.Release {
+			wantReleased[r.Name] = d.Reason
+		}
+		liveObjects = append(liveObjects, r.DeepCopy())
+	}
+	for _, p := range objects.pods {
+		p = p.DeepCopy()
+		p.Finalizers = []string{"hold"} // the fake refuses a deletionTimestamp without one
+		liveObjects = append(liveObjects, p)
+	}
+	deleting.Finalizers = []string{"hold"}
+	api := newFake(liveObjects...)
 	for _, shape := range []struct {
 		name     string
 		metadata func(i int) bool
@@ -189,6 +205,22 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 				if !released[reason] {
 					t.Errorf("no reservation of the table is released as %s: the table proves less than it says", reason)
 				}
+			}
+			// A sweep over the entries nominates each of those (and the
+			// live reads, of the same objects, confirm them).
+			rel := &Releaser{Live: api, Writer: api, DryRun: true, Policy: policy, Now: func() time.Time { return now }}
+			sw := &Sweeper{Live: api, Releaser: rel, claims: &claimFinalizer{live: api, writer: api, rel: rel},
+				view: func(context.Context) (*snapshot, error) { return entries, nil }}
+			out, err := sw.Sweep(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			swept := map[string]repair.Reason{}
+			for _, o := range out.Outcomes {
+				swept[o.Name] = o.Decision.Reason
+			}
+			if fmt.Sprint(swept) != fmt.Sprint(wantReleased) || out.Kept != 0 {
+				t.Errorf("the sweep would release %v and kept %d on live reads, want %v and 0", swept, out.Kept, wantReleased)
 			}
 		})
 	}

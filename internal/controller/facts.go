@@ -165,9 +165,12 @@ func (s cachedSource) siblings(_ context.Context, uid string) ([]*tenurev1alpha1
 // claims as listed when it began. It serves one goroutine: the siblings it
 // returns are valid until its next call.
 type snapshot struct {
-	idx     *index
-	nodes   map[string]*corev1.Node
-	claims  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
+	idx    *index
+	nodes  map[string]*corev1.Node
+	claims map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
+	// owner, when set, is every entry of one owner UID: the siblings of
+	// that owner's reservations, which the sweep is judging.
+	owner   []*resEntry
 	scratch []tenurev1alpha1.IPReservation
 	sibs    []*tenurev1alpha1.IPReservation
 }
@@ -188,7 +191,10 @@ func (s *snapshot) claim(_ context.Context, ns, name string) (*ipamclaimsv1alpha
 // every pod-owned reservation, and fresh objects each time would be as
 // much garbage as the index itself.
 func (s *snapshot) siblings(_ context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
-	es := s.idx.byIndex(indexOwnerUID, uid)
+	es := s.owner
+	if len(es) == 0 || es[0].owner.uid != uid {
+		es = s.idx.byIndex(indexOwnerUID, uid)
+	}
 	if cap(s.scratch) < len(es) {
 		s.scratch = make([]tenurev1alpha1.IPReservation, len(es))
 	}

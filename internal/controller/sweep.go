@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,30 +86,49 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		return res, err
 	}
 	entries := snap.idx.list()
-	// In name order, as the API server lists them: --once prints its
-	// candidates in this order.
-	slices.SortFunc(entries, func(a, b *resEntry) int { return strings.Compare(a.name, b.name) })
+	// An owner's reservations side by side: each is judged with its
+	// siblings read off the list, where asking the index for them cost
+	// the bucket's worth of lookups each (most of a sweep at 100,000).
+	slices.SortFunc(entries, func(a, b *resEntry) int {
+		return cmp.Or(strings.Compare(a.owner.uid, b.owner.uid), strings.Compare(a.name, b.name))
+	})
 	res.Reservations = len(entries)
 	var errs []error
 	now := s.Releaser.now()
 	var r tenurev1alpha1.IPReservation // reused: Decide keeps nothing of it
-	for _, e := range entries {
-		// An opaque entry, or one with an opaque sibling (the only error
-		// of a snapshot), goes to the live reads as a candidate would.
-		if !e.opaque {
-			if g, err := gather(ctx, snap, e.into(&r), now); err == nil {
-				if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release {
-					if d.RecheckAfter > 0 {
-						s.requeue(e.name, d.RecheckAfter)
+	var candidates []string
+	for i := 0; i < len(entries); i += len(snap.owner) {
+		uid := entries[i].owner.uid
+		n := 1
+		for i+n < len(entries) && entries[i+n].owner.uid == uid {
+			n++
+		}
+		snap.owner = entries[i : i+n]
+		for _, e := range snap.owner {
+			// An opaque entry, or one with an opaque sibling (the only
+			// error of a snapshot), goes to the live reads as a candidate.
+			if !e.opaque {
+				if g, err := gather(ctx, snap, e.into(&r), now); err == nil {
+					if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release {
+						if d.RecheckAfter > 0 {
+							s.requeue(e.name, d.RecheckAfter)
+						}
+						continue
 					}
-					continue
 				}
 			}
+			candidates = append(candidates, e.name)
 		}
-		out, err := s.Releaser.Release(ctx, e.name)
+	}
+	snap.owner = nil
+	// In name order, as the API server lists them: --once prints its
+	// candidates in this order.
+	slices.Sort(candidates)
+	for _, name := range candidates {
+		out, err := s.Releaser.Release(ctx, name)
 		if err != nil {
 			errs = append(errs, err)
-			s.requeue(e.name, 0)
+			s.requeue(name, 0)
 			continue
 		}
 		switch {
@@ -118,7 +138,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		default:
 			res.Kept++
 			if out.Decision.RecheckAfter > 0 {
-				s.requeue(e.name, out.Decision.RecheckAfter)
+				s.requeue(name, out.Decision.RecheckAfter)
 			}
 		}
 	}
