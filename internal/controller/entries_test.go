@@ -46,6 +46,26 @@ func (s objectSource) siblings(_ context.Context, uid string) ([]*tenurev1alpha1
 	return s.byUID[uid], nil
 }
 
+// sweepOf sweeps snap as a running controller sweeps its caches, through
+// rel; it returns the result and the reasons of what it released (or,
+// with DryRun, would release).
+func sweepOf(t testing.TB, snap *snapshot, rel *Releaser) (SweepResult, map[string]repair.Reason) {
+	t.Helper()
+	sw := &Sweeper{Live: rel.Live, Releaser: rel, claims: &claimFinalizer{live: rel.Live, writer: rel.Writer, rel: rel},
+		view: func(context.Context) (*snapshot, error) { return snap, nil }}
+	out, err := sw.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]repair.Reason{}
+	for _, o := range out.Outcomes {
+		if o.Released || rel.DryRun {
+			got[o.Name] = o.Decision.Reason
+		}
+	}
+	return out, got
+}
+
 // metadataOf is what a metadata watch of r gives, r made by
 // reservation.New and never changed since: the generation is 1.
 func metadataOf(r *tenurev1alpha1.IPReservation) *metav1.PartialObjectMetadata {
@@ -208,17 +228,7 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 			}
 			// A sweep over the entries nominates each of those (and the
 			// live reads, of the same objects, confirm them).
-			rel := &Releaser{Live: api, Writer: api, DryRun: true, Policy: policy, Now: func() time.Time { return now }}
-			sw := &Sweeper{Live: api, Releaser: rel, claims: &claimFinalizer{live: api, writer: api, rel: rel},
-				view: func(context.Context) (*snapshot, error) { return entries, nil }}
-			out, err := sw.Sweep(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			swept := map[string]repair.Reason{}
-			for _, o := range out.Outcomes {
-				swept[o.Name] = o.Decision.Reason
-			}
+			out, swept := sweepOf(t, entries, &Releaser{Live: api, Writer: api, DryRun: true, Policy: policy, Now: func() time.Time { return now }})
 			if fmt.Sprint(swept) != fmt.Sprint(wantReleased) || out.Kept != 0 {
 				t.Errorf("the sweep would release %v and kept %d on live reads, want %v and 0", swept, out.Kept, wantReleased)
 			}
@@ -340,19 +350,7 @@ func TestOpaqueEntriesAreJudgedLive(t *testing.T) {
 		}
 	}
 
-	rel := &Releaser{Live: c, Writer: c, Policy: repair.Policy{NodeGracePeriod: time.Minute}}
-	sw := &Sweeper{Live: c, Releaser: rel, claims: &claimFinalizer{live: c, writer: c, rel: rel},
-		view: func(context.Context) (*snapshot, error) { return snap, nil }}
-	out, err := sw.Sweep(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]repair.Reason{}
-	for _, o := range out.Outcomes {
-		if o.Released {
-			got[o.Name] = o.Decision.Reason
-		}
-	}
+	out, got := sweepOf(t, snap, &Releaser{Live: c, Writer: c, Policy: repair.Policy{NodeGracePeriod: time.Minute}})
 	want := map[string]repair.Reason{earlier.Name: repair.EarlierSandbox, goneOpaque.Name: repair.PodGone}
 	if fmt.Sprint(got) != fmt.Sprint(want) || out.Kept != 2 {
 		t.Fatalf("released %v and kept %d on live reads, want %v and 2", got, out.Kept, want)

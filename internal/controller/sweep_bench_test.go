@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -38,13 +37,9 @@ func BenchmarkSweepCached(b *testing.B) {
 		}
 	}
 	c := newFake()
-	rel := &Releaser{Live: c, Writer: c}
-	sw := &Sweeper{Live: c, Releaser: rel, claims: &claimFinalizer{live: c, writer: c, rel: rel},
-		view: func(context.Context) (*snapshot, error) { return snap, nil }}
 	for b.Loop() {
-		res, err := sw.Sweep(context.Background())
-		if err != nil || res.Reservations != n || len(res.Outcomes) != 0 {
-			b.Fatalf("%+v, %v", res, err)
+		if res, _ := sweepOf(b, snap, &Releaser{Live: c, Writer: c}); res.Reservations != n || len(res.Outcomes) != 0 {
+			b.Fatalf("%+v", res)
 		}
 	}
 }
