@@ -30,6 +30,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -38,6 +39,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -50,6 +54,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/controller/sticky"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // Field indexes on the reservation cache.
@@ -79,16 +84,19 @@ type Options struct {
 
 // Controller is the watch-driven release, the sweep and the pool status.
 type Controller struct {
-	opts    Options
-	log     *slog.Logger
-	cache   cache.Cache
-	idx     *index // the reservation and pod informers' stores, set by Start
-	live    client.Client
-	rel     *Releaser
-	cf      *claimFinalizer
-	sweeper *Sweeper
-	pools   *poolStatus
-	sticky  *stickyReleaser
+	opts  Options
+	log   *slog.Logger
+	cache cache.Cache
+	// reservations: the informers of the reservations whose metadata
+	// describes them (protobuf) and of the older ones (whole, JSON).
+	reservations []toolscache.SharedIndexInformer
+	idx          *index // the reservation and pod informers' stores, set by Start
+	live         client.Client
+	rel          *Releaser
+	cf           *claimFinalizer
+	sweeper      *Sweeper
+	pools        *poolStatus
+	sticky       *stickyReleaser
 
 	resQ    workqueue.TypedRateLimitingInterface[string]
 	claimQ  workqueue.TypedRateLimitingInterface[types.NamespacedName]
@@ -125,16 +133,15 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 		Scheme:           kube.Scheme,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   {Transform: transformEntries},
-			&corev1.Node{}:                  {Transform: transformTrim},
-			&appsv1.StatefulSet{}:           {Transform: trimStatefulSet},
-			&tenurev1alpha1.IPReservation{}: {Transform: transformEntries},
+			&corev1.Pod{}:         {Transform: transformEntries},
+			&corev1.Node{}:        {Transform: transformTrim},
+			&appsv1.StatefulSet{}: {Transform: trimStatefulSet},
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: o, log: o.Logger, cache: ch, live: live}
+	c := &Controller{opts: o, log: o.Logger, cache: ch, live: live, reservations: reservationInformers(live)}
 	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Policy: repair.Policy{NodeGracePeriod: o.NodeGracePeriod}, Log: o.Logger}
 	c.cf = &claimFinalizer{live: live, writer: live, rel: c.rel, cached: func(_ context.Context, uid string) []string {
 		return c.idx.names(indexOwnerUID, uid)
@@ -160,6 +167,39 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 	return c, nil
 }
 
+// reservationInformers are the reservations' informers, outside the
+// informer cache, which keeps one informer per type: reservations that
+// carry the spec summary are watched as metadata, which travels as
+// protobuf, where a whole custom resource travels as JSON (at 100,000
+// reservations decoding them whole was most of the start-up's CPU); those
+// made before the summary existed are watched whole. The label selects
+// each set server-side, so every object is in exactly one of them.
+func reservationInformers(c client.WithWatch) []toolscache.SharedIndexInformer {
+	summarized, whole := summarySelectors()
+	meta := kube.NewInformer(c, reservationMetadataList, &metav1.PartialObjectMetadata{}, resIndexers, summarized)
+	old := kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{},
+		resIndexers, whole)
+	for _, inf := range []toolscache.SharedIndexInformer{meta, old} {
+		_ = inf.SetTransform(transformEntries)
+	}
+	return []toolscache.SharedIndexInformer{meta, old}
+}
+
+// summarySelectors select the reservations that carry the spec summary
+// (reservation.LabelSpecSummary) and those that do not.
+func summarySelectors() (summarized, whole client.MatchingLabelsSelector) {
+	is, _ := labels.NewRequirement(reservation.LabelSpecSummary, selection.Equals, []string{reservation.SpecSummaryV1})
+	not, _ := labels.NewRequirement(reservation.LabelSpecSummary, selection.NotEquals, []string{reservation.SpecSummaryV1})
+	return client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*is)},
+		client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*not)}
+}
+
+func reservationMetadataList() client.ObjectList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
+	return l
+}
+
 // Ready reports whether the caches have synced.
 func (c *Controller) Ready() bool { return c.synced.Load() }
 
@@ -174,9 +214,14 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := c.indexSticky(ctx); err != nil {
 		return err
 	}
+	for _, inf := range c.reservations {
+		for _, h := range []toolscache.ResourceEventHandler{c.reservationHandler(), c.pools.counts.Handler()} {
+			if _, err := inf.AddEventHandler(h); err != nil {
+				return err
+			}
+		}
+	}
 	handlers := []objectHandler{
-		{&tenurev1alpha1.IPReservation{}, c.reservationHandler()},
-		{&tenurev1alpha1.IPReservation{}, c.pools.counts.Handler()},
 		{&corev1.Pod{}, c.podHandler()},
 		{&corev1.Node{}, c.nodeHandler()},
 		{&ipamclaimsv1alpha1.IPAMClaim{}, c.claimHandler()},
@@ -196,12 +241,17 @@ func (c *Controller) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	synced := make([]toolscache.InformerSynced, len(c.reservations))
+	for i, inf := range c.reservations {
+		go inf.RunWithContext(ctx)
+		synced[i] = inf.HasSynced
+	}
 	go func() {
 		if err := c.cache.Start(ctx); err != nil {
 			c.log.Error("cache stopped", "err", err)
 		}
 	}()
-	if !c.cache.WaitForCacheSync(ctx) {
+	if !c.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
 	c.synced.Store(true)
@@ -209,32 +259,22 @@ func (c *Controller) Start(ctx context.Context) error {
 	return nil
 }
 
-// entryIndex registers the reservation indexes and returns the reservation
-// and pod informers' stores, which hold entries (see entries.go).
+// entryIndex returns the reservation and pod informers' stores, which
+// hold entries (see entries.go).
 func (c *Controller) entryIndex(ctx context.Context) (*index, error) {
-	store := func(obj client.Object) (toolscache.Indexer, error) {
-		inf, err := c.cache.GetInformer(ctx, obj)
-		if err != nil {
-			return nil, fmt.Errorf("informer for %T: %w", obj, err)
-		}
-		sii, ok := inf.(toolscache.SharedIndexInformer)
-		if !ok {
-			return nil, fmt.Errorf("informer for %T is a %T, not a SharedIndexInformer", obj, inf)
-		}
-		return sii.GetIndexer(), nil
-	}
-	res, err := store(&tenurev1alpha1.IPReservation{})
+	inf, err := c.cache.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("informer for pods: %w", err)
 	}
-	if err := res.AddIndexers(resIndexers); err != nil {
-		return nil, err
+	pods, ok := inf.(toolscache.SharedIndexInformer)
+	if !ok {
+		return nil, fmt.Errorf("informer for pods is a %T, not a SharedIndexInformer", inf)
 	}
-	pods, err := store(&corev1.Pod{})
-	if err != nil {
-		return nil, err
+	idx := &index{pods: pods.GetIndexer()}
+	for _, r := range c.reservations {
+		idx.reservations = append(idx.reservations, r.GetIndexer())
 	}
-	return &index{reservations: res, pods: pods}, nil
+	return idx, nil
 }
 
 // cachedSnapshot is the running controller's sweep view: the caches.
@@ -512,21 +552,31 @@ func (c *Controller) reconcileReservation(ctx context.Context, name string) (tim
 	if e == nil {
 		return 0, nil
 	}
-	after, _, err := nominate(ctx, cachedSource{idx: c.idx, cache: c.cache}, c.rel, e.reservation(), c.log)
+	after, _, err := nominate(ctx, cachedSource{idx: c.idx, cache: c.cache}, c.rel, e.reservation(), e.opaque, c.log)
 	return after, err
 }
 
 // nominate decides on src (a cache) whether r looks like an orphan, and if
-// so hands it to the Releaser, which decides again on live reads. It
-// returns when to look again and the Releaser's outcome, if it was called.
-func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.IPReservation, log *slog.Logger) (time.Duration, *Outcome, error) {
-	g, err := gather(ctx, src, r, rel.now())
-	if err != nil {
-		return 0, nil, err
-	}
-	d := repair.Decide(r, g.facts, rel.Policy)
-	if !d.Release {
-		return d.RecheckAfter, nil, nil
+// so hands it to the Releaser, which decides again on live reads; so does
+// an opaque entry (see resEntry), or one whose siblings src cannot tell.
+// It returns when to look again and the Releaser's outcome, if it was
+// called.
+func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.IPReservation, opaque bool, log *slog.Logger) (time.Duration, *Outcome, error) {
+	why := "the cache does not know its spec"
+	if !opaque {
+		g, err := gather(ctx, src, r, rel.now())
+		switch {
+		case errors.Is(err, errOpaque):
+			why = "the cache does not know a sibling's spec"
+		case err != nil:
+			return 0, nil, err
+		default:
+			d := repair.Decide(r, g.facts, rel.Policy)
+			if !d.Release {
+				return d.RecheckAfter, nil, nil
+			}
+			why = d.Message
+		}
 	}
 	out, err := rel.Release(ctx, r.Name)
 	if err != nil {
@@ -534,7 +584,7 @@ func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.
 	}
 	if out.Reservation != nil && !out.Released && !rel.DryRun {
 		log.Info("the cache nominated a reservation that the live read keeps", "reservation", r.Name,
-			"cache", d.Message, "live", out.Decision.Message)
+			"cache", why, "live", out.Decision.Message)
 		return out.Decision.RecheckAfter, &out, nil
 	}
 	return 0, &out, nil

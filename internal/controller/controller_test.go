@@ -380,7 +380,7 @@ func TestStaleCacheNominatesLiveReadKeeps(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []*tenurev1alpha1.IPReservation{rNew, rTerm} {
-		_, out, err := nominate(ctx, stale, rel, r, slog.Default())
+		_, out, err := nominate(ctx, stale, rel, r, false, slog.Default())
 		if err != nil {
 			t.Fatal(err)
 		}

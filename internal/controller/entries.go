@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // What the controller keeps of reservations and pods. It holds every one
@@ -27,15 +29,28 @@ import (
 // resEntry is one IPReservation: its identity and the spec fields the
 // repair rules and the pool counts read. Strings that repeat across
 // reservations (network, pool, namespace, node, ...) are shared.
+//
+// Most entries are made from metadata alone (resEntryOfMeta): the name
+// says network, address and kind, the labels the owner UID, and the spec
+// summary annotation the rest (reservation.AnnotationSpecSummary). Objects
+// made before that annotation existed are read whole (resEntryOf).
 type resEntry struct {
 	name, resourceVersion string
 	// created is creationTimestamp in Unix seconds, all the precision the
 	// API keeps.
-	created          int64
+	created int64
+	// network is the network's label (reservation.NetworkLabel), what
+	// both kinds of entries know; the rules only compare it.
 	network, address string
 	kind             tenurev1alpha1.ReservationKind
 	pool             string
 	owner            entryOwner
+	// opaque: the metadata does not say what the rules read (no spec
+	// summary, one that does not parse, a name that does not parse, or a
+	// spec changed since the summary was written). The cache cannot judge
+	// such an entry, nor a sibling of it: each is handed to the Releaser,
+	// which decides on live reads of the whole objects.
+	opaque bool
 }
 
 // entryOwner is spec.owner less podName and podUID, which no rule reads.
@@ -61,12 +76,45 @@ func resEntryOf(r *tenurev1alpha1.IPReservation) *resEntry {
 	}
 	return &resEntry{
 		name: r.Name, resourceVersion: r.ResourceVersion, created: created,
-		network: intern(r.Spec.Network), address: r.Spec.Address, kind: intern(r.Spec.Kind), pool: intern(r.Spec.Pool),
+		network: intern(reservation.NetworkLabel(r.Spec.Network)), address: r.Spec.Address, kind: intern(r.Spec.Kind), pool: intern(r.Spec.Pool),
 		owner: entryOwner{
 			kind: intern(o.Kind), namespace: intern(o.Namespace), name: o.Name, uid: o.UID,
 			containerID: o.ContainerID, iface: intern(o.Interface), node: intern(o.Node),
 		},
 	}
+}
+
+// resEntryOfMeta is the entry of a reservation's metadata: as resEntryOf
+// would make it of the whole object when the metadata describes the spec,
+// else an opaque entry of what the metadata says.
+func resEntryOfMeta(m *metav1.PartialObjectMetadata) *resEntry {
+	e := &resEntry{name: m.Name, resourceVersion: m.ResourceVersion, network: intern(reservation.NetworkLabelOf(m.Name))}
+	if !m.CreationTimestamp.IsZero() {
+		e.created = m.CreationTimestamp.Unix()
+	}
+	uid, hasUID := m.Labels[reservation.LabelOwnerUID]
+	summary, hasSummary := m.Annotations[reservation.AnnotationSpecSummary]
+	sum, serr := reservation.ParseSpecSummary(summary)
+	parsed, perr := reservation.Parse(m.Name)
+	// Generation 1 is the spec as created; any change of it raises the
+	// generation, and the summary may then be stale.
+	e.opaque = !hasSummary || serr != nil || perr != nil || m.Generation > 1 || !hasUID
+	if !hasSummary || serr != nil {
+		// Still the node the object was made on, for the node index.
+		sum.Owner.Node = m.Labels[reservation.LabelNode]
+	}
+	if perr == nil {
+		e.kind = tenurev1alpha1.KindAddress
+		if parsed.IsPrefix {
+			e.kind = tenurev1alpha1.KindDelegatedPrefix
+		}
+		e.address = reservation.ItemString(e.kind, parsed.Prefix)
+	}
+	o := sum.Owner
+	e.pool = intern(sum.Pool)
+	e.owner = entryOwner{kind: intern(o.Kind), namespace: intern(o.Namespace), name: o.Name, uid: uid,
+		containerID: o.ContainerID, iface: intern(o.Interface), node: intern(o.Node)}
+	return e
 }
 
 // into fills r (reused by the caller) with what the entry knows: enough for
@@ -83,14 +131,6 @@ func (e *resEntry) into(r *tenurev1alpha1.IPReservation) *tenurev1alpha1.IPReser
 		r.CreationTimestamp = metav1.Unix(e.created, 0)
 	}
 	return r
-}
-
-// entryName is the name of a reservation entry, "" for anything else.
-func entryName(obj any) string {
-	if e, ok := obj.(*resEntry); ok {
-		return e.name
-	}
-	return ""
 }
 
 // reservation is a new IPReservation of what the entry knows.
@@ -116,9 +156,12 @@ func podEntryOf(p *corev1.Pod) *podEntry {
 	return &podEntry{namespace: intern(p.Namespace), name: p.Name, resourceVersion: p.ResourceVersion, fact: *f}
 }
 
-// transformEntries is the cache transform of reservations and pods.
+// transformEntries is the cache transform of reservations (whole or their
+// metadata) and pods.
 func transformEntries(obj any) (any, error) {
 	switch o := obj.(type) {
+	case *metav1.PartialObjectMetadata:
+		return resEntryOfMeta(o), nil
 	case *tenurev1alpha1.IPReservation:
 		return resEntryOf(o), nil
 	case *corev1.Pod:
@@ -161,26 +204,49 @@ var resIndexers = toolscache.Indexers{
 
 // index is the reservation and pod entries: the informers' stores in a
 // running controller, or stores filled from paged live lists for --once.
+// A running controller has two reservation stores, of the objects its
+// metadata informer describes and of the older ones it reads whole; a
+// name is in one of them (in both for a moment when its label changes).
 type index struct {
-	reservations toolscache.Indexer
+	reservations []toolscache.Indexer
 	pods         toolscache.Store
 }
 
 func newIndex() *index {
 	return &index{
-		reservations: toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, resIndexers),
+		reservations: []toolscache.Indexer{toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, resIndexers)},
 		pods:         toolscache.NewStore(toolscache.MetaNamespaceKeyFunc),
 	}
 }
 
+// add puts e in the first reservation store (for --once and tests).
+func (x *index) add(e *resEntry) error { return x.reservations[0].Add(e) }
+
 // reservation returns the entry called name, nil when there is none.
 func (x *index) reservation(name string) *resEntry {
-	obj, ok, err := x.reservations.GetByKey(name)
-	if err != nil || !ok {
-		return nil
+	for _, s := range x.reservations {
+		if obj, ok, err := s.GetByKey(name); err == nil && ok {
+			if e, ok := obj.(*resEntry); ok {
+				return e
+			}
+		}
 	}
-	e, _ := obj.(*resEntry)
-	return e
+	return nil
+}
+
+// list returns every reservation entry.
+func (x *index) list() []*resEntry {
+	var out []*resEntry
+	for _, s := range x.reservations {
+		objs := s.List()
+		out = slices.Grow(out, len(objs))
+		for _, obj := range objs {
+			if e, ok := obj.(*resEntry); ok {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
 }
 
 // byIndex returns the reservation entries of one index value: of one
@@ -190,14 +256,16 @@ func (x *index) byIndex(name, value string) []*resEntry {
 	if name == indexOwnerUID {
 		key = ownerBucket(value)
 	}
-	objs, err := x.reservations.ByIndex(name, key)
-	if err != nil {
-		return nil
-	}
-	out := make([]*resEntry, 0, len(objs))
-	for _, o := range objs {
-		if e, ok := o.(*resEntry); ok && (name != indexOwnerUID || e.owner.uid == value) {
-			out = append(out, e)
+	var out []*resEntry
+	for _, s := range x.reservations {
+		objs, err := s.ByIndex(name, key)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			if e, ok := o.(*resEntry); ok && (name != indexOwnerUID || e.owner.uid == value) {
+				out = append(out, e)
+			}
 		}
 	}
 	return out
@@ -207,7 +275,11 @@ func (x *index) byIndex(name, value string) []*resEntry {
 // name is "".
 func (x *index) names(name, value string) []string {
 	if name == "" {
-		return x.reservations.ListKeys()
+		var out []string
+		for _, s := range x.reservations {
+			out = append(out, s.ListKeys()...)
+		}
+		return out
 	}
 	es := x.byIndex(name, value)
 	out := make([]string, len(es))

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,6 +126,10 @@ func (s liveSource) siblings(ctx context.Context, uid string) ([]*tenurev1alpha1
 	return out, nil
 }
 
+// errOpaque: a cache cannot answer, since an entry it would answer from
+// is opaque (see resEntry); the live reads decide.
+var errOpaque = errors.New("the cache does not know what an entry's spec says")
+
 // cachedSource answers from the controller's caches: pods and reservations
 // from the entry index, nodes and claims from the informer cache.
 type cachedSource struct {
@@ -148,6 +153,9 @@ func (s cachedSource) siblings(_ context.Context, uid string) ([]*tenurev1alpha1
 	es := s.idx.byIndex(indexOwnerUID, uid)
 	out := make([]*tenurev1alpha1.IPReservation, len(es))
 	for i, e := range es {
+		if e.opaque {
+			return nil, errOpaque
+		}
 		out[i] = e.reservation()
 	}
 	return out, nil
@@ -157,9 +165,12 @@ func (s cachedSource) siblings(_ context.Context, uid string) ([]*tenurev1alpha1
 // claims as listed when it began. It serves one goroutine: the siblings it
 // returns are valid until its next call.
 type snapshot struct {
-	idx     *index
-	nodes   map[string]*corev1.Node
-	claims  map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
+	idx    *index
+	nodes  map[string]*corev1.Node
+	claims map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
+	// owner, when set, is every entry of one owner UID: the siblings of
+	// that owner's reservations, which the sweep is judging.
+	owner   []*resEntry
 	scratch []tenurev1alpha1.IPReservation
 	sibs    []*tenurev1alpha1.IPReservation
 }
@@ -180,13 +191,19 @@ func (s *snapshot) claim(_ context.Context, ns, name string) (*ipamclaimsv1alpha
 // every pod-owned reservation, and fresh objects each time would be as
 // much garbage as the index itself.
 func (s *snapshot) siblings(_ context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
-	es := s.idx.byIndex(indexOwnerUID, uid)
+	es := s.owner
+	if len(es) == 0 || es[0].owner.uid != uid {
+		es = s.idx.byIndex(indexOwnerUID, uid)
+	}
 	if cap(s.scratch) < len(es) {
 		s.scratch = make([]tenurev1alpha1.IPReservation, len(es))
 	}
 	s.scratch = s.scratch[:len(es)]
 	s.sibs = s.sibs[:0]
 	for i, e := range es {
+		if e.opaque {
+			return nil, errOpaque
+		}
 		s.sibs = append(s.sibs, e.into(&s.scratch[i]))
 	}
 	return s.sibs, nil

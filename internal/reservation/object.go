@@ -60,7 +60,7 @@ func New(s Spec) *tenurev1alpha1.IPReservation {
 	if s.Owner.Node != "" {
 		labels[LabelNode] = NodeLabel(s.Owner.Node)
 	}
-	return &tenurev1alpha1.IPReservation{
+	return withSpecSummary(&tenurev1alpha1.IPReservation{
 		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1alpha1.GroupVersion.String(), Kind: "IPReservation"},
 		ObjectMeta: metav1.ObjectMeta{Name: Name(s.Network, s.Kind, s.Item), Labels: labels},
 		Spec: tenurev1alpha1.IPReservationSpec{
@@ -72,7 +72,7 @@ func New(s Spec) *tenurev1alpha1.IPReservation {
 			CNINetwork: s.CNINetwork,
 			Owner:      s.Owner,
 		},
-	}
+	})
 }
 
 // Name is the object name of item on a network: PrefixName for a delegated

@@ -31,6 +31,7 @@ func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := New(tc.spec)
+			tc.wantLabels[LabelSpecSummary] = SpecSummaryV1 // summary_test.go checks its annotation
 			if r.Name != tc.wantName || r.Spec.Address != tc.wantAddr || r.Spec.Network != tc.spec.Network || r.Spec.Kind != tc.spec.Kind {
 				t.Fatalf("New = %s %+v, want name %s address %s", r.Name, r.Spec, tc.wantName, tc.wantAddr)
 			}
