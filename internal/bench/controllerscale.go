@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -125,8 +125,7 @@ func (e *env) controllerScale(ctx context.Context, n int) (Result, error) {
 // owned by one of n live pods on the filler node; it returns the names it
 // created.
 func (e *env) fillReservations(ctx context.Context, n int) ([]string, error) {
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
+	list := reservation.NewMetadataList()
 	if err := e.c.List(ctx, list, client.Limit(1)); err != nil {
 		return nil, err
 	}

@@ -176,7 +176,7 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 // each set server-side, so every object is in exactly one of them.
 func reservationInformers(c client.WithWatch) []toolscache.SharedIndexInformer {
 	summarized, whole := summarySelectors()
-	meta := kube.NewInformer(c, reservationMetadataList, &metav1.PartialObjectMetadata{}, resIndexers, summarized)
+	meta := kube.NewInformer(c, func() client.ObjectList { return reservation.NewMetadataList() }, &metav1.PartialObjectMetadata{}, resIndexers, summarized)
 	old := kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{},
 		resIndexers, whole)
 	for _, inf := range []toolscache.SharedIndexInformer{meta, old} {
@@ -192,12 +192,6 @@ func summarySelectors() (summarized, whole client.MatchingLabelsSelector) {
 	not, _ := labels.NewRequirement(reservation.LabelSpecSummary, selection.NotEquals, []string{reservation.SpecSummaryV1})
 	return client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*is)},
 		client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*not)}
-}
-
-func reservationMetadataList() client.ObjectList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
-	return l
 }
 
 // Ready reports whether the caches have synced.

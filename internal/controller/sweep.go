@@ -22,6 +22,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // Sweeper is the backstop: one pass of the same decision over every
@@ -216,7 +217,7 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, error) {
 	for _, l := range []struct {
 		list client.ObjectList
 		sel  client.ListOption
-	}{{reservationMetadataList(), summarized}, {&tenurev1alpha1.IPReservationList{}, whole}} {
+	}{{reservation.NewMetadataList(), summarized}, {&tenurev1alpha1.IPReservationList{}, whole}} {
 		if err := s.listAll(ctx, l.list, func() error {
 			return meta.EachListItem(l.list, func(obj runtime.Object) error {
 				e, _ := transformEntries(obj)

@@ -97,11 +97,7 @@ func (c *Client) reservations(ctx context.Context, opts metav1.ListOptions) ([]*
 // list): a name says its network label and its item.
 func (c *Client) reservationNames(ctx context.Context) ([]string, error) {
 	var out []string
-	err := c.each(ctx, "reservation names", func() client.ObjectList {
-		l := &metav1.PartialObjectMetadataList{}
-		l.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
-		return l
-	}, metav1.ListOptions{}, func(o runtime.Object) error {
+	err := c.each(ctx, "reservation names", func() client.ObjectList { return reservation.NewMetadataList() }, metav1.ListOptions{}, func(o runtime.Object) error {
 		out = append(out, o.(*metav1.PartialObjectMetadata).Name)
 		return nil
 	})

@@ -131,3 +131,12 @@ func Compact(obj any) (any, error) {
 	sp.Owner.Kind = tenurev1alpha1.OwnerKind(unique.Make(string(sp.Owner.Kind)).Value())
 	return r, nil
 }
+
+// NewMetadataList is an empty list of reservations' metadata: what a
+// reader that needs names, labels and annotations asks for, which travels
+// as protobuf where the whole custom resources travel as JSON.
+func NewMetadataList() *metav1.PartialObjectMetadataList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
+	return l
+}

@@ -155,11 +155,7 @@ func ownerBucket(uid string) string {
 	return uid
 }
 
-func newMetadataList() client.ObjectList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
-	return l
-}
+func newMetadataList() client.ObjectList { return reservation.NewMetadataList() }
 
 // observed drops an assumption once a cache holds the object it stands for:
 // the local cache for this node's objects (what ByAttachment reads), the
@@ -391,7 +387,7 @@ func (s *Store) ByOwnerUID(uid string) []*tenurev1alpha1.IPReservation {
 // what a claim's ADD reads, whose items may lie in blocks no window here
 // holds.
 func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
-	list := newMetadataList().(*metav1.PartialObjectMetadataList)
+	list := reservation.NewMetadataList()
 	if err := s.c.List(ctx, list, client.MatchingLabels{reservation.LabelOwnerUID: uid}); err != nil {
 		return nil, fmt.Errorf("listing reservations of owner %s: %w", uid, err)
 	}
