@@ -199,14 +199,17 @@ var errWidened = errors.New("window widened maxWiden times")
 
 // For returns the allocator of space on network (a reservation.NetworkKey).
 func (f *Factory) For(network string, space Space) Interface {
-	return &allocator{f: f, network: network, space: space}
+	return &allocator{f: f, network: network, label: reservation.NetworkLabel(network), space: space}
 }
 
 type allocator struct {
 	f       *Factory
 	network string
-	space   Space
-	dryRun  bool
+	// label is reservation.NetworkLabel(network), what the store's
+	// labels and indexes know the network by.
+	label  string
+	space  Space
+	dryRun bool
 }
 
 var _ Interface = (*allocator)(nil)
@@ -315,7 +318,7 @@ func (a *allocator) watchWhole(ctx context.Context) {
 	if !ok {
 		return
 	}
-	network := reservation.NetworkLabel(a.network)
+	network := a.label
 	if w.Watching("", network) {
 		return
 	}
@@ -339,7 +342,7 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 	if !ok {
 		return nil
 	}
-	network := reservation.NetworkLabel(a.network)
+	network := a.label
 	block := reservation.BlockLabel(network, a.space.Kind() == tenurev1alpha1.KindDelegatedPrefix, item)
 	if w.Watching(block, network) {
 		return nil
@@ -360,7 +363,7 @@ func (a *allocator) skipHeld(idx uint64, item netip.Prefix) (next uint64, ok boo
 	if !isAddr || !indexed {
 		return 0, false
 	}
-	free, found := hx.NextUnheldAddress(reservation.NetworkLabel(a.network), item.Addr())
+	free, found := hx.NextUnheldAddress(a.label, item.Addr())
 	if found && free == item.Addr() {
 		return 0, false
 	}
@@ -510,8 +513,7 @@ func (f *Factory) quorum(ctx context.Context, network string) (q *quorumAnswer, 
 func (f *Factory) quorumNames(ctx context.Context, network string) (map[string]bool, error) {
 	// Metadata only: the names are the answer, and a full range of a large
 	// network is thousands of objects.
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(tenurev1alpha1.GroupVersion.WithKind("IPReservationList"))
+	list := reservation.NewMetadataList()
 	if err := f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
 		return nil, fmt.Errorf("listing reservations of network %s: %w", network, err)
 	}

@@ -100,12 +100,18 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 	}
 	next := &window{blocks: map[string]bool{}, networks: map[string]bool{}, legacy: map[string]bool{}, held: &heldIndex{}}
 	for k, at := range s.wanted {
-		kind, v, _ := strings.Cut(k, ":")
 		if now.Sub(at) > windowKeep {
 			delete(s.wanted, k)
 			continue
 		}
-		map[string]map[string]bool{"b": next.blocks, "n": next.networks, "l": next.legacy}[kind][v] = true
+		switch kind, v, _ := strings.Cut(k, ":"); kind {
+		case "b":
+			next.blocks[v] = true
+		case "n":
+			next.networks[v] = true
+		default:
+			next.legacy[v] = true
+		}
 	}
 	for n := range next.networks {
 		delete(next.legacy, n) // watched whole, labelled or not
