@@ -67,6 +67,8 @@ type Agent struct {
 	locks keyedMutex
 
 	dataplane *agentDataplane
+	// holdings are the claims' reservations, as the dataplane reads them.
+	holdings *claimHoldings
 	// vmis caches KubeVirt's VirtualMachineInstances while they are served.
 	vmis *kubevirt.Watcher
 	// ownerFollow triggers runOwnerFollow.
@@ -78,6 +80,15 @@ type Agent struct {
 // NewForConfig builds an agent talking to the API server of cfg, with an
 // Event recorder of its own; Shutdown stops the recorder.
 func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	// The API server's warnings are the agent's to read (a status write
+	// whose field the CRD drops) or to log, not controller-runtime's
+	// logger's, which the agent does not set up.
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandler = nil
+	cfg.WarningHandlerWithContext = &warningHandler{log: opts.Logger, logged: map[string]bool{}}
 	c, err := kube.NewClient(cfg)
 	if err != nil {
 		return nil, err
@@ -126,6 +137,7 @@ func New(opts Options) (*Agent, error) {
 	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
 		return nil, err
 	}
+	a.holdings = newClaimHoldings(a.store.HeldBy, a.store.ByOwnerUID, a.dataplane.svc.Trigger)
 	a.dataplane.metrics.registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_window_rebuilds_total",
 			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},
@@ -158,6 +170,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.pods.HasSynced, a.claims.HasSynced, a.pools.HasSynced) {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
+	a.holdings.run(ctx)
 	go a.dataplane.Run(ctx)
 	go a.runOwnerFollow(ctx)
 	// The initial list's decoding garbage is several times the cache itself

@@ -83,6 +83,7 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		}
 		mine = nil // recorded: the claim owns them now
 		held = h
+		a.learnHoldings(claim, h)
 		return nil
 	})
 	if apierrors.IsConflict(err) {
@@ -146,6 +147,12 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 	if err != nil {
 		return nil, false, err
 	}
+	// An item the status does not record (an ADD died before recording,
+	// or a CRD without status.delegatedPrefixes dropped the record) is
+	// adopted, never allocated again. In name order, which for prefixes of
+	// one length is address order, every node adopts the one the
+	// dataplane serves.
+	slices.SortFunc(owned, func(x, y *tenurev1alpha1.IPReservation) int { return strings.Compare(x.Name, y.Name) })
 	for i, s := range ss {
 		if want := wants[i]; len(want) > 0 {
 			item := want[0]
@@ -229,6 +236,7 @@ func (e *outsideRangeError) Error() string {
 // condition, only when something changed; a conflict is returned as is.
 func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod, held []heldSlot, fresh bool) error {
 	var ips, prefixes []string
+	recordedBefore := slices.Clone(claim.Status.DelegatedPrefixes)
 	for _, h := range held {
 		p, err := reservation.ParseItem(h.res.Spec.Address)
 		if err != nil {
@@ -265,7 +273,13 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	if !changed {
 		return nil
 	}
-	return a.client.Status().Update(ctx, claim)
+	sent := slices.Clone(claim.Status.DelegatedPrefixes)
+	wctx, warnings := collectWarnings(ctx)
+	if err := a.client.Status().Update(wctx, claim); err != nil {
+		return err
+	}
+	a.checkPrefixRecord(ctx, claim, sent, recordedBefore, warnings)
+	return nil
 }
 
 // reportClaimFailure sets the condition and an Event; best effort, the ADD

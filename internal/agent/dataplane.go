@@ -120,6 +120,10 @@ func (s informerSource) PodReservations(podUID string) []*tenurev1alpha1.IPReser
 	return s.a.store.ByOwnerUID(podUID)
 }
 
+func (s informerSource) ClaimReservations(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool) {
+	return s.a.holdings.get(claim)
+}
+
 func (s informerSource) VMIsServed() bool { return s.a.vmis.Served() }
 
 func (s informerSource) VMI(namespace, name string) (kubevirt.VMI, bool) {

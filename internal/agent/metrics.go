@@ -19,6 +19,9 @@ import (
 type agentMetrics struct {
 	registry *prometheus.Registry
 	dhcpv6   *prometheus.CounterVec
+	// prefixRecordPruned counts claims whose status.delegatedPrefixes the
+	// API server dropped (reported once per claim).
+	prefixRecordPruned prometheus.Counter
 }
 
 func newAgentMetrics() *agentMetrics {
@@ -30,8 +33,13 @@ func newAgentMetrics() *agentMetrics {
 				"(advertise, reply, declined, ignored, malformed, nobinding, error, panic; type unknown, outcome undecodable: " +
 				"a packet to the server port that is no DHCPv6 message).",
 		}, []string{"type", "outcome"}),
+		prefixRecordPruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_claim_prefix_record_pruned_total",
+			Help: "IPAMClaims whose status.delegatedPrefixes the API server dropped on this agent's status write (the IPAMClaim CRD " +
+				"has no such field), counted once per claim. The prefix stays reserved and served; install tenure's IPAMClaim CRD to record it.",
+		}),
 	}
-	m.registry.MustRegister(m.dhcpv6,
+	m.registry.MustRegister(m.dhcpv6, m.prefixRecordPruned,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The answers a healthy node gives are visible at zero from the start.

@@ -68,6 +68,10 @@ type Inputs struct {
 	// PodReservations returns the reservations a pod (by UID) holds; nil
 	// serves no attachment without a claim.
 	PodReservations func(podUID string) []*tenurev1alpha1.IPReservation
+	// ClaimReservations returns the reservations a claim holds, and whether
+	// they are known (false: not read yet, the status record decides);
+	// nil leaves the delegated prefix to the status record.
+	ClaimReservations func(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool)
 }
 
 // Compute returns this node's bindings, sorted by Key, and the attachments
@@ -185,12 +189,7 @@ func bind(pod *corev1.Pod, ifName, claimName string, e *nadv1.NetworkSelectionEl
 			break
 		}
 	}
-	for _, p := range rec.Prefixes {
-		if p.Addr().Is6() && !p.Addr().Is4In6() {
-			b.Prefix = p
-			break
-		}
-	}
+	b.Prefix = claimPrefix(claim, rec, in.ClaimReservations)
 	if !b.Address.IsValid() && !b.Prefix.IsValid() {
 		return b, "claim status holds no IPv6 address or delegated prefix"
 	}
@@ -207,6 +206,49 @@ func bind(pod *corev1.Pod, ifName, claimName string, e *nadv1.NetworkSelectionEl
 	b.Interfaces = slices.Clone(settings.Interfaces)
 	b.InstallRoutes = settings.InstallRoutes
 	return b, ""
+}
+
+// claimPrefix is the claim's delegated IPv6 prefix (rule 5). The claim's
+// reservations are the truth and status.delegatedPrefixes only their
+// record, which an IPAMClaim CRD without the field (the upstream one)
+// drops: the prefix a reservation of the claim holds is served, the
+// recorded one when several are held. Only while the reservations are not
+// known yet does the record alone decide.
+func claimPrefix(claim *ipamclaimsv1alpha1.IPAMClaim, rec claims.Recorded, held func(*ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool)) netip.Prefix {
+	var recorded netip.Prefix
+	for _, p := range rec.Prefixes {
+		if p.Addr().Is6() && !p.Addr().Is4In6() {
+			recorded = p
+			break
+		}
+	}
+	if held == nil {
+		return recorded
+	}
+	rs, known := held(claim)
+	if !known {
+		return recorded
+	}
+	var owned []netip.Prefix
+	for _, r := range rs {
+		if r.Spec.Kind != tenurev1alpha1.KindDelegatedPrefix || r.Spec.Owner.UID != string(claim.UID) {
+			continue
+		}
+		if p, err := reservation.ParseItem(r.Spec.Address); err == nil && p.Addr().Is6() && !p.Addr().Is4In6() {
+			owned = append(owned, p.Masked())
+		}
+	}
+	if len(owned) == 0 {
+		return netip.Prefix{}
+	}
+	if recorded.IsValid() && slices.Contains(owned, recorded.Masked()) {
+		return recorded.Masked()
+	}
+	// Several unrecorded prefixes: the lowest, as every node picks it.
+	slices.SortFunc(owned, func(a, b netip.Prefix) int {
+		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+	})
+	return owned[0]
 }
 
 // bindPod binds an attachment that presents no claim to the delegated

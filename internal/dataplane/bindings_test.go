@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -483,5 +484,59 @@ func TestComputeServesPodPrefixes(t *testing.T) {
 				t.Fatalf("routes %v", routes)
 			}
 		})
+	}
+}
+
+// TestComputeTakesTheClaimsPrefixFromItsReservations: a claim whose
+// status.delegatedPrefixes was dropped (a CRD without the field) is served
+// the prefix its reservation holds; the record decides only while the
+// reservations are not known, and a recorded prefix no reservation holds is
+// not served.
+func TestComputeTakesTheClaimsPrefixFromItsReservations(t *testing.T) {
+	pod := testPod("launcher", map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"` + vmMAC + `"}]`})
+	prefixRes := func(uid types.UID, item string) *tenurev1alpha1.IPReservation {
+		r := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "san.pd." + item}}
+		r.Spec.Kind, r.Spec.Address, r.Spec.Owner.UID = tenurev1alpha1.KindDelegatedPrefix, item, string(uid)
+		return r
+	}
+	const held, other = "fd00:9000:0:700::/56", "fd00:9000:0:800::/56"
+	for _, tc := range []struct {
+		name     string
+		recorded []string
+		rs       []*tenurev1alpha1.IPReservation
+		known    bool
+		want     string
+	}{
+		{"record dropped, reservation holds it", nil, []*tenurev1alpha1.IPReservation{prefixRes("c1", held)}, true, held},
+		{"record and reservation agree", []string{held}, []*tenurev1alpha1.IPReservation{prefixRes("c1", held)}, true, held},
+		{"reservations not known yet: the record", []string{held}, nil, false, held},
+		{"recorded, held by nobody: not served", []string{held}, nil, true, ""},
+		{"another owner's reservation is not the claim's", nil, []*tenurev1alpha1.IPReservation{prefixRes("c2", held)}, true, ""},
+		{"two unrecorded: the lowest", nil, []*tenurev1alpha1.IPReservation{prefixRes("c1", other), prefixRes("c1", held)}, true, held},
+		{"two, one recorded: the recorded one", []string{other}, []*tenurev1alpha1.IPReservation{prefixRes("c1", held), prefixRes("c1", other)}, true, other},
+	} {
+		cl := testClaim("vm1.san", "san", "launcher", []string{"10.0.0.7/24", "fd00::7/64"}, tc.recorded)
+		cl.UID = "c1"
+		bs, skips := Compute(Inputs{Pods: []*corev1.Pod{pod}, Claim: claimSource(cl), Networks: san,
+			ClaimReservations: func(c *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool) {
+				if c.UID != "c1" {
+					t.Fatalf("%s: asked for the reservations of %s", tc.name, c.UID)
+				}
+				return tc.rs, tc.known
+			}})
+		if len(bs) != 1 {
+			t.Fatalf("%s: bindings %+v, skips %+v", tc.name, bs, skips)
+		}
+		got := ""
+		if bs[0].Prefix.IsValid() {
+			got = bs[0].Prefix.String()
+		}
+		if got != tc.want || bs[0].Address != netip.MustParseAddr("fd00::7") {
+			t.Errorf("%s: binding serves %s and prefix %q, want fd00::7 and %q", tc.name, bs[0].Address, got, tc.want)
+		}
+		routes := DesiredRoutes(bs, nil)
+		if (tc.want != "") != (len(routes) == 1) {
+			t.Errorf("%s: routes %v", tc.name, routes)
+		}
 	}
 }

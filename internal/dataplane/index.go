@@ -50,6 +50,9 @@ func (s *Service) rebind(networks map[string]config.DHCPv6) []Binding {
 	if rs, ok := s.opts.Source.(ReservationSource); ok {
 		in.PodReservations = rs.PodReservations
 	}
+	if cs, ok := s.opts.Source.(ClaimReservationSource); ok {
+		in.ClaimReservations = cs.ClaimReservations
+	}
 	bindings, skips := Compute(in)
 	idx := &index{byMACIf: map[string]Binding{}, bindings: bindings}
 	for _, b := range bindings {

@@ -38,6 +38,15 @@ type ReservationSource interface {
 	PodReservations(podUID string) []*tenurev1alpha1.IPReservation
 }
 
+// ClaimReservationSource is implemented by a Source that knows the
+// claims' reservations: a claim's delegated prefix is then the one its
+// reservation holds, whatever status.delegatedPrefixes records (rule 5).
+type ClaimReservationSource interface {
+	// ClaimReservations returns the reservations the claim holds and
+	// whether they are known yet.
+	ClaimReservations(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool)
+}
+
 // VMISource is implemented by a Source that knows KubeVirt's
 // VirtualMachineInstances (rule 4 of the package doc).
 type VMISource interface {

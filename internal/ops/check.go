@@ -129,6 +129,12 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 		return nil, err
 	}
 	rep.Findings = append(rep.Findings, mismatches...)
+	unrecorded, notes, err := c.prefixFindings(ctx, claimList, facts.ByOwner)
+	if err != nil {
+		return nil, err
+	}
+	rep.Findings = append(rep.Findings, unrecorded...)
+	rep.Notes = append(rep.Notes, notes...)
 	outside, unknown := FindOutsideRanges(rs, inv)
 	rep.Findings = append(rep.Findings, outside...)
 	rep.Counts.RangeUnknown = unknown

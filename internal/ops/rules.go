@@ -42,7 +42,7 @@ const (
 	RuleMalformed = Rule("Malformed")
 )
 
-var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleClaimMismatch, RuleOutsideRange, RuleMalformed}
+var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed}
 
 // Finding is one problem.
 type Finding struct {
@@ -358,7 +358,7 @@ func claimMismatches(c *ipamclaimsv1alpha1.IPAMClaim, owned []*tenurev1alpha1.IP
 		check("status.delegatedPrefixes", p, p.Masked())
 	}
 	for item, r := range mine {
-		if !recorded[item] {
+		if !recorded[item] && !recordsNoPrefix(rec, r) {
 			f := finding(r.Spec.Address, "reservation %s holds %s for the claim but its status does not record it", r.Name, r.Spec.Address)
 			f.Related = []string{reservationObject(r)}
 			out = append(out, f)

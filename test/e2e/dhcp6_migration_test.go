@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6/nclient6"
@@ -260,7 +261,12 @@ func migAnnotations(claim string) map[string]string {
 func installVMICRD(t *testing.T, ctx context.Context) {
 	t.Helper()
 	waitVMICRDGone(t, ctx)
-	if err := controlplane.InstallCRDs(ctx, cptest.Current().Config, os.DirFS("testdata")); err != nil {
+	// Only this file: testdata holds other CRDs (the upstream IPAMClaim one).
+	b, err := os.ReadFile("testdata/kubevirt-vmi-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlplane.InstallCRDs(ctx, cptest.Current().Config, fstest.MapFS{"kubevirt-vmi-crd.yaml": {Data: b}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -72,3 +72,12 @@ const (
 	ReasonIPAddressConflict     = "IPAddressConflict"
 	ReasonAddressesOutsideRange = "AddressesOutsideRange"
 )
+
+// tenure's condition on whether status.delegatedPrefixes holds what the
+// claim's reservations hold: False with FieldPrunedByCRD when the
+// installed CRD has no such field and the API server drops it.
+const (
+	ConditionDelegatedPrefixesRecorded = "DelegatedPrefixesRecorded"
+	ReasonFieldPrunedByCRD             = "FieldPrunedByCRD"
+	ReasonDelegatedPrefixesRecorded    = "Recorded"
+)
