@@ -61,9 +61,17 @@
 //     Either way an informer lag can at worst make both nodes answer for an
 //     instant, with identical content;
 //  5. the binding holds the first IPv6 entry of status.ips (IA_NA) and the
-//     first IPv6 entry of status.delegatedPrefixes (IA_PD); a claim with
-//     neither gives no binding, a claim with only one of them is served that
-//     one (the handler answers the other IA with NoAddrsAvail/NoPrefixAvail);
+//     IPv6 delegated prefix a reservation of the claim holds (IA_PD; the
+//     one status.delegatedPrefixes records when the claim holds several,
+//     else the lowest). The reservations are the truth and the status only
+//     their record, which an IPAMClaim CRD without the field (the upstream
+//     k8snetworkplumbingwg one) drops: the agent reads them from its caches
+//     and one list of the claim's owner-UID label (at the claim's ADD on
+//     this node, when the claim is first bound, when it changes, and every
+//     30 s), and only until that first list answers does the record alone
+//     decide. A claim with neither gives no binding, a claim with only one
+//     of them is served that one (the handler answers the other IA with
+//     NoAddrsAvail/NoPrefixAvail);
 //  6. the client's MAC is, in this order:
 //     a. the element's "mac" (the MAC KubeVirt or the user asked Multus for);
 //     b. the "mac" of the entry of the pod's k8s.v1.cni.cncf.io/network-status
