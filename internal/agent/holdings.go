@@ -27,6 +27,10 @@ type claimHoldings struct {
 
 	mu sync.Mutex
 	m  map[types.UID]*holding
+	// lastFailure is when a list last failed: until holdingsRetry has
+	// passed, first lists run in the background too, so an unreachable
+	// API server does not hold up the reconcile once per claim.
+	lastFailure time.Time
 	// ctx bounds the background lists; set by run.
 	ctx context.Context
 }
@@ -81,10 +85,10 @@ func (h *claimHoldings) learn(claim *ipamclaimsv1alpha1.IPAMClaim, rs []*tenurev
 }
 
 // get returns the claim's reservations and whether they are known. The
-// first time a claim is asked for, its list is waited for (bounded), so a
-// restarted agent's first reconcile does not drop a route whose prefix the
-// status no longer records; later lists run in the background and the
-// previous answer stands meanwhile.
+// first time a claim is asked for, its list is waited for (bounded, and
+// not while lists fail), so a restarted agent's first reconcile does not
+// drop a route whose prefix the status no longer records; later lists run
+// in the background and the previous answer stands meanwhile.
 func (h *claimHoldings) get(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool) {
 	uid := string(claim.UID)
 	local := h.cached(uid)
@@ -92,7 +96,7 @@ func (h *claimHoldings) get(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alp
 	h.mu.Lock()
 	h.sweepLocked(now)
 	e := h.m[claim.UID]
-	if e == nil {
+	if e == nil && now.Sub(h.lastFailure) > holdingsRetry {
 		e = &holding{used: now}
 		h.m[claim.UID] = e
 		ctx := h.ctx
@@ -103,9 +107,14 @@ func (h *claimHoldings) get(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alp
 		h.mu.Lock()
 		if err != nil {
 			e.failedAt = time.Now()
+			h.lastFailure = e.failedAt
 		} else if e.at.IsZero() { // an ADD's learn may have come first
 			e.rs, e.rv, e.at = rs, claim.ResourceVersion, time.Now()
 		}
+	}
+	if e == nil {
+		e = &holding{used: now}
+		h.m[claim.UID] = e
 	}
 	e.used = now
 	known := !e.at.IsZero()
@@ -139,6 +148,7 @@ func (h *claimHoldings) refresh(key types.UID, uid, rv string) {
 	e.listing = false
 	if err != nil {
 		e.failedAt = time.Now()
+		h.lastFailure = e.failedAt
 		h.mu.Unlock()
 		return
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,16 +26,25 @@ type fakeLister struct {
 	rs    []*tenurev1alpha1.IPReservation
 	err   error
 	calls int
+	// hang makes a list wait for its context, as one to an unreachable
+	// API server does.
+	hang bool
 }
 
-func (f *fakeLister) list(_ context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
+func (f *fakeLister) list(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.calls++
-	if uid != "c1" {
+	hang := f.hang
+	rs, err := append([]*tenurev1alpha1.IPReservation(nil), f.rs...), f.err
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if !strings.HasPrefix(uid, "c1") {
 		return nil, errors.New("unexpected owner " + uid)
 	}
-	return append([]*tenurev1alpha1.IPReservation(nil), f.rs...), f.err
+	return rs, err
 }
 
 func names(rs []*tenurev1alpha1.IPReservation) []string {
@@ -86,10 +96,28 @@ func TestClaimHoldingsUnknownWhileTheListFails(t *testing.T) {
 	f := &fakeLister{err: errors.New("connection refused")}
 	local := []*tenurev1alpha1.IPReservation{}
 	h := newClaimHoldings(f.list, func(string) []*tenurev1alpha1.IPReservation { return local }, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // ends the background list left hanging below
+	h.run(ctx)
 	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{UID: "c1", ResourceVersion: "1"}}
 	if _, known := h.get(claim); known {
 		t.Fatal("a failed first list: want unknown, so the status record decides")
 	}
+	// While lists fail, another claim's first list is not waited for.
+	f.mu.Lock()
+	f.hang = true
+	f.mu.Unlock()
+	other := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{UID: "c1-other", ResourceVersion: "1"}}
+	start := time.Now()
+	if _, known := h.get(other); known {
+		t.Fatal("a claim first seen while lists fail: want unknown")
+	}
+	if d := time.Since(start); d >= holdingsFirstList {
+		t.Fatalf("get took %v: a first list was waited for right after one failed", d)
+	}
+	f.mu.Lock()
+	f.hang = false
+	f.mu.Unlock()
 	// What an ADD of this node learnt is known whatever the list does.
 	pd := holdingRes("net.pd.a.56", tenurev1alpha1.KindDelegatedPrefix)
 	h.learn(claim, []*tenurev1alpha1.IPReservation{pd})
