@@ -55,11 +55,23 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	waitVMIsServed(t, ctx, agentA, agentB)
 
 	// The VM starts with tenure's CRD: the claim records its prefix.
-	const ns, vm = "upstreamcrd", "vm1"
+	// A namespace of its own each run: the test may run again in one binary.
+	ns, vm := fmt.Sprintf("upstreamcrd-%d", podSeq.Add(1)), "vm1"
+	// Its pods go with it: a later run's agents on these nodes must not
+	// find another binding of the guest's MAC.
+	var pods []pod
+	t.Cleanup(func() {
+		for _, p := range pods {
+			if err := testbed.ForceDeletePod(context.Background(), c, p.ns, p.name); err != nil {
+				t.Errorf("deleting pod %s/%s: %v", p.ns, p.name, err)
+			}
+		}
+	})
 	claimName := vm + ".dhcpnet"
 	createVMClaim(t, ctx, c, ns, claimName, vm)
 	vmi := createVMI(t, ctx, c, ns, vm, "upc-a")
 	podA := newPod(t, ctx, c, ns, "upc-a", migAnnotations(claimName))
+	pods = append(pods, podA)
 	if _, err := add(ctx, podA, netconf("dhcpnet", agentA.Socket, migIPAM)); err != nil {
 		t.Fatalf("ADD of the source pod: %v", err)
 	}
@@ -91,6 +103,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	// The migration target's ADD, with the record gone: the same prefix,
 	// no second one.
 	podB := newPod(t, ctx, c, ns, "upc-b", migAnnotations(claimName))
+	pods = append(pods, podB)
 	if _, err := add(ctx, podB, netconf("dhcpnet", agentB.Socket, migIPAM)); err != nil {
 		t.Fatalf("ADD of the target pod: %v", err)
 	}
@@ -120,6 +133,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	freshAnn := map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(
 		`[{"name":"dhcpnet","interface":"net1","ipam-claim-reference":%q,"mac":"02:00:00:00:be:ef"}]`, fresh)}
 	podF := newPod(t, ctx, c, ns, "upc-a", freshAnn)
+	pods = append(pods, podF)
 	if _, err := add(ctx, podF, netconf("dhcpnet", agentA.Socket, migIPAM)); err != nil {
 		t.Fatalf("first ADD of %s: %v", fresh, err)
 	}
@@ -130,6 +144,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 		t.Fatalf("retried ADD of %s: %v", fresh, err)
 	}
 	podF2 := newPod(t, ctx, c, ns, "upc-b", freshAnn)
+	pods = append(pods, podF2)
 	if _, err := add(ctx, podF2, netconf("dhcpnet", agentB.Socket, migIPAM)); err != nil {
 		t.Fatalf("second pod's ADD of %s: %v", fresh, err)
 	}
