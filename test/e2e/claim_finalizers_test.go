@@ -88,8 +88,9 @@ func TestTerminatingKubeVirtClaimKeepsItsAddresses(t *testing.T) {
 	if err := testbed.ServiceAccountKubeconfig(ctx, cptest.Current().Config, "tenure-system", "tenure-controller", saKubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	ctrl := ctlStart(t, ctx, "e2e-terminating-claim", "--kubeconfig", saKubeconfig, "--leader-election-namespace", "tenure-system",
-		"--sweep-interval", "500ms")
+	// The Lease its Role lets it write.
+	ctrl := ctlStart(t, ctx, "e2e-terminating-claim", "--kubeconfig", saKubeconfig,
+		"--leader-election-namespace", "tenure-system", "--leader-election-id", "tenure-controller", "--sweep-interval", "500ms")
 	ctrl.waitLeading(t, ctx)
 
 	const ns, network = "e2e-terminating-claim", "tkcnet"
