@@ -58,8 +58,11 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		if err != nil {
 			return err
 		}
-		if claim.DeletionTimestamp != nil {
-			return codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s is being deleted", claims.Key(claim))
+		// A claim being deleted that another finalizer still holds (KubeVirt's,
+		// while the VM runs) keeps serving: the migration target and a
+		// restart of the VM get its items.
+		if !claims.Held(claim) {
+			return codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s is being deleted, and no finalizer but %s holds it", claims.Key(claim), claims.ReleaseFinalizer)
 		}
 		if claim.Spec.Network != at.cfg.Name {
 			return codedf(types.ErrInvalidNetworkConfig, nil, "IPAMClaim %s has spec.network %q but the CNI network is %q", claims.Key(claim), claim.Spec.Network, at.cfg.Name)

@@ -117,10 +117,11 @@ type OwnerPodMove struct {
 	Namespace, Claim, Pod, VMI string
 }
 
-// OwnerPodMoves is the pure rule of followOwners: for every claim presented
-// by a pod of node (not terminal, not being deleted) whose VMI runs on node,
-// whose status already records an owner (the ADD writes the first one) and
-// whose ownerPod names no such pod, the move to the first of them by name.
+// OwnerPodMoves is the pure rule of followOwners: for every held claim
+// (claims.Held) presented by a pod of node (not terminal, not being deleted)
+// whose VMI runs on node, whose status already records an owner (the ADD
+// writes the first one) and whose ownerPod names no such pod, the move to
+// the first of them by name.
 func OwnerPodMoves(pods []*corev1.Pod, claim func(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool), lookup kubevirt.Lookup, node string) []OwnerPodMove {
 	type key struct{ ns, claim string }
 	presenters := map[key][]string{}
@@ -139,7 +140,7 @@ func OwnerPodMoves(pods []*corev1.Pod, claim func(namespace, name string) (*ipam
 				continue
 			}
 			c, ok := claim(pod.Namespace, e.IPAMClaimReference)
-			if !ok || c == nil || c.DeletionTimestamp != nil || c.Status.OwnerPod == nil || c.Status.OwnerPod.Name == "" {
+			if !ok || c == nil || !claims.Held(c) || c.Status.OwnerPod == nil || c.Status.OwnerPod.Name == "" {
 				continue
 			}
 			vmi, ok := kubevirt.VMOf(lookup, pod.Namespace, c.OwnerReferences, pod.OwnerReferences)

@@ -43,6 +43,14 @@ func TestOwnerPodMoves(t *testing.T) {
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	done := pod("src", "a")
 	done.Status.Phase = corev1.PodSucceeded
+	// A claim being deleted: KubeVirt's finalizer holds it while the VM
+	// runs, and it follows the VM still; with only tenure's left it does not.
+	held := claim("dst", true)
+	held.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	held.Finalizers = []string{"kubevirt.io/persistent-ipam", "ipam.tenure.dev/release"}
+	releasing := claim("dst", true)
+	releasing.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	releasing.Finalizers = []string{"ipam.tenure.dev/release"}
 
 	cases := []struct {
 		name   string
@@ -61,6 +69,8 @@ func TestOwnerPodMoves(t *testing.T) {
 		{"claim of no VM", []*corev1.Pod{pod("src", "a")}, claim("dst", false), on("a", nil), ""},
 		{"no owner recorded yet: the ADD writes the first", []*corev1.Pod{pod("src", "a")}, claim("", true), on("a", nil), ""},
 		{"pod being deleted", []*corev1.Pod{deleting}, claim("dst", true), on("a", nil), ""},
+		{"claim being deleted that KubeVirt's finalizer holds", []*corev1.Pod{pod("src", "a")}, held, on("a", nil), "src"},
+		{"claim being deleted with only tenure's finalizer", []*corev1.Pod{pod("src", "a")}, releasing, on("a", nil), ""},
 		{"terminal pod", []*corev1.Pod{done}, claim("dst", true), on("a", nil), ""},
 		{"pod of another node in the list", []*corev1.Pod{pod("src", "b")}, claim("dst", true), on("a", nil), ""},
 		{"two pods here: the first by name", []*corev1.Pod{pod("z", "a"), pod("m", "a")}, claim("dst", true), on("a", nil), "m"},

@@ -11,18 +11,26 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // ClaimFinalizer keeps an IPAMClaim that holds reservations until the
 // controller has released them, so a claim deleted while the controller is
 // down stays Terminating until it runs.
-const ClaimFinalizer = "ipam.tenure.dev/release"
+const ClaimFinalizer = claims.ReleaseFinalizer
+
+// ClaimWriter writes claims: the finalizer, and the condition of a claim
+// being deleted whose items are kept.
+type ClaimWriter interface {
+	client.Writer
+	client.StatusClient
+}
 
 // claimFinalizer adds and honours ClaimFinalizer.
 type claimFinalizer struct {
 	live   client.Reader
-	writer client.Writer
+	writer ClaimWriter
 	rel    *Releaser
 	// cached, when set, adds reservation names the controller's informer
 	// cache knows for an owner UID to the live label selection (which
@@ -86,15 +94,67 @@ func (cf *claimFinalizer) owned(ctx context.Context, c *ipamclaimsv1alpha1.IPAMC
 }
 
 // finalize releases everything a deleting claim owns, then removes the
-// finalizer; it returns how many reservations it released.
-func (cf *claimFinalizer) finalize(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) (int, error) {
+// finalizer; it returns how many reservations it released, and whether it
+// removed the finalizer. While a finalizer other than tenure's is left on
+// the claim, whoever set it still uses the claim (KubeVirt's, until the VM's
+// VMI is gone): finalize then releases nothing and only says, in the
+// claim's condition, what it waits for. The claim's next update (that
+// finalizer's removal) brings it back.
+func (cf *claimFinalizer) finalize(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) (int, bool, error) {
 	if c.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(c, ClaimFinalizer) {
-		return 0, nil
+		return 0, false, nil
 	}
 	names, err := cf.owned(ctx, c)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
+	if claims.Held(c) {
+		return 0, false, cf.waiting(ctx, c, names)
+	}
+	released, err := cf.release(ctx, c, names)
+	return released, err == nil && !cf.rel.DryRun, err
+}
+
+// waiting sets the condition that says which finalizers the release of the
+// claim's items waits for.
+func (cf *claimFinalizer) waiting(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim, names []string) error {
+	items := make([]string, 0, len(names))
+	for _, n := range names {
+		if p, err := reservation.Parse(n); err == nil {
+			items = append(items, reservation.ItemString(kindOf(p), p.Prefix))
+		} else {
+			items = append(items, n)
+		}
+	}
+	orig := c.DeepCopy()
+	if cf.rel.DryRun || len(names) == 0 || !claims.SetWaitingCondition(c, items) {
+		return nil
+	}
+	if c.Status.IPs == nil {
+		c.Status.IPs = []string{} // required by the upstream schema
+	}
+	err := cf.writer.Status().Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("IPAMClaim %s/%s: setting condition %s: %w", c.Namespace, c.Name, claims.ConditionReleased, err)
+	}
+	cf.rel.log().Info("IPAMClaim being deleted keeps its reservations", "claim", c.Namespace+"/"+c.Name, "uid", c.UID,
+		"why", claims.DeletionMessage(c, items))
+	return nil
+}
+
+func kindOf(p reservation.Parsed) tenurev1alpha1.ReservationKind {
+	if p.IsPrefix {
+		return tenurev1alpha1.KindDelegatedPrefix
+	}
+	return tenurev1alpha1.KindAddress
+}
+
+// release releases names, checks live that the claim owns nothing more,
+// then removes the finalizer.
+func (cf *claimFinalizer) release(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim, names []string) (int, error) {
 	released := 0
 	for _, name := range names {
 		out, err := cf.rel.Release(ctx, name)
@@ -118,7 +178,7 @@ func (cf *claimFinalizer) finalize(ctx context.Context, c *ipamclaimsv1alpha1.IP
 	}
 	orig := c.DeepCopy()
 	controllerutil.RemoveFinalizer(c, ClaimFinalizer)
-	err = cf.writer.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	err := cf.writer.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) {
 		// Someone else wrote the claim; done if that was our finalizer's
 		// removal (a concurrent sweep or reconcile), else decide again.

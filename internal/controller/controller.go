@@ -51,6 +51,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/controller/sticky"
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -507,7 +508,7 @@ func (c *Controller) nodeHandler() toolscache.ResourceEventHandler {
 }
 
 // claimHandler nominates a claim for the finalizer, and its reservations
-// when it is deleted or starts terminating.
+// when it is deleted or starts terminating with nothing else holding it.
 func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
 	key := func(cl *ipamclaimsv1alpha1.IPAMClaim) {
 		if c.leading.Load() {
@@ -527,7 +528,9 @@ func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
 				return
 			}
 			key(n)
-			if o.DeletionTimestamp == nil && n.DeletionTimestamp != nil {
+			// Its reservations are released once nothing but tenure's
+			// finalizer holds it (claims.Held).
+			if n.DeletionTimestamp != nil && !claims.Held(n) && (o.DeletionTimestamp == nil || claims.Held(o)) {
 				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
 			}
 		},
@@ -593,7 +596,7 @@ func (c *Controller) reconcileClaim(ctx context.Context, key types.NamespacedNam
 	}
 	cl = cl.DeepCopy()
 	if cl.DeletionTimestamp != nil {
-		_, err := c.cf.finalize(ctx, cl)
+		_, _, err := c.cf.finalize(ctx, cl)
 		return 0, err
 	}
 	_, err := c.cf.ensure(ctx, cl, c.idx.holds(string(cl.UID)))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,15 +13,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -272,12 +277,78 @@ func TestClaimFinalizer(t *testing.T) {
 	if cur.DeletionTimestamp == nil {
 		t.Fatal("no deletionTimestamp")
 	}
-	n, err := cf.finalize(ctx, cur)
-	if err != nil || n != 2 {
-		t.Fatalf("finalize: released %d, %v", n, err)
+	n, done, err := cf.finalize(ctx, cur)
+	if err != nil || n != 2 || !done {
+		t.Fatalf("finalize: released %d, done %v, %v", n, done, err)
 	}
 	if exists(t, c, "n.a") || exists(t, c, "n.pd") || !exists(t, c, "n.other") {
 		t.Fatal("finalize must release exactly the claim's reservations")
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "vm"}, cur); !apierrors.IsNotFound(err) {
+		t.Fatalf("claim after finalize: %v (finalizers %v)", err, cur.Finalizers)
+	}
+}
+
+// TestClaimFinalizerWaitsForOtherFinalizers: a claim deleted while
+// KubeVirt's finalizer is on it keeps its reservations, says so in its
+// condition, and is released once that finalizer is removed.
+func TestClaimFinalizerWaitsForOtherFinalizers(t *testing.T) {
+	ctx := context.Background()
+	const kubevirt = "kubevirt.io/persistent-ipam"
+	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "claim-uid",
+		Finalizers: []string{kubevirt, ClaimFinalizer}},
+		Spec:   ipamclaimsv1alpha1.IPAMClaimSpec{Network: "n"},
+		Status: ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.0.0.7/24"}, DelegatedPrefixes: []string{"2001:db8::/56"}}}
+	owner := tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: "ns", Name: "vm", UID: "claim-uid"}
+	pd := reservationOf(reservation.PrefixName("n", netip.MustParsePrefix("2001:db8::/56")), "2001:db8::/56", owner)
+	pd.Spec.Kind = tenurev1alpha1.KindDelegatedPrefix
+	addr := reservationOf(reservation.AddressName("n", netip.MustParseAddr("10.0.0.7")), "10.0.0.7", owner)
+	c := newFake(claim, addr, pd)
+	rel := &Releaser{Live: c, Writer: c}
+	cf := &claimFinalizer{live: c, writer: c, rel: rel}
+	cur := &ipamclaimsv1alpha1.IPAMClaim{}
+	get := func() {
+		t.Helper()
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "vm"}, cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get()
+	if err := c.Delete(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second pass finds the condition set and writes nothing
+		get()
+		n, done, err := cf.finalize(ctx, cur)
+		if err != nil || n != 0 || done {
+			t.Fatalf("finalize while KubeVirt's finalizer is on the claim: released %d, done %v, %v", n, done, err)
+		}
+		if !exists(t, c, addr.Name) || !exists(t, c, pd.Name) {
+			t.Fatal("a reservation of the claim was released while KubeVirt's finalizer is on it")
+		}
+	}
+	get()
+	cond := meta.FindStatusCondition(cur.Status.Conditions, claims.ConditionReleased)
+	want := "claim is being deleted; waiting for finalizer kubevirt.io/persistent-ipam before releasing 10.0.0.7, 2001:db8::/56"
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != claims.ReasonWaitingForFinalizers || cond.Message != want {
+		t.Fatalf("condition %+v, want Released=False WaitingForFinalizers %q", cond, want)
+	}
+	if !slices.Equal(cur.Finalizers, []string{kubevirt, ClaimFinalizer}) {
+		t.Fatalf("finalizers %v", cur.Finalizers)
+	}
+
+	// KubeVirt's Cleanup: an Update without its finalizer.
+	controllerutil.RemoveFinalizer(cur, kubevirt)
+	if err := c.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	get()
+	n, done, err := cf.finalize(ctx, cur)
+	if err != nil || n != 2 || !done {
+		t.Fatalf("finalize after KubeVirt's finalizer went: released %d, done %v, %v", n, done, err)
+	}
+	if exists(t, c, addr.Name) || exists(t, c, pd.Name) {
+		t.Fatal("the claim's reservations outlived it")
 	}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "vm"}, cur); !apierrors.IsNotFound(err) {
 		t.Fatalf("claim after finalize: %v (finalizers %v)", err, cur.Finalizers)

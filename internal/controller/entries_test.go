@@ -51,7 +51,7 @@ func (s objectSource) siblings(_ context.Context, uid string) ([]*tenurev1alpha1
 // with DryRun, would release).
 func sweepOf(t testing.TB, snap *snapshot, rel *Releaser) (SweepResult, map[string]repair.Reason) {
 	t.Helper()
-	sw := &Sweeper{Live: rel.Live, Releaser: rel, claims: &claimFinalizer{live: rel.Live, writer: rel.Writer, rel: rel},
+	sw := &Sweeper{Live: rel.Live, Releaser: rel, claims: &claimFinalizer{live: rel.Live, writer: rel.Writer.(ClaimWriter), rel: rel},
 		view: func(context.Context) (*snapshot, error) { return snap, nil }}
 	out, err := sw.Sweep(context.Background())
 	if err != nil {
@@ -169,7 +169,7 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 		p.Finalizers = []string{"hold"} // the fake refuses a deletionTimestamp without one
 		liveObjects = append(liveObjects, p)
 	}
-	deleting.Finalizers = []string{"hold"}
+	deleting.Finalizers = []string{ClaimFinalizer} // tenure's own: nothing else holds the claim
 	api := newFake(liveObjects...)
 	for _, shape := range []struct {
 		name     string

@@ -53,8 +53,9 @@ func (s *Sweeper) requeue(name string, after time.Duration) {
 	}
 }
 
-// NewSweeper builds a sweeper around a releaser; w writes claim finalizers.
-func NewSweeper(live client.Reader, w client.Writer, rel *Releaser) *Sweeper {
+// NewSweeper builds a sweeper around a releaser; w writes claim finalizers
+// and conditions.
+func NewSweeper(live client.Reader, w ClaimWriter, rel *Releaser) *Sweeper {
 	return &Sweeper{Live: live, Releaser: rel, claims: &claimFinalizer{live: live, writer: w, rel: rel}}
 }
 
@@ -150,9 +151,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			if !controllerutil.ContainsFinalizer(c, ClaimFinalizer) || s.Releaser.DryRun {
 				continue
 			}
-			if _, err := s.claims.finalize(ctx, c); err != nil {
+			if _, done, err := s.claims.finalize(ctx, c); err != nil {
 				errs = append(errs, err)
-			} else {
+			} else if done {
 				res.ClaimsFinalized++
 			}
 			continue

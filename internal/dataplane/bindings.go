@@ -169,7 +169,7 @@ func bind(pod *corev1.Pod, ifName, claimName string, e *nadv1.NetworkSelectionEl
 	if !ok || claim == nil {
 		return b, "claim not found"
 	}
-	if claim.DeletionTimestamp != nil {
+	if !claims.Held(claim) {
 		return b, "claim is being deleted"
 	}
 	settings, ok := in.Networks[claim.Spec.Network]

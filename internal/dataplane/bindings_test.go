@@ -13,6 +13,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
@@ -158,6 +159,24 @@ func TestCompute(t *testing.T) {
 			claims: []*ipamclaimsv1alpha1.IPAMClaim{func() *ipamclaimsv1alpha1.IPAMClaim {
 				c := testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)
 				c.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+				return c
+			}()},
+			skip: "being deleted"},
+		{name: "claim being deleted that KubeVirt's finalizer holds: the VM still runs, still served",
+			pods: []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{func() *ipamclaimsv1alpha1.IPAMClaim {
+				c := testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)
+				c.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+				c.Finalizers = []string{"kubevirt.io/persistent-ipam", claims.ReleaseFinalizer}
+				return c
+			}()},
+			want: []want{{"vms/vm1.san", vmMAC, MACFromSelection, "fd00::7", "fd00:9000:0:700::/56", "vms/virt-launcher-a", "net1"}}},
+		{name: "claim being deleted with only tenure's finalizer left",
+			pods: []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
+			claims: []*ipamclaimsv1alpha1.IPAMClaim{func() *ipamclaimsv1alpha1.IPAMClaim {
+				c := testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)
+				c.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+				c.Finalizers = []string{claims.ReleaseFinalizer}
 				return c
 			}()},
 			skip: "being deleted"},

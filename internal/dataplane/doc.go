@@ -33,7 +33,8 @@
 //     without one, the pod's sticky StatefulSet claim of that interface
 //     (claims.StickyClaimName, labelled sticky and annotated with this
 //     pod's name) when it exists, else rule 7 applies. A missing claim, or
-//     one being deleted, gives no binding;
+//     one being deleted that no finalizer but tenure's holds any more
+//     (claims.Held), gives no binding;
 //  3. the claim's spec.network is the CNI network name; the network must have
 //     learnt dhcpv6 settings with enabled=true and at least one interface;
 //  4. the pod must be where the claim is served, so that exactly one node

@@ -307,7 +307,8 @@ func FindOwnersGone(rs []*tenurev1alpha1.IPReservation, facts OwnerFacts, p repa
 // UID): an item recorded that no reservation of the claim holds, a
 // reservation of the claim its status does not record, and entries that do
 // not parse. byItem names other holders in messages. Claims being deleted
-// are the controller's (their reservations are OwnerGone).
+// that nothing but tenure's finalizer holds are the controller's (their
+// reservations are OwnerGone).
 func FindClaimMismatches(cs []ipamclaimsv1alpha1.IPAMClaim, owned map[string][]*tenurev1alpha1.IPReservation, byItem map[netip.Prefix][]*tenurev1alpha1.IPReservation) []Finding {
 	var out []Finding
 	for i := range cs {
@@ -317,7 +318,7 @@ func FindClaimMismatches(cs []ipamclaimsv1alpha1.IPAMClaim, owned map[string][]*
 }
 
 func claimMismatches(c *ipamclaimsv1alpha1.IPAMClaim, owned []*tenurev1alpha1.IPReservation, byItem map[netip.Prefix][]*tenurev1alpha1.IPReservation) []Finding {
-	if c.DeletionTimestamp != nil {
+	if !claims.Held(c) {
 		return nil
 	}
 	finding := func(address, format string, args ...any) Finding {

@@ -277,6 +277,25 @@ func TestExplain(t *testing.T) {
 		t.Errorf("missing claim: %q", got)
 	}
 
+	// A claim being deleted: which finalizer its release waits for, and
+	// what it will release.
+	vmPrefix := claimRes("vm-net", "2001:db8:1::/56", "ns", "vm", "c1", "web", "node-a")
+	deleting := claim("ns", "vm", "c1", []string{"10.1.0.1/24"})
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	deleting.Finalizers = []string{"kubevirt.io/persistent-ipam", "ipam.tenure.dev/release"}
+	vmOnly := pod.DeepCopy()
+	vmOnly.Annotations[nadv1.NetworkAttachmentAnnot] = `[{"name":"vm-net","interface":"eth9","ipam-claim-reference":"vm"}]`
+	rep = Explain(vmOnly, nil, []PodClaim{{Name: "vm", Claim: &deleting, Reservations: []*tenurev1alpha1.IPReservation{vmAddr, vmPrefix}}}, nil, now)
+	if got, want := rep.Attachments[0].Outcome, "allocated 10.1.0.1, 2001:db8:1::/56 10m ago on node node-a; IPAMClaim ns/vm: claim is being deleted;"+
+		" waiting for finalizer kubevirt.io/persistent-ipam before releasing 10.1.0.1, 2001:db8:1::/56"; got != want {
+		t.Errorf("claim being deleted:\n%s\nwant\n%s", got, want)
+	}
+	deleting.Finalizers = []string{"ipam.tenure.dev/release"}
+	rep = Explain(vmOnly, nil, []PodClaim{{Name: "vm", Claim: &deleting, Reservations: []*tenurev1alpha1.IPReservation{vmAddr}}}, nil, now)
+	if got := rep.Attachments[0].Outcome; !strings.HasSuffix(got, "; IPAMClaim ns/vm: claim is being deleted; no finalizer but ipam.tenure.dev/release is left, so the controller releases 10.1.0.1") {
+		t.Errorf("claim being deleted, only tenure's finalizer: %q", got)
+	}
+
 	sandbox := event("u1", "Pod", "web", corev1.EventTypeWarning, "FailedCreatePodSandBox", "kubelet", "node-a", "plugin type=multus failed: ...", t0)
 	broken := pod.DeepCopy()
 	broken.Annotations[nadv1.NetworkAttachmentAnnot] = `[{"name":"san"}]`

@@ -23,6 +23,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -251,15 +252,16 @@ func outcome(pod *corev1.Pod, a *AttachmentReport, newest *tenurev1alpha1.IPRese
 		}
 	}
 	ago := func(t time.Time) string { return duration.HumanDuration(now.Sub(t)) + " ago" }
+	deleting := claimDeletion(pod.Namespace, a.Claim, pcs)
 	if newest != nil {
 		s := fmt.Sprintf("allocated %s %s on node %s", strings.Join(a.Addresses, ", "), ago(newest.CreationTimestamp.Time), orNone(newest.Spec.Owner.Node))
 		if failed != nil && eventTime(*failed).After(newest.CreationTimestamp.Time) {
 			s += fmt.Sprintf("; a later ADD failed %s: %s", ago(eventTime(*failed).Time), failed.Message)
 		}
-		return true, s
+		return true, s + deleting
 	}
 	if failed != nil {
-		return false, fmt.Sprintf("ADD failed %s on node %s: %s", ago(eventTime(*failed).Time), orNone(failed.Source.Host), failed.Message)
+		return false, fmt.Sprintf("ADD failed %s on node %s: %s", ago(eventTime(*failed).Time), orNone(failed.Source.Host), failed.Message) + deleting
 	}
 	for _, pc := range pcs {
 		if pc.Name != a.Claim {
@@ -279,6 +281,24 @@ func outcome(pod *corev1.Pod, a *AttachmentReport, newest *tenurev1alpha1.IPRese
 		return false, fmt.Sprintf("the pod's sandbox failed %s (%s): %s", ago(eventTime(*sandbox).Time), sandbox.Reason, sandbox.Message)
 	}
 	return false, "no ADD has reached tenure for this interface: no reservation and no Event"
+}
+
+// claimDeletion is "; IPAMClaim NS/NAME: claim is being deleted; waiting
+// for ..." when the attachment's claim is being deleted, "" otherwise.
+func claimDeletion(namespace, claim string, pcs []PodClaim) string {
+	for _, pc := range pcs {
+		if pc.Name != claim || claim == "" || pc.Claim == nil || pc.Claim.DeletionTimestamp == nil {
+			continue
+		}
+		var items []string
+		for _, r := range pc.Reservations {
+			if r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim && r.Spec.Owner.UID == string(pc.Claim.UID) {
+				items = append(items, r.Spec.Address)
+			}
+		}
+		return fmt.Sprintf("; IPAMClaim %s/%s: %s", namespace, pc.Name, claims.DeletionMessage(pc.Claim, items))
+	}
+	return ""
 }
 
 // eventTime is when an Event last happened, whichever of its times the

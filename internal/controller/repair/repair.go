@@ -26,7 +26,12 @@
 //
 // Owner kind IPAMClaim (the claim named owner.namespace/owner.name):
 //   - ClaimGone: no claim of that name, or one with another UID.
-//   - ClaimDeleted: the claim with the owner's UID has a deletionTimestamp.
+//   - ClaimDeleted: the claim with the owner's UID has a deletionTimestamp
+//     and no finalizer other than tenure's own (ipam.tenure.dev/release)
+//     is left on it. While another remains (KubeVirt's
+//     kubevirt.io/persistent-ipam until the VM's VMI is gone, the garbage
+//     collector's foregroundDeletion), whoever set it still uses the claim,
+//     and its reservations are kept.
 //
 // Never released: a pod-owned reservation whose pod (same UID) exists and is
 // neither terminating nor terminal, whatever its node says (a Node object
@@ -47,6 +52,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
 )
 
 // Reason says why a reservation is released; it is the `reason` label of
@@ -90,6 +96,9 @@ type ClaimFact struct {
 	Exists   bool
 	UID      string
 	Deleting bool
+	// WaitingFor, of a claim being deleted, are its finalizers other than
+	// tenure's own: its items are kept until none is left.
+	WaitingFor []string
 }
 
 // Facts about one reservation's owner. A nil fact is unknown, and nothing
@@ -222,10 +231,20 @@ func decideClaim(r *tenurev1alpha1.IPReservation, f Facts) Decision {
 	case c.UID != o.UID:
 		return release(ClaimGone, "IPAMClaim %s/%s is now uid %s; uid %s, which held this reservation, no longer exists",
 			o.Namespace, o.Name, c.UID, o.UID)
+	case c.Deleting && len(c.WaitingFor) > 0:
+		return keep("IPAMClaim %s/%s (uid %s) is being deleted; waiting for %s %s before releasing this reservation",
+			o.Namespace, o.Name, o.UID, plural(len(c.WaitingFor), "finalizer", "finalizers"), strings.Join(c.WaitingFor, ", "))
 	case c.Deleting:
 		return release(ClaimDeleted, "IPAMClaim %s/%s (uid %s) is being deleted", o.Namespace, o.Name, o.UID)
 	}
 	return keep("IPAMClaim %s/%s (uid %s) exists", o.Namespace, o.Name, o.UID)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func short(id string) string {
@@ -341,5 +360,9 @@ func ClaimFactOf(c *ipamclaimsv1alpha1.IPAMClaim) *ClaimFact {
 	if c == nil {
 		return &ClaimFact{}
 	}
-	return &ClaimFact{Exists: true, UID: string(c.UID), Deleting: c.DeletionTimestamp != nil}
+	f := &ClaimFact{Exists: true, UID: string(c.UID), Deleting: c.DeletionTimestamp != nil}
+	if f.Deleting {
+		f.WaitingFor = claims.OtherFinalizers(c)
+	}
+	return f
 }

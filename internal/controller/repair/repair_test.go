@@ -7,7 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
@@ -135,6 +137,7 @@ func TestDecide(t *testing.T) {
 		{"the new pod of the same name keeps its own", newPodRes, Facts{Now: t0, Pod: replaced, Siblings: []*tenurev1alpha1.IPReservation{newPodRes}, SiblingsKnown: true}, "", "exists"},
 		{"without containerID no sandbox ordering", podRes("x", "10.0.0.1", "", t0, "1"), sib(newer), "", "exists"},
 		{"claim exists", claimRes(), Facts{Now: t0, Claim: &ClaimFact{Exists: true, UID: uid1}}, "", "exists"},
+		{"claim being deleted, another finalizer left", claimRes(), Facts{Now: t0, Claim: &ClaimFact{Exists: true, UID: uid1, Deleting: true, WaitingFor: []string{"kubevirt.io/persistent-ipam"}}}, "", "waiting for finalizer kubevirt.io/persistent-ipam"},
 		{"claim unknown", claimRes(), Facts{Now: t0}, "", "unknown"},
 		{"claim-owned, its pod and node gone", claimRes(), Facts{Now: t0, Pod: gonePod, Node: goneNode, Claim: &ClaimFact{Exists: true, UID: uid1}}, "", "exists"},
 		{"claim exists with an unknown uid", claimRes(), Facts{Now: t0, Claim: &ClaimFact{Exists: true}}, "", "uid unknown"},
@@ -240,5 +243,44 @@ func TestFactsOf(t *testing.T) {
 	}
 	if f := ClaimFactOf(nil); f.Exists {
 		t.Error("nil claim exists")
+	}
+}
+
+// TestDecideTerminatingClaim: a claim being deleted keeps its reservations
+// while any finalizer but tenure's own is left on it, from the claim object
+// (ClaimFactOf) to the decision.
+func TestDecideTerminatingClaim(t *testing.T) {
+	const kubevirt, tenure = "kubevirt.io/persistent-ipam", "ipam.tenure.dev/release"
+	deleted := metav1.NewTime(t0)
+	claim := func(uid string, deleting bool, finalizers ...string) *ipamclaimsv1alpha1.IPAMClaim {
+		c := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm1", UID: k8stypes.UID(uid), Finalizers: finalizers}}
+		if deleting {
+			c.DeletionTimestamp = &deleted
+		}
+		return c
+	}
+	cases := []struct {
+		name   string
+		claim  *ipamclaimsv1alpha1.IPAMClaim // nil: no claim of that name
+		reason Reason                        // "" = keep
+		msg    string
+	}{
+		{"KubeVirt's finalizer and tenure's", claim(uid1, true, kubevirt, tenure), "", "is being deleted; waiting for finalizer kubevirt.io/persistent-ipam before releasing"},
+		{"KubeVirt's finalizer alone (tenure's never added)", claim(uid1, true, kubevirt), "", "waiting for finalizer kubevirt.io/persistent-ipam"},
+		{"the garbage collector's foreground deletion", claim(uid1, true, tenure, "foregroundDeletion"), "", "waiting for finalizer foregroundDeletion"},
+		{"two other finalizers, in the claim's order", claim(uid1, true, "example.com/b", tenure, kubevirt), "", "waiting for finalizers example.com/b, kubevirt.io/persistent-ipam"},
+		{"live claim with KubeVirt's finalizer", claim(uid1, false, kubevirt, tenure), "", "exists"},
+		{"only tenure's finalizer left", claim(uid1, true, tenure), ClaimDeleted, "is being deleted"},
+		{"no finalizer left (the watch's last state)", claim(uid1, true), ClaimDeleted, "is being deleted"},
+		{"claim gone", nil, ClaimGone, "no longer exists"},
+		{"recreated with another uid, KubeVirt's finalizer on it", claim(uid2, true, kubevirt, tenure), ClaimGone, "now uid " + uid2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(claimRes(), Facts{Now: t0, Claim: ClaimFactOf(tc.claim)}, Policy{})
+			if d.Release != (tc.reason != "") || d.Reason != tc.reason || !strings.Contains(d.Message, tc.msg) {
+				t.Fatalf("Decide = %+v, want reason %q with %q", d, tc.reason, tc.msg)
+			}
+		})
 	}
 }
