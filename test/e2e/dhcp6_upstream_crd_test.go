@@ -77,7 +77,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	}
 	wantAddr, wantPrefix := claimHolds(t, ctx, c, ns, claimName)
 	claim := getClaim(t, ctx, c, ns, claimName)
-	heldBefore := claimReservations(t, ctx, string(claim.UID))
+	heldBefore := claimReservationNames(t, ctx, string(claim.UID))
 	dhc := startDhclient(t, guest)
 	if lease := dhc.waitLease(ctx); lease.addr != wantAddr || lease.prefix != wantPrefix {
 		t.Fatalf("dhclient leased %s and %s, the claim holds %s and %s", lease.addr, lease.prefix, wantAddr, wantPrefix)
@@ -107,7 +107,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	if _, err := add(ctx, podB, netconf("dhcpnet", agentB.Socket, migIPAM)); err != nil {
 		t.Fatalf("ADD of the target pod: %v", err)
 	}
-	if after := claimReservations(t, ctx, string(claim.UID)); !slices.Equal(after, heldBefore) {
+	if after := claimReservationNames(t, ctx, string(claim.UID)); !slices.Equal(after, heldBefore) {
 		t.Fatalf("after the target's ADD the claim holds %v, before %v: want the same reservations", after, heldBefore)
 	}
 	wantPrunedReported(t, ctx, c, ns, claimName, wantPrefix.String())
@@ -138,7 +138,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 		t.Fatalf("first ADD of %s: %v", fresh, err)
 	}
 	freshClaim := getClaim(t, ctx, c, ns, fresh)
-	freshHeld := claimReservations(t, ctx, string(freshClaim.UID))
+	freshHeld := claimReservationNames(t, ctx, string(freshClaim.UID))
 	freshPrefix := onlyPrefix(t, freshHeld)
 	if _, err := add(ctx, podF, netconf("dhcpnet", agentA.Socket, migIPAM)); err != nil {
 		t.Fatalf("retried ADD of %s: %v", fresh, err)
@@ -148,7 +148,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	if _, err := add(ctx, podF2, netconf("dhcpnet", agentB.Socket, migIPAM)); err != nil {
 		t.Fatalf("second pod's ADD of %s: %v", fresh, err)
 	}
-	if after := claimReservations(t, ctx, string(freshClaim.UID)); !slices.Equal(after, freshHeld) {
+	if after := claimReservationNames(t, ctx, string(freshClaim.UID)); !slices.Equal(after, freshHeld) {
 		t.Fatalf("claim %s holds %v after the retry and the second pod, %v after its first ADD", fresh, after, freshHeld)
 	}
 	wantPrunedReported(t, ctx, c, ns, fresh, freshPrefix)
@@ -174,7 +174,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 
 // claimReservations is "name address uid" of each reservation the claim
 // owns, sorted.
-func claimReservations(t *testing.T, ctx context.Context, uid string) []string {
+func claimReservationNames(t *testing.T, ctx context.Context, uid string) []string {
 	t.Helper()
 	var out []string
 	for _, r := range ownedBy(t, ctx, uid) {
