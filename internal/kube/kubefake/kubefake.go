@@ -55,6 +55,13 @@ type Client struct {
 	// BeforeCreate, when set, is called before every Create; an error it
 	// returns is the Create's answer and nothing is written.
 	BeforeCreate func(obj client.Object) error
+	// AfterCreate, when set, is called after every Create that was written;
+	// an error it returns is the Create's answer all the same (a reply
+	// lost after the commit).
+	AfterCreate func(obj client.Object) error
+	// BeforeDelete, when set, is called before every Delete; an error it
+	// returns is the Delete's answer and nothing is deleted.
+	BeforeDelete func(obj client.Object) error
 }
 
 // New returns a fake API holding objs.
@@ -163,10 +170,18 @@ func (c *Client) create(ctx context.Context, cl client.WithWatch, obj client.Obj
 		return err
 	}
 	c.creates.Add(1)
+	if c.AfterCreate != nil {
+		return c.AfterCreate(obj)
+	}
 	return nil
 }
 
 func (c *Client) delete(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+	if c.BeforeDelete != nil {
+		if err := c.BeforeDelete(obj); err != nil {
+			return err
+		}
+	}
 	var o client.DeleteOptions
 	o.ApplyOptions(opts)
 	if o.Preconditions != nil && o.Preconditions.UID != nil {
