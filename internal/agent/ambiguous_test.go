@@ -1,15 +1,18 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/netip"
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -116,4 +119,31 @@ func mustItem(t *testing.T, a string) netip.Prefix {
 	t.Helper()
 	addr := netip.MustParseAddr(a)
 	return netip.PrefixFrom(addr, addr.BitLen())
+}
+
+// TestFreshCacheCostsNoRead: with the cache fresh, a first ADD and the DEL
+// of what it holds read nothing from the API server beyond what they did
+// before (no list of the attachment's reservations); a DEL the cache knows
+// nothing of asks the API server once.
+func TestFreshCacheCostsNoRead(t *testing.T) {
+	h := startAgent(t, pod("p1", thisNode, nil))
+	if err := wait.PollUntilContextTimeout(h.ctx, 2*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return h.agent.store.Fresh(), nil
+	}); err != nil {
+		t.Fatal("the cache never became fresh")
+	}
+	lists := h.fake.ReservationLists()
+	ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "p1"}))
+	if r := h.do(call{cmd: "DEL", ctr: "c1", pod: "p1"}); r.Error != nil {
+		t.Fatalf("DEL: %+v", r.Error)
+	}
+	if n := h.fake.ReservationLists() - lists; n != 0 {
+		t.Fatalf("ADD and DEL with a fresh cache listed reservations %d times, want 0", n)
+	}
+	if r := h.do(call{cmd: "DEL", ctr: "c-unknown", pod: "p1"}); r.Error != nil {
+		t.Fatalf("DEL of nothing: %+v", r.Error)
+	}
+	if n := h.fake.ReservationLists() - lists; n != 1 {
+		t.Fatalf("DEL of what the cache does not know listed %d times, want 1", n)
+	}
 }

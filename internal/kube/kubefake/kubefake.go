@@ -51,6 +51,7 @@ type Client struct {
 	paused chan struct{} // closed on Resume; nil while events flow
 
 	creates, deletes, statusUpdates atomic.Int64
+	reservationLists                atomic.Int64
 
 	// BeforeCreate, when set, is called before every Create; an error it
 	// returns is the Create's answer and nothing is written.
@@ -79,6 +80,12 @@ func New(objs ...client.Object) *Client {
 		Create: c.create,
 		Delete: c.delete,
 		Watch:  c.watch,
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, whole := list.(*tenurev1alpha1.IPReservationList); whole {
+				c.reservationLists.Add(1)
+			}
+			return cl.List(ctx, list, opts...)
+		},
 		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			c.statusUpdates.Add(1)
 			return cl.SubResource(sub).Update(ctx, obj, opts...)
@@ -123,6 +130,10 @@ func (c *Client) IsWatchListSemanticsUnSupported() bool { return true }
 func (c *Client) Creates() int64       { return c.creates.Load() }
 func (c *Client) Deletes() int64       { return c.deletes.Load() }
 func (c *Client) StatusUpdates() int64 { return c.statusUpdates.Load() }
+
+// ReservationLists counts the lists of whole IPReservations (not of their
+// metadata) made through c.
+func (c *Client) ReservationLists() int64 { return c.reservationLists.Load() }
 
 // Pause holds every watch event (of open and new watches) until Resume.
 func (c *Client) Pause() {
