@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"context"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -42,6 +43,8 @@ type FaultProxy struct {
 	decide func(*http.Request) Fault
 	// withheld are the answers ForwardThenReset kept from the client.
 	withheld []Withheld
+	// watches cancel the watches being forwarded.
+	watches map[*http.Request]context.CancelFunc
 }
 
 // Withheld is an answer the proxy did not pass on.
@@ -63,7 +66,7 @@ func NewFaultProxy(upstream *rest.Config) (*FaultProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &FaultProxy{}
+	p := &FaultProxy{watches: map[*http.Request]context.CancelFunc{}}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport
 	rp.FlushInterval = -1 // watches stream
@@ -79,7 +82,21 @@ func NewFaultProxy(upstream *rest.Config) (*FaultProxy, error) {
 			p.mu.Unlock()
 			reset(w)
 		default:
-			rp.ServeHTTP(w, r)
+			if !IsWatch(r) {
+				rp.ServeHTTP(w, r)
+				return
+			}
+			ctx, cancel := context.WithCancel(r.Context())
+			p.mu.Lock()
+			p.watches[r] = cancel
+			p.mu.Unlock()
+			defer func() {
+				p.mu.Lock()
+				delete(p.watches, r)
+				p.mu.Unlock()
+				cancel()
+			}()
+			rp.ServeHTTP(w, r.WithContext(ctx))
 		}
 	}))
 	p.srv.EnableHTTP2 = false
@@ -120,6 +137,20 @@ func (p *FaultProxy) SetDecide(decide func(*http.Request) Fault) {
 	p.decide = decide
 	p.mu.Unlock()
 }
+
+// BreakWatches ends every watch being forwarded, mid-stream, as an API
+// server that goes away does. Whether the clients can watch again is up to
+// Decide.
+func (p *FaultProxy) BreakWatches() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cancel := range p.watches {
+		cancel()
+	}
+}
+
+// IsWatch reports whether r is a watch.
+func IsWatch(r *http.Request) bool { return r.URL.Query().Get("watch") == "true" }
 
 // Withheld returns the answers ForwardThenReset has kept from clients.
 func (p *FaultProxy) Withheld() []Withheld {
