@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -530,6 +531,11 @@ func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
 			if o.DeletionTimestamp == nil && n.DeletionTimestamp != nil {
 				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
 			}
+			// What the status records decides which of two items of one
+			// slot is surplus (DuplicateAttachment).
+			if !slices.Equal(o.Status.IPs, n.Status.IPs) || !slices.Equal(o.Status.DelegatedPrefixes, n.Status.DelegatedPrefixes) {
+				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
+			}
 		},
 		DeleteFunc: func(obj any) {
 			if cl, ok := unwrap(obj).(*ipamclaimsv1alpha1.IPAMClaim); ok {
@@ -552,7 +558,8 @@ func (c *Controller) reconcileReservation(ctx context.Context, name string) (tim
 
 // nominate decides on src (a cache) whether r looks like an orphan, and if
 // so hands it to the Releaser, which decides again on live reads; so does
-// an opaque entry (see resEntry), or one whose siblings src cannot tell.
+// an opaque entry (see resEntry), one whose siblings src cannot tell, and
+// one whose decision needs what only the live reads give (AskLive).
 // It returns when to look again and the Releaser's outcome, if it was
 // called.
 func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.IPReservation, opaque bool, log *slog.Logger) (time.Duration, *Outcome, error) {
@@ -566,7 +573,7 @@ func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.
 			return 0, nil, err
 		default:
 			d := repair.Decide(r, g.facts, rel.Policy)
-			if !d.Release {
+			if !d.Release && !d.AskLive {
 				return d.RecheckAfter, nil, nil
 			}
 			why = d.Message

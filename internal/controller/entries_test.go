@@ -380,7 +380,9 @@ func TestOnceSweepListsSummarizedAsMetadata(t *testing.T) {
 	want := map[string]repair.Reason{}
 	for i, summary := range []bool{true, false} {
 		gone := made(fmt.Sprintf("10.0.0.%d", 10+i), podOwner("ns", fmt.Sprint("gone-", i), fmt.Sprint("uid-gone-", i), "s", "a"), summary)
-		live := made(fmt.Sprintf("10.0.0.%d", 20+i), podOwner("ns", "live", "uid-live", "s", "a"), summary)
+		owner := podOwner("ns", "live", "uid-live", "s", "a")
+		owner.Interface = fmt.Sprint("net", i+1)
+		live := made(fmt.Sprintf("10.0.0.%d", 20+i), owner, summary)
 		objs = append(objs, gone, live)
 		want[gone.Name] = repair.PodGone
 	}

@@ -175,7 +175,7 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 	o := r.Spec.Owner
 	key := types.NamespacedName{Namespace: o.Namespace, Name: o.Name}
 	f := OwnerFacts{Pods: map[string]*repair.PodFact{}, Claims: map[string]*repair.ClaimFact{}, Nodes: map[string]*repair.NodeFact{},
-		ByOwner: map[string][]*tenurev1alpha1.IPReservation{}}
+		ByOwner: map[string][]*tenurev1alpha1.IPReservation{}, NetworkStatus: map[string]*repair.NetworkStatus{}}
 	var claim *ipamclaimsv1alpha1.IPAMClaim
 	var readErr error
 	read := func(key types.NamespacedName, obj client.Object) bool {
@@ -187,6 +187,7 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 	case tenurev1alpha1.OwnerPod:
 		if pod := (&corev1.Pod{}); read(key, pod) {
 			f.Pods[key.String()] = repair.PodFactOf(pod)
+			f.NetworkStatus[key.String()] = repair.NetworkStatusOf(pod.Annotations)
 		}
 		if node := (&corev1.Node{}); o.Node != "" && read(types.NamespacedName{Name: o.Node}, node) {
 			f.Nodes[o.Node] = repair.NodeFactOf(node)
@@ -201,6 +202,9 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 				claim = cl
 			}
 		}
+		sib, err := c.reservations(ctx, metav1.ListOptions{LabelSelector: reservation.LabelOwnerUID + "=" + o.UID})
+		readErr = cmp.Or(readErr, err)
+		f.ByOwner[o.UID] = sib
 	}
 	if readErr != nil {
 		return repair.Facts{}, nil, readErr
