@@ -42,7 +42,10 @@ func TestDecideDuplicateAttachment(t *testing.T) {
 	otherRange := podRes("net.10.0.1.1", "10.0.1.1", "sandbox-2", t0, "103", inRange("10.0.1.0/24"))
 	v6 := podRes("net.fd00--1", "fd00::1", "sandbox-2", t0, "104", inRange("fd00::/64"))
 	otherIf := podRes("net.10.0.0.6", "10.0.0.6", "sandbox-2", t0, "105", inRange(rng), withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Interface = "net2" }))
-	pdKind := withSpec(func(s *tenurev1alpha1.IPReservationSpec) { s.Kind = tenurev1alpha1.KindDelegatedPrefix; s.Range = "2001:db8::/48" })
+	pdKind := withSpec(func(s *tenurev1alpha1.IPReservationSpec) {
+		s.Kind = tenurev1alpha1.KindDelegatedPrefix
+		s.Range = "2001:db8::/48"
+	})
 	pdA := podRes("net.pd.a", "2001:db8:0:100::/56", "sandbox-2", t0.Add(-time.Minute), "110", pdKind)
 	pdB := podRes("net.pd.b", "2001:db8:0:200::/56", "sandbox-2", t0, "111", pdKind)
 	v6a := podRes("net.fd00--a", "fd00::a", "sandbox-2", t0.Add(-time.Minute), "120", inRange("fd00::/64"))
@@ -125,7 +128,10 @@ func TestDecideDuplicateAttachmentOfAClaim(t *testing.T) {
 	x := claimed("net.10.0.0.9", "10.0.0.9")
 	y := claimed("net.10.0.0.10", "10.0.0.10", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.ContainerID, o.Interface, o.Node = "c2", "eth1", "node-c" }))
 	z := claimed("net.10.0.1.9", "10.0.1.9", inRange("10.0.1.0/24"))
-	pdKind := withSpec(func(s *tenurev1alpha1.IPReservationSpec) { s.Kind = tenurev1alpha1.KindDelegatedPrefix; s.Range = "2001:db8::/48" })
+	pdKind := withSpec(func(s *tenurev1alpha1.IPReservationSpec) {
+		s.Kind = tenurev1alpha1.KindDelegatedPrefix
+		s.Range = "2001:db8::/48"
+	})
 	p1 := claimed("net.pd.1", "2001:db8:0:100::/56", pdKind)
 	p2 := claimed("net.pd.2", "2001:db8:0:200::/56", pdKind)
 	claim := func(ips, prefixes []string) *ClaimFact {
