@@ -492,18 +492,30 @@ func TestOpsCommands(t *testing.T) {
 		if err := cl.c.Get(cl.ctx, client.ObjectKeyFromObject(vm), got); err != nil || len(got.Status.IPs) != 0 || len(got.Status.DelegatedPrefixes) != 1 {
 			t.Errorf("claim status after the release: %+v, %v", got.Status, err)
 		}
+		// A delegated prefix's own CIDR names the prefix.
+		r = ctl(t, "release", vmPrefix, "--force")
+		if r.code != 0 || !strings.Contains(r.stdout, "released "+vmPrefix+" (network vm-net, reservation "+reservation.PrefixName("vm-net", netip.MustParsePrefix(vmPrefix))+")") {
+			t.Errorf("release --force of a claim's delegated prefix: %+v", r)
+		}
+		if err := cl.c.Get(cl.ctx, client.ObjectKeyFromObject(vm), got); err != nil || len(got.Status.DelegatedPrefixes) != 0 {
+			t.Errorf("claim status after releasing its prefix: %+v, %v", got.Status, err)
+		}
 
 		// An orphan (its pod deleted without a DEL) needs no --force.
 		if err := testbed.ForceDeletePod(cl.ctx, cl.c, opsNS, "web-2"); err != nil {
 			t.Fatal(err)
 		}
-		r = ctl(t, "release", "10.40.0.10")
+		// Named as the CNI result prints it: the address with its subnet's
+		// length.
+		r = ctl(t, "release", "10.40.0.10/24")
 		if r.code != 0 || !strings.Contains(r.stdout, "released 10.40.0.10 (network tiny, reservation tiny.10.40.0.10) of pod ops/web-2: owner gone") {
 			t.Errorf("release of an orphan: %+v", r)
 		}
 		wantEvent(t, cl, web2.UID, corev1.EventTypeNormal, "10.40.0.10 (network tiny, reservation tiny.10.40.0.10) released by tenurectl release its owner is gone")
-		if r := ctl(t, "release", "10.40.0.10"); r.code != 1 || !strings.Contains(r.stderr, "no reservation holds it") {
-			t.Errorf("release of a free address: %+v", r)
+		for _, free := range []string{"10.40.0.10", "10.40.0.10/24"} {
+			if r := ctl(t, "release", free); r.code != 1 || !strings.Contains(r.stderr, "address 10.40.0.10: no reservation holds it") {
+				t.Errorf("release of a free address as %s: %+v", free, r)
+			}
 		}
 	})
 }
