@@ -88,7 +88,7 @@ func TestControllerReleasesDuplicateAttachment(t *testing.T) {
 	}
 	var dups []tenureops.Finding
 	for _, f := range rep.Findings {
-		if f.Rule == tenureops.RuleDuplicateAttachment {
+		if f.Rule == tenureops.RuleDuplicateAttachment && f.Network == network {
 			dups = append(dups, f)
 		}
 	}
