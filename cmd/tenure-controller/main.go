@@ -122,14 +122,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error("--dry-run needs --once")
 		return 2
 	}
-	for name, d := range map[string]time.Duration{"--sweep-interval": f.sweepInterval, "--pool-status-interval": f.poolStatusInterval, "--sticky-release-after": f.stickyReleaseAfter} {
-		if d <= 0 {
-			log.Error(name + " must be positive")
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--sweep-interval", f.sweepInterval}, {"--pool-status-interval", f.poolStatusInterval}, {"--sticky-release-after", f.stickyReleaseAfter},
+		{"--leader-election-lease-duration", f.leaseDuration}, {"--leader-election-renew-deadline", f.renewDeadline},
+		{"--leader-election-retry-period", f.retryPeriod},
+	} {
+		if d.v <= 0 {
+			log.Error(fmt.Sprintf("%s must be positive, got %s", d.name, d.v))
 			return 2
 		}
 	}
 	if f.nodeGrace < 0 {
-		log.Error("--node-grace-period must not be negative")
+		log.Error(fmt.Sprintf("--node-grace-period must not be negative, got %s", f.nodeGrace))
+		return 2
+	}
+	if f.workers < 1 {
+		log.Error(fmt.Sprintf("--workers must be at least 1, got %d", f.workers))
 		return 2
 	}
 	cfg, err := kube.RESTConfig(f.kubeconfig)

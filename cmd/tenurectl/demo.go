@@ -33,7 +33,8 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	image := fs.String("image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
 	binDir := fs.String("bin-dir", "", "directory with tenure's binaries (default: this program's directory)")
 	pluginDir := fs.String("cni-plugin-dir", "", "reference CNI plugins (default: built by hack/build-cni-plugins.sh when run from the repository)")
-	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	timeout := new(time.Duration)
+	positiveDuration(fs, timeout, "timeout", 5*time.Minute, "give up after this long")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

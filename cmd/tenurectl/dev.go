@@ -50,7 +50,7 @@ func devFlags(e *env, name string, args []string, more ...func(*flag.FlagSet)) (
 	}
 	fs := newFlagSet(e, "dev "+name, usage)
 	fs.StringVar(&dir, "dir", defaultDevDir(), "state `directory`: certificates, etcd data, logs, kubeconfig, state.json")
-	fs.DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long")
+	positiveDuration(fs, &timeout, "timeout", 5*time.Minute, "give up after this long")
 	for _, m := range more {
 		m(fs)
 	}

@@ -148,6 +148,8 @@ func TestDevCommandsUsage(t *testing.T) {
 		{[]string{"dev", "up", "-h"}, 0, "-dir"},
 		{[]string{"demo", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"demo", "--timeout", "soon"}, 2, `invalid value "soon"`},
+		{[]string{"demo", "--timeout", "-1m"}, 2, `invalid value "-1m" for flag -timeout: must be positive`},
+		{[]string{"dev", "up", "--timeout", "0s"}, 2, `invalid value "0s" for flag -timeout: must be positive`},
 		{[]string{"demo", "-h"}, 0, "-cni-plugin-dir"},
 		{[]string{"bench", "-o", "yaml"}, 2, "-o must be table or json"},
 		{[]string{"bench", "--scale", "0"}, 2, "--scale must be positive"},

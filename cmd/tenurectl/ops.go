@@ -96,7 +96,7 @@ type releaseFlags struct {
 }
 
 func gracePeriodFlag(fs *flag.FlagSet, d *time.Duration) {
-	fs.DurationVar(d, "node-grace-period", ops.DefaultNodeGracePeriod, "tenure-controller's --node-grace-period: how long a node is NotReady before its terminating pods count as gone")
+	nonNegativeDuration(fs, d, "node-grace-period", ops.DefaultNodeGracePeriod, "tenure-controller's --node-grace-period: how long a node is NotReady before its terminating pods count as gone")
 }
 
 func init() {

@@ -492,18 +492,30 @@ func TestOpsCommands(t *testing.T) {
 		if err := cl.c.Get(cl.ctx, client.ObjectKeyFromObject(vm), got); err != nil || len(got.Status.IPs) != 0 || len(got.Status.DelegatedPrefixes) != 1 {
 			t.Errorf("claim status after the release: %+v, %v", got.Status, err)
 		}
+		// A delegated prefix's own CIDR names the prefix.
+		r = ctl(t, "release", vmPrefix, "--force")
+		if r.code != 0 || !strings.Contains(r.stdout, "released "+vmPrefix+" (network vm-net, reservation "+reservation.PrefixName("vm-net", netip.MustParsePrefix(vmPrefix))+")") {
+			t.Errorf("release --force of a claim's delegated prefix: %+v", r)
+		}
+		if err := cl.c.Get(cl.ctx, client.ObjectKeyFromObject(vm), got); err != nil || len(got.Status.DelegatedPrefixes) != 0 {
+			t.Errorf("claim status after releasing its prefix: %+v, %v", got.Status, err)
+		}
 
 		// An orphan (its pod deleted without a DEL) needs no --force.
 		if err := testbed.ForceDeletePod(cl.ctx, cl.c, opsNS, "web-2"); err != nil {
 			t.Fatal(err)
 		}
-		r = ctl(t, "release", "10.40.0.10")
+		// Named as the CNI result prints it: the address with its subnet's
+		// length.
+		r = ctl(t, "release", "10.40.0.10/24")
 		if r.code != 0 || !strings.Contains(r.stdout, "released 10.40.0.10 (network tiny, reservation tiny.10.40.0.10) of pod ops/web-2: owner gone") {
 			t.Errorf("release of an orphan: %+v", r)
 		}
 		wantEvent(t, cl, web2.UID, corev1.EventTypeNormal, "10.40.0.10 (network tiny, reservation tiny.10.40.0.10) released by tenurectl release its owner is gone")
-		if r := ctl(t, "release", "10.40.0.10"); r.code != 1 || !strings.Contains(r.stderr, "no reservation holds it") {
-			t.Errorf("release of a free address: %+v", r)
+		for _, free := range []string{"10.40.0.10", "10.40.0.10/24"} {
+			if r := ctl(t, "release", free); r.code != 1 || !strings.Contains(r.stderr, "address 10.40.0.10: no reservation holds it") {
+				t.Errorf("release of a free address as %s: %+v", free, r)
+			}
 		}
 	})
 }
@@ -541,21 +553,36 @@ func TestCheckFindsEachProblem(t *testing.T) {
 	cl.nad("san", `"network_name":"san","range":"10.10.0.0/28"`)
 	cl.nad("vm-net", `"network_name":"vm-net","range":"10.30.0.0/24","prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56}`)
 	web := cl.pod("web", "node-a", "")
+	// Multus's record of what web's net1 got.
+	orig := web.DeepCopy()
+	web.Annotations = map[string]string{"k8s.v1.cni.cncf.io/network-status": `[{"name":"ops/san","interface":"net1","ips":["10.10.0.2"],"mac":"be:8e:45:3e:0c:11","dns":{}}]`}
+	if err := cl.c.Patch(cl.ctx, web, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
 	ok := cl.reservation("san", "10.10.0.2", "10.10.0.0/28", podOwner(web))
+	// web's other interfaces, so that each plant is one problem.
+	onIf := func(iface string) tenurev1alpha1.ReservationOwner {
+		o := podOwner(web)
+		o.Interface = iface
+		return o
+	}
 
 	// Each plant is what check must name: the objects of its finding.
 	gone := podOwner(web)
 	gone.Name, gone.UID, gone.PodName, gone.PodUID = "deleted", "uid-deleted", "deleted", "uid-deleted"
 	orphan := cl.reservation("san", "10.10.0.3", "10.10.0.0/28", gone)
-	outside := cl.reservation("san", "10.10.0.99", "10.10.0.0/28", podOwner(web))
+	outside := cl.reservation("san", "10.10.0.99", "10.10.0.0/28", onIf("net2"))
 	// A hand-made object holding web's address under another name: a
 	// duplicate, and malformed (its name does not lock the address).
 	dup := reservation.New(reservation.Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.10.0.2/32"),
-		Range: "10.10.0.0/28", Owner: podOwner(web)})
+		Range: "10.10.0.0/28", Owner: onIf("net3")})
 	dup.Name = "san.copy-of-10.10.0.2"
 	cl.create(dup)
+	// A second address of web's net1 in its range: the one network-status
+	// does not list is surplus.
+	surplus := cl.reservation("san", "10.10.0.4", "10.10.0.0/28", podOwner(web))
 	wide := cl.reservation("vm-net", "2001:db8:100::/48", "2001:db8:100::/40 as /56", podOwner(web))
-	narrow := cl.reservation("vm-net", "2001:db8:100::/56", "2001:db8:100::/40 as /56", podOwner(web))
+	narrow := cl.reservation("vm-net", "2001:db8:100::/56", "2001:db8:100::/40 as /56", onIf("net2"))
 	vm := cl.claim("vm", "vm-net")
 	vm.Status.IPs = []string{"10.30.0.7/24"}
 	if err := cl.c.Status().Update(cl.ctx, vm); err != nil {
@@ -567,7 +594,7 @@ func TestCheckFindsEachProblem(t *testing.T) {
 		t.Errorf("check with problems: exit %d, want 1", r.code)
 	}
 	hasRow(t, r.stdout, "RULE OBJECT ADDRESS MESSAGE")
-	hasRow(t, r.stdout, "checked 6 reservations, 1 IPAMClaims, 1 pods, 1 nodes, 0 IPPools, 2 network configurations: 7 problems")
+	hasRow(t, r.stdout, "checked 7 reservations, 1 IPAMClaims, 1 pods, 1 nodes, 0 IPPools, 2 network configurations: 8 problems")
 	var rep ops.CheckReport
 	rr := ctl(t, "check", "-o", "json")
 	if rr.code != 1 {
@@ -584,6 +611,7 @@ func TestCheckFindsEachProblem(t *testing.T) {
 		"Duplicate IPReservation " + ok.Name,
 		"Overlap IPReservation " + narrow.Name,
 		"OwnerGone IPReservation " + orphan.Name,
+		"DuplicateAttachment IPReservation " + surplus.Name,
 		"ClaimMismatch IPAMClaim ops/vm",
 		"OutsideRange IPReservation " + outside.Name,
 		"OutsideRange IPReservation " + wide.Name, // a /48 is no /56 of the pool
@@ -592,11 +620,17 @@ func TestCheckFindsEachProblem(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("check findings\n%q\nwant\n%q", got, want)
 	}
-	if rep.Counts.Reservations != 6 || rep.Counts.Claims != 1 || rep.Counts.Pods != 1 || rep.Counts.Nodes != 1 || rep.Counts.NetworkConfigs != 2 {
+	for _, f := range rep.Findings {
+		if f.Rule == ops.RuleDuplicateAttachment && (!slices.Equal(f.Related, []string{"IPReservation " + ok.Name}) ||
+			!strings.Contains(f.Message, "pod ops/web interface net1 (sandbox sandbox-web) holds 2 IPv4 addresses of network san range 10.10.0.0/28: 10.10.0.2 (reservation san.10.10.0.2) and 10.10.0.4 (reservation san.10.10.0.4); its network-status lists 10.10.0.2")) {
+			t.Errorf("the DuplicateAttachment finding: %+v", f)
+		}
+	}
+	if rep.Counts.Reservations != 7 || rep.Counts.Claims != 1 || rep.Counts.Pods != 1 || rep.Counts.Nodes != 1 || rep.Counts.NetworkConfigs != 2 {
 		t.Errorf("check counts: %+v", rep.Counts)
 	}
 
-	for _, o := range []client.Object{orphan, outside, dup, wide, vm} {
+	for _, o := range []client.Object{orphan, outside, dup, surplus, wide, vm} {
 		if err := cl.c.Delete(cl.ctx, o); err != nil {
 			t.Fatal(err)
 		}

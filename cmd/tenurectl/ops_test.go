@@ -63,6 +63,9 @@ func TestOpsUsage(t *testing.T) {
 		{[]string{"who", "10.0.0.5", "-o", "xml"}, 2, "-o must be one of json, yaml, wide, got \"xml\""},
 		{[]string{"release", "--bogus", "10.0.0.5"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"check", "--help"}, 0, "-node-grace-period"},
+		{[]string{"check", "--node-grace-period=-5m"}, 2, `invalid value "-5m" for flag -node-grace-period: must not be negative`},
+		{[]string{"check", "--node-grace-period", "soon"}, 2, `invalid value "soon" for flag -node-grace-period: parse error`},
+		{[]string{"release", "10.0.0.5", "--node-grace-period", "-1s"}, 2, `invalid value "-1s" for flag -node-grace-period: must not be negative`},
 		{[]string{"completion"}, 2, "usage: tenurectl completion bash|zsh|fish"},
 		{[]string{"completion", "tcsh"}, 2, "kubectl_complete-tenure"},
 	})

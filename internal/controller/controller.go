@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -533,6 +534,11 @@ func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
 			if n.DeletionTimestamp != nil && !claims.Held(n) && (o.DeletionTimestamp == nil || claims.Held(o)) {
 				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
 			}
+			// What the status records decides which of two items of one
+			// slot is surplus (DuplicateAttachment).
+			if !slices.Equal(o.Status.IPs, n.Status.IPs) || !slices.Equal(o.Status.DelegatedPrefixes, n.Status.DelegatedPrefixes) {
+				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
+			}
 		},
 		DeleteFunc: func(obj any) {
 			if cl, ok := unwrap(obj).(*ipamclaimsv1alpha1.IPAMClaim); ok {
@@ -555,7 +561,8 @@ func (c *Controller) reconcileReservation(ctx context.Context, name string) (tim
 
 // nominate decides on src (a cache) whether r looks like an orphan, and if
 // so hands it to the Releaser, which decides again on live reads; so does
-// an opaque entry (see resEntry), or one whose siblings src cannot tell.
+// an opaque entry (see resEntry), one whose siblings src cannot tell, and
+// one whose decision needs what only the live reads give (AskLive).
 // It returns when to look again and the Releaser's outcome, if it was
 // called.
 func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.IPReservation, opaque bool, log *slog.Logger) (time.Duration, *Outcome, error) {
@@ -569,7 +576,7 @@ func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.
 			return 0, nil, err
 		default:
 			d := repair.Decide(r, g.facts, rel.Policy)
-			if !d.Release {
+			if !d.Release && !d.AskLive {
 				return d.RecheckAfter, nil, nil
 			}
 			why = d.Message

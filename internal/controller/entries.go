@@ -44,7 +44,10 @@ type resEntry struct {
 	network, address string
 	kind             tenurev1alpha1.ReservationKind
 	pool             string
-	owner            entryOwner
+	// rng is spec.range: an attachment holds one item per range
+	// (repair's DuplicateAttachment).
+	rng   string
+	owner entryOwner
 	// opaque: the metadata does not say what the rules read (no spec
 	// summary, one that does not parse, a name that does not parse, or a
 	// spec changed since the summary was written). The cache cannot judge
@@ -76,7 +79,7 @@ func resEntryOf(r *tenurev1alpha1.IPReservation) *resEntry {
 	}
 	return &resEntry{
 		name: r.Name, resourceVersion: r.ResourceVersion, created: created,
-		network: intern(reservation.NetworkLabel(r.Spec.Network)), address: r.Spec.Address, kind: intern(r.Spec.Kind), pool: intern(r.Spec.Pool),
+		network: intern(reservation.NetworkLabel(r.Spec.Network)), address: r.Spec.Address, kind: intern(r.Spec.Kind), pool: intern(r.Spec.Pool), rng: intern(r.Spec.Range),
 		owner: entryOwner{
 			kind: intern(o.Kind), namespace: intern(o.Namespace), name: o.Name, uid: o.UID,
 			containerID: o.ContainerID, iface: intern(o.Interface), node: intern(o.Node),
@@ -112,6 +115,7 @@ func resEntryOfMeta(m *metav1.PartialObjectMetadata) *resEntry {
 	}
 	o := sum.Owner
 	e.pool = intern(sum.Pool)
+	e.rng = intern(sum.Range)
 	e.owner = entryOwner{kind: intern(o.Kind), namespace: intern(o.Namespace), name: o.Name, uid: uid,
 		containerID: o.ContainerID, iface: intern(o.Interface), node: intern(o.Node)}
 	return e
@@ -123,7 +127,7 @@ func (e *resEntry) into(r *tenurev1alpha1.IPReservation) *tenurev1alpha1.IPReser
 	o := e.owner
 	*r = tenurev1alpha1.IPReservation{
 		ObjectMeta: metav1.ObjectMeta{Name: e.name, ResourceVersion: e.resourceVersion},
-		Spec: tenurev1alpha1.IPReservationSpec{Network: e.network, Kind: e.kind, Address: e.address, Pool: e.pool,
+		Spec: tenurev1alpha1.IPReservationSpec{Network: e.network, Kind: e.kind, Address: e.address, Pool: e.pool, Range: e.rng,
 			Owner: tenurev1alpha1.ReservationOwner{Kind: o.kind, Namespace: o.namespace, Name: o.name, UID: o.uid,
 				ContainerID: o.containerID, Interface: o.iface, Node: o.node}},
 	}

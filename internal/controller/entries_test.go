@@ -101,7 +101,11 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: old}}}}
 	dead := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: old}}}}
-	vm := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "claim-uid"}}
+	// live uses 10.0.0.2 on net1, not 10.0.0.14 (DuplicateAttachment).
+	live.Annotations = map[string]string{"k8s.v1.cni.cncf.io/network-status": `[{"name":"ns/n","interface":"net1","ips":["10.0.0.2"]}]`}
+	// vm records 10.0.0.9, not 10.0.0.13 (DuplicateAttachment).
+	vm := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "claim-uid"},
+		Status: ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.0.0.9/24"}}}
 	deleting := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm2", UID: "claim2-uid", DeletionTimestamp: &old}}
 
 	// Named as reservation.New names them: a metadata entry reads the
@@ -123,6 +127,8 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 	earlier.CreationTimestamp = old
 	later := res("10.0.0.2", podOwner("ns", "live", "uid-live", "sandbox-2", "a"))
 	later.CreationTimestamp = metav1.NewTime(now)
+	laterTwin := res("10.0.0.14", podOwner("ns", "live", "uid-live", "sandbox-2", "a"))
+	laterTwin.CreationTimestamp = old
 	v6 := res("fd00::3", podOwner("ns", "live", "uid-live", "sandbox-1", "a"))
 	pd := res("fd00:1::/64", podOwner("ns", "live", "uid-live", "sandbox-1", "a"))
 	claimOwned := func(addr, claim, uid string) *tenurev1alpha1.IPReservation {
@@ -139,6 +145,8 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 		claimOwned("10.0.0.10", "vm", "old-claim-uid"),
 		claimOwned("10.0.0.11", "vm2", "claim2-uid"),
 		res("10.0.0.12", podOwner("", "", "", "s", "a")),
+		claimOwned("10.0.0.13", "vm", "claim-uid"),
+		laterTwin,
 	}
 	for i, r := range all {
 		r.ResourceVersion = fmt.Sprint(100 + i)
@@ -203,6 +211,7 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 				}
 			}
 			released := map[repair.Reason]bool{}
+			askedLive := 0
 			for _, r := range all {
 				g, _ := gather(ctx, objects, r, now)
 				want := repair.Decide(r, g.facts, policy)
@@ -216,7 +225,13 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 					t.Fatalf("%s: %v", r.Name, err)
 				}
 				got := repair.Decide(&scratch, ge.facts, policy)
-				if got != want {
+				if got.AskLive && len(repair.Twins(r, objects.byUID[r.Spec.Owner.UID])) > 1 {
+					// Which of a slot's reservations a pod uses is in its
+					// network-status, which only a live read gives.
+					if !want.Release {
+						askedLive++
+					}
+				} else if got != want {
 					t.Errorf("%s: from the entries %+v, from the objects %+v", r.Name, got, want)
 				}
 				released[want.Reason] = released[want.Reason] || want.Release
@@ -229,8 +244,8 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 			// A sweep over the entries nominates each of those (and the
 			// live reads, of the same objects, confirm them).
 			out, swept := sweepOf(t, entries, &Releaser{Live: api, Writer: api, DryRun: true, Policy: policy, Now: func() time.Time { return now }})
-			if fmt.Sprint(swept) != fmt.Sprint(wantReleased) || out.Kept != 0 {
-				t.Errorf("the sweep would release %v and kept %d on live reads, want %v and 0", swept, out.Kept, wantReleased)
+			if fmt.Sprint(swept) != fmt.Sprint(wantReleased) || out.Kept != askedLive || askedLive != 1 {
+				t.Errorf("the sweep would release %v and kept %d on live reads, want %v and %d (1)", swept, out.Kept, wantReleased, askedLive)
 			}
 		})
 	}
@@ -380,7 +395,9 @@ func TestOnceSweepListsSummarizedAsMetadata(t *testing.T) {
 	want := map[string]repair.Reason{}
 	for i, summary := range []bool{true, false} {
 		gone := made(fmt.Sprintf("10.0.0.%d", 10+i), podOwner("ns", fmt.Sprint("gone-", i), fmt.Sprint("uid-gone-", i), "s", "a"), summary)
-		live := made(fmt.Sprintf("10.0.0.%d", 20+i), podOwner("ns", "live", "uid-live", "s", "a"), summary)
+		owner := podOwner("ns", "live", "uid-live", "s", "a")
+		owner.Interface = fmt.Sprint("net", i+1)
+		live := made(fmt.Sprintf("10.0.0.%d", 20+i), owner, summary)
 		objs = append(objs, gone, live)
 		want[gone.Name] = repair.PodGone
 	}

@@ -39,9 +39,10 @@ type gathered struct {
 	claim *ipamclaimsv1alpha1.IPAMClaim
 }
 
-// gather reads what Decide needs for r, and nothing more: the pod, then
-// siblings and node only when the pod's state makes them matter; or the
-// claim.
+// gather reads what Decide needs for r, and nothing more: the pod (with
+// its network-status when read live), then siblings and node only when the
+// pod's state makes them matter; or the claim, then its siblings while it
+// lives.
 func gather(ctx context.Context, src source, r *tenurev1alpha1.IPReservation, now time.Time) (gathered, error) {
 	g := gathered{facts: repair.Facts{Now: now}}
 	o := r.Spec.Owner
@@ -56,6 +57,9 @@ func gather(ctx context.Context, src source, r *tenurev1alpha1.IPReservation, no
 		}
 		g.pod = p
 		g.facts.Pod = f
+		if p != nil {
+			g.facts.NetworkStatus = repair.NetworkStatusOf(p.Annotations)
+		}
 		if repair.NeedsSiblings(r, g.facts.Pod) {
 			sib, err := src.siblings(ctx, o.UID)
 			if err != nil {
@@ -77,6 +81,13 @@ func gather(ctx context.Context, src source, r *tenurev1alpha1.IPReservation, no
 		}
 		g.claim = c
 		g.facts.Claim = repair.ClaimFactOf(c)
+		if repair.NeedsClaimSiblings(r, g.facts.Claim) {
+			sib, err := src.siblings(ctx, o.UID)
+			if err != nil {
+				return g, err
+			}
+			g.facts.Siblings, g.facts.SiblingsKnown = sib, true
+		}
 	}
 	return g, nil
 }

@@ -107,11 +107,12 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		snap.owner = entries[i : i+n]
 		for _, e := range snap.owner {
-			// An opaque entry, or one with an opaque sibling (the only
-			// error of a snapshot), goes to the live reads as a candidate.
+			// An opaque entry, one with an opaque sibling (the only error
+			// of a snapshot), or one only live facts decide (AskLive), goes
+			// to the live reads as a candidate.
 			if !e.opaque {
 				if g, err := gather(ctx, snap, e.into(&r), now); err == nil {
-					if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release {
+					if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release && !d.AskLive {
 						if d.RecheckAfter > 0 {
 							s.requeue(e.name, d.RecheckAfter)
 						}

@@ -84,7 +84,7 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 		return nil, fmt.Errorf("listing reservations: %w", err)
 	}
 	facts := OwnerFacts{Pods: map[string]*repair.PodFact{}, Claims: map[string]*repair.ClaimFact{}, Nodes: map[string]*repair.NodeFact{},
-		ByOwner: map[string][]*tenurev1alpha1.IPReservation{}}
+		ByOwner: map[string][]*tenurev1alpha1.IPReservation{}, NetworkStatus: map[string]*repair.NetworkStatus{}}
 	byItem := map[netip.Prefix][]*tenurev1alpha1.IPReservation{}
 	for _, r := range rs {
 		facts.ByOwner[r.Spec.Owner.UID] = append(facts.ByOwner[r.Spec.Owner.UID], r)
@@ -103,8 +103,21 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	if err != nil {
 		return nil, fmt.Errorf("listing IPAMClaims: %w", err)
 	}
+	// Which reservation of a slot a pod uses is in its network-status,
+	// an annotation that the metadata carries: kept for the pods whose
+	// attachments hold two of a slot.
+	twins := map[string]bool{}
+	for _, r := range rs {
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && facts.HasTwins(r) {
+			twins[r.Spec.Owner.UID] = true
+		}
+	}
 	err = c.podMeta(ctx, func(m *metav1.PartialObjectMetadata) {
-		facts.Pods[m.Namespace+"/"+m.Name] = &repair.PodFact{Exists: true, UID: string(m.UID), Terminating: m.DeletionTimestamp != nil}
+		key := m.Namespace + "/" + m.Name
+		facts.Pods[key] = &repair.PodFact{Exists: true, UID: string(m.UID), Terminating: m.DeletionTimestamp != nil}
+		if twins[string(m.UID)] {
+			facts.NetworkStatus[key] = repair.NetworkStatusOf(m.Annotations)
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
@@ -124,6 +137,7 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	rep.Findings = append(rep.Findings, FindDuplicates(rs)...)
 	rep.Findings = append(rep.Findings, FindOverlaps(rs)...)
 	rep.Findings = append(rep.Findings, FindOwnersGone(rs, facts, repair.Policy{NodeGracePeriod: opts.NodeGracePeriod}, c.Now())...)
+	rep.Findings = append(rep.Findings, FindDuplicateAttachments(rs, facts, repair.Policy{NodeGracePeriod: opts.NodeGracePeriod}, c.Now())...)
 	mismatches, err := c.confirmClaimMismatches(ctx, FindClaimMismatches(claimList, facts.ByOwner, byItem), byItem)
 	if err != nil {
 		return nil, err

@@ -75,8 +75,8 @@ type Released struct {
 	Event string `json:"event"`
 }
 
-// Release deletes the reservation of an address (an IP) or a delegated
-// prefix (a CIDR). It refuses, with an *OwnerAliveError, while the owner is
+// Release deletes the reservation of an address or a delegated prefix,
+// named as ReleaseTargets reads it. It refuses, with an *OwnerAliveError, while the owner is
 // alive by the controller's rules unless opts.Force; a claim that is alive
 // also loses the item from its status. The delete carries the reservation's
 // UID, so a reservation re-made for someone else meanwhile is untouched.
@@ -85,18 +85,15 @@ func (c *Client) Release(ctx context.Context, item string, opts ReleaseOptions) 
 	if opts.NodeGracePeriod == 0 {
 		opts.NodeGracePeriod = DefaultNodeGracePeriod
 	}
-	q, err := ParseQuery(item)
+	targets, err := ReleaseTargets(item)
 	if err != nil {
 		return nil, err
 	}
-	kind := tenurev1alpha1.KindAddress
-	if strings.Contains(item, "/") {
-		kind = tenurev1alpha1.KindDelegatedPrefix
-	}
-	r, err := c.holder(ctx, q, kind, opts.Network)
+	r, t, err := c.holder(ctx, targets, opts.Network)
 	if err != nil {
 		return nil, err
 	}
+	q := t.Item
 	facts, claim, err := c.liveFacts(ctx, r)
 	if err != nil {
 		return nil, err
@@ -123,50 +120,104 @@ func (c *Client) Release(ctx context.Context, item string, opts ReleaseOptions) 
 	return out, nil
 }
 
-// holder finds the reservation of item: by name in one scope, or among
-// every reservation's name.
-func (c *Client) holder(ctx context.Context, item netip.Prefix, kind tenurev1alpha1.ReservationKind, network string) (*tenurev1alpha1.IPReservation, error) {
-	var names []string
-	if network != "" {
-		names = []string{reservation.Name(network, kind, item)}
-	} else {
-		all, err := c.reservationNames(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range all {
-			if p, err := reservation.Parse(n); err == nil && p.Prefix == item && p.IsPrefix == (kind == tenurev1alpha1.KindDelegatedPrefix) {
-				names = append(names, n)
-			}
+// ReleaseTarget is one thing release's argument may name.
+type ReleaseTarget struct {
+	Kind tenurev1alpha1.ReservationKind
+	// Item is the address as a full-length prefix, or the delegated prefix.
+	Item netip.Prefix
+}
+
+func (t ReleaseTarget) String() string {
+	if t.Kind == tenurev1alpha1.KindDelegatedPrefix {
+		return "delegated prefix " + reservation.ItemString(t.Kind, t.Item)
+	}
+	return "address " + reservation.ItemString(t.Kind, t.Item)
+}
+
+// ReleaseTargets reads release's argument into what it names, in the order
+// to look for a holder:
+//
+//   - an IP (10.110.2.169): that address;
+//   - a CIDR whose address has host bits set (10.110.2.169/24, an address
+//     as a CNI result prints it), or of full length (/32, /128): the
+//     address;
+//   - any other CIDR, whose address is its network address
+//     (2001:db8:100::/56): the delegated prefix of exactly that CIDR, and,
+//     when no reservation holds that, the address itself (a /31's
+//     10.0.0.0/31 as a CNI result prints it).
+func ReleaseTargets(s string) ([]ReleaseTarget, error) {
+	p, err := reservation.ParseItem(strings.TrimSpace(s))
+	if err != nil || strings.Contains(s, "%") {
+		return nil, fmt.Errorf("%q is neither an IP address nor a CIDR prefix", s)
+	}
+	a := p.Addr().Unmap()
+	bits := p.Bits()
+	if p.Addr().Is4In6() {
+		bits = max(bits-96, 0)
+	}
+	addr := ReleaseTarget{Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(a, a.BitLen())}
+	if !strings.Contains(s, "/") || bits == a.BitLen() {
+		return []ReleaseTarget{addr}, nil
+	}
+	prefix := netip.PrefixFrom(a, bits)
+	if prefix.Masked() != prefix {
+		return []ReleaseTarget{addr}, nil
+	}
+	return []ReleaseTarget{{Kind: tenurev1alpha1.KindDelegatedPrefix, Item: prefix}, addr}, nil
+}
+
+// holder finds the reservation of the first target that one holds: by
+// name in one scope, or among every reservation's name.
+func (c *Client) holder(ctx context.Context, targets []ReleaseTarget, network string) (*tenurev1alpha1.IPReservation, ReleaseTarget, error) {
+	var all []string
+	if network == "" {
+		var err error
+		if all, err = c.reservationNames(ctx); err != nil {
+			return nil, ReleaseTarget{}, err
 		}
 	}
-	var found []*tenurev1alpha1.IPReservation
-	for _, n := range names {
-		r := &tenurev1alpha1.IPReservation{}
-		if err := c.c.Get(ctx, types.NamespacedName{Name: n}, r); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return nil, err
-		}
-		found = append(found, r)
-	}
-	switch len(found) {
-	case 0:
-		where := ""
+	var tried []string
+	for _, t := range targets {
+		var names []string
 		if network != "" {
-			where = " in network " + network
+			names = []string{reservation.Name(network, t.Kind, t.Item)}
+		} else {
+			for _, n := range all {
+				if p, err := reservation.Parse(n); err == nil && p.Prefix == t.Item && p.IsPrefix == (t.Kind == tenurev1alpha1.KindDelegatedPrefix) {
+					names = append(names, n)
+				}
+			}
 		}
-		return nil, fmt.Errorf("%s%s: %w", reservation.ItemString(kind, item), where, ErrNotHeld)
-	case 1:
-		return found[0], nil
+		var found []*tenurev1alpha1.IPReservation
+		for _, n := range names {
+			r := &tenurev1alpha1.IPReservation{}
+			if err := c.c.Get(ctx, types.NamespacedName{Name: n}, r); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, t, err
+			}
+			found = append(found, r)
+		}
+		switch len(found) {
+		case 0:
+			tried = append(tried, t.String())
+			continue
+		case 1:
+			return found[0], t, nil
+		}
+		var nets []string
+		for _, r := range found {
+			nets = append(nets, r.Spec.Network)
+		}
+		slices.Sort(nets)
+		return nil, t, fmt.Errorf("%s is held in %d networks (%s): name one with --network", reservation.ItemString(t.Kind, t.Item), len(found), strings.Join(nets, ", "))
 	}
-	var nets []string
-	for _, r := range found {
-		nets = append(nets, r.Spec.Network)
+	where := ""
+	if network != "" {
+		where = " in network " + network
 	}
-	slices.Sort(nets)
-	return nil, fmt.Errorf("%s is held in %d networks (%s): name one with --network", reservation.ItemString(kind, item), len(found), strings.Join(nets, ", "))
+	return nil, ReleaseTarget{}, fmt.Errorf("%s%s: %w", strings.Join(tried, " or "), where, ErrNotHeld)
 }
 
 // liveFacts reads from the API server what repair.Decide needs for r, and
@@ -175,7 +226,7 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 	o := r.Spec.Owner
 	key := types.NamespacedName{Namespace: o.Namespace, Name: o.Name}
 	f := OwnerFacts{Pods: map[string]*repair.PodFact{}, Claims: map[string]*repair.ClaimFact{}, Nodes: map[string]*repair.NodeFact{},
-		ByOwner: map[string][]*tenurev1alpha1.IPReservation{}}
+		ByOwner: map[string][]*tenurev1alpha1.IPReservation{}, NetworkStatus: map[string]*repair.NetworkStatus{}}
 	var claim *ipamclaimsv1alpha1.IPAMClaim
 	var readErr error
 	read := func(key types.NamespacedName, obj client.Object) bool {
@@ -187,6 +238,7 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 	case tenurev1alpha1.OwnerPod:
 		if pod := (&corev1.Pod{}); read(key, pod) {
 			f.Pods[key.String()] = repair.PodFactOf(pod)
+			f.NetworkStatus[key.String()] = repair.NetworkStatusOf(pod.Annotations)
 		}
 		if node := (&corev1.Node{}); o.Node != "" && read(types.NamespacedName{Name: o.Node}, node) {
 			f.Nodes[o.Node] = repair.NodeFactOf(node)
@@ -201,6 +253,9 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 				claim = cl
 			}
 		}
+		sib, err := c.reservations(ctx, metav1.ListOptions{LabelSelector: reservation.LabelOwnerUID + "=" + o.UID})
+		readErr = cmp.Or(readErr, err)
+		f.ByOwner[o.UID] = sib
 	}
 	if readErr != nil {
 		return repair.Facts{}, nil, readErr

@@ -30,6 +30,10 @@ const (
 	// RuleOwnerGone: the pod or claim that holds a reservation is gone, by
 	// the controller's own rules (repair.Decide).
 	RuleOwnerGone = Rule("OwnerGone")
+	// RuleDuplicateAttachment: one attachment of a live pod (or one live
+	// claim) holds two reservations of one slot: the same network, kind,
+	// address family and range (repair's DuplicateAttachment).
+	RuleDuplicateAttachment = Rule("DuplicateAttachment")
 	// RuleClaimMismatch: an IPAMClaim's status and the reservations it owns
 	// disagree.
 	RuleClaimMismatch = Rule("ClaimMismatch")
@@ -42,7 +46,7 @@ const (
 	RuleMalformed = Rule("Malformed")
 )
 
-var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed}
+var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleDuplicateAttachment, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed}
 
 // Finding is one problem.
 type Finding struct {
@@ -255,6 +259,10 @@ type OwnerFacts struct {
 	Nodes  map[string]*repair.NodeFact  // by name
 	// ByOwner holds every reservation by spec.owner.uid.
 	ByOwner map[string][]*tenurev1alpha1.IPReservation
+	// NetworkStatus of pods (by "namespace/name"), for those whose
+	// attachments hold two reservations of one slot; a pod missing here
+	// has none known.
+	NetworkStatus map[string]*repair.NetworkStatus
 }
 
 // Facts are the facts repair.Decide needs for r.
@@ -265,6 +273,7 @@ func (f OwnerFacts) Facts(r *tenurev1alpha1.IPReservation, now time.Time) repair
 	switch o.Kind {
 	case tenurev1alpha1.OwnerPod:
 		facts.Pod = orAbsent(f.Pods[key])
+		facts.NetworkStatus = f.NetworkStatus[key]
 		if repair.NeedsSiblings(r, facts.Pod) {
 			facts.Siblings, facts.SiblingsKnown = f.ByOwner[o.UID], true
 		}
@@ -273,8 +282,18 @@ func (f OwnerFacts) Facts(r *tenurev1alpha1.IPReservation, now time.Time) repair
 		}
 	case tenurev1alpha1.OwnerIPAMClaim:
 		facts.Claim = orAbsent(f.Claims[key])
+		if repair.NeedsClaimSiblings(r, facts.Claim) {
+			facts.Siblings, facts.SiblingsKnown = f.ByOwner[o.UID], true
+		}
 	}
 	return facts
+}
+
+// HasTwins reports whether r's owner holds another reservation in r's slot
+// of the same attachment (repair.Twins): what DuplicateAttachment is about.
+func (f OwnerFacts) HasTwins(r *tenurev1alpha1.IPReservation) bool {
+	sib := f.ByOwner[r.Spec.Owner.UID]
+	return len(sib) > 1 && len(repair.Twins(r, sib)) > 1
 }
 
 // orAbsent is the fact of an object that was not listed: it does not exist.
@@ -285,13 +304,15 @@ func orAbsent[T any](fact *T) *T {
 	return fact
 }
 
-// FindOwnersGone reports the reservations the controller would release:
-// repair.Decide over facts, with the controller's policy.
+// FindOwnersGone reports the reservations the controller would release
+// because their owner is gone: repair.Decide over facts, with the
+// controller's policy. A surplus reservation of a live owner is
+// FindDuplicateAttachments'.
 func FindOwnersGone(rs []*tenurev1alpha1.IPReservation, facts OwnerFacts, p repair.Policy, now time.Time) []Finding {
 	var out []Finding
 	for _, r := range rs {
 		d := repair.Decide(r, facts.Facts(r, now), p)
-		if !d.Release {
+		if !d.Release || d.Reason == repair.DuplicateAttachment {
 			continue
 		}
 		out = append(out, Finding{
@@ -300,6 +321,56 @@ func FindOwnersGone(rs []*tenurev1alpha1.IPReservation, facts OwnerFacts, p repa
 		})
 	}
 	return out
+}
+
+// FindDuplicateAttachments reports every slot of a live attachment (pod
+// UID, sandbox, interface) or claim that holds more than one reservation of
+// one network, kind, family and range: one finding per reservation the
+// controller releases as surplus (repair.Decide's DuplicateAttachment),
+// naming the holder and the reservations of the slot; one finding on the
+// first by name when it releases none of them yet (it waits for the pod's
+// network-status, DuplicateSettle, or the claim's status). A holder that
+// is gone is FindOwnersGone's.
+func FindDuplicateAttachments(rs []*tenurev1alpha1.IPReservation, facts OwnerFacts, p repair.Policy, now time.Time) []Finding {
+	var out []Finding
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if seen[r.Name] || !facts.HasTwins(r) {
+			continue
+		}
+		group := repair.Twins(r, facts.ByOwner[r.Spec.Owner.UID])
+		var findings []Finding
+		var first repair.Decision
+		for i, g := range group {
+			seen[g.Name] = true
+			d := repair.Decide(g, facts.Facts(g, now), p)
+			if i == 0 {
+				first = d
+			}
+			if d.Release && d.Reason != repair.DuplicateAttachment {
+				findings = nil // the holder is gone: FindOwnersGone reports it
+				break
+			}
+			if d.Release {
+				findings = append(findings, duplicateAttachmentFinding(g, group, d.Message+": the controller releases it"))
+			}
+		}
+		if len(findings) == 0 && !first.Release && !first.AskLive {
+			findings = append(findings, duplicateAttachmentFinding(group[0], group, first.Message+"; the controller releases none of them yet"))
+		}
+		out = append(out, findings...)
+	}
+	return out
+}
+
+func duplicateAttachmentFinding(r *tenurev1alpha1.IPReservation, group []*tenurev1alpha1.IPReservation, msg string) Finding {
+	f := Finding{Rule: RuleDuplicateAttachment, Object: reservationObject(r), Network: r.Spec.Network, Address: r.Spec.Address, Message: msg}
+	for _, g := range group {
+		if g.Name != r.Name {
+			f.Related = append(f.Related, reservationObject(g))
+		}
+	}
+	return f
 }
 
 // FindClaimMismatches compares each IPAMClaim's status.ips and

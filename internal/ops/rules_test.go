@@ -219,3 +219,64 @@ func TestSortFindings(t *testing.T) {
 		}
 	}
 }
+
+func TestFindDuplicateAttachments(t *testing.T) {
+	now := t0.Add(time.Hour)
+	policy := repair.Policy{NodeGracePeriod: 5 * time.Minute}
+	// Pod ns/web's net1 holds two addresses of one range; its network-status
+	// lists the first.
+	used := withRange(podRes("san", "10.0.0.1", "ns", "web", "u1", "node-a"), "10.0.0.0/24")
+	second := withRange(podRes("san", "10.0.0.2", "ns", "web", "u1", "node-a"), "10.0.0.0/24")
+	second.CreationTimestamp = metav1.NewTime(t0.Add(time.Second))
+	// Pod ns/two-ranges holds one address of each of two IPv4 ranges.
+	r1 := withRange(podRes("san", "10.0.0.5", "ns", "two-ranges", "u2", "node-a"), "10.0.0.0/24")
+	r2 := withRange(podRes("san", "10.0.1.5", "ns", "two-ranges", "u2", "node-a"), "10.0.1.0/24")
+	// Pod ns/fresh's pair was made a moment ago and it has no network-status yet.
+	f1 := withRange(podRes("san", "10.0.0.7", "ns", "fresh", "u3", "node-a"), "10.0.0.0/24")
+	f2 := withRange(podRes("san", "10.0.0.8", "ns", "fresh", "u3", "node-a"), "10.0.0.0/24")
+	f1.CreationTimestamp, f2.CreationTimestamp = metav1.NewTime(now), metav1.NewTime(now)
+	// Pod ns/gone is gone: its pair is OwnerGone, not a duplicate.
+	g1 := withRange(podRes("san", "10.0.0.9", "ns", "gone", "u4", "node-a"), "10.0.0.0/24")
+	g2 := withRange(podRes("san", "10.0.0.10", "ns", "gone", "u4", "node-a"), "10.0.0.0/24")
+	// Claim ns/vm records 10.1.0.1 and holds 10.1.0.2 too.
+	vmUsed := withRange(claimRes("vm-net", "10.1.0.1", "ns", "vm", "c1", "launcher", "node-a"), "10.1.0.0/24")
+	vmSecond := withRange(claimRes("vm-net", "10.1.0.2", "ns", "vm", "c1", "launcher-target", "node-b"), "10.1.0.0/24")
+	vm := claim("ns", "vm", "c1", []string{"10.1.0.1/24"})
+
+	all := []*tenurev1alpha1.IPReservation{used, second, r1, r2, f1, f2, g1, g2, vmUsed, vmSecond}
+	facts := OwnerFacts{
+		Pods: map[string]*repair.PodFact{
+			"ns/web":        {Exists: true, UID: "u1", NodeName: "node-a"},
+			"ns/two-ranges": {Exists: true, UID: "u2", NodeName: "node-a"},
+			"ns/fresh":      {Exists: true, UID: "u3", NodeName: "node-a"},
+		},
+		Claims:  map[string]*repair.ClaimFact{"ns/vm": repair.ClaimFactOf(&vm)},
+		Nodes:   map[string]*repair.NodeFact{"node-a": {Exists: true, Ready: true}},
+		ByOwner: map[string][]*tenurev1alpha1.IPReservation{},
+		NetworkStatus: map[string]*repair.NetworkStatus{
+			"ns/web":   repair.NetworkStatusOf(map[string]string{"k8s.v1.cni.cncf.io/network-status": `[{"name":"ns/san","interface":"net1","ips":["10.0.0.1"]}]`}),
+			"ns/fresh": repair.NetworkStatusOf(nil),
+		},
+	}
+	for _, r := range all {
+		facts.ByOwner[r.Spec.Owner.UID] = append(facts.ByOwner[r.Spec.Owner.UID], r)
+	}
+	got := FindDuplicateAttachments(all, facts, policy, now)
+	wantFindings(t, "every holder state", got, []string{
+		"DuplicateAttachment IPReservation san.10.0.0.2",
+		"DuplicateAttachment IPReservation san.10.0.0.7",
+		"DuplicateAttachment IPReservation vm-net.10.1.0.2",
+	},
+		"pod ns/web interface net1 (sandbox sandbox-u1) holds 2 IPv4 addresses of network san range 10.0.0.0/24: 10.0.0.1 (reservation san.10.0.0.1) and 10.0.0.2 (reservation san.10.0.0.2); its network-status lists 10.0.0.1",
+		"IPAMClaim ns/vm holds 2 IPv4 addresses of network vm-net range 10.1.0.0/24: 10.1.0.1 (reservation vm-net.10.1.0.1) and 10.1.0.2 (reservation vm-net.10.1.0.2); its status records 10.1.0.1",
+		"the controller releases it", "the controller releases none of them yet")
+	for _, f := range got {
+		want := map[string]string{"IPReservation san.10.0.0.2": "IPReservation san.10.0.0.1", "IPReservation san.10.0.0.7": "IPReservation san.10.0.0.8",
+			"IPReservation vm-net.10.1.0.2": "IPReservation vm-net.10.1.0.1"}[f.Object]
+		if len(f.Related) != 1 || f.Related[0] != want {
+			t.Errorf("%s: related %q, want %q", f.Object, f.Related, want)
+		}
+	}
+	// OwnerGone reports the gone pod's pair, and no surplus of a live owner.
+	wantFindings(t, "owners gone", FindOwnersGone(all, facts, policy, now), []string{"OwnerGone IPReservation san.10.0.0.10", "OwnerGone IPReservation san.10.0.0.9"})
+}

@@ -16,10 +16,10 @@ import (
 // controller's start-up.
 const (
 	// AnnotationSpecSummary holds spec.owner's kind, namespace, name,
-	// containerID, interface and node, and spec.pool, URL-query encoded
-	// in that order, empty ones left out:
+	// containerID, interface and node, spec.pool and spec.range,
+	// URL-query encoded in that order, empty ones left out:
 	//
-	//	kind=Pod&namespace=ns&name=web-0&containerID=3f2a…&interface=net1&node=n1&pool=p
+	//	kind=Pod&namespace=ns&name=web-0&containerID=3f2a…&interface=net1&node=n1&pool=p&range=10.0.0.0%2F24
 	//
 	// New writes it with the spec. It describes the spec as created: a
 	// reader trusts it only while metadata.generation is 1, since any
@@ -44,11 +44,13 @@ func withSpecSummary(r *tenurev1alpha1.IPReservation) *tenurev1alpha1.IPReservat
 	return r
 }
 
-// SpecSummary is what AnnotationSpecSummary says: the pool and the owner
-// less its UID (LabelOwnerUID), podName and podUID.
+// SpecSummary is what AnnotationSpecSummary says: the pool, the owner
+// less its UID (LabelOwnerUID), podName and podUID, and the range (absent
+// from summaries written before it was added).
 type SpecSummary struct {
 	Pool  string
 	Owner tenurev1alpha1.ReservationOwner
+	Range string
 }
 
 // specSummaryFields are the summary's keys, in the order they are written,
@@ -64,11 +66,12 @@ var specSummaryFields = []struct {
 	{"interface", func(s *SpecSummary) *string { return &s.Owner.Interface }},
 	{"node", func(s *SpecSummary) *string { return &s.Owner.Node }},
 	{"pool", func(s *SpecSummary) *string { return &s.Pool }},
+	{"range", func(s *SpecSummary) *string { return &s.Range }},
 }
 
 // EncodeSpecSummary is the AnnotationSpecSummary value of spec.
 func EncodeSpecSummary(spec *tenurev1alpha1.IPReservationSpec) string {
-	s := &SpecSummary{Pool: spec.Pool, Owner: spec.Owner}
+	s := &SpecSummary{Pool: spec.Pool, Owner: spec.Owner, Range: spec.Range}
 	var b strings.Builder
 	for _, f := range specSummaryFields {
 		v := *f.field(s)

@@ -16,12 +16,12 @@ func TestSpecSummaryRoundTrips(t *testing.T) {
 		name string
 		spec Spec
 	}{
-		{"pod", Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.5/32"), Pool: "p1",
+		{"pod", Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.5/32"), Pool: "p1", Range: "10.0.0.0/24",
 			Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "web-0", UID: "u1", PodName: "web-0", PodUID: "u1",
 				ContainerID: strings.Repeat("3f", 32), Interface: "net1", Node: "node-1.example.com"}}},
 		{"claim, no node, no pool", Spec{Network: "vm", Kind: tenurev1alpha1.KindDelegatedPrefix, Item: netip.MustParsePrefix("2001:db8::/64"),
 			Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: "ns", Name: "vm1.net1", UID: "u2"}}},
-		{"characters to escape", Spec{Network: "n", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.6/32"), Pool: "a&b=c",
+		{"characters to escape", Spec{Network: "n", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.6/32"), Pool: "a&b=c", Range: "10.0.0.2-10.0.0.9",
 			Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "p", UID: "u3", ContainerID: "c+d%e f", Interface: "eth 0&x"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -33,7 +33,7 @@ func TestSpecSummaryRoundTrips(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseSpecSummary(%q): %v", r.Annotations[AnnotationSpecSummary], err)
 			}
-			want := SpecSummary{Pool: tc.spec.Pool, Owner: tc.spec.Owner}
+			want := SpecSummary{Pool: tc.spec.Pool, Owner: tc.spec.Owner, Range: tc.spec.Range}
 			want.Owner.UID, want.Owner.PodName, want.Owner.PodUID = "", "", ""
 			if got != want {
 				t.Fatalf("%q reads back as %+v, want %+v", r.Annotations[AnnotationSpecSummary], got, want)

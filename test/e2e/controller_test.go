@@ -873,7 +873,15 @@ func TestControllerJudgesReservationsWithoutATrustworthySpecSummary(t *testing.T
 		return tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: ns, Name: p.name, UID: p.uid,
 			PodName: p.name, PodUID: p.uid, ContainerID: sandbox, Interface: "net1", Node: "sum-a"}
 	}
-	liveOwner := func(sandbox string) tenurev1alpha1.ReservationOwner { return ownerOf(live, sandbox) }
+	// Each on an interface of its own: two of one interface's range would
+	// be a DuplicateAttachment.
+	ifaces := 0
+	liveOwner := func(sandbox string) tenurev1alpha1.ReservationOwner {
+		o := ownerOf(live, sandbox)
+		ifaces++
+		o.Interface = fmt.Sprint("net1", ifaces)
+		return o
+	}
 	older := func(r *tenurev1alpha1.IPReservation) {
 		delete(r.Labels, reservation.LabelSpecSummary)
 		delete(r.Annotations, reservation.AnnotationSpecSummary)

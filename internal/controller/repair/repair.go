@@ -17,6 +17,13 @@
 //     different containerID is newer (creationTimestamp, then
 //     resourceVersion, then name): the older sandbox died mid-ADD and never
 //     got its DEL.
+//   - DuplicateAttachment: the pod exists, and the same attachment (pod
+//     UID, containerID, interface) holds another reservation of the same
+//     network, kind, family and range: a second item of one slot (an ADD
+//     whose create committed but whose reply was lost, then retried). The
+//     pod's network-status says which one it uses; the others are surplus.
+//     When it lists none of them, the newest is kept, once DuplicateSettle
+//     has passed. See duplicatePod.
 //   - NodeDeleted / NodeNotReady: the pod exists but is terminating
 //     (deletionTimestamp set) or terminal (Succeeded/Failed) on owner.node,
 //     and that Node object is gone, or its Ready condition has not been True
@@ -32,13 +39,17 @@
 //     kubevirt.io/persistent-ipam until the VM's VMI is gone, the garbage
 //     collector's foregroundDeletion), whoever set it still uses the claim,
 //     and its reservations are kept.
+//   - DuplicateAttachment: the claim exists and holds another reservation
+//     of the same network, kind, family and range, and its status records
+//     that one and not this. See duplicateClaim.
 //
 // Never released: a pod-owned reservation whose pod (same UID) exists and is
 // neither terminating nor terminal, whatever its node says (a Node object
 // deleted under a running pod is the pod GC's business: once it deletes the
-// pod, PodGone applies); a claim-owned reservation whose claim exists and is
-// not being deleted, whatever happens to pods and nodes; anything whose
-// facts are unknown (nil) or whose owner is incomplete or of an unknown kind.
+// pod, PodGone applies), unless it is a DuplicateAttachment; a claim-owned reservation whose claim exists and is
+// not being deleted, whatever happens to pods and nodes, unless it is a
+// DuplicateAttachment; anything whose facts are unknown (nil) or whose
+// owner is incomplete or of an unknown kind.
 package repair
 
 import (
@@ -68,10 +79,13 @@ const (
 	NodeNotReady   Reason = "NodeNotReady"
 	ClaimGone      Reason = "ClaimGone"
 	ClaimDeleted   Reason = "ClaimDeleted"
+	// DuplicateAttachment: a second reservation of one slot of a live
+	// attachment or claim.
+	DuplicateAttachment Reason = "DuplicateAttachment"
 )
 
 // Reasons lists every Reason, for metric initialisation.
-var Reasons = []Reason{PodGone, PodReplaced, EarlierSandbox, NodeDeleted, NodeNotReady, ClaimGone, ClaimDeleted}
+var Reasons = []Reason{PodGone, PodReplaced, EarlierSandbox, NodeDeleted, NodeNotReady, ClaimGone, ClaimDeleted, DuplicateAttachment}
 
 // PodFact is what is known of the pod named by the owner.
 type PodFact struct {
@@ -99,6 +113,11 @@ type ClaimFact struct {
 	// WaitingFor, of a claim being deleted, are its finalizers other than
 	// tenure's own: its items are kept until none is left.
 	WaitingFor []string
+	// Recorded are the items status.ips and status.delegatedPrefixes
+	// record (an address as a full-length prefix); Unreadable lists the
+	// entries that do not parse.
+	Recorded   []netip.Prefix
+	Unreadable string
 }
 
 // Facts about one reservation's owner. A nil fact is unknown, and nothing
@@ -112,6 +131,9 @@ type Facts struct {
 	// itself may be among them); meaningful only when SiblingsKnown.
 	Siblings      []*tenurev1alpha1.IPReservation
 	SiblingsKnown bool
+	// NetworkStatus of the owning pod, nil when unknown: only a live read
+	// of the whole pod gives it (caches do not keep annotations).
+	NetworkStatus *NetworkStatus
 }
 
 // Policy holds the tunables.
@@ -131,6 +153,9 @@ type Decision struct {
 	// RecheckAfter, when positive, is when the answer may change by the
 	// clock alone (a NotReady node reaching its grace period).
 	RecheckAfter time.Duration
+	// AskLive: the facts given cannot decide, the live reads can; a cache
+	// nominates such a reservation to the live path as it would a release.
+	AskLive bool
 }
 
 func keep(format string, args ...any) Decision {
@@ -190,6 +215,11 @@ func decidePod(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 			return release(EarlierSandbox, "pod %s/%s interface %s: sandbox %s got %s (reservation %s) after sandbox %s got this one, which never got its DEL",
 				o.Namespace, o.Name, o.Interface, short(n.Spec.Owner.ContainerID), n.Spec.Address, n.Name, short(o.ContainerID))
 		}
+		if d, ok := duplicatePod(r, f); ok {
+			if d.Release || d.AskLive || !NeedsNode(r, pod) {
+				return d
+			}
+		}
 	}
 	if !NeedsNode(r, pod) {
 		return keep("pod %s/%s (uid %s) exists", o.Namespace, o.Name, o.UID)
@@ -236,6 +266,9 @@ func decideClaim(r *tenurev1alpha1.IPReservation, f Facts) Decision {
 			o.Namespace, o.Name, o.UID, plural(len(c.WaitingFor), "finalizer", "finalizers"), strings.Join(c.WaitingFor, ", "))
 	case c.Deleting:
 		return release(ClaimDeleted, "IPAMClaim %s/%s (uid %s) is being deleted", o.Namespace, o.Name, o.UID)
+	}
+	if d, ok := duplicateClaim(r, f); ok {
+		return d
 	}
 	return keep("IPAMClaim %s/%s (uid %s) exists", o.Namespace, o.Name, o.UID)
 }
@@ -364,5 +397,6 @@ func ClaimFactOf(c *ipamclaimsv1alpha1.IPAMClaim) *ClaimFact {
 	if f.Deleting {
 		f.WaitingFor = claims.OtherFinalizers(c)
 	}
+	f.Recorded, f.Unreadable = recordedBy(claims.ParseStatus(c.Status))
 	return f
 }

@@ -77,7 +77,7 @@ func TestDecide(t *testing.T) {
 	sameSecA := podRes("net.10.0.0.7", "10.0.0.7", "sandbox-a", t0, "300")
 	sameSecB := podRes("net.10.0.0.3", "10.0.0.3", "sandbox-b", t0, "301")
 	// The newest sandbox holds two IPv4 addresses of one network (two ranges).
-	newer2 := podRes("net.10.0.0.4", "10.0.0.4", "sandbox-2", t0, "201")
+	newer2 := podRes("net.10.0.0.4", "10.0.0.4", "sandbox-2", t0, "201", withSpec(func(s *tenurev1alpha1.IPReservationSpec) { s.Range = "10.0.0.4/30" }))
 	v6newer := podRes("net.fd00", "fd00::2", "sandbox-2", t0, "202")
 	otherIf := podRes("net.10.0.0.5", "10.0.0.5", "sandbox-2", t0, "203", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Interface = "net2" }))
 	otherNet := podRes("other.10.0.0.2", "10.0.0.2", "sandbox-2", t0, "204", withSpec(func(s *tenurev1alpha1.IPReservationSpec) { s.Network = "other" }))

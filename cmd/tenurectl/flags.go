@@ -1,0 +1,52 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"time"
+)
+
+// boundedDuration is a duration flag that refuses values below its floor
+// as it parses them, so the flag package reports the flag and the value
+// (`invalid value "-5m" for flag -node-grace-period: must not be
+// negative`) and the command stops before it does anything.
+type boundedDuration struct {
+	d *time.Duration
+	// positive: zero is refused too.
+	positive bool
+}
+
+func (b boundedDuration) String() string {
+	if b.d == nil {
+		return "0s"
+	}
+	return b.d.String()
+}
+
+func (b boundedDuration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	switch {
+	case v < 0 && !b.positive:
+		return errors.New("must not be negative")
+	case v <= 0 && b.positive:
+		return errors.New("must be positive")
+	}
+	*b.d = v
+	return nil
+}
+
+// nonNegativeDuration defines a duration flag that refuses negative values.
+func nonNegativeDuration(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(boundedDuration{d: p}, name, usage+"; a `duration`, not negative")
+}
+
+// positiveDuration defines a duration flag that refuses zero and negative
+// values (timeouts and periods).
+func positiveDuration(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(boundedDuration{d: p, positive: true}, name, usage+"; a positive `duration`")
+}
