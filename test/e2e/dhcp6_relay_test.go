@@ -258,9 +258,10 @@ func mustSolicit(t *testing.T, mac net.HardwareAddr) dhcpv6.DHCPv6 {
 }
 
 // exchange sends each message from eth0 of ns to All_DHCP_Relay_Agents_and_
-// Servers, each from its own UDP socket on port 547 (where a relay listens)
-// bound to srcs[i] (added to eth0 first if it is not ll), and returns what
-// each socket received within timeout of the last send (nil: nothing).
+// Servers, each from its own UDP socket (an ephemeral port: the server
+// answers the packet's source) bound to srcs[i] (added to eth0 first if it
+// is not ll), and returns what each socket received, unwrapped from any
+// Relay-replies, within timeout of the last send (nil: nothing).
 func exchange(t *testing.T, ns string, ll netip.Addr, msgs []dhcpv6.DHCPv6, srcs []netip.Addr, timeout time.Duration) []dhcpv6.DHCPv6 {
 	t.Helper()
 	out := make([]dhcpv6.DHCPv6, len(msgs))
