@@ -30,7 +30,7 @@ func newAgentMetrics() *agentMetrics {
 		dhcpv6: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_dhcpv6_messages_total",
 			Help: "DHCPv6 messages handled by this node's agent, by the client's message type and what became of it " +
-				"(advertise, reply, declined, ignored, malformed, nobinding, error, panic; type unknown, outcome undecodable: " +
+				"(advertise, reply, declined, ignored, malformed, untrustedrelay, nobinding, error, panic; type unknown, outcome undecodable: " +
 				"a packet to the server port that is no DHCPv6 message).",
 		}, []string{"type", "outcome"}),
 		prefixRecordPruned: prometheus.NewCounter(prometheus.CounterOpts{

@@ -354,6 +354,20 @@ func TestParsePrefixDelegationAndDHCPv6(t *testing.T) {
 	if c.PrefixDelegation != nil {
 		t.Errorf("PrefixDelegation = %+v", c.PrefixDelegation)
 	}
+	if d.TrustedRelays != nil {
+		t.Errorf("TrustedRelays = %+v, want none by default", d.TrustedRelays)
+	}
+	c = mustParse(t, `{"type":"tenure","range":"2001:db8::/64","dhcpv6":{"interfaces":["br-vm","br-b"],
+		"trusted_relays":[{"interface":"br-b","mac":"02:00:5E:00:53:01","address":"fe80::1"},{"interface":"br-vm","mac":"02:00:5e:00:53:02"}]}}`)
+	want := []TrustedRelay{
+		{Interface: "br-b", MAC: net.HardwareAddr{2, 0, 0x5e, 0, 0x53, 1}, Address: netip.MustParseAddr("fe80::1")},
+		{Interface: "br-vm", MAC: net.HardwareAddr{2, 0, 0x5e, 0, 0x53, 2}},
+	}
+	if got := c.DHCPv6.TrustedRelays; !slices.EqualFunc(got, want, func(a, b TrustedRelay) bool {
+		return a.Interface == b.Interface && a.MAC.String() == b.MAC.String() && a.Address == b.Address
+	}) {
+		t.Errorf("TrustedRelays = %+v, want %+v", got, want)
+	}
 	// PD next to an IPv4-only config, host bits masked, /128 delegations.
 	c = mustParse(t, `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"2001:db8::1/120","prefix_length":128}}`)
 	if pd := c.PrefixDelegation; pd.Range != pfx("2001:db8::/120") || pd.Count() != 256 {
@@ -577,6 +591,26 @@ func TestParseErrors(t *testing.T) {
 		{"dhcpv6 interface name", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["net1","a/b"]}}`, "ipam.dhcpv6.interfaces[1]", []string{`"a/b"`, "interface name"}},
 		{"dhcpv6 interface long", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["abcdefghijklmnop"]}}`, "ipam.dhcpv6.interfaces[0]", []string{`"abcdefghijklmnop"`}},
 		{"dhcpv6 interface duplicate", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["net1","net1"]}}`, "ipam.dhcpv6.interfaces[1]", []string{`"net1"`, "duplicates ipam.dhcpv6.interfaces[0]"}},
+		{"dhcpv6 trusted_relays type", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":{"interface":"br0"}}}`,
+			"ipam.dhcpv6.trusted_relays", []string{`{"interface":"br0"}`, "must be an array"}},
+		{"dhcpv6 trusted relay unknown key", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":[{"interface":"br0","mac":"02:00:00:00:00:01","adress":"fe80::1"}]}}`,
+			"ipam.dhcpv6.trusted_relays[0].adress", []string{`"fe80::1"`, `did you mean "address"`}},
+		{"dhcpv6 trusted relay without interface", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":[{"mac":"02:00:00:00:00:01"}]}}`,
+			"ipam.dhcpv6.trusted_relays[0].interface", []string{"is required"}},
+		{"dhcpv6 trusted relay on an unserved interface", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":[{"interface":"br1","mac":"02:00:00:00:00:01"}]}}`,
+			"ipam.dhcpv6.trusted_relays[0].interface", []string{`"br1"`, `is not one of ipam.dhcpv6.interfaces ["br0"]`}},
+		{"dhcpv6 trusted relay without interfaces", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"trusted_relays":[{"interface":"br0","mac":"02:00:00:00:00:01"}]}}`,
+			"ipam.dhcpv6.trusted_relays[0].interface", []string{`"br0"`, "is not one of ipam.dhcpv6.interfaces"}},
+		{"dhcpv6 trusted relay without mac", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":[{"interface":"br0","address":"fe80::1"}]}}`,
+			"ipam.dhcpv6.trusted_relays[0].mac", []string{"is required"}},
+		{"dhcpv6 trusted relay bad mac", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":[{"interface":"br0","mac":"02:00:00:00:01"}]}}`,
+			"ipam.dhcpv6.trusted_relays[0].mac", []string{`"02:00:00:00:01"`, "unicast Ethernet MAC"}},
+		{"dhcpv6 trusted relay multicast mac", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":[{"interface":"br0","mac":"33:33:00:01:00:02"}]}}`,
+			"ipam.dhcpv6.trusted_relays[0].mac", []string{`"33:33:00:01:00:02"`, "unicast Ethernet MAC"}},
+		{"dhcpv6 trusted relay IPv4 address", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":[{"interface":"br0","mac":"02:00:00:00:00:01","address":"192.0.2.1"}]}}`,
+			"ipam.dhcpv6.trusted_relays[0].address", []string{`"192.0.2.1"`, "IPv6 unicast"}},
+		{"dhcpv6 trusted relay duplicate", `{"type":"tenure","range":"fd00::/64","dhcpv6":{"interfaces":["br0"],"trusted_relays":[{"interface":"br0","mac":"02:00:00:00:00:01"},{"interface":"br0","mac":"02:00:00:00:00:01"}]}}`,
+			"ipam.dhcpv6.trusted_relays[1]", []string{"duplicates ipam.dhcpv6.trusted_relays[0]"}},
 
 		// Ignored whereabouts keys keep whereabouts' JSON types.
 		{"log_level type", `{"type":"tenure","range":"10.0.0.0/24","log_level":5}`, "ipam.log_level", []string{"5", "must be a string"}},

@@ -2,7 +2,9 @@ package config
 
 import (
 	"math"
+	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +23,10 @@ type DHCPv6 struct {
 	// flags, the network's IPv6 on-link prefixes), so clients with stock
 	// settings start DHCPv6.
 	RouterAdvertisements bool
+	// TrustedRelays (trusted_relays, default none): the DHCPv6 relay agents
+	// whose Relay-forward messages are answered, each on one of Interfaces.
+	// A Relay-forward from anyone else, a guest included, is dropped.
+	TrustedRelays []TrustedRelay
 
 	// Not keys of the dhcpv6 object: the agent fills them in from the
 	// network's config (ranges, gateway) for the Router Advertisements.
@@ -29,6 +35,13 @@ type DHCPv6 struct {
 	OnLink []netip.Prefix
 	// Gateway is the network's IPv6 gateway; the zero Addr when it has none.
 	Gateway netip.Addr
+}
+
+// TrustedRelay is one element of dhcpv6.trusted_relays.
+type TrustedRelay struct {
+	Interface string           // interface (required): one of the dhcpv6 interfaces
+	MAC       net.HardwareAddr // mac (required): the link-layer source of the relay's frames
+	Address   netip.Addr       // address (optional): the IPv6 source of its messages; zero: any
 }
 
 // Defaults of the dhcpv6 object.
@@ -89,7 +102,10 @@ func buildPrefixDelegation(rf, lf field, n int64) (*addrspace.PrefixDelegation, 
 	return &addrspace.PrefixDelegation{Range: p, PrefixLength: int(n)}, nil
 }
 
-var dhcpv6Keys = []string{"enabled", "interfaces", "preferred_lifetime", "valid_lifetime", "install_routes", "router_advertisements"}
+var (
+	dhcpv6Keys = []string{"enabled", "interfaces", "preferred_lifetime", "valid_lifetime", "install_routes", "router_advertisements", "trusted_relays"}
+	relayKeys  = []string{"interface", "mac", "address"}
+)
 
 func parseDHCPv6(f field) (*DHCPv6, error) {
 	m, err := f.object()
@@ -136,6 +152,11 @@ func parseDHCPv6(f field) (*DHCPv6, error) {
 			d.Interfaces = append(d.Interfaces, name)
 		}
 	}
+	if v, ok := m["trusted_relays"]; ok {
+		if d.TrustedRelays, err = parseTrustedRelays(v, f.path+".interfaces", d.Interfaces); err != nil {
+			return nil, err
+		}
+	}
 	var pf, vf *field
 	if v, ok := m["preferred_lifetime"]; ok {
 		pf = &v
@@ -160,6 +181,76 @@ func parseDHCPv6(f field) (*DHCPv6, error) {
 		return nil, pf.errorf("exceeds the default valid_lifetime 7200 (%s.valid_lifetime must be >= preferred_lifetime)", f.path)
 	}
 	return d, nil
+}
+
+// parseTrustedRelays reads dhcpv6.trusted_relays: each relay is on one of
+// the dhcpv6 interfaces and has a unicast MAC, and an IPv6 unicast address
+// if any.
+func parseTrustedRelays(f field, interfacesPath string, interfaces []string) ([]TrustedRelay, error) {
+	elems, err := f.array()
+	if err != nil {
+		return nil, err
+	}
+	var out []TrustedRelay
+	seen := map[string]string{}
+	for _, e := range elems {
+		m, err := e.object()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkKeys(m, relayKeys); err != nil {
+			return nil, err
+		}
+		var r TrustedRelay
+		iff, ok := m["interface"]
+		if !ok {
+			return nil, &Error{Key: e.path + ".interface", Reason: "is required"}
+		}
+		if r.Interface, err = iff.str(); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(interfaces, r.Interface) {
+			return nil, iff.errorf("is not one of %s %q", interfacesPath, interfaces)
+		}
+		mf, ok := m["mac"]
+		if !ok {
+			return nil, &Error{Key: e.path + ".mac", Reason: "is required: the bridge ties a MAC, not an IP address, to one sender"}
+		}
+		s, err := mf.str()
+		if err != nil {
+			return nil, err
+		}
+		if r.MAC, err = net.ParseMAC(s); err != nil || len(r.MAC) != 6 || r.MAC[0]&1 != 0 || isZeroMAC(r.MAC) {
+			return nil, mf.errorf("not a unicast Ethernet MAC address")
+		}
+		if af, ok := m["address"]; ok {
+			s, err := af.str()
+			if err != nil {
+				return nil, err
+			}
+			a, err := netip.ParseAddr(s)
+			if err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+				return nil, af.errorf("not an IPv6 unicast address")
+			}
+			r.Address = a
+		}
+		key := r.Interface + "|" + r.MAC.String() + "|" + r.Address.String()
+		if prev, dup := seen[key]; dup {
+			return nil, e.errorf("duplicates %s", prev)
+		}
+		seen[key] = e.path
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func isZeroMAC(mac net.HardwareAddr) bool {
+	for _, b := range mac {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func lifetime(f field) (time.Duration, error) {

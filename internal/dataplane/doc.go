@@ -103,15 +103,20 @@
 // is kept once.
 //
 // The handler (internal/dhcp6) derives the client's MAC from the packet (the
-// Ethernet source of the frame; only where there is none, or for a relayed
-// message, the RFC 6939 option, DUID-LL/LLT link-layer address, EUI-64 of
-// the link-local source) and asks [Service.Lookup] with the interface the
-// message came in on; the answer is the binding whose MAC matches and whose network lists
-// that interface. Everyone else gets no answer. On a bridge shared by
-// several guests the MAC is asserted by the guest, so MAC-spoofing protection
-// on the bridge ports (e.g. the bridge plugin's macspoofchk, KubeVirt's
-// bridge binding) is what ties a MAC to a guest; without it a guest can learn
-// (not take) another guest's address and prefix.
+// Ethernet source of the frame; only where there is none, the DUID-LL/LLT
+// link-layer address, then the EUI-64 of the link-local source) and asks
+// [Service.Lookup] with the interface the message came in on; the answer is
+// the binding whose MAC matches and whose network lists that interface.
+// Everyone else gets no answer. A Relay-forward is answered only from a relay
+// that a network's dhcpv6.trusted_relays lists for that interface (its
+// frame's source MAC, and its address where given; none by default), and then
+// for the MAC of its RFC 6939 option; any other is dropped before the lookup,
+// so it neither gets a lease nor moves a route (Lookup records the interface
+// a client was heard on). An interface's server trusts the relays of every
+// network listing it. On a bridge shared by several guests the frame's
+// source MAC is sent by the guest, so MAC-spoofing protection on the bridge
+// ports (e.g. the bridge plugin's macspoofchk, KubeVirt's bridge binding) is
+// what ties a MAC to a guest; without it a guest can pose as another.
 //
 // # Where DHCPv6 is served
 //

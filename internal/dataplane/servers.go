@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"maps"
 	"net"
@@ -32,7 +33,8 @@ type server struct {
 }
 
 // handlerConfig is the Handler config of one interface: the smallest
-// lifetimes of the networks listing it.
+// lifetimes of the networks listing it, and the relays any of them trusts on
+// that interface.
 func handlerConfig(networks map[string]config.DHCPv6) map[string]dhcp6.Config {
 	out := map[string]dhcp6.Config{}
 	for _, name := range slices.Sorted(maps.Keys(networks)) {
@@ -47,6 +49,12 @@ func handlerConfig(networks map[string]config.DHCPv6) map[string]dhcp6.Config {
 			}
 			c.PreferredLifetime = min(c.PreferredLifetime, n.PreferredLifetime)
 			c.ValidLifetime = min(c.ValidLifetime, n.ValidLifetime)
+			for _, r := range n.TrustedRelays {
+				rl := dhcp6.Relay{MAC: r.MAC, Address: r.Address}
+				if r.Interface == ifn && !slices.ContainsFunc(c.TrustedRelays, func(x dhcp6.Relay) bool { return sameRelay(x, rl) }) {
+					c.TrustedRelays = append(c.TrustedRelays, rl)
+				}
+			}
 			out[ifn] = c
 		}
 	}
@@ -55,7 +63,12 @@ func handlerConfig(networks map[string]config.DHCPv6) map[string]dhcp6.Config {
 
 func sameConfig(a, b dhcp6.Config) bool {
 	return a.PreferredLifetime == b.PreferredLifetime && a.ValidLifetime == b.ValidLifetime &&
-		a.T1 == b.T1 && a.T2 == b.T2 && a.Preference == b.Preference
+		a.T1 == b.T1 && a.T2 == b.T2 && a.Preference == b.Preference &&
+		slices.EqualFunc(a.TrustedRelays, b.TrustedRelays, sameRelay)
+}
+
+func sameRelay(a, b dhcp6.Relay) bool {
+	return bytes.Equal(a.MAC, b.MAC) && a.Address == b.Address
 }
 
 func (s *Service) reconcileServers(networks map[string]config.DHCPv6) {
@@ -88,7 +101,8 @@ func (s *Service) reconcileServers(networks map[string]config.DHCPv6) {
 	startMissing(s, s.servers, want, "server", "cannot serve dhcpv6 yet; retrying at the next resync", s.startServer,
 		func(name string, sv *server) {
 			s.log.Info("serving dhcpv6", "interface", name, "netns", s.ns.String(), "ifindex", sv.ifindex,
-				"preferredLifetime", sv.cfg.PreferredLifetime, "validLifetime", sv.cfg.ValidLifetime)
+				"preferredLifetime", sv.cfg.PreferredLifetime, "validLifetime", sv.cfg.ValidLifetime,
+				"trustedRelays", len(sv.cfg.TrustedRelays))
 		})
 }
 

@@ -149,6 +149,7 @@ func (s *Service) Learn(network string, d *config.DHCPv6) {
 		nd := *d
 		nd.Interfaces = slices.Clone(d.Interfaces)
 		nd.OnLink = slices.Clone(d.OnLink)
+		nd.TrustedRelays = slices.Clone(d.TrustedRelays)
 		if !had || !sameSettings(old, nd) {
 			s.networks[network] = nd
 			changed = true
@@ -159,7 +160,7 @@ func (s *Service) Learn(network string, d *config.DHCPv6) {
 	if changed && d != nil && d.Enabled {
 		s.log.Info("dhcpv6 settings learnt", "network", network, "interfaces", d.Interfaces, "installRoutes", d.InstallRoutes,
 			"preferredLifetime", d.PreferredLifetime, "validLifetime", d.ValidLifetime,
-			"routerAdvertisements", d.RouterAdvertisements, "onLink", d.OnLink, "gateway", d.Gateway)
+			"routerAdvertisements", d.RouterAdvertisements, "onLink", d.OnLink, "gateway", d.Gateway, "trustedRelays", len(d.TrustedRelays))
 	} else if changed {
 		s.log.Info("dhcpv6 settings forgotten: the network's config has no enabled dhcpv6", "network", network)
 	}
@@ -171,7 +172,10 @@ func (s *Service) Learn(network string, d *config.DHCPv6) {
 func sameSettings(a, b config.DHCPv6) bool {
 	return a.Enabled == b.Enabled && a.InstallRoutes == b.InstallRoutes && a.PreferredLifetime == b.PreferredLifetime &&
 		a.ValidLifetime == b.ValidLifetime && slices.Equal(a.Interfaces, b.Interfaces) &&
-		a.RouterAdvertisements == b.RouterAdvertisements && slices.Equal(a.OnLink, b.OnLink) && a.Gateway == b.Gateway
+		a.RouterAdvertisements == b.RouterAdvertisements && slices.Equal(a.OnLink, b.OnLink) && a.Gateway == b.Gateway &&
+		slices.EqualFunc(a.TrustedRelays, b.TrustedRelays, func(x, y config.TrustedRelay) bool {
+			return x.Interface == y.Interface && x.MAC.String() == y.MAC.String() && x.Address == y.Address
+		})
 }
 
 // Networks returns a copy of the learnt settings.
@@ -182,6 +186,7 @@ func (s *Service) Networks() map[string]config.DHCPv6 {
 	for k, v := range s.networks {
 		v.Interfaces = slices.Clone(v.Interfaces)
 		v.OnLink = slices.Clone(v.OnLink)
+		v.TrustedRelays = slices.Clone(v.TrustedRelays)
 		out[k] = v
 	}
 	return out

@@ -101,7 +101,9 @@ func TestStateFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := config.DHCPv6{Enabled: true, Interfaces: []string{"br0", "vlan200"}, InstallRoutes: false, PreferredLifetime: 600 * time.Second, ValidLifetime: 900 * time.Second,
-		RouterAdvertisements: true, OnLink: []netip.Prefix{netip.MustParsePrefix("fd00:96::/64")}, Gateway: netip.MustParseAddr("fd00:96::1")}
+		RouterAdvertisements: true, OnLink: []netip.Prefix{netip.MustParsePrefix("fd00:96::/64")}, Gateway: netip.MustParseAddr("fd00:96::1"),
+		TrustedRelays: []config.TrustedRelay{{Interface: "vlan200", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xe}, Address: netip.MustParseAddr("fe80::e")},
+			{Interface: "br0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xf}}}}
 	s.Learn("san", &want)
 	s.Learn("gone", &config.DHCPv6{Enabled: true, Interfaces: []string{"br9"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
 	s.Learn("gone", &config.DHCPv6{Enabled: false})
@@ -142,6 +144,25 @@ func TestHandlerConfigAndServerDUID(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+		if len(c.TrustedRelays) != 0 {
+			t.Errorf("%s trusts relays %+v; none are configured", name, c.TrustedRelays)
+		}
+	}
+	// A relay is trusted on its own interface only, once however many
+	// networks name it.
+	relay := config.TrustedRelay{Interface: "br1", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xe}, Address: netip.MustParseAddr("fe80::e")}
+	cfgs = handlerConfig(map[string]config.DHCPv6{
+		"a": {Enabled: true, Interfaces: []string{"br0", "br1"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour, TrustedRelays: []config.TrustedRelay{relay}},
+		"b": {Enabled: true, Interfaces: []string{"br1"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour, TrustedRelays: []config.TrustedRelay{relay}},
+	})
+	if r := cfgs["br0"].TrustedRelays; len(r) != 0 {
+		t.Errorf("br0 trusts %+v: the relay is br1's", r)
+	}
+	if r := cfgs["br1"].TrustedRelays; len(r) != 1 || r[0].MAC.String() != relay.MAC.String() || r[0].Address != relay.Address {
+		t.Errorf("br1 trusts %+v, want the one relay", r)
+	}
+	if sameConfig(cfgs["br0"], cfgs["br1"]) {
+		t.Error("configs differing in their relays compare equal: a relay change would not restart the server")
 	}
 	a, b := ServerDUID().ToBytes(), ServerDUID().ToBytes()
 	if string(a) != string(b) {

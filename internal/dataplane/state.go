@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -28,6 +29,14 @@ type stateNetwork struct {
 	RouterAdvertisements bool           `json:"router_advertisements,omitempty"`
 	OnLink               []netip.Prefix `json:"on_link,omitempty"`
 	Gateway              netip.Addr     `json:"gateway,omitzero"`
+	// Trusted relays (absent: none, the default).
+	TrustedRelays []stateRelay `json:"trusted_relays,omitempty"`
+}
+
+type stateRelay struct {
+	Interface string     `json:"interface"`
+	MAC       string     `json:"mac"`
+	Address   netip.Addr `json:"address,omitzero"`
 }
 
 func (s *Service) load() error {
@@ -52,6 +61,19 @@ func (s *Service) load() error {
 			s.log.Warn("ignoring invalid network in the dataplane state file", "network", name)
 			continue
 		}
+		bad := false
+		for _, r := range n.TrustedRelays {
+			mac, err := net.ParseMAC(r.MAC)
+			if err != nil || !slices.Contains(n.Interfaces, r.Interface) {
+				bad = true
+				break
+			}
+			d.TrustedRelays = append(d.TrustedRelays, config.TrustedRelay{Interface: r.Interface, MAC: mac, Address: r.Address})
+		}
+		if bad {
+			s.log.Warn("ignoring invalid trusted relay in the dataplane state file", "network", name)
+			continue
+		}
 		s.networks[name] = d
 	}
 	s.log.Info("dhcpv6 settings restored", "path", s.opts.StateFile, "networks", slices.Sorted(maps.Keys(s.networks)))
@@ -70,9 +92,13 @@ func (s *Service) persist() {
 	}
 	st := stateFile{Networks: map[string]stateNetwork{}}
 	for name, n := range s.networks {
-		st.Networks[name] = stateNetwork{Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
+		sn := stateNetwork{Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
 			PreferredLifetime: int64(n.PreferredLifetime / time.Second), ValidLifetime: int64(n.ValidLifetime / time.Second),
 			RouterAdvertisements: n.RouterAdvertisements, OnLink: n.OnLink, Gateway: n.Gateway}
+		for _, r := range n.TrustedRelays {
+			sn.TrustedRelays = append(sn.TrustedRelays, stateRelay{Interface: r.Interface, MAC: r.MAC.String(), Address: r.Address})
+		}
+		st.Networks[name] = sn
 	}
 	s.dirty = false
 	s.mu.Unlock()

@@ -72,6 +72,10 @@ const (
 	// message at all (the library cannot decode it, or its IPv6/UDP headers
 	// are inconsistent); reported by the Server with MsgTypeUnknown.
 	OutcomeUndecodable = "undecodable"
+	// OutcomeUntrustedRelay: a Relay-forward from a source that is none of
+	// the interface's Config.TrustedRelays (a guest speaking for another
+	// one); nothing was sent and no binding was looked up.
+	OutcomeUntrustedRelay = "untrustedrelay"
 	// OutcomeNoBinding: no candidate MAC of the client maps to a binding on
 	// this node; nothing was sent.
 	OutcomeNoBinding = "nobinding"
@@ -132,6 +136,23 @@ type Config struct {
 	// Advertise; 255 makes the client request at once instead of waiting a
 	// second for other servers (RFC 8415 §18.2.9).
 	Preference uint8
+
+	// TrustedRelays are the relay agents whose Relay-forward messages are
+	// answered; a Relay-forward from any other source is dropped unread.
+	// Empty (the default): no Relay-forward is answered. A guest can put
+	// anything in a Relay-forward, so only a relay the operator named may
+	// speak for other clients.
+	TrustedRelays []Relay
+}
+
+// Relay identifies a trusted DHCPv6 relay agent on the Handler's interface.
+type Relay struct {
+	// MAC is the link-layer source of the relay's frames: what a bridge
+	// port's MAC-spoofing check ties to one sender. Required.
+	MAC net.HardwareAddr
+	// Address, when valid, is the IPv6 source address the relay's messages
+	// must also come from; the zero Addr accepts any.
+	Address netip.Addr
 }
 
 // DUIDFromMAC returns a DUID-LL (RFC 8415 §11.4) for an Ethernet MAC, suitable
@@ -197,6 +218,14 @@ func (c Config) normalize() (serverID []byte, lt lifetimes, err error) {
 	if lt.t1 > lt.t2 {
 		// RFC 8415 §21.4: a client discards an IA_NA with T1 > T2.
 		return nil, lt, fmt.Errorf("dhcp6: T1 %v exceeds T2 %v", lt.t1, lt.t2)
+	}
+	for i, r := range c.TrustedRelays {
+		if len(r.MAC) == 0 || len(r.MAC) > maxMACLen {
+			return nil, lt, fmt.Errorf("dhcp6: TrustedRelays[%d].MAC %q is not a link-layer address", i, r.MAC)
+		}
+		if r.Address.IsValid() && !r.Address.Unmap().Is6() {
+			return nil, lt, fmt.Errorf("dhcp6: TrustedRelays[%d].Address %s is not an IPv6 address", i, r.Address)
+		}
 	}
 	return serverID, lt, nil
 }

@@ -22,33 +22,35 @@
 //
 // The Lookup is the only authority on whether a client is ours. The handler
 // derives candidate link-layer (MAC) addresses for the client and asks the
-// Lookup about each, with the interface name the message arrived on, in this
-// order; the first candidate that maps to a binding wins, and a message none
-// of them maps is dropped without an answer:
+// Lookup about each, with the interface name the message arrived on; the
+// first candidate that maps to a binding wins, and a message none of them
+// maps is dropped without an answer:
 //
-//  1. The link-layer source of the client's packet as seen by whoever is
-//     closest to it: for a relayed message, the RFC 6939 Client Link-Layer
-//     Address option of the innermost Relay-forward (added by the first-hop
-//     relay); for a direct message, Source.MAC: the Ethernet source of the
-//     frame ([Server] fills it in). For a direct message with a Source.MAC
-//     it is the only candidate: the DUID and the link-local address are
-//     chosen by the guest, the frame's source is what a bridge port's
-//     MAC-spoofing check enforces. For a relayed message Source.MAC is the
-//     relay's, and is ignored.
-//  2. Only when 1 gave no Source.MAC (a link without link-layer addresses,
-//     a caller that does not know it) or for a relayed message: the
-//     link-layer address inside the client's DUID, when the Client
-//     Identifier is a DUID-LL or DUID-LLT.
-//  3. Likewise: the modified EUI-64 interface identifier of the client's
-//     link-local source address (fe80::/10 with ff:fe in the middle), turned
-//     back into a MAC: for a relayed message the innermost relay's
-//     peer-address, for a direct one Source.Peer.
+//   - A direct message with a Source.MAC (the Ethernet source of the frame,
+//     which [Server] fills in): that MAC alone. It is what a bridge port's
+//     MAC-spoofing check ties to one guest; the DUID and the link-local
+//     address are chosen by the guest and name nobody.
+//   - A Relay-forward is first checked against Config.TrustedRelays: its
+//     frame's link-layer source must be a trusted relay's MAC (and its IP
+//     source the relay's address, where one is configured). A Relay-forward
+//     from anyone else, any guest included, is dropped unread
+//     ([OutcomeUntrustedRelay]): none is trusted by default. From a trusted
+//     relay, the only candidate is the RFC 6939 Client Link-Layer Address
+//     option of the innermost Relay-forward, which the first-hop relay adds
+//     from the client's frame; a relay that does not add it gets no answer.
+//   - Only a direct message without a Source.MAC (a link without
+//     link-layer addresses, a caller that does not know it) falls back to
+//     what the guest says: the link-layer address inside its DUID, when
+//     the Client Identifier is a DUID-LL or DUID-LLT, then the modified
+//     EUI-64 interface identifier of its link-local source address
+//     (fe80::/10 with ff:fe in the middle), turned back into a MAC.
 //
 // So a guest with a DUID-UUID or DUID-EN and a stable-privacy link-local
-// address (NetworkManager's defaults) is known by its frames' source MAC.
-// Candidates 2 and 3 are chosen by the guest, so the interface name passed to
-// Lookup is what keeps a guest from claiming someone else's lease: a Lookup
-// must only return bindings that live behind that interface.
+// address (NetworkManager's defaults) is known by its frames' source MAC, and
+// a guest that names another guest (in a DUID, a link-local address, or a
+// forged Relay-forward) is answered for itself or not at all. The interface
+// name passed to Lookup keeps a client to the bindings of its own link: a
+// Lookup must only return bindings that live behind that interface.
 //
 // # One address, one prefix
 //

@@ -45,7 +45,7 @@ func seedMessages(t testing.TB) []dhcpv6.DHCPv6 {
 
 var knownOutcomes = map[string]bool{
 	OutcomeAdvertise: true, OutcomeReply: true, OutcomeDeclined: true, OutcomeIgnored: true,
-	OutcomeMalformed: true, OutcomeNoBinding: true,
+	OutcomeMalformed: true, OutcomeNoBinding: true, OutcomeUntrustedRelay: true,
 }
 
 // FuzzHandle feeds arbitrary bytes to Handle, both decoded by the library
@@ -63,13 +63,17 @@ func FuzzHandle(f *testing.F) {
 		f.Add(b)
 	}
 
-	everyone := NewHandler(testConfig(), LookupFunc(func(net.HardwareAddr, string) (Binding, bool) {
+	// The source below is a trusted relay too, so relayed messages reach
+	// the lookup and the answer.
+	cfg := testConfig()
+	cfg.TrustedRelays = []Relay{{MAC: clientMAC}}
+	everyone := NewHandler(cfg, LookupFunc(func(net.HardwareAddr, string) (Binding, bool) {
 		return fullBinding(), true
 	}), nil)
-	noOne := NewHandler(testConfig(), LookupFunc(func(net.HardwareAddr, string) (Binding, bool) {
+	noOne := NewHandler(cfg, LookupFunc(func(net.HardwareAddr, string) (Binding, bool) {
 		return Binding{}, false
 	}), nil)
-	noPrefix := NewHandler(testConfig(), LookupFunc(func(mac net.HardwareAddr, _ string) (Binding, bool) {
+	noPrefix := NewHandler(cfg, LookupFunc(func(mac net.HardwareAddr, _ string) (Binding, bool) {
 		return Binding{Key: "k", MAC: mac, Address: bindAddr}, true
 	}), nil)
 	handlers := []*Handler{everyone, noOne, noPrefix}

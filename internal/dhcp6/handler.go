@@ -33,6 +33,7 @@ type Handler struct {
 	serverID []byte // wire form of Config.ServerDUID
 	lt       lifetimes
 	pref     uint8
+	relays   []Relay
 	err      error // configuration error, returned for every message
 }
 
@@ -42,6 +43,9 @@ type Handler struct {
 func NewHandler(cfg Config, lookup Lookup, metrics Observer) *Handler {
 	h := &Handler{lookup: lookup, observer: metrics, pref: cfg.Preference}
 	h.serverID, h.lt, h.err = cfg.normalize()
+	for _, r := range cfg.TrustedRelays {
+		h.relays = append(h.relays, Relay{MAC: bytes.Clone(r.MAC), Address: r.Address.Unmap().WithZone("")})
+	}
 	if h.err == nil && lookup == nil {
 		h.err = errors.New("dhcp6: nil Lookup")
 	}
@@ -120,6 +124,9 @@ func (h *Handler) process(msg dhcpv6.DHCPv6, src Source) Result {
 	req, drop := h.parse(msg, &r)
 	if drop != nil {
 		return *drop
+	}
+	if len(req.relays) > 0 && !h.trustedRelay(src) {
+		return ignore(r, OutcomeUntrustedRelay, fmt.Sprintf("Relay-forward on %q from %v (%s), no trusted relay", src.Ifname, src.MAC, src.Peer))
 	}
 
 	macs := candidates(req, src)
@@ -301,6 +308,23 @@ func (h *Handler) parse(msg dhcpv6.DHCPv6, r *Result) (*request, *Result) {
 	return req, nil
 }
 
+// trustedRelay reports whether src is one of the configured relays: its
+// frame's link-layer source is the relay's MAC, and its IP source the
+// relay's address when one is configured. A source without a link-layer
+// address is no relay.
+func (h *Handler) trustedRelay(src Source) bool {
+	if len(src.MAC) == 0 {
+		return false
+	}
+	peer := src.Peer.Unmap().WithZone("")
+	for _, r := range h.relays {
+		if bytes.Equal(r.MAC, src.MAC) && (!r.Address.IsValid() || r.Address == peer) {
+			return true
+		}
+	}
+	return false
+}
+
 // candidates returns the MACs to look the client up by, most trusted first,
 // without duplicates (see the package documentation).
 func candidates(req *request, src Source) []net.HardwareAddr {
@@ -317,25 +341,26 @@ func candidates(req *request, src Source) []net.HardwareAddr {
 		macs = append(macs, bytes.Clone(mac))
 	}
 
-	var peer netip.Addr
 	if n := len(req.relays); n > 0 {
-		// The innermost Relay-forward was built by the relay on the client's
-		// link: its RFC 6939 option and peer-address describe the client.
+		// A trusted relay's message (process dropped any other): the
+		// innermost Relay-forward was built by the relay on the client's
+		// link, and its RFC 6939 option is the link-layer source of the
+		// client's frame as that relay saw it. The DUID and the
+		// peer-address are the client's choice, so they name nobody.
 		first := req.relays[n-1]
 		_, lla := first.Options.ClientLinkLayerAddress()
 		add(lla)
-		peer, _ = netip.AddrFromSlice(first.PeerAddr)
-	} else {
-		if len(src.MAC) > 0 {
-			// The frame's link-layer source is the client's MAC: what a
-			// bridge port's MAC-spoofing check enforces. The DUID and the
-			// link-local address, which the guest chooses freely, are only
-			// a fallback where the link gives no source address.
-			add(src.MAC)
-			return macs
-		}
-		peer = src.Peer
+		return macs
 	}
+	if len(src.MAC) > 0 {
+		// The frame's link-layer source is the client's MAC: what a
+		// bridge port's MAC-spoofing check enforces. The DUID and the
+		// link-local address, which the guest chooses freely, are only
+		// a fallback where the link gives no source address.
+		add(src.MAC)
+		return macs
+	}
+	peer := src.Peer
 	switch d := req.cid.(type) {
 	case *dhcpv6.DUIDLL:
 		add(d.LinkLayerAddr)

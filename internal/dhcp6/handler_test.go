@@ -314,13 +314,15 @@ func TestUnknownClientGetsNothing(t *testing.T) {
 			if len(lookup.calls) == 0 {
 				t.Error("Lookup was not asked")
 			}
-			// Relayed, the same.
+			// Relayed by a trusted relay, the same.
 			relayed, err := dhcpv6.EncapsulateRelay(m, dhcpv6.MessageTypeRelayForward, net.ParseIP("2001:db8::1"), net.ParseIP("fe80::1"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, err := h.Handle(relayed, ifname, nil); got != nil || err != nil {
-				t.Fatalf("relayed: Handle = %v, %v; want nil, nil", got, err)
+			relayed.AddOption(dhcpv6.OptClientLinkLayerAddress(iana.HWTypeEthernet, clientMAC))
+			r := NewHandler(relayConfig(), lookup, nil).HandleFrom(relayed, Source{Ifname: ifname, MAC: relayMAC, Peer: relayLL})
+			if r.Reply != nil || r.Err != nil || r.Outcome != OutcomeNoBinding {
+				t.Fatalf("relayed: %v, %v, %s; want no reply, %s", r.Reply, r.Err, r.Outcome, OutcomeNoBinding)
 			}
 		})
 	}
@@ -445,14 +447,18 @@ func TestMACMappingOrder(t *testing.T) {
 		{name: "direct: an RFC 6939 option from the client itself is not trusted",
 			msg: solicit(t, enDUID, dhcpv6.WithClientLinkLayerAddress(iana.HWTypeEthernet, optMAC)), src: Source{Ifname: ifname},
 			known: []net.HardwareAddr{optMAC}, wantCalls: nil},
-		{name: "relayed: RFC 6939 option first, the mac argument (the relay's) ignored",
+		{name: "relayed by a trusted relay: the RFC 6939 option, the relay's own MAC ignored",
 			msg:   relay(solicit(t, duidLL), "fe80::5054:ff:fe00:3", dhcpv6.OptClientLinkLayerAddress(iana.HWTypeEthernet, optMAC)),
-			src:   Source{Ifname: ifname, MAC: srcMAC, Peer: netipMust("fe80::5054:ff:fe00:1")},
-			known: []net.HardwareAddr{optMAC, srcMAC}, wantCalls: []string{key(optMAC)}, wantKey: optMAC.String()},
-		{name: "relayed: then DUID, then EUI-64 of the relay's peer-address",
+			src:   Source{Ifname: ifname, MAC: relayMAC, Peer: relayLL},
+			known: []net.HardwareAddr{optMAC, relayMAC}, wantCalls: []string{key(optMAC)}, wantKey: optMAC.String()},
+		{name: "relayed by a trusted relay: neither the DUID nor the peer-address's EUI-64 is asked",
 			msg:   relay(solicit(t, duidLL), "fe80::5054:ff:fe00:3", dhcpv6.OptClientLinkLayerAddress(iana.HWTypeEthernet, optMAC)),
-			src:   Source{Ifname: ifname, MAC: srcMAC, Peer: netipMust("fe80::5054:ff:fe00:1")},
-			known: []net.HardwareAddr{euiMAC, srcMAC}, wantCalls: []string{key(optMAC), key(duidMAC), key(euiMAC)}, wantKey: euiMAC.String()},
+			src:   Source{Ifname: ifname, MAC: relayMAC, Peer: relayLL},
+			known: []net.HardwareAddr{euiMAC, duidMAC, relayMAC}, wantCalls: []string{key(optMAC)}},
+		{name: "relayed by a trusted relay without an RFC 6939 option: nobody",
+			msg:   relay(solicit(t, duidLL), "fe80::5054:ff:fe00:3"),
+			src:   Source{Ifname: ifname, MAC: relayMAC, Peer: relayLL},
+			known: []net.HardwareAddr{euiMAC, duidMAC, relayMAC}, wantCalls: nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -461,7 +467,7 @@ func TestMACMappingOrder(t *testing.T) {
 				bs = append(bs, Binding{Key: m.String(), MAC: m, Address: bindAddr})
 			}
 			lookup := newFakeLookup(bs...)
-			r := NewHandler(testConfig(), lookup, nil).HandleFrom(tc.msg, tc.src)
+			r := NewHandler(relayConfig(), lookup, nil).HandleFrom(tc.msg, tc.src)
 			if !equalStrings(lookup.calls, tc.wantCalls) {
 				t.Errorf("Lookup calls %v, want %v", lookup.calls, tc.wantCalls)
 			}
@@ -488,7 +494,7 @@ func equalStrings(a, b []string) bool {
 }
 
 func TestRelayedSolicit(t *testing.T) {
-	h := NewHandler(testConfig(), newFakeLookup(fullBinding()), nil)
+	h := NewHandler(relayConfig(), newFakeLookup(fullBinding()), nil)
 	sol := solicit(t, withPD)
 	inner, err := dhcpv6.EncapsulateRelay(sol, dhcpv6.MessageTypeRelayForward, net.ParseIP("2001:db8:a::1"), net.ParseIP("fe80::1"))
 	if err != nil {
@@ -501,9 +507,10 @@ func TestRelayedSolicit(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := h.Handle(outer, ifname, nil)
+	r := h.HandleFrom(outer, Source{Ifname: ifname, MAC: relayMAC, Peer: relayLL})
+	got, err := r.Reply, r.Err
 	if err != nil || got == nil {
-		t.Fatalf("Handle: %v, %v", got, err)
+		t.Fatalf("Handle: %v, %v (%s: %s)", got, err, r.Outcome, r.Reason)
 	}
 	d := roundTrip(t, got)
 	want := []struct {
@@ -744,11 +751,14 @@ func TestObserverLabels(t *testing.T) {
 	h.Handle(message(t, 99), ifname, nil)
 	h.Handle(solicit(t), ifname, nil)
 	relayed, _ := dhcpv6.EncapsulateRelay(solicit(t), dhcpv6.MessageTypeRelayForward, nil, net.ParseIP("fe80::1"))
-	h.Handle(relayed, ifname, clientMAC)
+	relayed.AddOption(dhcpv6.OptClientLinkLayerAddress(iana.HWTypeEthernet, clientMAC))
+	h.Handle(relayed, ifname, clientMAC) // no relay is trusted
+	NewHandler(relayConfig(), newFakeLookup(fullBinding()), obs).HandleFrom(relayed, Source{Ifname: ifname, MAC: relayMAC, Peer: relayLL})
 	for _, w := range [][2]string{
 		{MsgTypeUnknown, OutcomeMalformed},
 		{MsgTypeOther, OutcomeIgnored},
 		{MsgTypeSolicit, OutcomeAdvertise},
+		{MsgTypeSolicit, OutcomeUntrustedRelay},
 	} {
 		if n := obs.get(w[0], w[1]); n == 0 {
 			t.Errorf("no %v observed: %v", w, obs.counts)

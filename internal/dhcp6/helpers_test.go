@@ -17,6 +17,8 @@ var (
 	serverMAC = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}
 	clientMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
 	otherMAC  = net.HardwareAddr{0x52, 0x54, 0x00, 0xaa, 0xbb, 0xcc}
+	relayMAC  = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x0e}
+	relayLL   = netip.MustParseAddr("fe80::e")
 
 	// NewSolicit's default IAID: the last four bytes of the MAC.
 	naIAID = [4]byte{0x00, 0x12, 0x34, 0x56}
@@ -37,6 +39,13 @@ const ifname = "tap0"
 
 func testConfig() Config {
 	return Config{ServerDUID: DUIDFromMAC(serverMAC), PreferredLifetime: time.Hour, ValidLifetime: 2 * time.Hour}
+}
+
+// relayConfig is testConfig trusting the relay relayMAC at relayLL.
+func relayConfig() Config {
+	c := testConfig()
+	c.TrustedRelays = []Relay{{MAC: relayMAC, Address: relayLL}}
+	return c
 }
 
 // fakeLookup maps (MAC, ifname) to bindings and records every call.

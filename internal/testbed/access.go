@@ -170,6 +170,12 @@ func ServiceAccountKubeconfig(ctx context.Context, admin *rest.Config, namespace
 // container keeps its pod's token. The node should exist first: without it
 // the token still names the node but not its UID.
 func NodeAgentKubeconfig(ctx context.Context, admin *rest.Config, node, dir string) (string, error) {
+	return NodeAgentKubeconfigIn(ctx, admin, AgentNamespace, node, dir)
+}
+
+// NodeAgentKubeconfigIn is NodeAgentKubeconfig for tenure installed in
+// namespace: the agent pod and its service account are there.
+func NodeAgentKubeconfigIn(ctx context.Context, admin *rest.Config, namespace, node, dir string) (string, error) {
 	// The node label is the name itself, or for a name too long to be a
 	// label (or a file name) a shorter hash of it.
 	path := filepath.Join(dir, reservation.NodeLabel(node)+".kubeconfig")
@@ -181,7 +187,7 @@ func NodeAgentKubeconfig(ctx context.Context, admin *rest.Config, node, dir stri
 		return "", err
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: AgentServiceAccount + "-", Namespace: AgentNamespace,
+		ObjectMeta: metav1.ObjectMeta{GenerateName: AgentServiceAccount + "-", Namespace: namespace,
 			Labels: map[string]string{"app.kubernetes.io/name": AgentServiceAccount}},
 		Spec: corev1.PodSpec{
 			NodeName:           node,
@@ -192,7 +198,7 @@ func NodeAgentKubeconfig(ctx context.Context, admin *rest.Config, node, dir stri
 	if err := c.Create(ctx, pod); err != nil {
 		return "", fmt.Errorf("agent pod for node %s: %w", node, err)
 	}
-	token, err := ServiceAccountToken(ctx, admin, AgentNamespace, AgentServiceAccount,
+	token, err := ServiceAccountToken(ctx, admin, namespace, AgentServiceAccount,
 		&authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
 	if err != nil {
 		return "", err

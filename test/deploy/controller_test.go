@@ -77,6 +77,8 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 			healthAddr = freeLoopbackAddr(t)
 			a = k + "=" + healthAddr
 		}
+		// The kubelet's expansion of the downward API's namespace.
+		a = strings.ReplaceAll(a, "$(POD_NAMESPACE)", d.Namespace)
 		args = append(args, a)
 	}
 	if healthAddr == "" {

@@ -42,6 +42,15 @@ func container(t *testing.T, cs []corev1.Container, name string) *corev1.Contain
 	return nil
 }
 
+func envVar(c *corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
 // flagValue returns the value of --name=value (or --name value) in args.
 func flagValue(args []string, name string) (string, bool) {
 	for i, a := range args {
@@ -298,8 +307,13 @@ func TestControllerDeployment(t *testing.T) {
 	if v, ok := flagValue(args, "leader-elect"); !ok || (v != "" && v != "true") {
 		t.Errorf("controller: leader election not enabled (%q)", args)
 	}
-	if v, _ := flagValue(args, "leader-election-namespace"); v != namespace {
-		t.Errorf("controller: --leader-election-namespace=%q, want %s", v, namespace)
+	// The Lease's namespace is the pod's own (the downward API), so an
+	// overlay that moves tenure moves it too.
+	if v, _ := flagValue(args, "leader-election-namespace"); v != "$(POD_NAMESPACE)" {
+		t.Errorf("controller: --leader-election-namespace=%q, want $(POD_NAMESPACE)", v)
+	}
+	if e := envVar(c, "POD_NAMESPACE"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("controller: POD_NAMESPACE %+v, want the pod's metadata.namespace", e)
 	}
 	if v, _ := flagValue(args, "leader-election-id"); v != leaseName {
 		t.Errorf("controller: --leader-election-id=%q, want %s (the Lease its Role names)", v, leaseName)
