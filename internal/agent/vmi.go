@@ -17,8 +17,11 @@ import (
 
 // Where KubeVirt's API is served, a claim of a virtual machine has its
 // status.ownerPod on the pod of the node the VM runs on (the VMI's
-// status.nodeName, or the target of a completed migration): the pod that
-// serves its DHCPv6 and holds its route (internal/dataplane, rule 4).
+// status.nodeName, or the target of a migration that switched over:
+// kubevirt.Migration.SwitchedOver): the pod that serves its DHCPv6 and
+// holds its route (internal/dataplane, rule 4). The claim's IPsAllocated
+// condition names that pod. A stopped VM's ownerPod names the last pod that
+// served it; the next start's ADD moves it to the new pod.
 //
 // Two writers keep it there, both the agent of that node, whose
 // node-restriction policy lets it set ownerPod to a pod (never clear it).
@@ -38,7 +41,8 @@ import (
 //     it names another one: at the switchover (the target's agent), and
 //     wherever the ADD moved it before the VMI was known, e.g. KubeVirt's
 //     API appeared after the ADD (the source's agent puts it back). A
-//     failed migration leaves the VM, so ownerPod never left the source.
+//     migration that fails before the switchover leaves ownerPod on the
+//     source; one that fails after it, the source's agent moves it back.
 
 // EventOwnerPodFollowsVM is the reason of the Event on a claim whose
 // ownerPod the agent moved to the node its VM runs on.
