@@ -108,7 +108,7 @@ func init() {
 			},
 		},
 		{
-			name: "get", summary: "a network's reservations: owner pod or claim, node, age", argsUsage: "NETWORK", nargs: 1,
+			name: "get", summary: "a network's reservations (NETWORK: an allocation scope, a CNI network name or a NetworkAttachmentDefinition NS/NAME): owner pod or claim, node, age", argsUsage: "NETWORK", nargs: 1,
 			complete: func(ctx context.Context, st *opsState, _ string) []string {
 				return completeWith(st, func(c *ops.Client) ([]string, error) { return c.Networks(ctx) })
 			},

@@ -392,6 +392,11 @@ func TestOpsCommands(t *testing.T) {
 				t.Errorf("get vm-net -o json: %+v, want node-b, made on node-a, pod launcher-b, owner IPAMClaim vm", v)
 			}
 		}
+		// The NAD names the same reservations.
+		ctlJSON(t, &rep, "get", opsNS+"/vm-net")
+		if len(rep.Reservations) != 2 || fmt.Sprint(rep.Scopes) != "[{vm-net [NetworkAttachmentDefinition]}]" {
+			t.Errorf("get %s/vm-net -o json: %+v, want the claim's two reservations in the scope vm-net", opsNS, rep)
+		}
 		if r := ctl(t, "get", "nothing"); r.code != 0 || !strings.Contains(r.stdout, "No reservation in network nothing.") {
 			t.Errorf("get of an empty network: %+v", r)
 		}
@@ -428,7 +433,7 @@ func TestOpsCommands(t *testing.T) {
 			t.Fatalf("why web-1 never showed the failed ADD:\n%s", r.stdout)
 		}
 		hasRow(t, r.stdout, "Pod ops/web-1 (uid "+string(web1.UID)+") on node node-b, phase Pending")
-		hasRow(t, r.stdout, "net1 ops/tiny <none> <none> ADD failed ")
+		hasRow(t, r.stdout, "net1 ops/tiny <none> <none> <none> ADD failed ")
 		if !strings.Contains(r.stdout, "failed with CNI error 100: range 10.40.0.10-10.40.0.10/24 is full") {
 			t.Errorf("why web-1 does not say the range is full:\n%s", r.stdout)
 		}

@@ -20,6 +20,7 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -262,7 +263,15 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		// A migration target's ADD comes while the VM still runs on the
 		// source: where KubeVirt says so, ownerPod stays on the source until
 		// the switchover (vmi.go).
-		if vmi, elsewhere := a.vmRunsElsewhere(claim, pod); elsewhere && claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {
+		var vmi kubevirt.VMI
+		elsewhere := false
+		if claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {
+			var err error
+			if vmi, elsewhere, err = a.vmRunsElsewhere(ctx, claim, pod); err != nil {
+				return err
+			}
+		}
+		if elsewhere {
 			a.log.Info("claim's ownerPod stays: its VM runs on another node", "claim", claims.Key(claim), "pod", pod.Name,
 				"ownerPod", claim.Status.OwnerPod.Name, "vmi", vmi.Namespace+"/"+vmi.Name, "vmNode", vmi.Node())
 		} else {
@@ -270,7 +279,7 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 			changed = true
 		}
 	}
-	if claims.SetCondition(claim, true, ipamclaimsv1alpha1.ReasonSuccessfulAllocation, "IPs allocated to pod "+pod.Name) {
+	if claims.SetCondition(claim, true, ipamclaimsv1alpha1.ReasonSuccessfulAllocation, "IPs allocated to pod "+claim.Status.OwnerPod.Name) {
 		changed = true
 	}
 	if !changed {

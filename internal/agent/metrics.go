@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tenure-ipam/tenure/internal/dataplane"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
 )
 
@@ -22,6 +23,9 @@ type agentMetrics struct {
 	// prefixRecordPruned counts claims whose status.delegatedPrefixes the
 	// API server dropped (reported once per claim).
 	prefixRecordPruned prometheus.Counter
+	routeChanges       *prometheus.CounterVec
+	switchovers        *prometheus.CounterVec
+	switchoverGap      prometheus.Histogram
 }
 
 func newAgentMetrics() *agentMetrics {
@@ -38,8 +42,23 @@ func newAgentMetrics() *agentMetrics {
 			Help: "IPAMClaims whose status.delegatedPrefixes the API server dropped on this agent's status write (the IPAMClaim CRD " +
 				"has no such field), counted once per claim. The prefix stays reserved and served; install tenure's IPAMClaim CRD to record it.",
 		}),
+		routeChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_route_changes_total",
+			Help: "Prefix routes this node's agent installed or removed (change install, remove), by outcome (ok, error).",
+		}, []string{"change", "outcome"}),
+		switchovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_kubevirt_switchovers_total",
+			Help: "VM prefix routes this node installed because of a KubeVirt live migration, by outcome: target " +
+				"(this node is the target of a migration that switched over) or back_to_source (this node is the source of one that failed).",
+		}, []string{"outcome"}),
+		switchoverGap: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tenure_kubevirt_switchover_route_seconds",
+			Help: "Time from the VirtualMachineInstance's switchover signal (status.migrationState.targetNodeDomainReadyTimestamp, " +
+				"else endTimestamp; one-second resolution as KubeVirt writes them) to the VM's prefix route installed on this node.",
+			Buckets: []float64{0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30},
+		}),
 	}
-	m.registry.MustRegister(m.dhcpv6, m.prefixRecordPruned,
+	m.registry.MustRegister(m.dhcpv6, m.prefixRecordPruned, m.routeChanges, m.switchovers, m.switchoverGap,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The answers a healthy node gives are visible at zero from the start.
@@ -52,7 +71,32 @@ func newAgentMetrics() *agentMetrics {
 		}
 	}
 	m.dhcpv6.WithLabelValues(dhcp6.MsgTypeUnknown, dhcp6.OutcomeUndecodable)
+	for _, c := range []string{dataplane.RouteInstall, dataplane.RouteRemove} {
+		for _, o := range []string{"ok", "error"} {
+			m.routeChanges.WithLabelValues(c, o)
+		}
+	}
+	for _, o := range []string{dataplane.SwitchoverTarget, dataplane.SwitchoverBack} {
+		m.switchovers.WithLabelValues(o)
+	}
 	return m
+}
+
+// RouteChange implements dataplane.RouteObserver.
+func (m *agentMetrics) RouteChange(change string, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.routeChanges.WithLabelValues(change, outcome).Inc()
+}
+
+// Switchover implements dataplane.RouteObserver.
+func (m *agentMetrics) Switchover(outcome string, gap time.Duration, timed bool) {
+	m.switchovers.WithLabelValues(outcome).Inc()
+	if timed {
+		m.switchoverGap.Observe(gap.Seconds())
+	}
 }
 
 // Observe implements dhcp6.Observer.

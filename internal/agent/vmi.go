@@ -17,11 +17,23 @@ import (
 
 // Where KubeVirt's API is served, a claim of a virtual machine has its
 // status.ownerPod on the pod of the node the VM runs on (the VMI's
-// status.nodeName, or the target of a completed migration): the pod that
-// serves its DHCPv6 and holds its route (internal/dataplane, rule 4).
+// status.nodeName, or the target of a migration that switched over:
+// kubevirt.Migration.SwitchedOver): the pod that serves its DHCPv6 and
+// holds its route (internal/dataplane, rule 4). The claim's IPsAllocated
+// condition names that pod. A stopped VM's ownerPod names the last pod that
+// served it; the next start's ADD moves it to the new pod.
 //
 // Two writers keep it there, both the agent of that node, whose
-// node-restriction policy lets it set ownerPod to a pod (never clear it):
+// node-restriction policy lets it set ownerPod to a pod (never clear it).
+// Neither moves it on its caches' word alone: a move is an update that
+// carries the resourceVersion of the claim its writer read (a conflict
+// means another writer moved it first, and the move is re-decided on the
+// newer claim), and a move away from the pod ownerPod names is decided on
+// the VMI as the API server has it then (kubevirt.Read), not as the
+// writer's VMI cache has it: an agent whose VMI cache lags behind its claim
+// cache (or that was paused across a switchover) would otherwise see the
+// VM still on its node and undo the switchover. ownerPod therefore never
+// goes back to a node the VM has left:
 //   - the ADD of a migration target does not move ownerPod while the VM
 //     still runs on another node (recordClaim; without KubeVirt's API it
 //     moves it, as before);
@@ -29,7 +41,8 @@ import (
 //     it names another one: at the switchover (the target's agent), and
 //     wherever the ADD moved it before the VMI was known, e.g. KubeVirt's
 //     API appeared after the ADD (the source's agent puts it back). A
-//     failed migration leaves the VM, so ownerPod never left the source.
+//     migration that fails before the switchover leaves ownerPod on the
+//     source; one that fails after it, the source's agent moves it back.
 
 // EventOwnerPodFollowsVM is the reason of the Event on a claim whose
 // ownerPod the agent moved to the node its VM runs on.
@@ -47,10 +60,19 @@ func (a *Agent) vmiLookup() kubevirt.Lookup {
 }
 
 // vmRunsElsewhere names the VMI of a claim presented by pod when it runs on
-// another node than this agent's.
-func (a *Agent) vmRunsElsewhere(claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod) (kubevirt.VMI, bool) {
-	vmi, ok := kubevirt.VMOf(a.vmiLookup(), pod.Namespace, claim.OwnerReferences, pod.OwnerReferences)
-	return vmi, ok && vmi.Node() != a.node
+// another node than this agent's, read from the API server (the ADD is
+// about to move ownerPod away from the pod it names). Without KubeVirt's
+// API, false.
+func (a *Agent) vmRunsElsewhere(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod) (kubevirt.VMI, bool, error) {
+	if a.vmiLookup() == nil {
+		return kubevirt.VMI{}, false, nil
+	}
+	var err error
+	vmi, ok := kubevirt.VMOf(kubevirt.LiveLookup(ctx, a.client, &err), pod.Namespace, claim.OwnerReferences, pod.OwnerReferences)
+	if err != nil {
+		return kubevirt.VMI{}, false, err
+	}
+	return vmi, ok && vmi.Node() != a.node, nil
 }
 
 // triggerOwnerFollow asks followOwners to run soon; calls coalesce.
@@ -92,10 +114,27 @@ func (a *Agent) followOwners(ctx context.Context) bool {
 		if !found {
 			continue
 		}
+		// The caches said so; the API server decides: a VMI cache behind
+		// the claim cache must not move ownerPod back to where the VM was.
+		vmiNS, vmiName, _ := strings.Cut(m.VMI, "/")
+		live, exists, err := kubevirt.Read(ctx, a.client, vmiNS, vmiName)
+		if err != nil {
+			a.log.Warn("cannot read the VirtualMachineInstance before moving the claim's ownerPod", "claim", m.Namespace+"/"+m.Claim, "vmi", m.VMI, "err", err)
+			ok = false
+			continue
+		}
+		if !exists || live.Node() != a.node {
+			a.log.Info("claim's ownerPod stays: the VirtualMachineInstance no longer runs on this node (the VMI cache is behind)",
+				"claim", m.Namespace+"/"+m.Claim, "ownerPod", claim.Status.OwnerPod.Name, "vmi", m.VMI, "vmNode", live.Node())
+			continue
+		}
 		claim = claim.DeepCopy()
 		from := claim.Status.OwnerPod.Name
 		claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: m.Pod}
-		err := a.client.Status().Update(ctx, claim)
+		claims.SetCondition(claim, true, ipamclaimsv1alpha1.ReasonSuccessfulAllocation, "IPs allocated to pod "+m.Pod)
+		// claim carries the resourceVersion read: the update is conditional
+		// on no other writer having moved ownerPod since.
+		err = a.client.Status().Update(ctx, claim)
 		switch {
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 			// The cache is behind; the claim's update event runs this again.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,7 +47,27 @@ type Binding struct {
 	Interfaces []string
 	// InstallRoutes is the network's dhcpv6.install_routes.
 	InstallRoutes bool
+	// Migration says why a VM's migration put the binding here, when it
+	// did (rule 4a): nil otherwise.
+	Migration *MigrationCause
 }
+
+// MigrationCause is a KubeVirt migration that serves a VM on this node.
+type MigrationCause struct {
+	// Outcome is SwitchoverTarget (this node is the target of a migration
+	// that switched over) or SwitchoverBack (this node is the source of a
+	// migration that failed).
+	Outcome string
+	// Signal is when the VMI signalled it (kubevirt.Migration.Signal);
+	// zero when it records no time.
+	Signal time.Time
+}
+
+// Outcomes of a switchover.
+const (
+	SwitchoverTarget = "target"
+	SwitchoverBack   = "back_to_source"
+)
 
 // Skip says why an attachment that presents a claim has no binding here.
 type Skip struct {
@@ -182,6 +203,7 @@ func bind(pod *corev1.Pod, ifName, claimName string, e *nadv1.NetworkSelectionEl
 	if reason := servedElsewhere(pod, claim, in.VMI); reason != "" {
 		return b, reason
 	}
+	b.Migration = migrationCause(pod, claim, in.VMI)
 	rec, _ := claims.ParseStatus(claim.Status) // unparsable entries are skipped
 	for _, p := range rec.Addresses {
 		if p.Addr().Is6() && !p.Addr().Is4In6() {
@@ -329,6 +351,9 @@ func servedElsewhere(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis 
 			return ""
 		}
 		why := fmt.Sprintf("VirtualMachineInstance %s/%s runs on node %s", vmi.Namespace, vmi.Name, node)
+		if m := vmi.Migration; m != nil && m.Failed && m.TargetNode == pod.Spec.NodeName {
+			why += "; its migration to this node failed"
+		}
 		if vmi.Migrating() && vmi.Migration.TargetNode == pod.Spec.NodeName {
 			why += "; this node is its migration target and serves it from the switchover"
 		}
@@ -341,6 +366,25 @@ func servedElsewhere(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis 
 		return fmt.Sprintf("claim is owned by pod %s", claim.Status.OwnerPod.Name)
 	}
 	return ""
+}
+
+// migrationCause is the migration that serves pod's claim on its node, when
+// one does: a switched-over migration whose target is the pod's node, or a
+// failed one whose source is.
+func migrationCause(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) *MigrationCause {
+	vmi, ok := kubevirt.VMOf(vmis, pod.Namespace, claim.OwnerReferences, pod.OwnerReferences)
+	if !ok || vmi.Migration == nil {
+		return nil
+	}
+	m := vmi.Migration
+	at, _ := m.Signal()
+	switch {
+	case m.SwitchedOver() && m.TargetNode == pod.Spec.NodeName:
+		return &MigrationCause{Outcome: SwitchoverTarget, Signal: at}
+	case m.Failed && m.SourceNode == pod.Spec.NodeName && m.TargetNode != pod.Spec.NodeName:
+		return &MigrationCause{Outcome: SwitchoverBack, Signal: at}
+	}
+	return nil
 }
 
 // macOf finds the guest's MAC: the element's mac, else the network-status

@@ -390,7 +390,16 @@ func TestComputeFollowsTheVM(t *testing.T) {
 	}
 	const src, dst = "virt-launcher-src", "virt-launcher-dst"
 	toN2 := func(completed, failed bool) *kubevirt.Migration {
-		return &kubevirt.Migration{TargetNode: "n2", Completed: completed, Failed: failed}
+		return &kubevirt.Migration{SourceNode: "n1", TargetNode: "n2", Completed: completed, Failed: failed}
+	}
+	ready := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	domainReady := func(failed bool) *kubevirt.Migration {
+		m := toN2(failed, failed)
+		m.DomainReady = ready
+		if failed {
+			m.End = ready.Add(time.Second)
+		}
+		return m
 	}
 	cases := []struct {
 		name     string
@@ -399,17 +408,20 @@ func TestComputeFollowsTheVM(t *testing.T) {
 		launched bool            // the pods are owned by VMI vm1
 		atSrc    string
 		atDst    string
+		cause    *MigrationCause // of the serving node's binding
 	}{
-		{"API not served: ownerPod decides, as without KubeVirt", claim(dst, true), nil, false, "owned by pod " + dst, ""},
-		{"VM runs on n1", claim(src, true), on("n1", nil), false, "", "runs on node n1"},
-		{"migration under way, ownerPod on the target: the source serves", claim(dst, true), on("n1", toN2(false, false)), false, "", "runs on node n1; this node is its migration target"},
-		{"switchover: status.nodeName is n2", claim(src, true), on("n2", toN2(true, false)), false, "runs on node n2", ""},
-		{"completed before status.nodeName moved: the target serves", claim(src, true), on("n1", toN2(true, false)), false, "runs on node n2", ""},
-		{"failed migration: the source keeps serving", claim(dst, true), on("n1", toN2(true, true)), false, "", "runs on node n1"},
-		{"VMI missing: ownerPod decides", claim(dst, true), func(string, string) (kubevirt.VMI, bool) { return kubevirt.VMI{}, false }, false, "owned by pod " + dst, ""},
-		{"VMI not scheduled yet: ownerPod decides", claim(src, true), on("", nil), false, "", "owned by pod " + src},
-		{"claim of no VM: ownerPod decides", claim(dst, false), on("n1", nil), false, "owned by pod " + dst, ""},
-		{"claim of no VM presented by a VMI's pods: the pods' VMI decides", claim(dst, false), on("n1", toN2(false, false)), true, "", "migration target"},
+		{"API not served: ownerPod decides, as without KubeVirt", claim(dst, true), nil, false, "owned by pod " + dst, "", nil},
+		{"VM runs on n1", claim(src, true), on("n1", nil), false, "", "runs on node n1", nil},
+		{"migration under way, ownerPod on the target: the source serves", claim(dst, true), on("n1", toN2(false, false)), false, "", "runs on node n1; this node is its migration target", nil},
+		{"target's domain ready: the target serves before completed", claim(src, true), on("n1", domainReady(false)), false, "runs on node n2", "", &MigrationCause{Outcome: SwitchoverTarget, Signal: ready}},
+		{"failed after the target's domain was ready: back to the source", claim(dst, true), on("n1", domainReady(true)), false, "", "runs on node n1; its migration to this node failed", &MigrationCause{Outcome: SwitchoverBack, Signal: ready.Add(time.Second)}},
+		{"switchover: status.nodeName is n2", claim(src, true), on("n2", toN2(true, false)), false, "runs on node n2", "", &MigrationCause{Outcome: SwitchoverTarget}},
+		{"completed before status.nodeName moved: the target serves", claim(src, true), on("n1", toN2(true, false)), false, "runs on node n2", "", nil},
+		{"failed migration: the source keeps serving", claim(dst, true), on("n1", toN2(true, true)), false, "", "runs on node n1", nil},
+		{"VMI missing: ownerPod decides", claim(dst, true), func(string, string) (kubevirt.VMI, bool) { return kubevirt.VMI{}, false }, false, "owned by pod " + dst, "", nil},
+		{"VMI not scheduled yet: ownerPod decides", claim(src, true), on("", nil), false, "", "owned by pod " + src, nil},
+		{"claim of no VM: ownerPod decides", claim(dst, false), on("n1", nil), false, "owned by pod " + dst, "", nil},
+		{"claim of no VM presented by a VMI's pods: the pods' VMI decides", claim(dst, false), on("n1", toN2(false, false)), true, "", "migration target", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -420,6 +432,8 @@ func TestComputeFollowsTheVM(t *testing.T) {
 					t.Errorf("node %s: bindings %+v, skips %+v; want pod %s served", side.node, got, skips, side.pod)
 				case side.want != "" && (len(got) != 0 || len(skips) != 1 || !strings.Contains(skips[0].Reason, side.want)):
 					t.Errorf("node %s: bindings %+v, skips %+v; want none because %q", side.node, got, skips, side.want)
+				case side.want == "" && c.cause != nil && (got[0].Migration == nil || *got[0].Migration != *c.cause):
+					t.Errorf("node %s: binding's migration %+v, want %+v", side.node, got[0].Migration, c.cause)
 				}
 			}
 		})

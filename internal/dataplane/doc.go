@@ -45,14 +45,15 @@
 //     without a VM owns them itself), else the pod's (a virt-launcher pod's
 //     controller is its VMI), name a VMI that runs on a node: the pod must
 //     be on that node. The VMI runs on status.nodeName, or on
-//     status.migrationState.targetNode once the migration completed without
-//     failing (KubeVirt sets completed a moment before it moves nodeName).
-//     KubeVirt creates the target pod when a migration starts and moves
-//     nodeName at the switchover, minutes later for a large guest: until
-//     then the source keeps answering the guest's Renews and keeps the
-//     route; from then on the target does and the source does neither. A
-//     migration that fails leaves nodeName on the source, and everything
-//     stays there. ownerPod plays no part;
+//     status.migrationState.targetNode once the migration switched over
+//     without failing: targetNodeDomainReadyTimestamp (the target's domain
+//     runs) or completed, whichever comes first; KubeVirt moves nodeName
+//     only after completed. KubeVirt creates the target pod when a
+//     migration starts, minutes before the switchover for a large guest:
+//     until then the source keeps answering the guest's Renews and keeps
+//     the route; from then on the target does and the source does neither.
+//     A migration that fails leaves nodeName on the source, and everything
+//     stays there or goes back there. ownerPod plays no part;
 //     b. otherwise (the API is not served, the claim is no VM's, the VMI
 //     does not exist or is not scheduled yet) the claim's
 //     status.ownerPod.name must be this pod: the agent's ADD for a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -24,17 +25,70 @@ func (s *Service) reconcileRoutes(bindings []Binding) {
 	replace, remove := PlanRoutes(want, have)
 	for _, r := range remove {
 		err := s.deleteRoute(r)
+		s.observeRoute(RouteRemove, err)
 		s.logErr("route del "+r.Prefix.String(), err, "cannot delete route", "route", r.String())
 		if err == nil {
 			s.log.Info("route removed", "route", r.String(), "netns", s.ns.String())
 		}
 	}
+	present := map[netip.Prefix]bool{}
+	for _, h := range have {
+		present[h.Prefix] = true
+	}
+	migrations := map[netip.Prefix]*MigrationCause{}
+	for _, b := range bindings {
+		if b.Migration != nil && b.Prefix.IsValid() {
+			migrations[b.Prefix.Masked()] = b.Migration
+		}
+	}
 	for _, r := range replace {
 		err := s.replaceRoute(r)
+		s.observeRoute(RouteInstall, err)
 		s.logErr("route "+r.Prefix.String(), err, "cannot install route", "route", r.String())
-		if err == nil {
-			s.log.Info("route installed", "route", r.String(), "netns", s.ns.String())
+		if err != nil {
+			continue
 		}
+		m := migrations[r.Prefix]
+		if m == nil || present[r.Prefix] {
+			// Present already (another interface): no switchover here.
+			s.log.Info("route installed", "route", r.String(), "netns", s.ns.String())
+			continue
+		}
+		// The prefix came to this node with a VM's migration: the gap from
+		// the VMI's signal to the route is what the guest's prefix was
+		// unreachable at most, less KubeVirt's own delay.
+		var gap time.Duration
+		if !m.Signal.IsZero() {
+			gap = max(time.Since(m.Signal), 0)
+		}
+		if o, ok := s.opts.Observer.(RouteObserver); ok {
+			o.Switchover(m.Outcome, gap, !m.Signal.IsZero())
+		}
+		s.log.Info("route installed", "route", r.String(), "netns", s.ns.String(),
+			"switchover", m.Outcome, "signal", m.Signal, "sinceSignal", gap)
+	}
+}
+
+// Route changes reported to a RouteObserver.
+const (
+	RouteInstall = "install"
+	RouteRemove  = "remove"
+)
+
+// RouteObserver is implemented by an Options.Observer that counts route
+// changes and switchovers.
+type RouteObserver interface {
+	// RouteChange is one route installed or removed; err is its result.
+	RouteChange(change string, err error)
+	// Switchover is a VM's prefix route installed on this node because of
+	// its migration (outcome SwitchoverTarget or SwitchoverBack), gap after
+	// the VMI's signal when timed.
+	Switchover(outcome string, gap time.Duration, timed bool)
+}
+
+func (s *Service) observeRoute(change string, err error) {
+	if o, ok := s.opts.Observer.(RouteObserver); ok {
+		o.RouteChange(change, err)
 	}
 }
 

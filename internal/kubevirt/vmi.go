@@ -7,6 +7,8 @@
 package kubevirt
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -39,28 +41,69 @@ type VMI struct {
 }
 
 // Migration is the part of status.migrationState tenure reads. It describes
-// the last migration; a new one replaces it.
+// the last migration; a new one replaces it. virt-controller writes the
+// nodes, pods and start; the target's virt-handler writes
+// targetNodeDomainReadyTimestamp once the domain runs there; the source's
+// virt-handler writes completed, failed and the end (kubevirt.io/api
+// core/v1 VirtualMachineInstanceMigrationState).
 type Migration struct {
-	TargetNode string
-	Completed  bool
-	Failed     bool
+	SourceNode, TargetNode string
+	SourcePod, TargetPod   string
+	// DomainReady is targetNodeDomainReadyTimestamp: the guest runs on the
+	// target. KubeVirt documents it as the signal for CNIs to fail the
+	// VM's addresses over to the target pod; it comes before completed.
+	DomainReady time.Time
+	Completed   bool
+	Failed      bool
+	Start, End  time.Time
 }
 
-// Node is the node the VM runs on: the target of a migration that
-// completed without failing (KubeVirt sets completed on the source a moment
-// before it moves status.nodeName, and the guest already runs on the
-// target then), else status.nodeName. "" when it runs nowhere yet.
+// migrationKeys are the keys of status.migrationState FromUnstructured
+// reads (and Trim keeps).
+var migrationKeys = []string{
+	"sourceNode", "targetNode", "sourcePod", "targetPod",
+	"targetNodeDomainReadyTimestamp", "completed", "failed", "startTimestamp", "endTimestamp",
+}
+
+// SwitchedOver reports whether the VM left the source for the target: the
+// target's domain runs (DomainReady) or the migration completed, whichever
+// came first, and it did not fail. A failed migration leaves (or puts back)
+// the VM on the source.
+func (m *Migration) SwitchedOver() bool {
+	return m != nil && !m.Failed && m.TargetNode != "" && (m.Completed || !m.DomainReady.IsZero())
+}
+
+// Signal is when the switchover, or the failure, was signalled and by which
+// field: targetNodeDomainReadyTimestamp, else endTimestamp (written with
+// completed or failed). Zero when neither is recorded. KubeVirt writes both
+// with one-second resolution.
+func (m *Migration) Signal() (time.Time, string) {
+	switch {
+	case m == nil:
+		return time.Time{}, ""
+	case !m.Failed && !m.DomainReady.IsZero():
+		return m.DomainReady, "targetNodeDomainReadyTimestamp"
+	case (m.Completed || m.Failed) && !m.End.IsZero():
+		return m.End, "endTimestamp"
+	}
+	return time.Time{}, ""
+}
+
+// Node is the node the VM runs on: the target of a migration that switched
+// over (SwitchedOver; KubeVirt moves status.nodeName only after completed,
+// and the guest runs on the target from targetNodeDomainReadyTimestamp),
+// else status.nodeName. "" when it runs nowhere yet.
 func (v VMI) Node() string {
-	if m := v.Migration; m != nil && m.Completed && !m.Failed && m.TargetNode != "" {
-		return m.TargetNode
+	if v.Migration.SwitchedOver() {
+		return v.Migration.TargetNode
 	}
 	return v.NodeName
 }
 
-// Migrating reports whether a migration is under way: started, neither
-// completed nor failed. The VM still runs on NodeName meanwhile.
+// Migrating reports whether a migration is under way: started, not
+// switched over, not failed. The VM still runs on NodeName meanwhile.
 func (v VMI) Migrating() bool {
-	return v.Migration != nil && !v.Migration.Completed && !v.Migration.Failed
+	return v.Migration != nil && !v.Migration.SwitchedOver() && !v.Migration.Completed && !v.Migration.Failed
 }
 
 // FromUnstructured reads a VirtualMachineInstance. Fields of the wrong type
@@ -70,12 +113,32 @@ func FromUnstructured(u *unstructured.Unstructured) VMI {
 	v.NodeName, _, _ = unstructured.NestedString(u.Object, "status", "nodeName")
 	if ms, ok, _ := unstructured.NestedMap(u.Object, "status", "migrationState"); ok {
 		m := &Migration{}
+		m.SourceNode, _, _ = unstructured.NestedString(ms, "sourceNode")
 		m.TargetNode, _, _ = unstructured.NestedString(ms, "targetNode")
+		m.SourcePod, _, _ = unstructured.NestedString(ms, "sourcePod")
+		m.TargetPod, _, _ = unstructured.NestedString(ms, "targetPod")
 		m.Completed, _, _ = unstructured.NestedBool(ms, "completed")
 		m.Failed, _, _ = unstructured.NestedBool(ms, "failed")
+		m.DomainReady = timeField(ms, "targetNodeDomainReadyTimestamp")
+		m.Start = timeField(ms, "startTimestamp")
+		m.End = timeField(ms, "endTimestamp")
 		v.Migration = m
 	}
 	return v
+}
+
+// timeField reads a metav1.Time field (RFC 3339); absent or unparsable
+// reads as zero.
+func timeField(m map[string]any, key string) time.Time {
+	s, ok := m[key].(string)
+	if !ok {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // Trim is an informer transform: it keeps of a VirtualMachineInstance only
@@ -88,7 +151,7 @@ var Trim = transform(func(u, out *unstructured.Unstructured) {
 	}
 	if ms, ok, _ := unstructured.NestedMap(u.Object, "status", "migrationState"); ok {
 		keep := map[string]any{}
-		for _, k := range []string{"targetNode", "completed", "failed"} {
+		for _, k := range migrationKeys {
 			if v, ok := ms[k]; ok {
 				keep[k] = v
 			}

@@ -2,6 +2,7 @@ package kubevirt
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,6 +34,9 @@ func TestNode(t *testing.T) {
 		{"switched over", map[string]any{"nodeName": "b", "migrationState": map[string]any{"targetNode": "b", "completed": true}}, "b", false},
 		{"failed", map[string]any{"nodeName": "a", "migrationState": map[string]any{"targetNode": "b", "completed": true, "failed": true}}, "a", false},
 		{"failed before completing", map[string]any{"nodeName": "a", "migrationState": map[string]any{"targetNode": "b", "failed": true}}, "a", false},
+		{"target domain ready, not completed", map[string]any{"nodeName": "a", "migrationState": map[string]any{"targetNode": "b", "targetNodeDomainReadyTimestamp": "2026-12-02T01:00:00Z"}}, "b", false},
+		{"target domain ready, then failed", map[string]any{"nodeName": "a", "migrationState": map[string]any{"targetNode": "b", "targetNodeDomainReadyTimestamp": "2026-12-02T01:00:00Z", "completed": true, "failed": true}}, "a", false},
+		{"unparsable domain-ready timestamp reads as absent", map[string]any{"nodeName": "a", "migrationState": map[string]any{"targetNode": "b", "targetNodeDomainReadyTimestamp": "soon"}}, "a", true},
 		{"wrong types read as absent", map[string]any{"nodeName": 7, "migrationState": map[string]any{"targetNode": "b", "completed": "yes"}}, "", true},
 	}
 	for _, c := range cases {
@@ -148,5 +152,34 @@ func TestTrimCRDKeepsWhatServedReads(t *testing.T) {
 	}
 	if v, _, _ := unstructured.NestedSlice(tu.Object, "spec", "versions"); len(v) != 1 || len(v[0].(map[string]any)) != 2 {
 		t.Fatalf("versions kept %v, want name and served only", v)
+	}
+}
+
+func TestMigrationSignal(t *testing.T) {
+	ready, end := "2026-12-02T01:00:00Z", "2026-12-02T01:00:03Z"
+	cases := []struct {
+		name   string
+		ms     map[string]any
+		at     string
+		signal string
+	}{
+		{"started", map[string]any{"targetNode": "b", "startTimestamp": "2026-12-02T00:59:00Z"}, "", ""},
+		{"domain ready", map[string]any{"targetNode": "b", "targetNodeDomainReadyTimestamp": ready}, ready, "targetNodeDomainReadyTimestamp"},
+		{"domain ready and completed", map[string]any{"targetNode": "b", "targetNodeDomainReadyTimestamp": ready, "completed": true, "endTimestamp": end}, ready, "targetNodeDomainReadyTimestamp"},
+		{"completed first", map[string]any{"targetNode": "b", "completed": true, "endTimestamp": end}, end, "endTimestamp"},
+		{"failed after domain ready", map[string]any{"targetNode": "b", "targetNodeDomainReadyTimestamp": ready, "completed": true, "failed": true, "endTimestamp": end}, end, "endTimestamp"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := FromUnstructured(vmiObject(map[string]any{"nodeName": "a", "migrationState": c.ms}))
+			at, signal := v.Migration.Signal()
+			want := time.Time{}
+			if c.at != "" {
+				want, _ = time.Parse(time.RFC3339, c.at)
+			}
+			if !at.Equal(want) || signal != c.signal {
+				t.Fatalf("Signal() = %v %q, want %v %q", at, signal, want, c.signal)
+			}
+		})
 	}
 }

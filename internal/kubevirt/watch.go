@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -207,4 +208,30 @@ func (w *Watcher) Get(namespace, name string) (VMI, bool) {
 		return VMI{}, false
 	}
 	return FromUnstructured(u), true
+}
+
+// Read returns the VirtualMachineInstance namespace/name as the API server
+// has it now, not as a cache does; false when it does not exist.
+func Read(ctx context.Context, c client.Reader, namespace, name string) (VMI, bool, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(VMIKind)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return VMI{}, false, nil
+		}
+		return VMI{}, false, err
+	}
+	return FromUnstructured(u), true, nil
+}
+
+// LiveLookup is a Lookup that reads the API server (Read); the first error
+// it met is in *err, and the VMI it could not read is treated as absent.
+func LiveLookup(ctx context.Context, c client.Reader, err *error) Lookup {
+	return func(namespace, name string) (VMI, bool) {
+		v, ok, e := Read(ctx, c, namespace, name)
+		if e != nil && *err == nil {
+			*err = e
+		}
+		return v, ok
+	}
 }

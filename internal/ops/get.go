@@ -30,6 +30,8 @@ type ReservationView struct {
 	Address string                         `json:"address"`
 	Range   string                         `json:"range,omitempty"`
 	Pool    string                         `json:"pool,omitempty"`
+	// CNINetwork is the CNI network name that made it (spec.cniNetwork).
+	CNINetwork string `json:"cniNetwork,omitempty"`
 	// Owner is spec.owner: owner.node is the node the reservation was made
 	// on, owner.podName the pod that made it.
 	Owner tenurev1alpha1.ReservationOwner `json:"owner"`
@@ -132,7 +134,7 @@ func (c *Client) views(ctx context.Context, rs []*tenurev1alpha1.IPReservation) 
 		cl := claims[r.Spec.Owner.Namespace+"/"+r.Spec.Owner.Name]
 		pl := CurrentPlacement(r, cl, pods)
 		out[i] = ReservationView{
-			Name: r.Name, Network: r.Spec.Network, Kind: r.Spec.Kind, Address: r.Spec.Address, Range: r.Spec.Range, Pool: r.Spec.Pool,
+			Name: r.Name, Network: r.Spec.Network, CNINetwork: r.Spec.CNINetwork, Kind: r.Spec.Kind, Address: r.Spec.Address, Range: r.Spec.Range, Pool: r.Spec.Pool,
 			Owner: r.Spec.Owner, Pod: pl.Pod, Node: pl.Node, Created: r.CreationTimestamp,
 		}
 		if cl != nil && cl.Labels[stickyclaims.LabelSticky] == "true" {
@@ -180,30 +182,34 @@ func ownerCell(v ReservationView) string {
 // ReservationsReport is Get's and Who's answer.
 type ReservationsReport struct {
 	// Query is what was asked: the network, or the address or prefix.
-	Query        string            `json:"query"`
+	Query string `json:"query"`
+	// Scopes are, for get, the allocation scopes shown and how the query
+	// named each.
+	Scopes       []ScopeMatch      `json:"scopes,omitempty"`
 	Reservations []ReservationView `json:"reservations"`
 
 	now time.Time
 	who bool
 }
 
-// Get returns the reservations of a network: the allocation scope named
-// exactly, and, for a network_name, the per-range scopes of its configured
-// ranges (enable_overlapping_ranges false makes one scope per range, named
-// "NAME/RANGE"; a per-range scope no configuration names any more is
-// listed when named exactly).
+// Get returns the reservations of a network, named by any of its names
+// (Inventory.Resolve): an allocation scope, which for a network_name also
+// lists its per-range scopes (enable_overlapping_ranges false makes one
+// scope per range, named "NAME/RANGE"; a per-range scope no configuration
+// names any more is listed when named exactly); a CNI network name (the
+// configuration's "name", an IPAMClaim's spec.network), whose reservations
+// lie in the scope its network_name, or else the default, says; or a
+// NetworkAttachmentDefinition NS/NAME. The report says which scopes it
+// shows.
 func (c *Client) Get(ctx context.Context, network string) (*ReservationsReport, error) {
-	scopes := []string{network}
-	if !strings.Contains(network, "/") {
-		inv, err := c.inventory(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range inv.Spaces() {
-			if s.Network != network && scopeName(s.Network) == network && !slices.Contains(scopes, s.Network) {
-				scopes = append(scopes, s.Network)
-			}
-		}
+	inv, err := c.inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	matches := inv.Resolve(network)
+	scopes := make([]string, len(matches))
+	for i, m := range matches {
+		scopes[i] = m.Scope
 	}
 	labels := make([]string, len(scopes))
 	for i, s := range scopes {
@@ -220,7 +226,7 @@ func (c *Client) Get(ctx context.Context, network string) (*ReservationsReport, 
 	if err != nil {
 		return nil, err
 	}
-	return &ReservationsReport{Query: network, Reservations: views, now: c.Now()}, nil
+	return &ReservationsReport{Query: network, Scopes: matches, Reservations: views, now: c.Now()}, nil
 }
 
 // Who returns the reservations that hold an address (the address itself,
@@ -275,6 +281,11 @@ func ParseQuery(s string) (netip.Prefix, error) {
 // NETWORK and SINCE. wide adds the pod using a claim's addresses, the node
 // the reservation was made on, the interface and the object's name.
 func (r *ReservationsReport) WriteTable(w io.Writer, wide bool) error {
+	if !r.who {
+		if _, err := fmt.Fprintf(w, "Network %s: %s\n", r.Query, describeScopes(r.Scopes)); err != nil {
+			return err
+		}
+	}
 	if len(r.Reservations) == 0 {
 		what := "in network " + r.Query
 		if r.who {
@@ -294,9 +305,31 @@ func (r *ReservationsReport) WriteTable(w io.Writer, wide bool) error {
 		age := duration.HumanDuration(r.now.Sub(v.Created.Time))
 		cells := []string{v.Address, v.Owner.Namespace, owner, orNone(v.Node), age}
 		if r.who {
-			cells = []string{v.Address, v.Network, v.Owner.Namespace, owner, orNone(v.Node), v.Created.UTC().Format(time.RFC3339) + " (" + age + ")"}
+			cells = []string{v.Address, networkCell(v.Network, v.CNINetwork), v.Owner.Namespace, owner, orNone(v.Node), v.Created.UTC().Format(time.RFC3339) + " (" + age + ")"}
 		}
-		t.row(cells, []string{orNone(v.Pod), orNone(v.Owner.Node), orNone(v.Owner.Interface), v.Name, v.Network}[:len(wideCols)]...)
+		t.row(cells, []string{orNone(v.Pod), orNone(v.Owner.Node), orNone(v.Owner.Interface), v.Name, networkCell(v.Network, v.CNINetwork)}[:len(wideCols)]...)
 	}
 	return t.flush()
+}
+
+// networkCell is an allocation scope with the CNI network name beside it
+// when they differ: "default (CNI vm-net)".
+func networkCell(scope, cniNetwork string) string {
+	if cniNetwork == "" || cniNetwork == scope {
+		return scope
+	}
+	return scope + " (CNI " + cniNetwork + ")"
+}
+
+// describeScopes says which allocation scopes get shows and why.
+func describeScopes(ms []ScopeMatch) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = m.Scope + " (" + strings.Join(m.Via, ", ") + ")"
+	}
+	noun := "allocation scope "
+	if len(ms) != 1 {
+		noun = "allocation scopes "
+	}
+	return noun + strings.Join(parts, ", ")
 }

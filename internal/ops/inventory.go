@@ -33,6 +33,9 @@ type Space struct {
 	// Sources name where the space is configured: "IPPool NAME",
 	// "NetworkAttachmentDefinition NS/NAME".
 	Sources []string
+	// CNINetworks are the CNI network names (the configurations' "name",
+	// what an IPAMClaim's spec.network says) that allocate from it.
+	CNINetworks []string
 }
 
 // Range is the space as reservations record it in spec.range.
@@ -112,26 +115,74 @@ func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Invent
 
 func (inv *Inventory) addConfig(c *config.Config, source string) {
 	for _, r := range c.Ranges {
-		inv.add(reservation.NetworkKey(c.NetworkName, r.String(), c.OverlappingRanges), allocator.AddressSpace{Range: r}, c.Pool, source)
+		inv.add(reservation.NetworkKey(c.NetworkName, r.String(), c.OverlappingRanges), allocator.AddressSpace{Range: r}, c.Pool, source, c.Name)
 	}
 	if pd := c.PrefixDelegation; pd != nil {
-		inv.add(reservation.NetworkKey(c.NetworkName, pd.Range.String(), c.OverlappingRanges), allocator.PrefixSpace{PD: *pd}, c.Pool, source)
+		inv.add(reservation.NetworkKey(c.NetworkName, pd.Range.String(), c.OverlappingRanges), allocator.PrefixSpace{PD: *pd}, c.Pool, source, c.Name)
 	}
 }
 
 // add records a space; the first configuration of a (scope, range) wins,
-// later ones only add their name as a source.
-func (inv *Inventory) add(network string, sp allocator.Space, pool, source string) {
+// later ones only add their name as a source and their CNI network name.
+func (inv *Inventory) add(network string, sp allocator.Space, pool, source, cniNetwork string) {
 	k := spaceKey{network, sp.Kind(), sp.String()}
-	if s := inv.index[k]; s != nil {
-		if !slices.Contains(s.Sources, source) {
-			s.Sources = append(s.Sources, source)
-		}
-		return
+	s := inv.index[k]
+	if s == nil {
+		s = &Space{Network: network, Space: sp, Pool: pool}
+		inv.index[k] = s
+		inv.spaces = append(inv.spaces, s)
 	}
-	s := &Space{Network: network, Space: sp, Pool: pool, Sources: []string{source}}
-	inv.index[k] = s
-	inv.spaces = append(inv.spaces, s)
+	if !slices.Contains(s.Sources, source) {
+		s.Sources = append(s.Sources, source)
+	}
+	if cniNetwork != "" && !slices.Contains(s.CNINetworks, cniNetwork) {
+		s.CNINetworks = append(s.CNINetworks, cniNetwork)
+	}
+}
+
+// Resolve names the allocation scopes a network name given to get stands
+// for, and how it matched each: the scope named exactly ("allocation
+// scope"), a network_name's per-range scopes ("network_name"), the scopes a
+// CNI network name allocates from ("CNI network name"), and those of a
+// NetworkAttachmentDefinition NS/NAME ("NetworkAttachmentDefinition").
+// A name nothing configured matches is taken as a scope named exactly.
+func (inv *Inventory) Resolve(name string) []ScopeMatch {
+	var out []ScopeMatch
+	match := func(scope, how string) {
+		for i := range out {
+			if out[i].Scope == scope {
+				if !slices.Contains(out[i].Via, how) {
+					out[i].Via = append(out[i].Via, how)
+				}
+				return
+			}
+		}
+		out = append(out, ScopeMatch{Scope: scope, Via: []string{how}})
+	}
+	for _, s := range inv.spaces {
+		switch {
+		case s.Network == name:
+			match(s.Network, "allocation scope")
+		case !strings.Contains(name, "/") && scopeName(s.Network) == name:
+			match(s.Network, "network_name")
+		}
+		if slices.Contains(s.CNINetworks, name) {
+			match(s.Network, "CNI network name")
+		}
+		if slices.Contains(s.Sources, "NetworkAttachmentDefinition "+name) {
+			match(s.Network, "NetworkAttachmentDefinition")
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, ScopeMatch{Scope: name, Via: []string{"allocation scope"}})
+	}
+	return out
+}
+
+// ScopeMatch is an allocation scope Resolve found, and how.
+type ScopeMatch struct {
+	Scope string   `json:"scope"`
+	Via   []string `json:"via"`
 }
 
 // addPoolSource names the IPPool among the sources of the spaces taken

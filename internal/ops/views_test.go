@@ -2,6 +2,7 @@ package ops
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -336,5 +337,55 @@ func TestOwnerCellShowsStickyStatefulSet(t *testing.T) {
 		if got := ownerCell(tc.view); got != tc.want {
 			t.Errorf("ownerCell(%+v) = %q, want %q", tc.view.Owner, got, tc.want)
 		}
+	}
+}
+
+// TestResolveFindsANetworkByAnyName: get takes an allocation scope, a CNI
+// network name or a NetworkAttachmentDefinition, and says how each scope
+// matched. A NAD without network_name allocates in the scope "default",
+// under its CNI network name.
+func TestResolveFindsANetworkByAnyName(t *testing.T) {
+	inv := BuildInventory(nil, []NetworkConfig{
+		{Namespace: "vms", Name: "tenant-blue", Config: `{"cniVersion":"1.0.0","name":"vm-net","type":"bridge",
+			"ipam":{"type":"tenure","range":"10.30.0.0/24","prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56}}}`},
+		{Namespace: "ops", Name: "san", Config: `{"cniVersion":"1.0.0","name":"san","type":"macvlan",
+			"ipam":{"type":"tenure","network_name":"storage","range":"10.10.0.0/28"}}`},
+	})
+	cases := []struct {
+		query string
+		want  string
+	}{
+		{"vm-net", "[{default [CNI network name]}]"},
+		{"vms/tenant-blue", "[{default [NetworkAttachmentDefinition]}]"},
+		{"default", "[{default [allocation scope]}]"},
+		{"san", "[{storage [CNI network name]}]"},
+		{"storage", "[{storage [allocation scope]}]"},
+		{"ops/san", "[{storage [NetworkAttachmentDefinition]}]"},
+		{"nothing", "[{nothing [allocation scope]}]"},
+	}
+	for _, c := range cases {
+		if got := fmt.Sprint(inv.Resolve(c.query)); got != c.want {
+			t.Errorf("Resolve(%q) = %s, want %s", c.query, got, c.want)
+		}
+	}
+	var b strings.Builder
+	rep := &ReservationsReport{Query: "vm-net", Scopes: inv.Resolve("vm-net"), Reservations: []ReservationView{{
+		Name: "default.10.30.0.5", Network: "default", CNINetwork: "vm-net", Address: "10.30.0.5",
+		Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: "vms", Name: "vm1.blue"},
+	}}}
+	if err := rep.WriteTable(&b, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "Network vm-net: allocation scope default (CNI network name)\n") ||
+		!strings.Contains(strings.Join(strings.Fields(b.String()), " "), " default.10.30.0.5 default (CNI vm-net)") {
+		t.Errorf("get vm-net -o wide:\n%s", b.String())
+	}
+	b.Reset()
+	rep.who = true
+	if err := rep.WriteTable(&b, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), "10.30.0.5 default (CNI vm-net) vms") {
+		t.Errorf("who:\n%s", b.String())
 	}
 }

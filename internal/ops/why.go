@@ -49,7 +49,10 @@ type AttachmentReport struct {
 	// Network is the NetworkAttachmentDefinition (namespace/name) the
 	// pod's networks annotation names for the interface.
 	Network string `json:"network,omitempty"`
-	Claim   string `json:"claim,omitempty"`
+	// Scopes are the allocation scopes of the addresses held, each with
+	// the CNI network name that made them beside it when it differs.
+	Scopes []string `json:"scopes,omitempty"`
+	Claim  string   `json:"claim,omitempty"`
 	// Addresses are the addresses and prefixes held for it now.
 	Addresses    []string `json:"addresses"`
 	Reservations []string `json:"reservations,omitempty"`
@@ -207,6 +210,9 @@ func Explain(pod *corev1.Pod, owned []*tenurev1alpha1.IPReservation, pcs []PodCl
 	hold := func(a *AttachmentReport, r *tenurev1alpha1.IPReservation) {
 		a.Addresses = append(a.Addresses, r.Spec.Address)
 		a.Reservations = append(a.Reservations, r.Name)
+		if sc := networkCell(r.Spec.Network, r.Spec.CNINetwork); !slices.Contains(a.Scopes, sc) {
+			a.Scopes = append(a.Scopes, sc)
+		}
 		if n := newest[a.Interface]; n == nil || r.CreationTimestamp.After(n.CreationTimestamp.Time) {
 			newest[a.Interface] = r
 		}
@@ -324,9 +330,9 @@ func (r *PodReport) WriteTable(w io.Writer, wide bool) error {
 	if len(r.Attachments) == 0 {
 		fmt.Fprintln(w, "No attachments: no networks annotation, no reservation, no Event of tenure-agent.")
 	} else {
-		t := newTable(w, wide, []string{"INTERFACE", "NETWORK", "CLAIM", "ADDRESSES", "OUTCOME"}, "RESERVATIONS")
+		t := newTable(w, wide, []string{"INTERFACE", "NETWORK", "SCOPE", "CLAIM", "ADDRESSES", "OUTCOME"}, "RESERVATIONS")
 		for _, a := range r.Attachments {
-			t.row([]string{a.Interface, orNone(a.Network), orNone(a.Claim), orNone(strings.Join(a.Addresses, ",")), a.Outcome}, orNone(strings.Join(a.Reservations, ",")))
+			t.row([]string{a.Interface, orNone(a.Network), orNone(strings.Join(a.Scopes, ",")), orNone(a.Claim), orNone(strings.Join(a.Addresses, ",")), a.Outcome}, orNone(strings.Join(a.Reservations, ",")))
 		}
 		if err := t.flush(); err != nil {
 			return err

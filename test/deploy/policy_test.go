@@ -633,7 +633,7 @@ func TestRBACAuthorizer(t *testing.T) {
 			cluster([]string{"update"}, claims, "ipamclaims/status"),
 			inNamespace("default", cluster([]string{"create", "patch"}, "", "events")),
 			// Where KubeVirt's VMs run (internal/kubevirt): its VMIs, and the one CRD that says they are served.
-			cluster([]string{"list", "watch"}, "kubevirt.io", "virtualmachineinstances"),
+			cluster(read, "kubevirt.io", "virtualmachineinstances"),
 			named("virtualmachineinstances.kubevirt.io", cluster(read, "apiextensions.k8s.io", "customresourcedefinitions")),
 		),
 		deny: slices.Concat(

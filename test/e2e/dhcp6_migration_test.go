@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6/nclient6"
@@ -22,19 +21,20 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
-// A KubeVirt live migration as the agents see it: the VM's claim is owned
-// by its VirtualMachine, the VirtualMachineInstance of the same name says
-// where the VM runs (status.nodeName) and how its migration goes
-// (status.migrationState); the test plays KubeVirt's part by writing them.
+// A KubeVirt live migration as the agents see it, with KubeVirt's own
+// CRDs and its objects as its controllers write them (kubevirt_test.go):
+// the VM's claim is owned by its VirtualMachine, the VirtualMachineInstance
+// of the same name says where the VM runs and how its migration goes; the
+// test plays KubeVirt's part by writing them.
 // The guest is one network namespace whose eth0 is a veth; its other end is
 // plugged into the bridge of the node the VM runs on and moved to the
 // target node's bridge at the switchover, as the guest's traffic moves.
@@ -47,14 +47,17 @@ const migIPAM = `{"ipRanges":[{"range":"10.97.0.0/24"},{"range":"fd00:97::/64"}]
 
 // TestDHCPv6FollowsTheVMThroughMigration: from the target pod's ADD until
 // the switchover the source node answers the guest's Renews and holds the
-// route and ownerPod stays on the source pod; at the switchover (VMI
-// status.nodeName changes) the target answers the next Renew and holds the
+// route, and ownerPod stays on the source pod; at the switchover, signalled
+// by the target virt-handler's targetNodeDomainReadyTimestamp before the
+// migration completes, the target answers the next Renew and holds the
 // route, the source does neither, and ownerPod moves to the target pod. A
 // later migration back that fails keeps all of it on the node the VM runs
-// on.
+// on. A stopped VM keeps its claim; started again on the other node, it
+// gets the same address and prefix there. The IPsAllocated condition names
+// the owner pod throughout.
 func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
-	ctx, c := dhcpTest(t, 4*time.Minute)
-	installVMICRD(t, ctx)
+	ctx, c := dhcpTest(t, 5*time.Minute)
+	installKubeVirtCRDs(t, ctx)
 
 	nodeA, nodeB, pathA, pathB := twoNodes(t, ctx, "tdm")
 	guest := plugGuest(t, ctx, nodeA+"-g", nodeA, "vg", dhcpVMMAC)
@@ -62,18 +65,18 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	agentA, metricsA := startDataplaneAgent(t, ctx, "mig-a", pathA, "")
 	agentB, metricsB := startDataplaneAgent(t, ctx, "mig-b", pathB, "")
 	waitVMIsServed(t, ctx, agentA, agentB)
+	confA, confB := netconf("dhcpnet", agentA.Socket, migIPAM), netconf("dhcpnet", agentB.Socket, migIPAM)
 
-	const ns, vm = "dhcp6mig", "vm1"
-	claimName := vm + ".dhcpnet"
-	createVMClaim(t, ctx, c, ns, claimName, vm)
-	vmi := createVMI(t, ctx, c, ns, vm, "mig-a")
-
-	podA := newPod(t, ctx, c, ns, "mig-a", migAnnotations(claimName))
-	if _, err := add(ctx, podA, netconf("dhcpnet", agentA.Socket, migIPAM)); err != nil {
+	vm := createVM(t, ctx, c, "dhcp6mig", "vm1", dhcpVMMAC)
+	vm.start(t, ctx, c)
+	podA := vm.launcher(t, ctx, c, "mig-a", "")
+	if _, err := add(ctx, podA, confA); err != nil {
 		t.Fatalf("ADD of the source pod: %v", err)
 	}
-	wantAddr, wantPrefix := claimHolds(t, ctx, c, ns, claimName)
-	wantOwner(t, ctx, c, ns, claimName, podA.name)
+	vm.running(t, ctx, c, podA)
+	wantAddr, wantPrefix := claimHolds(t, ctx, c, vm.ns, vm.claim)
+	wantOwner(t, ctx, c, vm.ns, vm.claim, podA.name)
+	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podA.name)
 
 	dhc := startDhclient(t, guest)
 	lease := dhc.waitLease(ctx)
@@ -83,17 +86,18 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	wantRoute := fmt.Sprintf("%s via %s dev br0", wantPrefix, wantAddr)
 	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
 
-	// The migration starts: KubeVirt creates the target pod on node-b, its
-	// ADD runs, and the VMI records the migration; the VM still runs on
-	// node-a.
-	podB := newPod(t, ctx, c, ns, "mig-b", migAnnotations(claimName))
-	if _, err := add(ctx, podB, netconf("dhcpnet", agentB.Socket, migIPAM)); err != nil {
+	// The migration starts: virt-controller creates the target pod on
+	// node-b, its ADD runs, and the VMI records the migration; the VM still
+	// runs on node-a.
+	m1 := kvMigration{uid: "migration-1", src: podA}
+	m1.dst = vm.launcher(t, ctx, c, "mig-b", m1.uid)
+	podB := m1.dst
+	if _, err := add(ctx, podB, confB); err != nil {
 		t.Fatalf("ADD of the target pod: %v", err)
 	}
-	if cl := getClaim(t, ctx, c, ns, claimName); cl.Status.OwnerPod == nil || cl.Status.OwnerPod.Name != podA.name {
-		t.Fatalf("after the target's ADD ownerPod is %+v, want the source pod %s: the VM still runs on node-a", cl.Status.OwnerPod, podA.name)
-	}
-	vmi = setVMIStatus(t, ctx, c, vmi, "mig-a", map[string]any{"targetNode": "mig-b", "sourceNode": "mig-a"})
+	wantOwner(t, ctx, c, vm.ns, vm.claim, podA.name)
+	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podA.name)
+	vm.migrationStart(t, ctx, c, m1)
 	// Node-b's agent has computed its bindings from this state when it
 	// logs why its pod is not served.
 	waitAgentLog(t, ctx, agentB, "this node is its migration target")
@@ -106,21 +110,39 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	if n := counter(t, scrape(t, metricsA), "renew", "reply"); n <= renewsA {
 		t.Fatalf("node-a answered %v Renews, %v before: the guest's Renew was not answered by the source", n, renewsA)
 	}
-	wantOwner(t, ctx, c, ns, claimName, podA.name)
+	wantOwner(t, ctx, c, vm.ns, vm.claim, podA.name)
 
-	// Switchover: the guest's traffic now reaches node-b's bridge, and
-	// KubeVirt moves status.nodeName to the target.
+	// Switchover: the guest's traffic now reaches node-b's bridge, and the
+	// target's virt-handler writes targetNodeDomainReadyTimestamp. Nothing
+	// says completed yet.
 	mustIP(t, nodeA, "link", "set", "vg", "netns", nodeB)
 	mustIP(t, nodeB, "link", "set", "vg", "master", "br0", "up")
-	vmi = setVMIStatus(t, ctx, c, vmi, "mig-b", map[string]any{"targetNode": "mig-b", "sourceNode": "mig-a", "completed": true})
+	signalled := vm.domainReady(t, ctx, c)
 	waitRoute(t, ctx, nodeB, wantPrefix, wantRoute, true)
+	t.Logf("switchover: the prefix route on the target %v after targetNodeDomainReadyTimestamp was written", time.Since(signalled).Round(time.Millisecond))
 	waitRoute(t, ctx, nodeA, wantPrefix, "", false)
 	renewsB := counter(t, scrape(t, metricsB), "renew", "reply")
-	waitRenewed(t, ctx, dhc, wantAddr, wantPrefix, "from node-b after the switchover")
+	waitRenewed(t, ctx, dhc, wantAddr, wantPrefix, "from node-b after the target's domain was ready")
 	if n := counter(t, scrape(t, metricsB), "renew", "reply"); n <= renewsB {
 		t.Fatalf("node-b answered %v Renews, %v before the switchover", n, renewsB)
 	}
-	waitOwner(t, ctx, c, ns, claimName, podB.name)
+	waitOwner(t, ctx, c, vm.ns, vm.claim, podB.name)
+	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podB.name)
+	mb := scrape(t, metricsB)
+	if n := metricValue(t, mb, "tenure_kubevirt_switchovers_total", `outcome="target"`); n != 1 {
+		t.Fatalf("node-b counted %v switchovers to it, want 1", n)
+	}
+	if n := metricValue(t, mb, "tenure_kubevirt_switchover_route_seconds_count"); n != 1 {
+		t.Fatalf("node-b timed %v switchovers, want 1", n)
+	}
+	t.Logf("node-b's agent: switchover gap %vs after the signal (one-second resolution)", metricValue(t, mb, "tenure_kubevirt_switchover_route_seconds_sum"))
+	vm.migrationEnd(t, ctx, c, m1, false)
+	if err := del(ctx, podA, confA); err != nil {
+		t.Fatalf("DEL of the source pod: %v", err)
+	}
+	if err := testbed.ForceDeletePod(ctx, c, vm.ns, podA.name); err != nil {
+		t.Fatal(err)
+	}
 	// Node-a no longer answers the VM's identity: a client with the VM's MAC
 	// now plugged into node-a's bridge gets nothing.
 	probe := plugGuest(t, ctx, nodeA+"-p", nodeA, "vp", dhcpVMMAC)
@@ -128,18 +150,22 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 		t.Fatalf("node-a after the switchover: advertise %v, err %v; want no response", adv, err)
 	}
 
-	// A migration back to node-a starts, and fails: its target pod is
-	// deleted and the VMI says failed. The VM never left node-b.
-	podC := newPod(t, ctx, c, ns, "mig-a", migAnnotations(claimName))
-	if _, err := add(ctx, podC, netconf("dhcpnet", agentA.Socket, migIPAM)); err != nil {
+	// A migration back to node-a starts, and fails: the VMI says failed and
+	// virt-controller deletes the target pod. The VM never left node-b.
+	m2 := kvMigration{uid: "migration-2", src: podB}
+	m2.dst = vm.launcher(t, ctx, c, "mig-a", m2.uid)
+	if _, err := add(ctx, m2.dst, confA); err != nil {
 		t.Fatalf("ADD of the second migration's target pod: %v", err)
 	}
-	vmi = setVMIStatus(t, ctx, c, vmi, "mig-b", map[string]any{"targetNode": "mig-a", "sourceNode": "mig-b"})
+	vm.migrationStart(t, ctx, c, m2)
 	waitAgentLog(t, ctx, agentA, "runs on node mig-b; this node is its migration target")
-	if err := testbed.ForceDeletePod(ctx, c, ns, podC.name); err != nil {
+	vm.migrationEnd(t, ctx, c, m2, true)
+	if err := del(ctx, m2.dst, confA); err != nil {
+		t.Fatalf("DEL of the failed migration's target pod: %v", err)
+	}
+	if err := testbed.ForceDeletePod(ctx, c, vm.ns, m2.dst.name); err != nil {
 		t.Fatal(err)
 	}
-	setVMIStatus(t, ctx, c, vmi, "mig-b", map[string]any{"targetNode": "mig-a", "sourceNode": "mig-b", "completed": true, "failed": true})
 	renewsB = counter(t, scrape(t, metricsB), "renew", "reply")
 	waitRenewed(t, ctx, dhc, wantAddr, wantPrefix, "from node-b after the failed migration")
 	if n := counter(t, scrape(t, metricsB), "renew", "reply"); n <= renewsB {
@@ -152,7 +178,41 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	if adv, err := solicit(t, probe, 3*time.Second); !errors.Is(err, nclient6.ErrNoResponse) {
 		t.Fatalf("node-a after the failed migration: advertise %v, err %v; want no response", adv, err)
 	}
-	wantOwner(t, ctx, c, ns, claimName, podB.name)
+	wantOwner(t, ctx, c, vm.ns, vm.claim, podB.name)
+	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podB.name)
+
+	// Stop: the VMI and its pod go; the claim stays with its addresses and
+	// prefix, and ownerPod names the last pod that served the VM.
+	if err := del(ctx, podB, confB); err != nil {
+		t.Fatalf("DEL of the stopped VM's pod: %v", err)
+	}
+	if err := testbed.ForceDeletePod(ctx, c, vm.ns, podB.name); err != nil {
+		t.Fatal(err)
+	}
+	vm.stop(t, ctx, c)
+	waitRoute(t, ctx, nodeB, wantPrefix, "", false)
+	if a, p := claimHolds(t, ctx, c, vm.ns, vm.claim); a != wantAddr || p != wantPrefix {
+		t.Fatalf("the stopped VM's claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
+	}
+	wantOwner(t, ctx, c, vm.ns, vm.claim, podB.name)
+
+	// Start, on node-a: the new pod's ADD gets the same address and
+	// prefix, ownerPod moves to it, and node-a serves the guest.
+	mustIP(t, nodeB, "link", "set", "vg", "netns", nodeA)
+	mustIP(t, nodeA, "link", "set", "vg", "master", "br0", "up")
+	vm.start(t, ctx, c)
+	podD := vm.launcher(t, ctx, c, "mig-a", "")
+	if _, err := add(ctx, podD, confA); err != nil {
+		t.Fatalf("ADD of the restarted VM's pod: %v", err)
+	}
+	vm.running(t, ctx, c, podD)
+	if a, p := claimHolds(t, ctx, c, vm.ns, vm.claim); a != wantAddr || p != wantPrefix {
+		t.Fatalf("the restarted VM's claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
+	}
+	wantOwner(t, ctx, c, vm.ns, vm.claim, podD.name)
+	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podD.name)
+	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
+	waitRenewed(t, ctx, dhc, wantAddr, wantPrefix, "from node-a after the VM restarted there")
 }
 
 // TestDHCPv6VMIAPIAppearingPutsTheVMBackOnItsNode: without KubeVirt's API
@@ -196,7 +256,7 @@ func TestDHCPv6VMIAPIAppearingPutsTheVMBackOnItsNode(t *testing.T) {
 
 	// The API appears; the VMI says the migration to node-b failed and the
 	// VM runs on node-a.
-	installVMICRD(t, ctx)
+	installKubeVirtCRDs(t, ctx)
 	waitVMIsServed(t, ctx, agentA, agentB)
 	vmi := createVMI(t, ctx, c, ns, vm, "late-a")
 	setVMIStatus(t, ctx, c, vmi, "late-a", map[string]any{"targetNode": "late-b", "sourceNode": "late-a", "completed": true, "failed": true})
@@ -255,28 +315,6 @@ func migAnnotations(claim string) map[string]string {
 		`[{"name":"dhcpnet","interface":"net1","ipam-claim-reference":%q,"mac":%q}]`, claim, dhcpVMMAC)}
 }
 
-// installVMICRD creates KubeVirt's VMI CRD (testdata, reduced to the fields
-// tenure reads) and deletes it when the test ends: other tests run without
-// it, as a cluster without KubeVirt does.
-func installVMICRD(t *testing.T, ctx context.Context) {
-	t.Helper()
-	waitVMICRDGone(t, ctx)
-	// Only this file: testdata holds other CRDs (the upstream IPAMClaim one).
-	b, err := os.ReadFile("testdata/kubevirt-vmi-crd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controlplane.InstallCRDs(ctx, cptest.Current().Config, fstest.MapFS{"kubevirt-vmi-crd.yaml": {Data: b}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cs := crdClient(t)
-		if err := cs.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), kubevirt.CRDName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting the VMI CRD: %v", err)
-		}
-	})
-}
-
 // waitVMICRDGone waits until an earlier test's VMI CRD is deleted.
 func waitVMICRDGone(t *testing.T, ctx context.Context) {
 	t.Helper()
@@ -314,18 +352,25 @@ func waitAgentLog(t *testing.T, ctx context.Context, a *testbed.Agent, substr st
 	})
 }
 
-// createVMClaim creates the claim KubeVirt's IPAM extension makes for a VM:
-// named <vm>.<network>, owned by the VirtualMachine.
+// createVMClaim creates the claim KubeVirt's IPAM extension makes for a VM
+// (as createVM does) when the VirtualMachine cannot be created: before
+// KubeVirt's CRDs are installed.
 func createVMClaim(t *testing.T, ctx context.Context, c client.Client, ns, name, vm string) {
 	t.Helper()
 	if err := testbed.EnsureNamespace(ctx, c, ns); err != nil {
 		t.Fatal(err)
 	}
 	cl := &ipamclaimsv1alpha1.IPAMClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: vm, UID: k8stypes.UID("vm-" + vm),
-		}}},
-		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "dhcpnet", Interface: "net1"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: name,
+			Finalizers: []string{"kubevirt.io/persistent-ipam"},
+			Labels:     map[string]string{"kubevirt.io/vm": vm},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: vm, UID: k8stypes.UID("vm-" + vm),
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "dhcpnet"},
 	}
 	if err := c.Create(ctx, cl); err != nil {
 		t.Fatal(err)
@@ -337,7 +382,7 @@ func createVMI(t *testing.T, ctx context.Context, c client.Client, ns, vm, node 
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"namespace": ns, "name": vm},
-		"spec":     map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
+		"spec":     vmiSpec(dhcpVMMAC),
 		"status":   map[string]any{"nodeName": node, "phase": "Running"},
 	}}
 	u.SetGroupVersionKind(kubevirt.VMIKind)

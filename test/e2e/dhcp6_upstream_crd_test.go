@@ -45,7 +45,7 @@ const upstreamClaimCRD = "testdata/upstream-ipamclaims/k8s.cni.cncf.io_ipamclaim
 // and the fix.
 func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	ctx, c := dhcpTest(t, 5*time.Minute)
-	installVMICRD(t, ctx)
+	installKubeVirtCRDs(t, ctx)
 	t.Cleanup(func() { restoreTenureClaimCRD(t) })
 
 	nodeA, nodeB, pathA, pathB := twoNodes(t, ctx, "tuc")

@@ -107,6 +107,8 @@ var podSeq atomic.Int64
 
 type pod struct {
 	ns, name, uid, node, containerID string
+	// ifName is the pod interface the runtime asks for; "" is net1.
+	ifName string
 }
 
 func newPod(t *testing.T, ctx context.Context, c client.Client, ns, node string, annotations map[string]string) pod {
@@ -124,7 +126,11 @@ func newPod(t *testing.T, ctx context.Context, c client.Client, ns, node string,
 }
 
 func (p pod) call(cmd string, conf []byte) testbed.CNICall {
-	return testbed.CNICall{Command: cmd, ContainerID: p.containerID, IfName: "net1", Args: testbed.PodArgs(p.ns, p.name, p.uid), Config: conf}
+	ifName := p.ifName
+	if ifName == "" {
+		ifName = "net1"
+	}
+	return testbed.CNICall{Command: cmd, ContainerID: p.containerID, IfName: ifName, Args: testbed.PodArgs(p.ns, p.name, p.uid), Config: conf}
 }
 
 func add(ctx context.Context, p pod, conf []byte) (*current.Result, error) {
