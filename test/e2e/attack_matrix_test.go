@@ -252,7 +252,9 @@ func TestAgentAttackMatrix(t *testing.T) {
 		R("claim of B's VM", "ipamclaims", "delete", "delete B's VM's claim", http.MethodDelete, claimsPath+"/"+claimB.Name, "", nil, "rbac"),
 		R("every claim", "ipamclaims", "deletecollection", "delete every claim", http.MethodDelete, claimsPath, "", nil, "rbac"),
 		// Claim status.
-		S("claim of B's VM", "hole 1: point ownerPod at A's pod", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-a"} }, "claim-status-presented"),
+		S("claim of B's VM", "hole 1: point ownerPod at A's pod", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+			s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-a"}
+		}, "claim-status-presented"),
 		S("claim of B's VM", "hole 1: point ownerPod at no pod", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "nobody"} }, "claim-status-presented"),
 		S("claim of B's VM", "hole 4: add an address to B's VM's claim", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append(s.IPs, "10.90.0.30/24") }, "claim-status-presented"),
 		S("claim not yet used", "hole 4: fill an unused claim", unused, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
