@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -353,5 +355,27 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	if ev := (&corev1.Event{}); admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: evB.Name}, ev) != nil || ev.Message != "B's own" || ev.InvolvedObject.Name != podB.Name {
 		t.Errorf("B's Event: %+v", ev)
+	}
+}
+
+func webhookConfigObject(t *testing.T, ctx context.Context) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	t.Helper()
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := apiClient(t).Get(ctx, client.ObjectKey{Name: "tenure-agent-node-restriction"}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	return vwc
+}
+
+// waitWebhookGone waits until the API server no longer calls the webhook
+// for agent a: a claim the agent never creates is allowed (dry run).
+func waitWebhookGone(t *testing.T, ctx context.Context, a nodeAgent) {
+	t.Helper()
+	probe := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.AgentNamespace, Name: "webhook-gone-probe"},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "probe", Interface: "net1"}}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return a.c.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil, nil
+	}); err != nil {
+		t.Fatal("the API server still calls the webhook after its configuration was deleted")
 	}
 }
