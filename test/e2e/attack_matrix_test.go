@@ -80,7 +80,14 @@ func send(ctx context.Context, rc rest.Interface, a attack) error {
 		}
 		req = req.SetHeader("Content-Type", ct).Body(b)
 	}
-	_, err := req.DoRaw(ctx)
+	body, err := req.DoRaw(ctx)
+	if err != nil {
+		// The refusal's Status, as a client decodes it.
+		st := &metav1.Status{}
+		if json.Unmarshal(body, st) == nil && st.Kind == "Status" {
+			return apierrors.FromObject(st)
+		}
+	}
 	return err
 }
 
