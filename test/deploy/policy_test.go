@@ -355,7 +355,7 @@ func TestControllerDeployment(t *testing.T) {
 	}
 
 	// The leader-election Lease is reachable in tenure-system.
-	rb := typed[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", ""))
+	rb := typed[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "tenure-controller-leader-election"))
 	role := typed[rbacv1.Role](t, find(t, objs, "Role", rb.RoleRef.Name))
 	if rb.Namespace != namespace || role.Namespace != namespace || rb.RoleRef.Kind != "Role" {
 		t.Errorf("leader election Role/RoleBinding in %s/%s, want %s", role.Namespace, rb.Namespace, namespace)
