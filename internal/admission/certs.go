@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,10 +38,12 @@ import (
 // stays there until it expires, so an API server that still holds the old
 // bundle, or a replica still serving a certificate of the old CA, keeps
 // working through the change.
-var (
-	CALifetime      = 5 * 365 * 24 * time.Hour
-	ServingLifetime = 90 * 24 * time.Hour
-)
+type Lifetimes struct {
+	CA, Serving time.Duration
+}
+
+// DefaultLifetimes: a CA for five years, a serving certificate for 90 days.
+var DefaultLifetimes = Lifetimes{CA: 5 * 365 * 24 * time.Hour, Serving: 90 * 24 * time.Hour}
 
 // Secret keys.
 const (
@@ -132,12 +135,12 @@ func due(c *x509.Certificate, now time.Time) bool {
 // dropped from the bundle, and the serving certificate (missing, not
 // signed by the current CA, not naming names, or due). changed reports
 // whether anything was.
-func Renew(m Material, names Names, now time.Time) (out Material, changed bool, err error) {
+func Renew(m Material, names Names, now time.Time, lt Lifetimes) (out Material, changed bool, err error) {
 	out = m
 	out.CAs = slices.DeleteFunc(slices.Clone(m.CAs), func(c *x509.Certificate) bool { return !now.Before(c.NotAfter) })
 	changed = len(out.CAs) != len(m.CAs)
 	if len(out.CAs) == 0 || out.CAKey == nil || !out.CAKey.PublicKey.Equal(out.CAs[0].PublicKey) || due(out.CAs[0], now) {
-		ca, key, err := newCA(now)
+		ca, key, err := newCA(now, lt.CA)
 		if err != nil {
 			return m, false, err
 		}
@@ -145,7 +148,7 @@ func Renew(m Material, names Names, now time.Time) (out Material, changed bool, 
 		out.CAKey, changed = key, true
 	}
 	if out.Cert == nil || out.Cert.CheckSignatureFrom(out.CAs[0]) != nil || !names.in(out.Cert) || due(out.Cert, now) {
-		out.Cert, out.CertPEM, out.KeyPEM, err = newServing(out.CAs[0], out.CAKey, names, now)
+		out.Cert, out.CertPEM, out.KeyPEM, err = newServing(out.CAs[0], out.CAKey, names, now, lt.Serving)
 		if err != nil {
 			return m, false, err
 		}
@@ -172,7 +175,7 @@ func serial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 }
 
-func newCA(now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+func newCA(now time.Time, life time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -183,7 +186,7 @@ func newCA(now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: sn, Subject: pkix.Name{CommonName: fmt.Sprintf("tenure-controller webhook CA %d", now.Unix())},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(CALifetime),
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(life),
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true, MaxPathLenZero: true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -194,7 +197,7 @@ func newCA(now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	return c, key, err
 }
 
-func newServing(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names Names, now time.Time) (*x509.Certificate, []byte, []byte, error) {
+func newServing(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names Names, now time.Time, life time.Duration) (*x509.Certificate, []byte, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, nil, err
@@ -207,7 +210,7 @@ func newServing(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names Names, now 
 	if len(names.DNS) > 0 {
 		cn = names.DNS[0]
 	}
-	notAfter := now.Add(ServingLifetime)
+	notAfter := now.Add(life)
 	if notAfter.After(ca.NotAfter) {
 		notAfter = ca.NotAfter
 	}
@@ -240,8 +243,10 @@ type Certs struct {
 	WebhookConfig string // the ValidatingWebhookConfiguration whose caBundle is kept
 	Names         Names
 	Log           *slog.Logger
-	Now           func() time.Time
+	// Lifetimes of new certificates; zero: DefaultLifetimes.
+	Lifetimes Lifetimes
 
+	mu      sync.Mutex // one Ensure at a time
 	serving atomic.Pointer[tls.Certificate]
 }
 
@@ -259,9 +264,16 @@ func (c *Certs) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 // renewed, and the next pass reads its), make sure the caBundle is the
 // Secret's, and serve its certificate.
 func (c *Certs) Ensure(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ensure(ctx)
+}
+
+func (c *Certs) ensure(ctx context.Context) error {
 	now := time.Now()
-	if c.Now != nil {
-		now = c.Now()
+	lt := c.Lifetimes
+	if lt == (Lifetimes{}) {
+		lt = DefaultLifetimes
 	}
 	sec := &corev1.Secret{}
 	err := c.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Secret}, sec)
@@ -270,7 +282,7 @@ func (c *Certs) Ensure(ctx context.Context) error {
 		return fmt.Errorf("reading Secret %s/%s: %w", c.Namespace, c.Secret, err)
 	}
 	m := ParseMaterial(sec.Data)
-	next, changed, err := Renew(m, c.Names, now)
+	next, changed, err := Renew(m, c.Names, now, lt)
 	if err != nil {
 		return err
 	}
@@ -299,7 +311,7 @@ func (c *Certs) Ensure(ctx context.Context) error {
 			err = c.Client.Create(ctx, sec)
 		}
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-			return c.Ensure(ctx) // another replica wrote it first: take theirs
+			return c.ensure(ctx) // another replica wrote it first: take theirs
 		}
 		if err != nil {
 			return fmt.Errorf("writing Secret %s/%s: %w", c.Namespace, c.Secret, err)

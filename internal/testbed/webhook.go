@@ -38,7 +38,7 @@ const AgentWebhookName = "agent-node-restriction.ipam.tenure.dev"
 // is in force: a token bound to an agent pod is refused, by a rule of the
 // webhook, a claim the agent never creates. log receives the webhook's
 // decisions (nil: discarded).
-func StartAgentWebhook(ctx context.Context, admin *rest.Config, nodeDir string, log *slog.Logger) (stop func(), err error) {
+func StartAgentWebhook(ctx context.Context, admin *rest.Config, nodeDir string, log *slog.Logger) (wh *AgentWebhook, err error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -59,7 +59,7 @@ func StartAgentWebhook(ctx context.Context, admin *rest.Config, nodeDir string, 
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	stop = func() { cancel(); _ = l.Close() }
+	stop := func() { cancel(); _ = l.Close() }
 	defer func() {
 		if err != nil {
 			stop()
@@ -67,15 +67,15 @@ func StartAgentWebhook(ctx context.Context, admin *rest.Config, nodeDir string, 
 	}()
 	vwc, err := webhookConfig("https://" + l.Addr().String() + admission.Path)
 	if err != nil {
-		return stop, err
+		return nil, err
 	}
 	if err := ac.Create(ctx, vwc); err != nil && !apierrors.IsAlreadyExists(err) {
-		return stop, fmt.Errorf("ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
+		return nil, fmt.Errorf("ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
 	}
 	certs := &admission.Certs{Client: cc, Namespace: AgentNamespace, Secret: "tenure-controller-webhook-tls", WebhookConfig: vwc.Name,
 		Names: admission.Names{DNS: []string{"tenure-controller-webhook.tenure-system.svc"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}, Log: log}
 	if err := certs.Ensure(ctx); err != nil {
-		return stop, err
+		return nil, err
 	}
 	go certs.Run(sctx, time.Minute)
 	admission.Serve(sctx, l, &admission.Handler{Reader: cc, Log: log}, certs, log)
@@ -83,19 +83,19 @@ func StartAgentWebhook(ctx context.Context, admin *rest.Config, nodeDir string, 
 	// In force: an agent pod's token is refused a claim that is no sticky
 	// claim, by the webhook's rule (dry run: nothing is written).
 	if _, err := CreateNode(ctx, ac, "webhook-probe"); err != nil {
-		return stop, err
+		return nil, err
 	}
 	kc, err := NodeAgentKubeconfig(ctx, admin, "webhook-probe", nodeDir)
 	if err != nil {
-		return stop, err
+		return nil, err
 	}
 	cfg, err := kube.RESTConfig(kc)
 	if err != nil {
-		return stop, err
+		return nil, err
 	}
 	agent, err := kube.NewClient(cfg)
 	if err != nil {
-		return stop, err
+		return nil, err
 	}
 	probe := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: AgentNamespace, Name: "webhook-probe"},
 		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "probe", Interface: "net1"}}
@@ -105,9 +105,17 @@ func StartAgentWebhook(ctx context.Context, admin *rest.Config, nodeDir string, 
 		return apierrors.IsForbidden(last) && strings.Contains(last.Error(), "["+admission.RuleClaimCreateSticky+"]"), nil
 	})
 	if err != nil {
-		return stop, fmt.Errorf("the agent node-restriction webhook is not in force: an agent pod's token creating a claim got %v", last)
+		return nil, fmt.Errorf("the agent node-restriction webhook is not in force: an agent pod's token creating a claim got %v", last)
 	}
-	return stop, nil
+	return &AgentWebhook{Certs: certs, Stop: stop}, nil
+}
+
+// AgentWebhook is the webhook StartAgentWebhook serves.
+type AgentWebhook struct {
+	// Certs keeps its certificate, Secret and caBundle.
+	Certs *admission.Certs
+	// Stop stops serving.
+	Stop func()
 }
 
 // webhookConfig is deploy/webhook's configuration, pointed at url.

@@ -33,6 +33,9 @@ import (
 
 var bins testbed.Binaries
 
+// agentWebhook is the node-restriction webhook TestMain serves.
+var agentWebhook *testbed.AgentWebhook
+
 func TestMain(m *testing.M) {
 	var err error
 	if bins, err = testbed.Build(""); err != nil {
@@ -43,7 +46,6 @@ func TestMain(m *testing.M) {
 	// a token bound to a pod on its node, and the node restriction in
 	// force: the policy of deploy/policy and the webhook of deploy/webhook,
 	// served here as a controller replica serves it.
-	var stopWebhook func()
 	code := cptest.Main(m, func(cp *controlplane.ControlPlane) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -54,12 +56,12 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
-		stopWebhook, err = testbed.StartAgentWebhook(ctx, cp.Config, filepath.Join(cp.Dir, "webhook-probe"),
+		agentWebhook, err = testbed.StartAgentWebhook(ctx, cp.Config, filepath.Join(cp.Dir, "webhook-probe"),
 			slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
 		return err
 	})
-	if stopWebhook != nil {
-		stopWebhook()
+	if agentWebhook != nil {
+		agentWebhook.Stop()
 	}
 	os.Exit(code)
 }
