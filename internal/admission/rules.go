@@ -70,7 +70,10 @@ func Presents(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
 		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return false
 	}
-	if _, ok := pod.Annotations["k8s.v1.cni.cncf.io/networks"]; ok {
+	// A claim's name (a DNS subdomain) needs no escaping in JSON: an
+	// annotation that does not contain it names it nowhere, and is not
+	// parsed.
+	if a := pod.Annotations["k8s.v1.cni.cncf.io/networks"]; strings.Contains(a, claim.Name) {
 		if elems, err := claims.Networks(pod); err == nil {
 			for _, e := range elems {
 				if e.IPAMClaimReference == claim.Name {

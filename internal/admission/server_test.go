@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
@@ -106,4 +108,30 @@ func TestHandlerServesReviews(t *testing.T) {
 
 func metaGVR(group, resource string) metav1.GroupVersionResource {
 	return metav1.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
+}
+
+// BenchmarkDecideClaimStatus is the webhook's own work on the agent's
+// most frequent judged write: decoding the two claims and deciding over
+// the facts of a busy node (50 pods in the namespace, each with a network
+// annotation to parse). The API server's round trip and the live reads
+// come on top (TestWebhookLatency in test/e2e measures those).
+func BenchmarkDecideClaimStatus(b *testing.B) {
+	vm := claimObj("vm")
+	var pods []corev1.Pod
+	for i := range 50 {
+		pods = append(pods, podOn(fmt.Sprintf("pod-%d", i), "a", fmt.Sprintf("db-%d", i)))
+	}
+	pods = append(pods, podOn("launcher-a", "a", "vm"))
+	owned := []tenurev1alpha1.IPReservation{*res("10.0.0.2/32", "a", vm, "launcher-a")}
+	newRaw, _ := json.Marshal(withOwner(claimObj("vm", "10.0.0.2/24"), "launcher-a"))
+	oldRaw, _ := json.Marshal(vm)
+	for b.Loop() {
+		old, c := &ipamclaimsv1alpha1.IPAMClaim{}, &ipamclaimsv1alpha1.IPAMClaim{}
+		if json.Unmarshal(oldRaw, old) != nil || json.Unmarshal(newRaw, c) != nil {
+			b.Fatal("decode")
+		}
+		if v := ClaimStatusUpdate("a", old, c, ClaimStatus{Pods: pods, Owned: owned}); !v.Allowed {
+			b.Fatal(v.Message)
+		}
+	}
 }
