@@ -14,7 +14,7 @@ var CRDs embed.FS
 // overlay can be built in memory on top of exactly what ships
 // (hack/local-node, for the local node).
 //
-//go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml policy/*.yaml agent/* controller/*.yaml
+//go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml policy/*.yaml webhook/*.yaml agent/* controller/*.yaml
 var Manifests embed.FS
 
 // RBAC holds the namespace and the service accounts, roles and bindings of
@@ -29,3 +29,9 @@ var RBAC embed.FS
 //
 //go:embed policy/*.yaml
 var AgentPolicy embed.FS
+
+// AgentWebhook holds the ValidatingWebhookConfiguration of the agent's node
+// restriction that tenure-controller serves (internal/admission).
+//
+//go:embed webhook/*.yaml
+var AgentWebhook embed.FS

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
@@ -38,6 +40,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/tenure-ipam/tenure/internal/admission"
 	"github.com/tenure-ipam/tenure/internal/controller"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
@@ -74,6 +77,12 @@ type flags struct {
 	healthAddr         string
 	once               bool
 	dryRun             bool
+	webhookAddr        string
+	webhookNamespace   string
+	webhookService     string
+	webhookSecret      string
+	webhookConfig      string
+	webhookIPs         string
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -96,6 +105,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.healthAddr, "health-addr", ":9466", "address of /healthz and /readyz; \"0\" disables it")
 	fs.BoolVar(&f.once, "once", false, "run one full sweep, print each release (one line each, with its reason) and exit; ignores leader election")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "with --once: print what would be released and change nothing")
+	fs.StringVar(&f.webhookAddr, "webhook-addr", "0", "address of the agent node-restriction webhook (HTTPS, e.g. :9443); \"0\" disables it")
+	fs.StringVar(&f.webhookNamespace, "webhook-namespace", envOr("POD_NAMESPACE", "tenure-system"), "namespace of the webhook's Service and of its certificate Secret")
+	fs.StringVar(&f.webhookService, "webhook-service", "tenure-controller-webhook", "the webhook's Service: the serving certificate names it")
+	fs.StringVar(&f.webhookSecret, "webhook-secret", "tenure-controller-webhook-tls", "Secret holding the webhook's CA and serving certificate, shared by the replicas")
+	fs.StringVar(&f.webhookConfig, "webhook-config", "tenure-agent-node-restriction", "ValidatingWebhookConfiguration whose caBundle is kept")
+	fs.StringVar(&f.webhookIPs, "webhook-ip", "", "comma-separated IP addresses the serving certificate names as well (a webhook reached by URL)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: tenure-controller [--kubeconfig PATH] [flags]\n       tenure-controller --once [--dry-run] [flags]\n\nflags:\n")
 		fs.PrintDefaults()
@@ -236,6 +251,12 @@ func serve(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) int
 			return 1
 		}
 	}
+	if f.webhookAddr != "0" && f.webhookAddr != "" {
+		if err := serveWebhook(ctx, cfg, f, log); err != nil {
+			log.Error("starting the webhook", "err", err)
+			return 1
+		}
+	}
 	if err := c.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return 0
@@ -342,4 +363,64 @@ func elect(ctx context.Context, cfg *rest.Config, f flags, c *controller.Control
 		return 1
 	}
 	return 0
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// webhookCertInterval is how often a replica checks its certificate, the
+// Secret and the caBundle (renewal is due weeks ahead; a configuration
+// re-applied without caBundle is repaired within it).
+const webhookCertInterval = time.Minute
+
+// serveWebhook serves the agent node-restriction webhook (every replica,
+// leader or not: it only reads) with the certificate of the shared Secret.
+// The first certificate is tried before it returns; renewals (and
+// retries) run in the background.
+func serveWebhook(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) error {
+	c, err := kube.NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	svc := f.webhookService
+	names := admission.Names{DNS: []string{svc + "." + f.webhookNamespace + ".svc", svc + "." + f.webhookNamespace + ".svc.cluster.local", svc + "." + f.webhookNamespace, svc}}
+	for _, s := range strings.Split(f.webhookIPs, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return fmt.Errorf("--webhook-ip: %q is no IP address", s)
+		}
+		names.IPs = append(names.IPs, ip)
+	}
+	certs := &admission.Certs{Client: c, Namespace: f.webhookNamespace, Secret: f.webhookSecret, WebhookConfig: f.webhookConfig, Names: names, Log: log}
+	if err := certs.Ensure(ctx); err != nil {
+		// Until a certificate is loaded the TLS handshakes fail: the API
+		// server tries another replica or, with none, refuses the agent.
+		log.Warn("webhook certificate not ready; retrying", "err", err)
+		go func() {
+			_ = wait.PollUntilContextCancel(ctx, 2*time.Second, false, func(ctx context.Context) (bool, error) {
+				err := certs.Ensure(ctx)
+				if err != nil {
+					log.Warn("webhook certificate not ready", "err", err)
+				}
+				return err == nil, nil
+			})
+			certs.Run(ctx, webhookCertInterval)
+		}()
+	} else {
+		go certs.Run(ctx, webhookCertInterval)
+	}
+	l, err := net.Listen("tcp", f.webhookAddr)
+	if err != nil {
+		return err
+	}
+	admission.Serve(ctx, l, &admission.Handler{Reader: c, Log: log}, certs, log)
+	log.Info("serving", "endpoint", "webhook", "addr", l.Addr().String(), "path", admission.Path)
+	return nil
 }

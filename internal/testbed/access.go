@@ -223,12 +223,12 @@ func writeKubeconfig(admin *rest.Config, user, token, path string) error {
 const AgentPolicyName = "tenure-agent-node-restriction"
 
 // PolicyRefusals returns the lines of a process log that report a refusal
-// by the agent policy.
+// by the agent policy or the agent webhook.
 func PolicyRefusals(logPath string) []string {
 	b, _ := os.ReadFile(logPath)
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.Contains(line, AgentPolicyName) {
+		if strings.Contains(line, AgentPolicyName) || strings.Contains(line, AgentWebhookName) {
 			out = append(out, line)
 		}
 	}

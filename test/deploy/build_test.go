@@ -45,12 +45,16 @@ func TestKustomizeBuild(t *testing.T) {
 		{"ServiceAccount", controllerSA},
 		{"ClusterRole", controllerSA},
 		{"ClusterRoleBinding", controllerSA},
-		{"Role", ""},
-		{"RoleBinding", ""},
+		{"Role", "tenure-controller-leader-election"},
+		{"RoleBinding", "tenure-controller-leader-election"},
+		{"Role", "tenure-controller-webhook-tls"},
+		{"RoleBinding", "tenure-controller-webhook-tls"},
 		{"DaemonSet", "tenure-agent"},
 		{"Deployment", "tenure-controller"},
 		{"ValidatingAdmissionPolicy", "tenure-agent-node-restriction"},
 		{"ValidatingAdmissionPolicyBinding", "tenure-agent-node-restriction"},
+		{"ValidatingWebhookConfiguration", "tenure-agent-node-restriction"},
+		{"Service", "tenure-controller-webhook"},
 	} {
 		find(t, objs, want.kind, want.name)
 	}
@@ -59,7 +63,7 @@ func TestKustomizeBuild(t *testing.T) {
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration":
 			if o.GetNamespace() != "" {
 				t.Errorf("cluster-scoped %s has namespace %q", objKey(o), o.GetNamespace())
 			}

@@ -71,7 +71,7 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 	var healthAddr string
 	for _, a := range ctr.Args {
 		switch k, _, _ := strings.Cut(a, "="); k {
-		case "--metrics-addr":
+		case "--metrics-addr", "--webhook-addr":
 			a = k + "=" + freeLoopbackAddr(t)
 		case "--health-addr":
 			healthAddr = freeLoopbackAddr(t)

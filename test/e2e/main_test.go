@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,6 +33,9 @@ import (
 
 var bins testbed.Binaries
 
+// agentWebhook is the node-restriction webhook TestMain serves.
+var agentWebhook *testbed.AgentWebhook
+
 func TestMain(m *testing.M) {
 	var err error
 	if bins, err = testbed.Build(""); err != nil {
@@ -38,14 +43,27 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	// Every agent runs as the DaemonSet's would: its RBAC from deploy/rbac,
-	// a token bound to a pod on its node, and the node-restriction policy
-	// of deploy/policy in force.
-	os.Exit(cptest.Main(m, func(cp *controlplane.ControlPlane) error {
+	// a token bound to a pod on its node, and the node restriction in
+	// force: the policy of deploy/policy and the webhook of deploy/webhook,
+	// served here as a controller replica serves it.
+	code := cptest.Main(m, func(cp *controlplane.ControlPlane) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		_, err := testbed.InstallAgentAccess(ctx, cp.Config)
+		if _, err := testbed.InstallAgentAccess(ctx, cp.Config); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(cp.Dir, "webhook.log"))
+		if err != nil {
+			return err
+		}
+		agentWebhook, err = testbed.StartAgentWebhook(ctx, cp.Config, filepath.Join(cp.Dir, "webhook-probe"),
+			slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
 		return err
-	}))
+	})
+	if agentWebhook != nil {
+		agentWebhook.Stop()
+	}
+	os.Exit(code)
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {

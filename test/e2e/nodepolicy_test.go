@@ -81,10 +81,16 @@ func agentToken(t *testing.T, ctx context.Context, bound *authv1.BoundObjectRefe
 // heldBy is the reservation an agent of node makes for addr, owned by a pod
 // or (claim set) by a claim.
 func heldBy(node, network, addr string, claim *ipamclaimsv1alpha1.IPAMClaim) *tenurev1alpha1.IPReservation {
+	return heldFor(node, network, addr, claim, "p-"+addr)
+}
+
+// heldFor is heldBy with the pod whose ADD made it (for a claim, the pod
+// presenting the claim).
+func heldFor(node, network, addr string, claim *ipamclaimsv1alpha1.IPAMClaim, podName string) *tenurev1alpha1.IPReservation {
 	a := netip.MustParseAddr(addr)
 	uid := fmt.Sprintf("00000000-0000-4000-8000-%012d", time.Now().UnixNano()%1e12)
-	owner := tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "np", Name: "p-" + addr, UID: uid,
-		PodName: "p-" + addr, PodUID: uid, ContainerID: "sandbox-" + uid, Interface: "net1", Node: node}
+	owner := tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "np", Name: podName, UID: uid,
+		PodName: podName, PodUID: uid, ContainerID: "sandbox-" + uid, Interface: "net1", Node: node}
 	if claim != nil {
 		owner.Kind, owner.Namespace, owner.Name, owner.UID = tenurev1alpha1.OwnerIPAMClaim, claim.Namespace, claim.Name, string(claim.UID)
 	}
@@ -100,11 +106,23 @@ func wantRefused(t *testing.T, what string, err error, rule string) {
 		t.Errorf("%s: allowed, want refused by rule %s", what, rule)
 	case !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
 		t.Errorf("%s: %v, want refused by rule %s", what, err, rule)
-	case !strings.Contains(err.Error(), testbed.AgentPolicyName) || !strings.Contains(err.Error(), "["+rule+"]"):
-		t.Errorf("%s: refused with %q, want the policy's rule [%s] named", what, err, rule)
+	case !(strings.Contains(err.Error(), testbed.AgentPolicyName) || strings.Contains(err.Error(), testbed.AgentWebhookName)) ||
+		!strings.Contains(err.Error(), "["+rule+"]"):
+		t.Errorf("%s: refused with %q, want the policy's or webhook's rule [%s] named", what, err, rule)
 	default:
 		t.Logf("%s: refused: %v", what, err)
 	}
+}
+
+// presentOn creates a pod called name on node that presents claim (its
+// network-selection element names the claim, as KubeVirt's virt-launcher
+// pod's does), and returns name.
+func presentOn(t *testing.T, ctx context.Context, node, name string, claim *ipamclaimsv1alpha1.IPAMClaim) string {
+	t.Helper()
+	if _, err := testbed.CreatePod(ctx, apiClient(t), claim.Namespace, name, node, vmAnnotations(claim.Spec.Network, claim.Name)); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 func wantAllowed(t *testing.T, what string, err error) {
@@ -173,13 +191,14 @@ func TestNodeRestrictionOnReservations(t *testing.T) {
 
 	// A VM that started on B runs on A now: its claim's reservations were
 	// made on B, and A may not release them.
-	claimHeld := heldBy(b.node, network, "10.77.0.4", claim)
+	onB, onA := presentOn(t, ctx, b.node, "np-res-vm-b", claim), presentOn(t, ctx, a.node, "np-res-vm-a", claim)
+	claimHeld := heldFor(b.node, network, "10.77.0.4", claim, onB)
 	wantAllowed(t, "B creates a claim's reservation", b.c.Create(ctx, claimHeld))
 	wantRefused(t, "A deletes a claim's reservation made on node B", a.c.Delete(ctx, claimHeld.DeepCopy()), "reservation-delete-claim-owned")
 
 	// An ADD that lost the race for a claim's status rolls back what it
 	// made for the claim: the agent's own node's, just made.
-	rollback := heldBy(a.node, network, "10.77.0.5", claim)
+	rollback := heldFor(a.node, network, "10.77.0.5", claim, onA)
 	wantAllowed(t, "A creates a claim's reservation", a.c.Create(ctx, rollback))
 	wantAllowed(t, "A rolls back the claim's reservation it made", a.c.Delete(ctx, rollback, client.Preconditions{UID: &rollback.UID}))
 
@@ -196,7 +215,7 @@ func TestNodeRestrictionOnReservations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byController := heldBy(b.node, network, "10.77.0.6", claim)
+	byController := heldFor(b.node, network, "10.77.0.6", claim, onB)
 	if err := admin.Create(ctx, byController); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +229,22 @@ func TestNodeRestrictionOnClaimStatus(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	admin := apiClient(t)
 	src, dst := newNodeAgent(t, ctx, "np-src"), newNodeAgent(t, ctx, "np-dst")
-	createClaim(t, ctx, admin, "np", "vm.np-status", "np-status")
+	claim := createClaim(t, ctx, admin, "np", "vm.np-status", "np-status")
+	presentOn(t, ctx, src.node, "virt-launcher-src", claim)
+	presentOn(t, ctx, dst.node, "virt-launcher-dst", claim)
+	// What the status comes to record is held by the claim's reservations
+	// (the webhook lets a status gain only those).
+	for _, it := range []struct {
+		node, item string
+		kind       tenurev1alpha1.ReservationKind
+	}{{src.node, "10.78.0.7/32", tenurev1alpha1.KindAddress}, {src.node, "fd00:7800:0:700::/56", tenurev1alpha1.KindDelegatedPrefix}, {dst.node, "fd00:78::7/128", tenurev1alpha1.KindAddress}} {
+		r := reservation.New(reservation.Spec{Network: "np-status", Kind: it.kind, Item: netip.MustParsePrefix(it.item), Range: it.item,
+			Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID),
+				PodName: "virt-launcher-src", Node: it.node}})
+		if err := admin.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	write := func(who nodeAgent, change func(*ipamclaimsv1alpha1.IPAMClaimStatus)) error {
 		cl := getClaim(t, ctx, admin, "np", "vm.np-status")

@@ -1,0 +1,388 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/internal/testbed"
+)
+
+// The attack matrix: an agent of node A, with a token bound to its agent
+// pod there, sends every write the agent's RBAC could let through (and the
+// ones it does not) against what belongs to node B, with the node
+// restriction in force (deploy/policy's CEL and deploy/webhook's webhook).
+// Each must be refused, naming its rule ("rbac" for RBAC's refusals); A's
+// writes to its own objects must be allowed. The rows are sent as raw
+// requests so every verb goes over the wire as a client would send it.
+
+type attack struct {
+	target, resource, verb, what string
+	method, path, contentType    string
+	body                         any
+	rule                         string // "" = must be allowed
+}
+
+var ruleRe = regexp.MustCompile(`\[([a-z0-9-]+)\]`)
+
+// refusalRule names what refused err: the rule in brackets of the policy or
+// the webhook, "rbac" for the authorizer, "" when err is nil.
+func refusalRule(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+		if strings.Contains(msg, testbed.AgentPolicyName) || strings.Contains(msg, testbed.AgentWebhookName) {
+			if m := ruleRe.FindStringSubmatch(msg); m != nil {
+				return m[1]
+			}
+		}
+		if strings.Contains(msg, "cannot ") && strings.Contains(msg, "system:serviceaccount:") {
+			return "rbac"
+		}
+	}
+	return "error: " + msg
+}
+
+func send(ctx context.Context, rc rest.Interface, a attack) error {
+	req := rc.Verb(a.method).AbsPath(a.path)
+	if a.body != nil {
+		b, err := json.Marshal(a.body)
+		if err != nil {
+			return err
+		}
+		ct := a.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req = req.SetHeader("Content-Type", ct).Body(b)
+	}
+	body, err := req.DoRaw(ctx)
+	if err != nil {
+		// The refusal's Status, as a client decodes it.
+		st := &metav1.Status{}
+		if json.Unmarshal(body, st) == nil && st.Kind == "Status" {
+			return apierrors.FromObject(st)
+		}
+	}
+	return err
+}
+
+func TestAgentAttackMatrix(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	admin := apiClient(t)
+	const ns, network = "am", "am-net"
+	if err := testbed.EnsureNamespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newNodeAgent(t, ctx, "am-a"), newNodeAgent(t, ctx, "am-b")
+	cs, err := kubernetes.NewForConfig(a.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := cs.CoreV1().RESTClient()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("setup: %s: %v", what, err)
+		}
+	}
+
+	// Node B's objects, written by B's agent where the agent writes them.
+	podB, err := testbed.CreatePod(ctx, admin, ns, "web-b", b.node, nil)
+	must("pod on B", err)
+	resB := heldFor(b.node, network, "10.90.0.1", nil, podB.Name)
+	resB.Spec.Owner.Namespace, resB.Spec.Owner.UID, resB.Spec.Owner.PodUID = ns, string(podB.UID), string(podB.UID)
+	resB = reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.90.0.1/32"), Range: "10.90.0.0/24", Owner: resB.Spec.Owner})
+	must("B reserves for its pod", b.c.Create(ctx, resB))
+
+	claimB := createClaim(t, ctx, admin, ns, "vm-b", network)
+	presentOn(t, ctx, b.node, "launcher-b", claimB)
+	resClaimB := heldFor(b.node, network, "10.90.0.2", claimB, "launcher-b")
+	must("B reserves for its VM's claim", b.c.Create(ctx, resClaimB))
+	claimB = getClaim(t, ctx, admin, ns, claimB.Name)
+	claimB.Status.IPs, claimB.Status.OwnerPod = []string{"10.90.0.2/24"}, &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-b"}
+	must("B records its VM's claim", b.c.Status().Update(ctx, claimB))
+
+	unused := createClaim(t, ctx, admin, ns, "vm-unused", network)
+
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: appsv1.StatefulSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}}}
+	must("StatefulSet", admin.Create(ctx, sts))
+	stsPod := func(name, node string) *corev1.Pod {
+		yes := true
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{claims.StickyAnnotation: "true"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: &yes}}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+		must("StatefulSet pod "+name, admin.Create(ctx, p))
+		return p
+	}
+	stsRef := func(p *corev1.Pod) metav1.OwnerReference { return *metav1.GetControllerOf(p) }
+	db0 := stsPod("db-0", b.node)
+	stickyB := claims.NewStickyClaim(db0, "net1", network, stsRef(db0))
+	must("B creates its pod's sticky claim", b.c.Create(ctx, stickyB))
+	db2 := stsPod("db-2", b.node)
+
+	evB := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ev-b"}, InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: podB.Name, UID: podB.UID},
+		Reason: "AddFailed", Message: "B's own", Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: "tenure-agent", Host: b.node}}
+	must("B records an Event on its pod", b.c.Create(ctx, evB))
+
+	// Node A's objects.
+	podA, err := testbed.CreatePod(ctx, admin, ns, "web-a", a.node, nil)
+	must("pod on A", err)
+	claimA := createClaim(t, ctx, admin, ns, "vm-a", network)
+	presentOn(t, ctx, a.node, "launcher-a", claimA)
+	db1 := stsPod("db-1", a.node)
+
+	// Hole 2's VM: its first ADD on A reserved and recorded; then it moved
+	// to B.
+	moved := createClaim(t, ctx, admin, ns, "vm-moved", network)
+	presentOn(t, ctx, a.node, "launcher-m-a", moved)
+	resMoved := heldFor(a.node, network, "10.90.0.3", moved, "launcher-m-a")
+	must("A's first ADD of the VM reserves", a.c.Create(ctx, resMoved))
+	moved = getClaim(t, ctx, admin, ns, moved.Name)
+	moved.Status.IPs, moved.Status.OwnerPod = []string{"10.90.0.3/24"}, &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-m-a"}
+	must("A records the VM's claim", a.c.Status().Update(ctx, moved))
+	must("the VM leaves A", testbed.ForceDeletePod(ctx, admin, ns, "launcher-m-a"))
+	presentOn(t, ctx, b.node, "launcher-m-b", moved)
+	moved = getClaim(t, ctx, admin, ns, moved.Name)
+	moved.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-m-b"}
+	must("B takes the VM's claim", b.c.Status().Update(ctx, moved))
+
+	// Bodies.
+	rsv := func(r *tenurev1alpha1.IPReservation) *tenurev1alpha1.IPReservation {
+		r = r.DeepCopy()
+		r.APIVersion, r.Kind = tenurev1alpha1.GroupVersion.String(), "IPReservation"
+		return r
+	}
+	clm := func(c *ipamclaimsv1alpha1.IPAMClaim) *ipamclaimsv1alpha1.IPAMClaim {
+		c = c.DeepCopy()
+		c.APIVersion, c.Kind = ipamclaimsv1alpha1.GroupVersion.String(), "IPAMClaim"
+		return c
+	}
+	status := func(c *ipamclaimsv1alpha1.IPAMClaim, change func(*ipamclaimsv1alpha1.IPAMClaimStatus)) func() any {
+		return func() any {
+			cur := clm(getClaim(t, ctx, admin, c.Namespace, c.Name))
+			change(&cur.Status)
+			return cur
+		}
+	}
+	event := func(name string, about corev1.ObjectReference) *corev1.Event {
+		return &corev1.Event{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Event"}, ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			InvolvedObject: about, Reason: "Forged", Message: "forged", Type: corev1.EventTypeNormal, Source: corev1.EventSource{Component: "tenure-agent", Host: a.node}}
+	}
+	podRef := func(p *corev1.Pod) corev1.ObjectReference {
+		return corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+	}
+	claimRef := func(c *ipamclaimsv1alpha1.IPAMClaim) corev1.ObjectReference {
+		return corev1.ObjectReference{APIVersion: ipamclaimsv1alpha1.GroupVersion.String(), Kind: "IPAMClaim", Namespace: c.Namespace, Name: c.Name, UID: c.UID}
+	}
+	claimHeld := func(node, addr string, c *ipamclaimsv1alpha1.IPAMClaim, pod string) *tenurev1alpha1.IPReservation {
+		return rsv(heldFor(node, network, addr, c, pod))
+	}
+	const (
+		resPath    = "/apis/ipam.tenure.dev/v1alpha1/ipreservations"
+		claimsPath = "/apis/k8s.cni.cncf.io/v1alpha1/namespaces/" + ns + "/ipamclaims"
+		eventsPath = "/api/v1/namespaces/" + ns + "/events"
+		podsPath   = "/api/v1/namespaces/" + ns + "/pods"
+		merge      = "application/merge-patch+json"
+		jsonPatch  = "application/json-patch+json"
+	)
+	jp := func(path string, v any) []map[string]any {
+		return []map[string]any{{"op": "replace", "path": path, "value": v}}
+	}
+	ownOwn := heldFor(a.node, network, "10.90.0.10", nil, podA.Name)
+	ownOwn.Spec.Owner.Namespace, ownOwn.Spec.Owner.UID, ownOwn.Spec.Owner.PodUID = ns, string(podA.UID), string(podA.UID)
+	ownRes := rsv(reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.90.0.10/32"), Range: "10.90.0.0/24", Owner: ownOwn.Spec.Owner}))
+	claimARes := claimHeld(a.node, "10.90.0.11", claimA, "launcher-a")
+	rollbackRes := claimHeld(a.node, "10.90.0.12", claimA, "launcher-a")
+	lease := map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": map[string]any{"name": b.node, "namespace": "kube-node-lease"}}
+	vmi := map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": map[string]any{"name": "vm-b", "namespace": ns}}
+	nodeObj := map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": b.node}}
+	podObj := map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": podB.Name, "namespace": ns}}
+	labels := map[string]any{"metadata": map[string]any{"labels": map[string]any{"x": "y"}}}
+
+	type row struct {
+		attack
+		bodyFn func() any // a body read at send time (a status update's resourceVersion)
+	}
+	R := func(target, resource, verb, what, method, path, ct string, body any, rule string) row {
+		return row{attack: attack{target: target, resource: resource, verb: verb, what: what, method: method, path: path, contentType: ct, body: body, rule: rule}}
+	}
+	S := func(target, what string, c *ipamclaimsv1alpha1.IPAMClaim, change func(*ipamclaimsv1alpha1.IPAMClaimStatus), rule string) row {
+		r := R(target, "ipamclaims/status", "update", what, http.MethodPut, claimsPath+"/"+c.Name+"/status", "", nil, rule)
+		r.bodyFn = status(c, change)
+		return r
+	}
+	rows := []row{
+		// Reservations.
+		R("B's pod's reservation", "ipreservations", "create", "reserve an address as node B", http.MethodPost, resPath, "", claimHeld(b.node, "10.90.0.20", nil, podB.Name), "reservation-create-own-node"),
+		R("claim of B's VM", "ipreservations", "create", "hole 3: reserve for B's VM's claim as itself", http.MethodPost, resPath, "", claimHeld(a.node, "10.90.0.21", claimB, "launcher-b"), "reservation-claim-presented"),
+		R("claim not yet used", "ipreservations", "create", "hole 3: reserve for a claim no pod uses", http.MethodPost, resPath, "", claimHeld(a.node, "10.90.0.22", unused, "launcher-a"), "reservation-claim-presented"),
+		R("sticky claim of B's pod", "ipreservations", "create", "hole 3: reserve for B's sticky claim", http.MethodPost, resPath, "", claimHeld(a.node, "10.90.0.23", stickyB, db0.Name), "reservation-claim-presented"),
+		R("B's pod's reservation", "ipreservations", "update", "rewrite B's reservation", http.MethodPut, resPath+"/"+resB.Name, "", rsv(resB), "rbac"),
+		R("B's pod's reservation", "ipreservations", "patch (merge)", "relabel B's reservation", http.MethodPatch, resPath+"/"+resB.Name, merge, labels, "rbac"),
+		R("B's pod's reservation", "ipreservations", "patch (JSON)", "re-own B's reservation", http.MethodPatch, resPath+"/"+resB.Name, jsonPatch, jp("/spec/owner/node", a.node), "rbac"),
+		R("B's pod's reservation", "ipreservations", "delete", "release B's pod's address", http.MethodDelete, resPath+"/"+resB.Name, "", nil, "reservation-delete-own-node"),
+		R("claim of B's VM", "ipreservations", "delete", "release B's VM's address", http.MethodDelete, resPath+"/"+resClaimB.Name, "", nil, "reservation-delete-claim-owned"),
+		R("claim of the VM that moved to B", "ipreservations", "delete", "hole 2: release what its first ADD reserved", http.MethodDelete, resPath+"/"+resMoved.Name, "", nil, "reservation-delete-claim-rollback"),
+		R("every reservation", "ipreservations", "deletecollection", "release everything", http.MethodDelete, resPath, "", nil, "rbac"),
+		// Claims.
+		R("claim not yet used", "ipamclaims", "create", "hole 5: take a KubeVirt claim's name", http.MethodPost, claimsPath, "", clm(&ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm-next"}, Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: "net1"}}), "claim-create-sticky"),
+		R("sticky claim of B's pod", "ipamclaims", "create", "hole 5: take B's StatefulSet pod's sticky claim", http.MethodPost, claimsPath, "", clm(claims.NewStickyClaim(db2, "net1", network, stsRef(db2))), "claim-create-sticky"),
+		R("claim of B's VM", "ipamclaims", "update", "rewrite B's VM's claim", http.MethodPut, claimsPath+"/"+claimB.Name, "", clm(claimB), "rbac"),
+		R("claim of B's VM", "ipamclaims", "patch (merge)", "relabel B's VM's claim", http.MethodPatch, claimsPath+"/"+claimB.Name, merge, labels, "rbac"),
+		R("claim of B's VM", "ipamclaims", "patch (JSON)", "change B's VM's claim's network", http.MethodPatch, claimsPath+"/"+claimB.Name, jsonPatch, jp("/spec/network", "other"), "rbac"),
+		R("claim of B's VM", "ipamclaims", "delete", "delete B's VM's claim", http.MethodDelete, claimsPath+"/"+claimB.Name, "", nil, "rbac"),
+		R("every claim", "ipamclaims", "deletecollection", "delete every claim", http.MethodDelete, claimsPath, "", nil, "rbac"),
+		// Claim status.
+		S("claim of B's VM", "hole 1: point ownerPod at A's pod", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+			s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-a"}
+		}, "claim-status-presented"),
+		S("claim of B's VM", "hole 1: point ownerPod at no pod", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "nobody"} }, "claim-status-presented"),
+		S("claim of B's VM", "hole 4: add an address to B's VM's claim", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append(s.IPs, "10.90.0.30/24") }, "claim-status-presented"),
+		S("claim not yet used", "hole 4: fill an unused claim", unused, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+			s.IPs, s.DelegatedPrefixes = []string{"10.90.0.31/24"}, []string{"fd00:90:0:100::/56"}
+		}, "claim-status-presented"),
+		S("sticky claim of B's pod", "hole 4: fill B's sticky claim", stickyB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = []string{"10.90.0.32/24"} }, "claim-status-presented"),
+		S("claim of A's VM", "hole 4: record in its own claim what no reservation of it holds", claimA, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = []string{"10.90.0.2/24"} }, "claim-status-items-owned"),
+		R("claim of B's VM", "ipamclaims/status", "patch (merge)", "point ownerPod at A's pod", http.MethodPatch, claimsPath+"/"+claimB.Name+"/status", merge, map[string]any{"status": map[string]any{"ownerPod": map[string]any{"name": "launcher-a"}}}, "rbac"),
+		R("claim of B's VM", "ipamclaims/status", "patch (JSON)", "point ownerPod at A's pod", http.MethodPatch, claimsPath+"/"+claimB.Name+"/status", jsonPatch, jp("/status/ownerPod", map[string]any{"name": "launcher-a"}), "rbac"),
+		// Events.
+		R("events about B's pods", "events", "create", "hole 6: an Event about B's pod", http.MethodPost, eventsPath, "", event("forged-pod", podRef(podB)), "event-subject"),
+		R("claim of B's VM", "events", "create", "hole 6: an Event about B's VM's claim", http.MethodPost, eventsPath, "", event("forged-claim", claimRef(claimB)), "event-subject"),
+		R("sticky claim of B's pod", "events", "create", "hole 6: an Event about B's sticky claim", http.MethodPost, eventsPath, "", event("forged-sticky", claimRef(stickyB)), "event-subject"),
+		R("events about B's pods", "events", "patch (merge)", "hole 6: rewrite B's Event", http.MethodPatch, eventsPath+"/"+evB.Name, merge, map[string]any{"message": "forged"}, "event-subject"),
+		R("events about B's pods", "events", "patch (JSON)", "hole 6: move B's Event onto A's pod", http.MethodPatch, eventsPath+"/"+evB.Name, jsonPatch, jp("/involvedObject", podRef(podA)), "event-subject"),
+		R("events about B's pods", "events", "update", "rewrite B's Event", http.MethodPut, eventsPath+"/"+evB.Name, "", event(evB.Name, podRef(podB)), "rbac"),
+		R("events about B's pods", "events", "delete", "delete B's Event", http.MethodDelete, eventsPath+"/"+evB.Name, "", nil, "rbac"),
+		R("events about B's pods", "events", "deletecollection", "delete every Event", http.MethodDelete, eventsPath, "", nil, "rbac"),
+		R("events about B's pods", "events.k8s.io events", "create", "an events.k8s.io Event about B's pod", http.MethodPost, "/apis/events.k8s.io/v1/namespaces/"+ns+"/events", "",
+			map[string]any{"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": map[string]any{"name": "forged-v1", "namespace": ns}, "regarding": podRef(podB),
+				"reason": "Forged", "note": "forged", "type": "Normal", "action": "Forged", "reportingController": "tenure-agent", "reportingInstance": a.node, "eventTime": metav1.NowMicro()}, "rbac"),
+		// Pods, nodes, leases, VMIs: read only or nothing.
+		R("B's pod", "pods", "create", "a pod on B", http.MethodPost, podsPath, "", podObj, "rbac"),
+		R("B's pod", "pods", "update", "rewrite B's pod", http.MethodPut, podsPath+"/"+podB.Name, "", podObj, "rbac"),
+		R("B's pod", "pods", "patch (merge)", "re-annotate B's pod", http.MethodPatch, podsPath+"/"+podB.Name, merge, labels, "rbac"),
+		R("B's pod", "pods", "patch (JSON)", "re-annotate B's pod", http.MethodPatch, podsPath+"/"+podB.Name, jsonPatch, jp("/metadata/labels", map[string]any{"x": "y"}), "rbac"),
+		R("B's pod", "pods", "delete", "delete B's pod", http.MethodDelete, podsPath+"/"+podB.Name, "", nil, "rbac"),
+		R("B's pod", "pods", "deletecollection", "delete every pod", http.MethodDelete, podsPath, "", nil, "rbac"),
+		R("node B", "nodes", "create", "register node B", http.MethodPost, "/api/v1/nodes", "", nodeObj, "rbac"),
+		R("node B", "nodes", "update", "rewrite node B", http.MethodPut, "/api/v1/nodes/"+b.node, "", nodeObj, "rbac"),
+		R("node B", "nodes", "patch (merge)", "relabel node B", http.MethodPatch, "/api/v1/nodes/"+b.node, merge, labels, "rbac"),
+		R("node B", "nodes", "patch (JSON)", "relabel node B", http.MethodPatch, "/api/v1/nodes/"+b.node, jsonPatch, jp("/metadata/labels", map[string]any{"x": "y"}), "rbac"),
+		R("node B", "nodes/status", "update", "mark node B NotReady", http.MethodPut, "/api/v1/nodes/"+b.node+"/status", "", nodeObj, "rbac"),
+		R("node B", "nodes", "delete", "delete node B", http.MethodDelete, "/api/v1/nodes/"+b.node, "", nil, "rbac"),
+		R("node B", "nodes", "deletecollection", "delete every node", http.MethodDelete, "/api/v1/nodes", "", nil, "rbac"),
+		R("node B", "leases", "create", "node B's heartbeat", http.MethodPost, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", "", lease, "rbac"),
+		R("node B", "leases", "update", "node B's heartbeat", http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+b.node, "", lease, "rbac"),
+		R("node B", "leases", "patch (merge)", "node B's heartbeat", http.MethodPatch, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+b.node, merge, labels, "rbac"),
+		R("node B", "leases", "delete", "node B's heartbeat", http.MethodDelete, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"+b.node, "", nil, "rbac"),
+		R("B's VM", "virtualmachineinstances", "create", "a VMI", http.MethodPost, "/apis/kubevirt.io/v1/namespaces/"+ns+"/virtualmachineinstances", "", vmi, "rbac"),
+		R("B's VM", "virtualmachineinstances", "update", "move B's VM", http.MethodPut, "/apis/kubevirt.io/v1/namespaces/"+ns+"/virtualmachineinstances/vm-b", "", vmi, "rbac"),
+		R("B's VM", "virtualmachineinstances", "patch (merge)", "move B's VM", http.MethodPatch, "/apis/kubevirt.io/v1/namespaces/"+ns+"/virtualmachineinstances/vm-b", merge, labels, "rbac"),
+		R("B's VM", "virtualmachineinstances/status", "patch (JSON)", "say B's VM runs on A", http.MethodPatch, "/apis/kubevirt.io/v1/namespaces/"+ns+"/virtualmachineinstances/vm-b/status", jsonPatch, jp("/status/nodeName", a.node), "rbac"),
+		R("B's VM", "virtualmachineinstances", "delete", "delete B's VM", http.MethodDelete, "/apis/kubevirt.io/v1/namespaces/"+ns+"/virtualmachineinstances/vm-b", "", nil, "rbac"),
+		R("B's VM", "virtualmachineinstances", "deletecollection", "delete every VMI", http.MethodDelete, "/apis/kubevirt.io/v1/namespaces/"+ns+"/virtualmachineinstances", "", nil, "rbac"),
+		// A's own objects: allowed.
+		R("A's pod", "ipreservations", "create", "reserve for its pod", http.MethodPost, resPath, "", ownRes, ""),
+		R("A's pod", "ipreservations", "delete", "release its pod's address", http.MethodDelete, resPath+"/"+ownRes.Name, "", nil, ""),
+		R("claim of A's VM", "ipreservations", "create", "reserve for its VM's claim", http.MethodPost, resPath, "", claimARes, ""),
+		S("claim of A's VM", "record it, ownerPod its pod", claimA, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+			s.IPs, s.OwnerPod = []string{"10.90.0.11/24"}, &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-a"}
+		}, ""),
+		R("claim of A's VM", "ipreservations", "create", "reserve once more (an ADD that will lose)", http.MethodPost, resPath, "", rollbackRes, ""),
+		R("claim of A's VM", "ipreservations", "delete", "roll back what it did not record", http.MethodDelete, resPath+"/"+rollbackRes.Name, "", nil, ""),
+		R("sticky claim of A's pod", "ipamclaims", "create", "its StatefulSet pod's sticky claim", http.MethodPost, claimsPath, "", clm(claims.NewStickyClaim(db1, "net1", network, stsRef(db1))), ""),
+		R("A's pod", "events", "create", "an Event about its pod", http.MethodPost, eventsPath, "", event("own-pod", podRef(podA)), ""),
+		R("A's pod", "events", "patch (merge)", "count it again", http.MethodPatch, eventsPath+"/own-pod", merge, map[string]any{"count": 2}, ""),
+		R("claim of A's VM", "events", "create", "an Event about its VM's claim", http.MethodPost, eventsPath, "", event("own-claim", claimRef(claimA)), ""),
+	}
+
+	var table strings.Builder
+	table.WriteString("| # | target (node B's unless A's) | resource | verb | attempt | want | got |\n|---|---|---|---|---|---|---|\n")
+	for i, r := range rows {
+		if r.bodyFn != nil {
+			r.body = r.bodyFn()
+		}
+		got := refusalRule(send(ctx, rc, r.attack))
+		want, shown := r.rule, got
+		if want == "" {
+			want = "allowed"
+		}
+		if shown == "" {
+			shown = "allowed"
+		}
+		mark := ""
+		if got != r.rule {
+			mark = " **FAIL**"
+			t.Errorf("row %d (%s %s %s: %s): got %s, want %s", i+1, r.verb, r.resource, r.target, r.what, shown, want)
+		}
+		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s%s |\n", i+1, r.target, r.resource, r.verb, r.what, want, shown, mark)
+	}
+	t.Logf("attack matrix, agent of node %s against node %s:\n%s", a.node, b.node, table.String())
+
+	// What the refusals left: B's objects as B wrote them.
+	for _, r := range []*tenurev1alpha1.IPReservation{resB, resClaimB, resMoved} {
+		got := &tenurev1alpha1.IPReservation{}
+		if err := admin.Get(ctx, client.ObjectKey{Name: r.Name}, got); err != nil || got.UID != r.UID {
+			t.Errorf("reservation %s: %v (uid %s, want %s)", r.Name, err, got.UID, r.UID)
+		}
+	}
+	if st := getClaim(t, ctx, admin, ns, claimB.Name).Status; st.OwnerPod == nil || st.OwnerPod.Name != "launcher-b" || strings.Join(st.IPs, ",") != "10.90.0.2/24" {
+		t.Errorf("B's VM's claim status: %+v", st)
+	}
+	if st := getClaim(t, ctx, admin, ns, unused.Name).Status; len(st.IPs) > 0 || len(st.DelegatedPrefixes) > 0 || st.OwnerPod != nil {
+		t.Errorf("the unused claim's status: %+v", st)
+	}
+	if ev := (&corev1.Event{}); admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: evB.Name}, ev) != nil || ev.Message != "B's own" || ev.InvolvedObject.Name != podB.Name {
+		t.Errorf("B's Event: %+v", ev)
+	}
+}
+
+func webhookConfigObject(t *testing.T, ctx context.Context) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	t.Helper()
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := apiClient(t).Get(ctx, client.ObjectKey{Name: "tenure-agent-node-restriction"}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	return vwc
+}
+
+// waitWebhookGone waits until the API server no longer calls the webhook
+// for agent a: a claim the agent never creates is allowed (dry run).
+func waitWebhookGone(t *testing.T, ctx context.Context, a nodeAgent) {
+	t.Helper()
+	probe := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.AgentNamespace, Name: "webhook-gone-probe"},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "probe", Interface: "net1"}}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return a.c.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil, nil
+	}); err != nil {
+		t.Fatal("the API server still calls the webhook after its configuration was deleted")
+	}
+}
