@@ -8,13 +8,16 @@ package chaos_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"github.com/go-logr/logr"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -22,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,7 +66,12 @@ func TestMain(m *testing.M) {
 
 // faultyProxy forwards to the API server and, per request, drops the
 // connection with probability drop or delays the request by up to
-// maxDelay with probability delay.
+// maxDelay with probability delay. Two faults aim at reservation creates:
+// DropAfterCommit lets the API server commit a create and resets the
+// caller's connection before the answer reaches it, and OnCreate runs a
+// function (kill -9 of kube-apiserver) while a create is in flight. When
+// the API server fails under a request, the caller's connection is reset,
+// as a direct connection to it would be.
 type faultyProxy struct {
 	srv         *httptest.Server
 	mu          sync.Mutex
@@ -72,9 +81,23 @@ type faultyProxy struct {
 	on          atomic.Bool
 
 	delayed, dropped, forwarded atomic.Int64
+
+	creates         atomic.Int64 // reservation creates forwarded
+	dropCommits     atomic.Int64 // creates still to drop after their commit
+	createHook      atomic.Pointer[func(inFlight int64)]
+	createsInFlight atomic.Int64
+	// droppedAfterCommit: creates the API server answered 201 whose
+	// answer was replaced by a reset.
+	droppedAfterCommit atomic.Int64
 }
 
 func newFaultyProxy(t *testing.T, upstream *rest.Config, seed uint64) *faultyProxy {
+	return newProxy(t, upstream, seed, 0.3, 0.1)
+}
+
+// newProxy is a faultyProxy with the given probabilities of delay and drop
+// (0, 0: the create faults only).
+func newProxy(t *testing.T, upstream *rest.Config, seed uint64, delay, drop float64) *faultyProxy {
 	t.Helper()
 	target, err := url.Parse(upstream.Host)
 	if err != nil {
@@ -86,11 +109,12 @@ func newFaultyProxy(t *testing.T, upstream *rest.Config, seed uint64) *faultyPro
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultyProxy{rnd: rand.New(rand.NewPCG(seed, seed^0x5eed)), delay: 0.3, drop: 0.1, maxDelay: 2 * time.Second}
+	p := &faultyProxy{rnd: rand.New(rand.NewPCG(seed, seed^0x5eed)), delay: delay, drop: drop, maxDelay: 2 * time.Second}
 	p.on.Store(true)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport
 	rp.FlushInterval = -1 // watches stream
+	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { reset(w) }
 	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p.on.Load() {
 			p.mu.Lock()
@@ -116,12 +140,88 @@ func newFaultyProxy(t *testing.T, upstream *rest.Config, seed uint64) *faultyPro
 			}
 		}
 		p.forwarded.Add(1)
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/ipreservations") {
+			p.creates.Add(1)
+			n := p.createsInFlight.Add(1)
+			defer p.createsInFlight.Add(-1)
+			if hook := p.createHook.Swap(nil); hook != nil {
+				go (*hook)(n)
+			}
+			if p.takeDropCommit() {
+				p.forwardThenReset(w, r, target, transport)
+				return
+			}
+		}
 		rp.ServeHTTP(w, r)
 	}))
 	p.srv.EnableHTTP2 = false // one request per connection drop, as a flaky link would
 	p.srv.StartTLS()
 	t.Cleanup(p.srv.Close)
 	return p
+}
+
+// DropAfterCommit arms the proxy to drop the answers of the next n
+// reservation creates the API server commits.
+func (p *faultyProxy) DropAfterCommit(n int64) { p.dropCommits.Add(n) }
+
+// OnCreate arms the proxy to run f once, as the next reservation create is
+// forwarded, with the number of creates then in flight.
+func (p *faultyProxy) OnCreate(f func(inFlight int64)) { p.createHook.Store(&f) }
+
+func (p *faultyProxy) takeDropCommit() bool {
+	for {
+		n := p.dropCommits.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.dropCommits.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// forwardThenReset sends r to the API server and, when it answers 201
+// (committed), resets the caller's connection instead of answering. Any
+// other answer is passed on, and the drop stays armed for a later create.
+func (p *faultyProxy) forwardThenReset(w http.ResponseWriter, r *http.Request, target *url.URL, transport http.RoundTripper) {
+	out := r.Clone(r.Context())
+	out.URL.Scheme, out.URL.Host, out.Host, out.RequestURI = target.Scheme, target.Host, target.Host, ""
+	resp, err := transport.RoundTrip(out)
+	if err != nil {
+		p.dropCommits.Add(1)
+		reset(w)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusCreated {
+		p.droppedAfterCommit.Add(1)
+		reset(w)
+		return
+	}
+	p.dropCommits.Add(1)
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// reset closes the caller's connection with a TCP reset, unanswered.
+func reset(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler)
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*tls.Conn); ok {
+		if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
+			_ = tcp.SetLinger(0)
+		}
+	}
+	_ = conn.Close()
 }
 
 // via rewrites the kubeconfig at path to reach the API server through the
