@@ -194,16 +194,24 @@ func burst(ctx context.Context, t *testing.T, c client.Client, cp *controlplane.
 	createsBefore := proxy.creates.Load()
 	armCtx, disarm := context.WithCancel(ctx)
 	defer disarm()
+	var armMu sync.Mutex
+	armed := false
 	go func() {
 		if wait.PollUntilContextCancel(armCtx, time.Millisecond, true, func(context.Context) (bool, error) {
 			return proxy.creates.Load()-createsBefore >= killAt, nil
 		}) != nil {
 			return
 		}
+		armMu.Lock()
+		defer armMu.Unlock()
+		if armCtx.Err() != nil {
+			return
+		}
 		proxy.OnCreate(func(inFlight int64) {
 			killInFlight.Store(inFlight)
 			killed <- cp.Crash(ctx, "kube-apiserver")
 		})
+		armed = true
 	}()
 
 	start := time.Now()
@@ -244,15 +252,15 @@ func burst(ctx context.Context, t *testing.T, c client.Client, cp *controlplane.
 	})
 	burstTook := time.Since(start)
 	disarm()
+	armMu.Lock()
+	wasArmed := armed
+	armMu.Unlock()
 	var killErr error
-	select {
-	case killErr = <-killed:
+	switch {
+	case !wasArmed || proxy.createHook.Swap(nil) != nil:
+		t.Errorf("kube-apiserver was never killed: the burst made fewer than %d creates", killAt+1)
 	default:
-		if proxy.createHook.Swap(nil) == nil {
-			killErr = <-killed // it fired as the burst ended
-		} else {
-			t.Errorf("kube-apiserver was never killed: the burst made fewer than %d creates", killAt+1)
-		}
+		killErr = <-killed
 	}
 	if killErr != nil {
 		t.Fatalf("restarting kube-apiserver: %v", killErr)

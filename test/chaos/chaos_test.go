@@ -54,8 +54,9 @@ const patience = 15 * time.Second
 // and restarts it, crashes kube-apiserver or etcd (SIGKILL and restart),
 // pauses an agent (SIGSTOP) past the runtime's patience, lets the API
 // server commit a reservation create and resets the agent's connection
-// before the answer (the agents reach the API server through a proxy), and
-// kill -9s kube-apiserver while a reservation create is in flight. The
+// before the answer (the agents reach the API server through a proxy),
+// kill -9s kube-apiserver while a reservation create is in flight, and
+// kill -9s it once a create is committed, before the answer. The
 // first faults are every kind once, in a seeded order, and the run lasts
 // until each has happened; then faults are drawn at random. Every run
 // prints its seed (-chaos.seed reproduces the schedule of operations and
@@ -564,7 +565,7 @@ func TestChaos(t *testing.T) {
 	// The fault injector. Each kind happens at least once, in a seeded
 	// order, before any is drawn at random; the workers run until then.
 	kinds := []string{"kill-agent", "kill-controller", "crash-apiserver", "crash-etcd", "pause-agent",
-		"drop-after-commit", "kill-apiserver-in-create"}
+		"drop-after-commit", "kill-apiserver-in-create", "kill-apiserver-after-commit"}
 	rndMu.Lock()
 	firstRound := rnd.Perm(len(kinds))
 	rndMu.Unlock()
@@ -575,6 +576,29 @@ func TestChaos(t *testing.T) {
 		return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			return fired(), nil
 		}) == nil
+	}
+	// killed waits for a kill the proxy was armed with to have run and
+	// restarted kube-apiserver; disarm reports whether it had not fired.
+	killed := func(done chan error, disarm func() bool) bool {
+		var err error
+		fired := armed(func() bool {
+			select {
+			case err = <-done:
+				return true
+			default:
+				return false
+			}
+		})
+		if !fired {
+			if disarm() {
+				return false
+			}
+			err = <-done // it fired as the wait ended
+		}
+		if err != nil {
+			violation("restarting kube-apiserver: %v", err)
+		}
+		return true
 	}
 	wg.Add(1)
 	go func() {
@@ -647,24 +671,13 @@ func TestChaos(t *testing.T) {
 					count(faults, fmt.Sprintf("creates-in-flight-at-kill-%d", min(inFlight, 3)))
 					done <- cp.Crash(ctx, "kube-apiserver")
 				})
-				var err error
-				if armed(func() bool {
-					select {
-					case err = <-done:
-						return true
-					default:
-						return false
-					}
-				}) {
-					if err != nil {
-						violation("restarting kube-apiserver: %v", err)
-					}
+				if killed(done, func() bool { return proxy.createHook.Swap(nil) != nil }) {
 					count(faults, kind)
-				} else if proxy.createHook.Swap(nil) == nil {
-					// It fired as the wait ended.
-					if err := <-done; err != nil {
-						violation("restarting kube-apiserver: %v", err)
-					}
+				}
+			case "kill-apiserver-after-commit":
+				done := make(chan error, 1)
+				proxy.AfterCommit(func() { done <- cp.Crash(ctx, "kube-apiserver") })
+				if killed(done, func() bool { return proxy.commitHook.Swap(nil) != nil }) {
 					count(faults, kind)
 				}
 			}

@@ -66,10 +66,12 @@ func TestMain(m *testing.M) {
 
 // faultyProxy forwards to the API server and, per request, drops the
 // connection with probability drop or delays the request by up to
-// maxDelay with probability delay. Two faults aim at reservation creates:
-// DropAfterCommit lets the API server commit a create and resets the
-// caller's connection before the answer reaches it, and OnCreate runs a
-// function (kill -9 of kube-apiserver) while a create is in flight. When
+// maxDelay with probability delay. Three faults aim at reservation
+// creates: DropAfterCommit lets the API server commit a create and resets
+// the caller's connection before the answer reaches it; AfterCommit does
+// the same and runs a function (kill -9 of kube-apiserver) in between; and
+// OnCreate runs a function while a create is in flight, its outcome
+// unknown. When
 // the API server fails under a request, the caller's connection is reset,
 // as a direct connection to it would be.
 type faultyProxy struct {
@@ -85,6 +87,7 @@ type faultyProxy struct {
 	creates         atomic.Int64 // reservation creates forwarded
 	dropCommits     atomic.Int64 // creates still to drop after their commit
 	createHook      atomic.Pointer[func(inFlight int64)]
+	commitHook      atomic.Pointer[func()]
 	createsInFlight atomic.Int64
 	// droppedAfterCommit: creates the API server answered 201 whose
 	// answer was replaced by a reset.
@@ -147,8 +150,18 @@ func newProxy(t *testing.T, upstream *rest.Config, seed uint64, delay, drop floa
 			if hook := p.createHook.Swap(nil); hook != nil {
 				go (*hook)(n)
 			}
+			if hook := p.commitHook.Swap(nil); hook != nil {
+				if !p.forwardThenReset(w, r, target, transport, *hook) {
+					p.commitHook.CompareAndSwap(nil, hook)
+				}
+				return
+			}
 			if p.takeDropCommit() {
-				p.forwardThenReset(w, r, target, transport)
+				if p.forwardThenReset(w, r, target, transport, nil) {
+					p.droppedAfterCommit.Add(1)
+				} else {
+					p.dropCommits.Add(1)
+				}
 				return
 			}
 		}
@@ -180,30 +193,38 @@ func (p *faultyProxy) takeDropCommit() bool {
 	}
 }
 
+// AfterCommit arms the proxy to run f once the API server has committed
+// the next reservation create (answered 201), then reset the caller's
+// connection: the caller never learns the outcome. f runs before the
+// reset, so kill -9 of kube-apiserver there leaves the caller a server
+// that restarted while its create was unanswered.
+func (p *faultyProxy) AfterCommit(f func()) { p.commitHook.Store(&f) }
+
 // forwardThenReset sends r to the API server and, when it answers 201
-// (committed), resets the caller's connection instead of answering. Any
-// other answer is passed on, and the drop stays armed for a later create.
-func (p *faultyProxy) forwardThenReset(w http.ResponseWriter, r *http.Request, target *url.URL, transport http.RoundTripper) {
+// (committed), runs before (if set) and resets the caller's connection
+// instead of answering: true. Any other answer is passed on: false.
+func (p *faultyProxy) forwardThenReset(w http.ResponseWriter, r *http.Request, target *url.URL, transport http.RoundTripper, before func()) bool {
 	out := r.Clone(r.Context())
 	out.URL.Scheme, out.URL.Host, out.Host, out.RequestURI = target.Scheme, target.Host, target.Host, ""
 	resp, err := transport.RoundTrip(out)
 	if err != nil {
-		p.dropCommits.Add(1)
 		reset(w)
-		return
+		return false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusCreated {
-		p.droppedAfterCommit.Add(1)
+		if before != nil {
+			before()
+		}
 		reset(w)
-		return
+		return true
 	}
-	p.dropCommits.Add(1)
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+	return false
 }
 
 // reset closes the caller's connection with a TCP reset, unanswered.
