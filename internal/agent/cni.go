@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
@@ -240,11 +241,11 @@ func (a *Agent) owner(at *attachment) tenurev1alpha1.ReservationOwner {
 
 func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, error) {
 	tmpl := allocator.Template{Owner: a.owner(at), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
-	var existing []*tenurev1alpha1.IPReservation
-	for _, r := range a.store.ByAttachment(at.req.ContainerID, at.req.IfName) {
-		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && r.Spec.Owner.UID == tmpl.Owner.UID {
-			existing = append(existing, r)
-		}
+	// A fresh cache that holds nothing for the attachment is believed (a
+	// first ADD costs no read); a cache that may lag is read past.
+	existing, err := a.attachmentHolds(ctx, at.req.ContainerID, at.req.IfName, tmpl.Owner.UID, !a.store.Fresh(), true)
+	if err != nil {
+		return nil, err
 	}
 	var held []heldSlot
 	var created []*tenurev1alpha1.IPReservation
@@ -268,6 +269,63 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 		held = append(held, heldSlot{s, r})
 	}
 	return held, nil
+}
+
+// attachmentHolds returns the pod-owned reservations of one attachment
+// (of pod UID podUID; "" when unknown): the local cache's, or with live
+// the API server's (a list by the owner-UID label, or by this node's label
+// when the pod UID is unknown). Creates of the attachment whose outcome is
+// unknown (Store.Uncertain) are settled first by live reads; with
+// recreate (ADD) a name found free is created again, so a create still in
+// flight cannot commit beside it. One that cannot be settled in time is a
+// retryable error.
+func (a *Agent) attachmentHolds(ctx context.Context, containerID, ifName, podUID string, live, recreate bool) ([]*tenurev1alpha1.IPReservation, error) {
+	ours := func(r *tenurev1alpha1.IPReservation) bool {
+		o := r.Spec.Owner
+		return o.Kind == tenurev1alpha1.OwnerPod && o.ContainerID == containerID && o.Interface == ifName && (podUID == "" || o.UID == podUID)
+	}
+	var out, unsettled []*tenurev1alpha1.IPReservation
+	for _, r := range a.store.ByAttachment(containerID, ifName) {
+		if !ours(r) {
+			continue
+		}
+		if u, ok := a.store.Uncertain(r.Name); ok {
+			unsettled = append(unsettled, u)
+			continue
+		}
+		if !live {
+			out = append(out, r)
+		}
+	}
+	if live {
+		sel := client.MatchingLabels{reservation.LabelOwnerUID: podUID}
+		if podUID == "" {
+			sel = client.MatchingLabels{reservation.LabelNode: reservation.NodeLabel(a.node)}
+		}
+		list := &tenurev1alpha1.IPReservationList{}
+		if err := a.client.List(ctx, list, sel); err != nil {
+			return nil, codedf(types.ErrTryAgainLater, err, "reading what container %s interface %s holds from the API server", containerID, ifName)
+		}
+		for i := range list.Items {
+			r := &list.Items[i]
+			if _, ok := a.store.Uncertain(r.Name); ok || !ours(r) {
+				continue // settled below
+			}
+			out = append(out, r)
+		}
+	}
+	for _, u := range unsettled {
+		r, err := a.alloc.Settle(ctx, u, recreate)
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// Someone else's: the create did not commit for this attachment.
+		case err != nil:
+			return nil, codedf(types.ErrTryAgainLater, err, "container %s interface %s: an earlier create of %s is unsettled", containerID, ifName, u.Name)
+		case r != nil:
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 func firstHeld(rs []*tenurev1alpha1.IPReservation, s slot) *tenurev1alpha1.IPReservation {
@@ -305,12 +363,22 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 			a.dataplane.Detached()
 		}
 	}()
-	for _, r := range a.store.ByAttachment(req.ContainerID, req.IfName) {
-		if r.Spec.Owner.Kind != tenurev1alpha1.OwnerPod {
-			continue // claim-owned: released only when the claim goes
-		}
+	// DEL answers success only when the attachment holds nothing: a cache
+	// that may lag, or that holds nothing for it, is read past.
+	podUID := ""
+	if args, err := parseCNIArgs(req.Args); err == nil {
+		podUID = args.UID
+	}
+	cached := a.store.ByAttachment(req.ContainerID, req.IfName)
+	live := !a.store.Fresh() || len(cached) == 0
+	held, err := a.attachmentHolds(ctx, req.ContainerID, req.IfName, podUID, live, false)
+	if err != nil {
+		return err
+	}
+	for _, r := range held {
+		// Claim-owned ones are not listed: released only when the claim goes.
 		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
-			return err
+			return codedf(types.ErrTryAgainLater, err, "releasing %s of container %s interface %s", r.Name, req.ContainerID, req.IfName)
 		}
 		released = true
 	}
@@ -354,6 +422,9 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	}
 	have := map[netip.Addr]bool{}
 	for _, r := range held {
+		if _, unsettled := a.store.Uncertain(r.Name); unsettled {
+			continue // not known to exist
+		}
 		if r.Spec.Kind == tenurev1alpha1.KindAddress {
 			if p, err := reservation.ParseItem(r.Spec.Address); err == nil {
 				have[p.Addr()] = true
@@ -399,6 +470,18 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 		key := o.ContainerID + "/" + o.Interface
 		if valid[key] || a.locks.held(key) {
 			continue
+		}
+		if u, ok := a.store.Uncertain(r.Name); ok {
+			// Deleted by name only once it is known to be this one.
+			cur, err := a.alloc.Settle(ctx, u, false)
+			if apierrors.IsAlreadyExists(err) || (err == nil && cur == nil) {
+				continue
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r = cur
 		}
 		a.log.Info("GC releases a reservation of a gone attachment", "reservation", r.Name, "containerID", o.ContainerID, "ifName", o.Interface)
 		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {

@@ -130,6 +130,12 @@ type Store interface {
 	Confirm(r *tenurev1alpha1.IPReservation)
 	// Forget drops an assumption whose Create failed.
 	Forget(name string)
+	// MarkUncertain keeps r's name set aside for r's owner after a Create
+	// whose outcome is unknown and could not be settled in time.
+	MarkUncertain(r *tenurev1alpha1.IPReservation)
+	// Uncertain returns the reservation an unsettled Create of that name
+	// was to make, if there is one.
+	Uncertain(name string) (*tenurev1alpha1.IPReservation, bool)
 	// MarkTakenElsewhere records a Create refused as AlreadyExists.
 	MarkTakenElsewhere(name string)
 	// Released records a delete of ours.
@@ -146,6 +152,10 @@ type Factory struct {
 	Quorum client.Reader
 	// Node seeds where the search starts, so nodes rarely race.
 	Node string
+	// SettleTimeout bounds how long a Create whose outcome is unknown is
+	// settled by live reads before the call answers ErrUnsettled
+	// (DefaultSettleTimeout when 0; the call's own deadline when sooner).
+	SettleTimeout time.Duration
 	// QuorumInterval is the least time between two quorum lists of one
 	// network (DefaultQuorumInterval when 0): a full network retried by
 	// many pods costs one list per interval, not one per ADD. What the
@@ -162,6 +172,11 @@ type Factory struct {
 
 // DefaultQuorumInterval is Factory.QuorumInterval's default.
 const DefaultQuorumInterval = 5 * time.Second
+
+// DefaultSettleTimeout is Factory.SettleTimeout's default: well inside a
+// runtime's patience for one CNI call (minutes), long enough to ride out
+// an API server restart.
+const DefaultSettleTimeout = 20 * time.Second
 
 // HeldIndex is what a Store may offer besides: the addresses its cache
 // holds per network, as runs, so a search jumps over a taken run in one
@@ -283,7 +298,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 		if fresh {
 			a.watchWhole(ctx)
 		}
-		return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
+		return a.full(ctx, q, t)
 	}
 	// A list reused from an earlier call says nothing of what was created
 	// since, which the cache may hold: only a fresh one may overrule the
@@ -293,7 +308,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	// the pass, and the Create decides.
 	if fresh || widened {
 		taken = func(obj *tenurev1alpha1.IPReservation) bool {
-			if q.held[obj.Name] {
+			if _, ok := q.held[obj.Name]; ok {
 				return true
 			}
 			if fresh {
@@ -303,6 +318,35 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 		}
 		if created, err := a.firstFree(ctx, t, taken, false); created != nil || err != nil {
 			return created, err
+		}
+	}
+	return a.full(ctx, q, t)
+}
+
+// full answers an AllocateNext that found no free candidate: the FullError,
+// unless the template's attachment already holds a candidate of the space
+// (a reservation of an earlier attempt the caller's cache did not show):
+// then that reservation, read live. An attachment is never told a range
+// is full while it holds an address of it.
+func (a *allocator) full(ctx context.Context, q *quorumAnswer, t Template) (*tenurev1alpha1.IPReservation, error) {
+	for name, owner := range q.held {
+		if owner != t.Owner.UID {
+			continue
+		}
+		p, err := reservation.Parse(name)
+		if err != nil || p.IsPrefix != (a.space.Kind() == tenurev1alpha1.KindDelegatedPrefix) || !a.space.Contains(p.Prefix) {
+			continue
+		}
+		cur := &tenurev1alpha1.IPReservation{}
+		if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: name}, cur); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("reading %s, which the range's owner %s holds: %w", name, t.Owner.UID, err)
+		}
+		if o := cur.Spec.Owner; o.UID == t.Owner.UID && o.ContainerID == t.Owner.ContainerID && o.Interface == t.Owner.Interface {
+			a.f.Store.Confirm(cur)
+			return cur, nil
 		}
 	}
 	return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
@@ -434,7 +478,7 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 // quorumAnswer is one quorum list of a network: the names held then.
 type quorumAnswer struct {
 	at   time.Time
-	held map[string]bool
+	held map[string]string // name -> owner UID (its label)
 
 	mu     sync.Mutex
 	inSpan map[string]uint64 // by Space.String(): held names inside it
@@ -510,33 +554,153 @@ func (f *Factory) quorum(ctx context.Context, network string) (q *quorumAnswer, 
 	return fl.q, fl.listed, nil
 }
 
-func (f *Factory) quorumNames(ctx context.Context, network string) (map[string]bool, error) {
+func (f *Factory) quorumNames(ctx context.Context, network string) (map[string]string, error) {
 	// Metadata only: the names are the answer, and a full range of a large
 	// network is thousands of objects.
 	list := reservation.NewMetadataList()
 	if err := f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
 		return nil, fmt.Errorf("listing reservations of network %s: %w", network, err)
 	}
-	held := make(map[string]bool, len(list.Items))
+	held := make(map[string]string, len(list.Items))
 	for i := range list.Items {
-		held[list.Items[i].Name] = true
+		held[list.Items[i].Name] = list.Items[i].Labels[reservation.LabelOwnerUID]
 	}
 	return held, nil
 }
 
-// create writes obj, which the caller has assumed in the store.
+// create writes obj, which the caller has assumed in the store. A Create
+// the API server may have committed although no reply said so is settled
+// by live reads before it returns (settle).
 func (a *allocator) create(ctx context.Context, obj *tenurev1alpha1.IPReservation) (*tenurev1alpha1.IPReservation, error) {
 	if a.dryRun {
 		a.f.Store.Forget(obj.Name)
 		return obj, nil
 	}
 	created := obj.DeepCopy()
-	if err := a.f.Writer.Create(ctx, created); err != nil {
+	err := a.f.Writer.Create(ctx, created)
+	if err == nil {
+		a.f.Store.Confirm(created)
+		return created, nil
+	}
+	if Definite(err) || a.f.Quorum == nil {
 		a.f.Store.Forget(obj.Name)
 		return nil, err
 	}
-	a.f.Store.Confirm(created)
-	return created, nil
+	return a.f.settle(ctx, obj, err, true)
+}
+
+// Definite reports whether a write's error says the API server did not
+// write: an API status below 500 (AlreadyExists, Conflict, Forbidden,
+// Invalid, TooManyRequests, ...). Anything else (a transport error, EOF or
+// a reset after the request went out, a timeout, a 5xx) leaves the outcome
+// unknown: the object may exist although the reply was lost.
+func Definite(err error) bool {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		code := st.Status().Code
+		return code > 0 && code < 500
+	}
+	return false
+}
+
+// UnsettledError answers a call whose Create's outcome is unknown and could
+// not be read back within Factory.SettleTimeout. The name stays set aside
+// for its owner (Store.MarkUncertain), and the next call of the attachment
+// settles it first; the runtime should try again (CNI code 11).
+type UnsettledError struct {
+	Name string
+	Err  error
+}
+
+func (e *UnsettledError) Error() string {
+	return fmt.Sprintf("reservation %s: the answer to its create was lost and it could not be read back in time (%v); try again", e.Name, e.Err)
+}
+
+func (e *UnsettledError) Unwrap() error { return e.Err }
+
+// SameAttachment reports whether two reservations are owned by one
+// attachment: owner UID, container ID and interface.
+func SameAttachment(a, b *tenurev1alpha1.IPReservation) bool {
+	x, y := a.Spec.Owner, b.Spec.Owner
+	return x.UID == y.UID && x.ContainerID == y.ContainerID && x.Interface == y.Interface
+}
+
+// Settle finds out what became of a Create of obj whose outcome is unknown
+// (see settle); with recreate false a free name is answered (nil, nil)
+// and nothing is written.
+func (f *Factory) Settle(ctx context.Context, obj *tenurev1alpha1.IPReservation, recreate bool) (*tenurev1alpha1.IPReservation, error) {
+	return f.settle(ctx, obj, nil, recreate)
+}
+
+// settle reads obj's name live (a quorum GET, retried with backoff within
+// SettleTimeout and ctx):
+//   - it exists and belongs to obj's attachment: the Create committed, and
+//     that object is the answer;
+//   - it belongs to someone else: AlreadyExists, as if the Create had been
+//     refused, so the caller moves on;
+//   - it does not exist: the Create did not commit, or has not yet. With
+//     recreate it is sent again under the same name, so a first Create
+//     still in flight at the API server can only meet AlreadyExists, and
+//     the attachment never ends up with two items where it asked for one;
+//     without, (nil, nil).
+//
+// Out of time, the name stays marked as possibly obj's (MarkUncertain) and
+// the answer is an UnsettledError.
+func (f *Factory) settle(ctx context.Context, obj *tenurev1alpha1.IPReservation, cause error, recreate bool) (*tenurev1alpha1.IPReservation, error) {
+	timeout := f.SettleTimeout
+	if timeout <= 0 {
+		timeout = DefaultSettleTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	last := cause
+	for {
+		cur := &tenurev1alpha1.IPReservation{}
+		err := f.Quorum.Get(sctx, types.NamespacedName{Name: obj.Name}, cur)
+		switch {
+		case err == nil && SameAttachment(cur, obj):
+			f.Store.Confirm(cur)
+			return cur, nil
+		case err == nil:
+			f.Store.Forget(obj.Name)
+			f.Store.MarkTakenElsewhere(obj.Name)
+			return nil, apierrors.NewAlreadyExists(tenurev1alpha1.GroupVersion.WithResource("ipreservations").GroupResource(), obj.Name)
+		case apierrors.IsNotFound(err) && !recreate:
+			f.Store.Forget(obj.Name)
+			return nil, nil
+		case apierrors.IsNotFound(err):
+			created := obj.DeepCopy()
+			cerr := f.Writer.Create(sctx, created)
+			switch {
+			case cerr == nil:
+				f.Store.Confirm(created)
+				return created, nil
+			case apierrors.IsAlreadyExists(cerr):
+				continue // whose: read it
+			case Definite(cerr):
+				f.Store.Forget(obj.Name)
+				return nil, cerr
+			}
+			last = cerr
+		default:
+			last = err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-sctx.Done():
+			t.Stop()
+		}
+		if sctx.Err() != nil {
+			if last == nil {
+				last = sctx.Err()
+			}
+			f.Store.MarkUncertain(obj)
+			return nil, &UnsettledError{Name: obj.Name, Err: last}
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template) (*tenurev1alpha1.IPReservation, error) {
@@ -547,6 +711,15 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 		return nil, &ErrNotInRange{Item: reservation.ItemString(a.space.Kind(), item), ValidRange: a.space.String()}
 	}
 	obj := a.object(item, t)
+	if u, ok := a.f.Store.Uncertain(obj.Name); ok && SameAttachment(u, obj) && !a.dryRun && a.f.Quorum != nil {
+		// An earlier call's Create of this very item is unsettled: settle it
+		// first; its answer is this one's.
+		cur, err := a.f.settle(ctx, u, nil, true)
+		if !apierrors.IsAlreadyExists(err) {
+			return cur, err
+		}
+		return a.holder(ctx, obj, t)
+	}
 	if cur, ok := a.f.Store.Get(obj.Name); ok && cur.Spec.Owner.UID == t.Owner.UID && cur.UID != "" {
 		return cur, nil
 	}

@@ -79,19 +79,31 @@ type Store struct {
 	// clusterAdded is told each name the window adds (benchmarks time the
 	// fan-out with it); set before Run.
 	clusterAdded func(name string)
+
+	health health
 }
 
 type assumedEntry struct {
 	obj *tenurev1alpha1.IPReservation
 	at  time.Time
+	// uncertain: a Create of obj whose outcome no reply told (a transport
+	// error, a timeout, a 5xx) and no live read has settled yet. The name
+	// stays set aside for its owner until one does (Uncertain).
+	uncertain bool
 }
+
+// uncertainTTL bounds how long an unsettled Create stays set aside. Past
+// it, a committed object is long in the local cache (it carries this
+// node's label), and a stale cache is read past by the live list the
+// agent makes while Fresh is false.
+const uncertainTTL = 10 * time.Minute
 
 // New builds the store of node on a watching client. Call Run, then
 // WaitForSync.
 func New(c client.WithWatch, node string) *Store {
 	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]time.Time{}, wanted: map[string]time.Time{}}
 	s.win.Store(&window{held: &heldIndex{}, cancel: func() {}})
-	s.local = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
+	s.local = kube.NewInformer(&trackedClient{WithWatch: c, s: s}, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
 		indexAttachment: func(obj any) ([]string, error) {
 			r := obj.(*tenurev1alpha1.IPReservation)
 			if r.Spec.Owner.ContainerID == "" {
@@ -168,6 +180,14 @@ func (s *Store) observed(obj any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.assumed[name]
+	if ok && a.uncertain {
+		// The Create committed: the local cache now holds the object
+		// whole, and says whose it is.
+		if r, inLocal := s.localGet(name, uid); inLocal && sameAttachment(r, a.obj) {
+			delete(s.assumed, name)
+		}
+		return
+	}
 	if !ok || a.obj.UID != uid {
 		return
 	}
@@ -336,6 +356,34 @@ func (s *Store) Confirm(r *tenurev1alpha1.IPReservation) {
 	s.assumed[r.Name] = assumedEntry{obj: r, at: time.Now()}
 }
 
+// MarkUncertain keeps r's name set aside for r's owner after a Create
+// whose outcome is unknown, until a live read settles it (Settled) or the
+// local cache reports the object.
+func (s *Store) MarkUncertain(r *tenurev1alpha1.IPReservation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.released, r.Name)
+	s.assumed[r.Name] = assumedEntry{obj: r, at: time.Now(), uncertain: true}
+}
+
+// Uncertain returns the reservation an unsettled Create of that name was
+// to make, if there is one.
+func (s *Store) Uncertain(name string) (*tenurev1alpha1.IPReservation, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a, ok := s.assumed[name]; ok && a.uncertain {
+		return a.obj, true
+	}
+	return nil, false
+}
+
+// sameAttachment reports whether a and b are owned by one attachment:
+// owner UID, container ID and interface.
+func sameAttachment(a, b *tenurev1alpha1.IPReservation) bool {
+	x, y := a.Spec.Owner, b.Spec.Owner
+	return x.UID == y.UID && x.ContainerID == y.ContainerID && x.Interface == y.Interface
+}
+
 // Forget drops an assumption whose Create failed.
 func (s *Store) Forget(name string) {
 	s.mu.Lock()
@@ -472,7 +520,11 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 func (s *Store) expireLocked() {
 	now := time.Now()
 	for name, a := range s.assumed {
-		if now.Sub(a.at) > assumedTTL {
+		ttl := assumedTTL
+		if a.uncertain {
+			ttl = uncertainTTL
+		}
+		if now.Sub(a.at) > ttl {
 			delete(s.assumed, name)
 		}
 	}

@@ -51,10 +51,18 @@ type Client struct {
 	paused chan struct{} // closed on Resume; nil while events flow
 
 	creates, deletes, statusUpdates atomic.Int64
+	reservationLists                atomic.Int64
 
 	// BeforeCreate, when set, is called before every Create; an error it
 	// returns is the Create's answer and nothing is written.
 	BeforeCreate func(obj client.Object) error
+	// AfterCreate, when set, is called after every Create that was written;
+	// an error it returns is the Create's answer all the same (a reply
+	// lost after the commit).
+	AfterCreate func(obj client.Object) error
+	// BeforeDelete, when set, is called before every Delete; an error it
+	// returns is the Delete's answer and nothing is deleted.
+	BeforeDelete func(obj client.Object) error
 }
 
 // New returns a fake API holding objs.
@@ -72,6 +80,12 @@ func New(objs ...client.Object) *Client {
 		Create: c.create,
 		Delete: c.delete,
 		Watch:  c.watch,
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, whole := list.(*tenurev1alpha1.IPReservationList); whole {
+				c.reservationLists.Add(1)
+			}
+			return cl.List(ctx, list, opts...)
+		},
 		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			c.statusUpdates.Add(1)
 			return cl.SubResource(sub).Update(ctx, obj, opts...)
@@ -116,6 +130,10 @@ func (c *Client) IsWatchListSemanticsUnSupported() bool { return true }
 func (c *Client) Creates() int64       { return c.creates.Load() }
 func (c *Client) Deletes() int64       { return c.deletes.Load() }
 func (c *Client) StatusUpdates() int64 { return c.statusUpdates.Load() }
+
+// ReservationLists counts the lists of whole IPReservations (not of their
+// metadata) made through c.
+func (c *Client) ReservationLists() int64 { return c.reservationLists.Load() }
 
 // Pause holds every watch event (of open and new watches) until Resume.
 func (c *Client) Pause() {
@@ -163,10 +181,18 @@ func (c *Client) create(ctx context.Context, cl client.WithWatch, obj client.Obj
 		return err
 	}
 	c.creates.Add(1)
+	if c.AfterCreate != nil {
+		return c.AfterCreate(obj)
+	}
 	return nil
 }
 
 func (c *Client) delete(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+	if c.BeforeDelete != nil {
+		if err := c.BeforeDelete(obj); err != nil {
+			return err
+		}
+	}
 	var o client.DeleteOptions
 	o.ApplyOptions(opts)
 	if o.Preconditions != nil && o.Preconditions.UID != nil {

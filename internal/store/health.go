@@ -1,0 +1,211 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/watchlist"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenure-ipam/tenure/internal/reservation"
+)
+
+// health says whether the local cache (this node's reservations, what ADD
+// idempotency and DEL read) can be trusted to hold every reservation of
+// the node, given the store's ledger of its own writes.
+//
+// A watch resumed after the API server went away delivers what was missed,
+// but only once the reflector gets back to it: after a restart of
+// kube-apiserver its backoff leaves the cache up to half a minute behind.
+// So the cache is stale from the moment its watch breaks (a failed List or
+// Watch, a stream that ends before the timeout the reflector asked for, an
+// error event) until a live list of the node's reservations, made after a
+// new watch opened, is found wholly in the cache. A watch the API server
+// ends at its requested timeout is no break: the reflector resumes it from
+// the last resourceVersion and misses nothing.
+type health struct {
+	mu        sync.Mutex
+	stale     bool
+	breaks    uint64 // counts breaks: a check passes only if none came since it began
+	verifying bool
+}
+
+// Fresh reports whether the local cache is synced and has not broken
+// since it was last found whole. While it is false the agent asks the API
+// server what an attachment holds rather than the cache.
+func (s *Store) Fresh() bool {
+	if !s.local.HasSynced() {
+		return false
+	}
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	return !s.health.stale
+}
+
+// watchBroke marks the local cache stale.
+func (s *Store) watchBroke() {
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	s.health.stale = true
+	s.health.breaks++
+}
+
+// watchOpened starts the check that ends staleness, once per break.
+func (s *Store) watchOpened() {
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	if !s.health.stale || s.health.verifying {
+		return
+	}
+	s.winMu.Lock()
+	ctx := s.runCtx
+	s.winMu.Unlock()
+	if ctx == nil {
+		return
+	}
+	s.health.verifying = true
+	go s.verify(ctx)
+}
+
+// verify lists this node's reservations live and waits (a little) for the
+// local cache to hold every one of them with the same UID; then the cache
+// has caught up with the API server as of a moment after the break, and
+// the open watch keeps it so.
+func (s *Store) verify(ctx context.Context) {
+	defer func() {
+		s.health.mu.Lock()
+		s.health.verifying = false
+		s.health.mu.Unlock()
+	}()
+	for ctx.Err() == nil {
+		s.health.mu.Lock()
+		breaks := s.health.breaks
+		s.health.mu.Unlock()
+		list := reservation.NewMetadataList()
+		err := s.c.List(ctx, list, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
+		if err == nil {
+			deadline := time.Now().Add(3 * time.Second)
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if s.localHoldsAll(list.Items) {
+					s.health.mu.Lock()
+					done := s.health.breaks == breaks
+					if done {
+						s.health.stale = false
+					}
+					s.health.mu.Unlock()
+					if done {
+						return
+					}
+					break // broke again meanwhile: list again
+				}
+				sleep(ctx, 20*time.Millisecond)
+			}
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+}
+
+func (s *Store) localHoldsAll(items []metav1.PartialObjectMetadata) bool {
+	for i := range items {
+		m := &items[i]
+		if _, ok := s.localGet(m.Name, m.UID); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// trackedClient is the local informer's client: it tells the store when
+// the informer's List or Watch fails and when a watch ends early.
+type trackedClient struct {
+	client.WithWatch
+	s *Store
+}
+
+// IsWatchListSemanticsUnSupported passes on what the wrapped client says
+// (kubefake cannot stream a watch's initial events).
+func (t *trackedClient) IsWatchListSemanticsUnSupported() bool {
+	return watchlist.DoesClientNotSupportWatchListSemantics(t.WithWatch)
+}
+
+func (t *trackedClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	relist := t.s.local != nil && t.s.local.HasSynced()
+	err := t.WithWatch.List(ctx, list, opts...)
+	if err != nil || relist {
+		t.s.watchBroke()
+	}
+	return err
+}
+
+func (t *trackedClient) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	w, err := t.WithWatch.Watch(ctx, list, opts...)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.s.watchBroke()
+		}
+		return nil, err
+	}
+	var timeout time.Duration
+	for _, o := range opts {
+		if lo, ok := o.(*client.ListOptions); ok && lo.Raw != nil && lo.Raw.TimeoutSeconds != nil {
+			timeout = time.Duration(*lo.Raw.TimeoutSeconds) * time.Second
+		}
+	}
+	tw := &trackedWatch{inner: w, out: make(chan watch.Event), stop: make(chan struct{}), s: t.s, started: time.Now(), timeout: timeout}
+	go tw.run(ctx)
+	t.s.watchOpened()
+	return tw, nil
+}
+
+type trackedWatch struct {
+	inner    watch.Interface
+	out      chan watch.Event
+	stop     chan struct{}
+	stopOnce sync.Once
+	s        *Store
+	started  time.Time
+	timeout  time.Duration
+}
+
+func (w *trackedWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *trackedWatch) Stop() {
+	w.stopOnce.Do(func() { close(w.stop) })
+	w.inner.Stop()
+}
+
+func (w *trackedWatch) run(ctx context.Context) {
+	defer close(w.out)
+	for ev := range w.inner.ResultChan() {
+		if ev.Type == watch.Error {
+			w.s.watchBroke()
+		}
+		select {
+		case w.out <- ev:
+		case <-w.stop:
+			return
+		}
+	}
+	select {
+	case <-w.stop:
+		return // the reflector ended it
+	default:
+	}
+	// The API server ends a watch at the timeout the reflector asked for
+	// (a second's slack); anything sooner is a broken stream.
+	if ctx.Err() == nil && (w.timeout == 0 || time.Since(w.started) < w.timeout-time.Second) {
+		w.s.watchBroke()
+	}
+}
