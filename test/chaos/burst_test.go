@@ -189,7 +189,7 @@ func burst(ctx context.Context, t *testing.T, c client.Client, cp *controlplane.
 
 	// The kill: once killAt creates of this run have been forwarded, the
 	// next one triggers it while it is in flight.
-	var killInFlight atomic.Int64
+	var killedAt atomic.Int64 // the run's create that was in flight at the kill
 	killed := make(chan error, 1)
 	createsBefore := proxy.creates.Load()
 	armCtx, disarm := context.WithCancel(ctx)
@@ -207,8 +207,8 @@ func burst(ctx context.Context, t *testing.T, c client.Client, cp *controlplane.
 		if armCtx.Err() != nil {
 			return
 		}
-		proxy.OnCreate(func(inFlight int64) {
-			killInFlight.Store(inFlight)
+		proxy.OnCreate(func(create int64) {
+			killedAt.Store(create - createsBefore)
 			killed <- cp.Crash(ctx, "kube-apiserver")
 		})
 		armed = true
@@ -359,9 +359,9 @@ func burst(ctx context.Context, t *testing.T, c client.Client, cp *controlplane.
 	sort.Strings(falseFull)
 	sort.Strings(orphans)
 	slices.Sort(left)
-	t.Logf("run %d: %d ADDs in %v, kube-apiserver killed with %d creates in flight after %d creates; %d answered an address, %d full, %d ADDs run again in their sandbox; "+
+	t.Logf("run %d: %d ADDs in %v, kube-apiserver killed as create %d of the run was forwarded (%d already had been); %d answered an address, %d full, %d ADDs run again in their sandbox; "+
 		"duplicates %d, sandboxes with two reservations of a family %d, false full %d, orphans %d, reservations left after every DEL answered success %d",
-		run, burstPods, burstTook.Round(time.Millisecond), killInFlight.Load(), killAt, answered, fulls, retries,
+		run, burstPods, burstTook.Round(time.Millisecond), killedAt.Load(), killAt, answered, fulls, retries,
 		len(duplicates), len(doubles), len(falseFull), len(orphans), len(left))
 	for _, d := range duplicates {
 		t.Errorf("duplicate: %s", d)
