@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"context"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -44,6 +45,8 @@ type FaultProxy struct {
 	withheld []Withheld
 	// onWithheld sees each of them before the client's reset.
 	onWithheld func(Withheld)
+	// watches cancel the watches being forwarded.
+	watches map[*http.Request]context.CancelFunc
 }
 
 // Withheld is an answer the proxy did not pass on.
@@ -65,7 +68,7 @@ func NewFaultProxy(upstream *rest.Config) (*FaultProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &FaultProxy{}
+	p := &FaultProxy{watches: map[*http.Request]context.CancelFunc{}}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport
 	rp.FlushInterval = -1 // watches stream
@@ -86,7 +89,21 @@ func NewFaultProxy(upstream *rest.Config) (*FaultProxy, error) {
 			}
 			reset(w)
 		default:
-			rp.ServeHTTP(w, r)
+			if !IsWatch(r) {
+				rp.ServeHTTP(w, r)
+				return
+			}
+			ctx, cancel := context.WithCancel(r.Context())
+			p.mu.Lock()
+			p.watches[r] = cancel
+			p.mu.Unlock()
+			defer func() {
+				p.mu.Lock()
+				delete(p.watches, r)
+				p.mu.Unlock()
+				cancel()
+			}()
+			rp.ServeHTTP(w, r.WithContext(ctx))
 		}
 	}))
 	p.srv.EnableHTTP2 = false
@@ -138,6 +155,20 @@ func (p *FaultProxy) SetOnWithheld(f func(Withheld)) {
 	p.onWithheld = f
 	p.mu.Unlock()
 }
+
+// BreakWatches ends every watch being forwarded, mid-stream, as an API
+// server that goes away does. Whether the clients can watch again is up to
+// Decide.
+func (p *FaultProxy) BreakWatches() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cancel := range p.watches {
+		cancel()
+	}
+}
+
+// IsWatch reports whether r is a watch.
+func IsWatch(r *http.Request) bool { return r.URL.Query().Get("watch") == "true" }
 
 // Withheld returns the answers ForwardThenReset has kept from clients.
 func (p *FaultProxy) Withheld() []Withheld {

@@ -89,8 +89,10 @@ func withheldCreate(t *testing.T, p *testbed.FaultProxy) *tenurev1alpha1.IPReser
 // container gets the same address:
 //   - read back in time: the ADD itself answers the committed address;
 //   - not readable in time (the proxy refuses every read of the name
-//     longer than the agent settles for): the ADD answers code 11, and
-//     the retry, once the API server answers, gets that address.
+//     longer than the agent settles for) while the agent's watches are
+//     broken, so its cache never shows the reservation: the ADD answers
+//     code 11, and the retry, once the API server answers reads, gets that
+//     address.
 func TestAmbiguousCreateRetrySameAddress(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	c := apiClient(t)
@@ -130,15 +132,21 @@ func TestAmbiguousCreateRetrySameAddress(t *testing.T) {
 		}
 	})
 
-	t.Run("unsettled then retried", func(t *testing.T) {
+	// As the issue saw it: the API server goes away mid-create, so the
+	// agent's watches break and cannot reopen for a while, and its cache
+	// never shows the committed reservation before the retry.
+	t.Run("unsettled while the cache lags, then retried", func(t *testing.T) {
 		var created, refusing atomic.Bool
 		refusing.Store(true)
 		proxy.SetDecide(func(r *http.Request) testbed.Fault {
+			if testbed.IsWatch(r) {
+				return testbed.Reset
+			}
 			if testbed.IsCreateOf(r, "ipreservations") && created.CompareAndSwap(false, true) {
 				return testbed.ForwardThenReset
 			}
 			// Reads of one reservation by name, and creates: what settling
-			// does. Lists and watches pass.
+			// does. Lists pass.
 			byName := strings.Contains(r.URL.Path, "/ipreservations/")
 			if created.Load() && refusing.Load() && (byName || testbed.IsCreateOf(r, "ipreservations")) {
 				return testbed.Reset
@@ -146,6 +154,7 @@ func TestAmbiguousCreateRetrySameAddress(t *testing.T) {
 			return testbed.Forward
 		})
 		defer proxy.SetDecide(nil)
+		proxy.BreakWatches()
 		before := len(proxy.Withheld())
 		p := newPod(t, ctx, c, "e2e-lost", node, nil)
 		_, err := add(ctx, p, conf)
