@@ -244,8 +244,14 @@ func TestChaos(t *testing.T) {
 	call := func(cmd string, p *livePod) (*current.Result, error) {
 		cctx, ccancel := context.WithTimeout(ctx, patience)
 		defer ccancel()
+		config := conf(agentOf(p.node), p.requested)
+		if cmd == "CHECK" {
+			// The runtime's CHECK carries what the ADD answered.
+			config = []byte(strings.Replace(string(config), `"ipam":`,
+				fmt.Sprintf(`"prevResult":{"cniVersion":"1.1.0","ips":[{"address":"%s/26"}]},"ipam":`, p.address), 1))
+		}
 		out, err := testbed.ExecShim(cctx, bins.Shim, testbed.CNICall{Command: cmd, ContainerID: p.sandbox, IfName: "net1",
-			Args: testbed.PodArgs("chaos", p.name, p.uid), Config: conf(agentOf(p.node), p.requested)})
+			Args: testbed.PodArgs("chaos", p.name, p.uid), Config: config})
 		if err != nil || cmd != "ADD" {
 			return nil, err
 		}
@@ -530,10 +536,16 @@ func TestChaos(t *testing.T) {
 					if p := pickLive(); p != nil {
 						_, err := call("CHECK", p)
 						var cniErr *types.Error
-						if errors.As(err, &cniErr) && cniErr.Code == 103 {
+						switch {
+						case err == nil:
+							count(ops, "check")
+						case errors.As(err, &cniErr) && cniErr.Code == 103:
 							violation("CHECK of live %s: %s", p.name, cniErr.Msg)
+						case errors.As(err, &cniErr):
+							count(ops, fmt.Sprintf("check-failed-code-%d", cniErr.Code))
+						default:
+							count(ops, "check-failed-runtime-timeout")
 						}
-						count(ops, "check")
 						mu.Lock()
 						live[p.name] = p
 						mu.Unlock()
