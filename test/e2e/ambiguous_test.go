@@ -136,6 +136,12 @@ func TestAmbiguousCreateRetrySameAddress(t *testing.T) {
 	// agent's watches break and cannot reopen for a while, and its cache
 	// never shows the committed reservation before the retry.
 	t.Run("unsettled while the cache lags, then retried", func(t *testing.T) {
+		// One block (a /26) only, which a first ADD has the agent watch:
+		// the ADD under test needs no new watch, which the faults refuse.
+		conf := netconf("lost-b", agent.Socket, `{"range":"10.81.1.0/26","network_name":"lost-b"}`)
+		if _, err := add(ctx, newPod(t, ctx, c, "e2e-lost", node, nil), conf); err != nil {
+			t.Fatal(err)
+		}
 		var created, refusing atomic.Bool
 		refusing.Store(true)
 		proxy.SetDecide(func(r *http.Request) testbed.Fault {
