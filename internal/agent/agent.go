@@ -65,6 +65,8 @@ type Agent struct {
 	shutdown func()
 
 	locks keyedMutex
+	// requests bounds the bytes of CNI requests the socket holds at once.
+	requests *requestBudget
 
 	dataplane *agentDataplane
 	// holdings are the claims' reservations, as the dataplane reads them.
@@ -126,6 +128,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	c := opts.Client
 	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c, recorder: opts.Recorder, shutdown: func() {}}
+	a.requests = newRequestBudget(headBytes, headPoolBytes, tailPoolBytes)
 	a.store = store.New(c, opts.NodeName)
 	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Quorum: c, Node: opts.NodeName}
 	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
@@ -144,7 +147,13 @@ func New(opts Options) (*Agent, error) {
 			func() float64 { return float64(a.store.Rebuilds()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
 			Help: "Reservations in the agent's window: the blocks it allocates from and the networks it found full."},
-			func() float64 { return float64(a.store.Len()) }))
+			func() float64 { return float64(a.store.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
+			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},
+			func() float64 { return float64(a.requests.InFlight()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_requests_busy_total",
+			Help: "CNI requests answered \"try again\" (code 11) because the requests in flight filled the agent's byte budget."},
+			func() float64 { return float64(a.requests.busy.Load()) }))
 	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
 		a.dataplane.svc.Trigger()
 		a.triggerOwnerFollow()

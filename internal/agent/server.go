@@ -98,20 +98,34 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connLis
 	defer conn.Close()
 	var req cniwire.Request
 	var resp *Response
-	body := &io.LimitedReader{R: br, N: cniwire.MaxMessage + 1}
+	ch := &charge{b: a.requests}
+	defer ch.release()
+	body := &io.LimitedReader{R: &chargedReader{r: br, c: ch}, N: cniwire.MaxMessage + 1}
+	// Take in what a refused caller still sends (bounded by the read
+	// deadline, and charged to nothing), so that it reads the answer rather
+	// than a broken pipe.
+	drain := func() {
+		ch.release()
+		_, _ = io.Copy(io.Discard, io.LimitReader(br, 4*cniwire.MaxMessage))
+	}
 	if err := json.NewDecoder(body).Decode(&req); body.N <= 0 {
 		a.log.Warn("request over the size limit refused", "limit", cniwire.MaxMessage)
-		// Take in what the caller still sends (bounded by the read
-		// deadline), so that it reads this answer rather than a broken pipe.
-		_, _ = io.Copy(io.Discard, io.LimitReader(br, 4*cniwire.MaxMessage))
+		drain()
 		resp = &Response{Error: &types.Error{Code: types.ErrInvalidNetworkConfig,
 			Msg: fmt.Sprintf("request too large: over the tenure agent's limit of %d bytes", cniwire.MaxMessage)}}
+	} else if errors.Is(err, errBusy) {
+		a.requests.busy.Add(1)
+		a.log.Warn("request refused: the requests in flight fill the agent's budget", "limit", a.requests.limit)
+		drain()
+		resp = &Response{Error: &types.Error{Code: types.ErrTryAgainLater,
+			Msg: fmt.Sprintf("the tenure agent is busy: requests in flight fill its budget of %d bytes; try again", a.requests.limit)}}
 	} else if err != nil {
 		resp = &Response{Error: &types.Error{Code: types.ErrDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
 	} else {
 		_ = conn.SetReadDeadline(time.Time{})
 		resp = a.Handle(ctx, &req)
 	}
+	ch.release()
 	_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
 	_, _ = conn.Write(encodeResponse(resp))
 }

@@ -637,6 +637,9 @@ func (c *Config) finish(built []builtRange) error {
 			}
 		}
 	}
+	if err := c.checkDisjointRanges(built); err != nil {
+		return err
+	}
 	if pd := c.PrefixDelegation; pd != nil {
 		for _, b := range built {
 			if pd.Range.Overlaps(b.r.Prefix) {
@@ -669,6 +672,53 @@ func (c *Config) finish(built []builtRange) error {
 	}
 	c.Requested = requested
 	return nil
+}
+
+// checkDisjointRanges refuses, with enable_overlapping_ranges false, two
+// ranges that can both hand out one address. Each range is then a scope of
+// its own (reservation.NetworkKey), so nothing stops the address shared by
+// both from going to one attachment twice, or to two attachments of the
+// network at once. With the default (true) the ranges share one scope, and
+// an address is reserved once whichever range it came from: whereabouts
+// accepts such configs, and so does tenure.
+func (c *Config) checkDisjointRanges(built []builtRange) error {
+	if c.OverlappingRanges {
+		return nil
+	}
+	for i := range built {
+		for j := range i {
+			if a, ok := sharedAddr(built[j].r, built[i].r); ok {
+				return built[i].in.rng.errorf("overlaps %s %s: both can hand out %s, and with %s false each range allocates on its own, so one address could go to two attachments, or twice to one; make the ranges disjoint (range_start, range_end, exclude) or leave enable_overlapping_ranges at true",
+					built[j].in.rng.path, built[j].in.rng.show(), a, "enable_overlapping_ranges")
+			}
+		}
+	}
+	return nil
+}
+
+// sharedAddr returns the first address both a and b hand out (in bounds
+// and excluded by neither), if any. a and b have normalised excludes.
+func sharedAddr(a, b addrspace.Range) (netip.Addr, bool) {
+	if a.Family() != b.Family() {
+		return netip.Addr{}, false
+	}
+	both := addrspace.Range{Prefix: a.Prefix, Start: a.Start, End: a.End}
+	if both.Start.Less(b.Start) {
+		both.Start = b.Start
+	}
+	if b.End.Less(both.End) {
+		both.End = b.End
+	}
+	if both.End.Less(both.Start) {
+		return netip.Addr{}, false
+	}
+	both.Exclude = append(slices.Clone(a.Exclude), b.Exclude...)
+	both.NormalizeExcludes()
+	off, ok := both.Next(0)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	return both.At(off), true
 }
 
 // checkNetworkKeys refuses a network_name that makes a reservation's

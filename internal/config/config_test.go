@@ -515,6 +515,14 @@ func TestParseErrors(t *testing.T) {
 			[]string{`"10.0.0.0/24"`, "same address range as ipam.range"}},
 		{"identical after clamping", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0-10.0.0.255/24"},{"range":"10.0.0.0/24"}]}`, "ipam.ipRanges[1].range",
 			[]string{`"10.0.0.0/24"`, "same address range as ipam.ipRanges[0].range"}},
+		// Issue 23: with enable_overlapping_ranges false each range is its
+		// own scope, so an address both can hand out would go out twice.
+		{"overlapping ranges, enable_overlapping_ranges false", `{"type":"tenure","ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","range_end":"10.36.0.2"}],"enable_overlapping_ranges":false}`,
+			"ipam.ipRanges[1].range", []string{`"10.36.0.0/29"`, `overlaps ipam.ipRanges[0].range "10.36.0.0/30"`, "both can hand out 10.36.0.1", "enable_overlapping_ranges false"}},
+		{"top-level range overlapping an ipRanges entry, enable_overlapping_ranges false", `{"type":"tenure","range":"10.0.0.0/24","ipRanges":[{"range":"fd00::/64"},{"range":"10.0.0.128/25","exclude":["10.0.0.129"]}],"enable_overlapping_ranges":false}`,
+			"ipam.ipRanges[1].range", []string{`"10.0.0.128/25"`, `overlaps ipam.range "10.0.0.0/24"`, "both can hand out 10.0.0.130"}},
+		{"overlapping IPv6 ranges, enable_overlapping_ranges false", `{"type":"tenure","ipRanges":[{"range":"fd00::10-fd00::20/64"},{"range":"fd00::/120","range_start":"fd00::20"}],"enable_overlapping_ranges":false}`,
+			"ipam.ipRanges[1].range", []string{`"fd00::/120"`, "both can hand out fd00::20"}},
 
 		// pool.
 		{"pool and range", `{"type":"tenure","pool":"blue","range":"10.0.0.0/24"}`, "ipam.range", []string{`"10.0.0.0/24"`, `contradicts ipam.pool "blue"`}},
@@ -541,8 +549,8 @@ func TestParseErrors(t *testing.T) {
 		// network_name too long for the reservations' spec.network (issue 14, bug 2).
 		{"network_name too long for the range's reservations", `{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(253) + `","enable_overlapping_ranges":false}`,
 			"ipam.network_name", []string{`"aaaa`, "…", "is 253 bytes", "enable_overlapping_ranges false", `ipam.range "10.0.0.0/24"`, "limit of 253", "at most 241 bytes"}},
-		{"network_name too long for an ipRanges entry's reservations", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0/24"},{"range":"10.0.0.10-10.0.0.20/24"}],"network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`,
-			"ipam.network_name", []string{"is 241 bytes", `ipam.ipRanges[1].range "10.0.0.10-10.0.0.20/24"`, "at most 230 bytes"}},
+		{"network_name too long for an ipRanges entry's reservations", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0/24"},{"range":"10.0.1.10-10.0.1.20/24"}],"network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`,
+			"ipam.network_name", []string{"is 241 bytes", `ipam.ipRanges[1].range "10.0.1.10-10.0.1.20/24"`, "at most 230 bytes"}},
 		{"network_name too long for the delegated prefixes' reservations", `{"type":"tenure","range":"10.0.0.0/24","prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56},"network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`,
 			"ipam.network_name", []string{"is 241 bytes", `ipam.prefix_delegation.range "2001:db8:100::/40"`, "at most 235 bytes"}},
 
@@ -801,6 +809,9 @@ func TestApplyPoolErrors(t *testing.T) {
 			"IPPool blue spec.ranges", []string{"[]", "at least one range"}},
 		{"duplicate ranges", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.Ranges[0] = s.Ranges[1]; s.Gateway = "" }),
 			"IPPool blue spec.ranges[1].range", []string{"same address range as IPPool blue spec.ranges[0].range"}},
+		{"overlapping pool ranges, enable_overlapping_ranges false", `{"type":"tenure","pool":"blue","enable_overlapping_ranges":false}`, "blue",
+			spec(func(s *v1alpha1.IPPoolSpec) { s.Ranges[1] = v1alpha1.PoolRange{Range: "10.1.0.96/28"} }),
+			"IPPool blue spec.ranges[1].range", []string{`"10.1.0.96/28"`, `overlaps IPPool blue spec.ranges[0].range "10.1.0.0/24"`, "both can hand out 10.1.0.97"}},
 		{"bad gateway", `{"type":"tenure","pool":"blue"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.Gateway = "gw" }),
 			"IPPool blue spec.gateway", []string{`"gw"`, "not an IP address"}},
 		{"config gateway family", `{"type":"tenure","pool":"blue","gateway":"fd09::1"}`, "blue", spec(func(s *v1alpha1.IPPoolSpec) { s.Ranges = s.Ranges[:1] }),
@@ -842,6 +853,36 @@ func TestApplyPoolErrors(t *testing.T) {
 				t.Errorf("config changed on error: %+v", c)
 			}
 		})
+	}
+}
+
+// Ranges that share no assignable address allocate on their own without
+// handing one address out twice, and with enable_overlapping_ranges true
+// (the default) overlapping ranges share one scope: both are accepted.
+func TestOverlappingRangesAccepted(t *testing.T) {
+	for _, ipam := range []string{
+		// The issue's config with the default: one scope for both ranges.
+		`{"type":"tenure","ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","range_end":"10.36.0.2"}]}`,
+		`{"type":"tenure","ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","range_end":"10.36.0.2"}],"enable_overlapping_ranges":true}`,
+		// Overlapping prefixes, disjoint bounds.
+		`{"type":"tenure","ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","range_start":"10.36.0.3"}],"enable_overlapping_ranges":false}`,
+		`{"type":"tenure","ipRanges":[{"range":"10.36.0.1-10.36.0.2/29"},{"range":"10.36.0.3-10.36.0.6/29"}],"enable_overlapping_ranges":false}`,
+		// Overlapping bounds whose shared addresses are all excluded.
+		`{"type":"tenure","ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","exclude":["10.36.0.0/30"]}],"enable_overlapping_ranges":false}`,
+		`{"type":"tenure","ipRanges":[{"range":"10.36.0.0/29","exclude":["10.36.0.1","10.36.0.2"]},{"range":"10.36.0.0/30"}],"enable_overlapping_ranges":false}`,
+		// A gateway excluded from both ranges is the only shared address.
+		`{"type":"tenure","ipRanges":[{"range":"10.36.0.1-10.36.0.2/29"},{"range":"10.36.0.2-10.36.0.6/29"}],"gateway":"10.36.0.2","enable_overlapping_ranges":false}`,
+		// Dual-stack.
+		`{"type":"tenure","ipRanges":[{"range":"10.36.0.0/24"},{"range":"fd00::/64"}],"enable_overlapping_ranges":false}`,
+	} {
+		c, err := Parse(nad(ipam), nil)
+		if err != nil {
+			t.Errorf("Parse(%s): %v", ipam, err)
+			continue
+		}
+		if len(c.Ranges) != 2 {
+			t.Errorf("Parse(%s): %d ranges, want 2", ipam, len(c.Ranges))
+		}
 	}
 }
 

@@ -43,6 +43,8 @@ type FaultProxy struct {
 	decide func(*http.Request) Fault
 	// withheld are the answers ForwardThenReset kept from the client.
 	withheld []Withheld
+	// onWithheld sees each of them before the client's reset.
+	onWithheld func(Withheld)
 	// watches cancel the watches being forwarded.
 	watches map[*http.Request]context.CancelFunc
 }
@@ -77,9 +79,14 @@ func NewFaultProxy(upstream *rest.Config) (*FaultProxy, error) {
 		case ForwardThenReset:
 			rec := httptest.NewRecorder()
 			rp.ServeHTTP(rec, r)
+			kept := Withheld{Method: r.Method, Path: r.URL.Path, Status: rec.Code, Body: bytes.Clone(rec.Body.Bytes())}
 			p.mu.Lock()
-			p.withheld = append(p.withheld, Withheld{Method: r.Method, Path: r.URL.Path, Status: rec.Code, Body: bytes.Clone(rec.Body.Bytes())})
+			p.withheld = append(p.withheld, kept)
+			on := p.onWithheld
 			p.mu.Unlock()
+			if on != nil {
+				on(kept)
+			}
 			reset(w)
 		default:
 			if !IsWatch(r) {
@@ -135,6 +142,17 @@ func (p *FaultProxy) fault(r *http.Request) Fault {
 func (p *FaultProxy) SetDecide(decide func(*http.Request) Fault) {
 	p.mu.Lock()
 	p.decide = decide
+	p.mu.Unlock()
+}
+
+// SetOnWithheld sets a function that sees each answer ForwardThenReset
+// keeps, after the API server has answered and before the client's
+// connection is reset (nil: none): a test can act there, e.g. kill the
+// API server between a commit and the client's reset. f is called
+// concurrently.
+func (p *FaultProxy) SetOnWithheld(f func(Withheld)) {
+	p.mu.Lock()
+	p.onWithheld = f
 	p.mu.Unlock()
 }
 

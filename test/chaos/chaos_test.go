@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/controlplane"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	tenureops "github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
@@ -44,18 +46,31 @@ var duration = flag.Duration("chaos.duration", 2*time.Minute, "how long workers 
 // after its runtime-request-timeout.
 const patience = 15 * time.Second
 
-// A chaos run (issue 14): four agents and the controller; workers doing
-// random ADD, DEL and CHECK, pod deletions without DEL, StatefulSet-style
-// re-creations under the same name; a fault injector that at random instants
-// kill -9s an agent or the controller and restarts it, crashes
-// kube-apiserver or etcd (SIGKILL and restart), and pauses an agent
-// (SIGSTOP) past the runtime's patience. Every run prints its seed
-// (-chaos.seed reproduces the schedule of operations and faults, though not
-// the processes' timing). Checked while it runs: no address held by two
-// live pods, every ADD that succeeded still holds its reservation unless
-// its DEL or a release explains it; after the faults stop and the
-// controller has swept: the reservations are exactly the live pods', and
-// `tenurectl check` (ops.Check) finds nothing.
+// A chaos run (issues 14 and 23): four agents and the controller; workers
+// doing random ADD (retried in the same sandbox on "try again", as a
+// runtime may), DEL and CHECK, pod deletions without DEL,
+// StatefulSet-style re-creations under the same name, claims and sticky
+// StatefulSets; a fault injector that kill -9s an agent or the controller
+// and restarts it, crashes kube-apiserver or etcd (SIGKILL and restart),
+// pauses an agent (SIGSTOP) past the runtime's patience, lets the API
+// server commit a reservation create and resets the agent's connection
+// before the answer (the agents reach the API server through a proxy),
+// kill -9s kube-apiserver while a reservation create is in flight, and
+// kill -9s it once a create is committed, before the answer. The
+// first faults are every kind once, in a seeded order, and the run lasts
+// until each has happened; then faults are drawn at random. Every run
+// prints its seed (-chaos.seed reproduces the schedule of operations and
+// faults, though not the processes' timing) and its count of each fault.
+//
+// Checked while it runs: no address answered to two holders (a pod's
+// sandbox, a claim) at once, whatever the holders are doing (a CHECK
+// included); after every ADD that answered, a live read finds exactly the
+// answered reservation for its sandbox; after every "full", none; after
+// every DEL that answered success, none. After the faults stop and the
+// controller has swept: no orphan (every reservation is a live sandbox's,
+// the one it was answered), no attachment with two reservations of one
+// family, no reservation of a sandbox whose DEL succeeded, every answered
+// reservation still there, and `tenurectl check` (ops.Check) finds nothing.
 func TestChaos(t *testing.T) {
 	s := *seed
 	if s == 0 {
@@ -100,11 +115,21 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The agents reach the API server through a proxy that injects no
+	// fault of its own until the injector arms one.
+	proxy := newProxy(t, cp.Config, s, 0, 0)
 	nodes := []string{"chaos-a", "chaos-b", "chaos-c", "chaos-d"}
 	agents := map[string]*testbed.Agent{}
 	var agentsMu sync.Mutex
 	for _, n := range nodes {
-		a, err := testbed.StartNodeAgent(ctx, bins, dir, cp.Config, n)
+		if _, err := testbed.CreateNode(ctx, c, n); err != nil {
+			t.Fatal(err)
+		}
+		kc, err := testbed.NodeAgentKubeconfig(ctx, cp.Config, n, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := testbed.StartAgent(ctx, bins, dir, proxy.via(t, kc), n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,11 +182,17 @@ func TestChaos(t *testing.T) {
 	}
 	var (
 		mu       sync.Mutex
-		live     = map[string]*livePod{} // by pod name
+		live     = map[string]*livePod{} // by pod name: the pods no worker is operating on
 		ops      = map[string]int{}
 		faults   = map[string]int{}
 		problems []string
 		seq      int
+		// holds is every holder's answered address, by holder (a pod's
+		// sandbox, a claim, a sticky StatefulSet's claim): a holder stays
+		// in it while workers CHECK or DEL it, until its hold ends.
+		holds = map[string]string{}
+		// delOK: the sandboxes whose DEL answered success.
+		delOK = map[string]bool{}
 	)
 	count := func(m map[string]int, k string) { mu.Lock(); m[k]++; mu.Unlock() }
 	violation := func(format string, args ...any) {
@@ -169,11 +200,58 @@ func TestChaos(t *testing.T) {
 		problems = append(problems, fmt.Sprintf(format, args...))
 		mu.Unlock()
 	}
+	// hold records that holder was answered address; any other holder of
+	// it is a duplicate.
+	hold := func(holder, address string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for other, a := range holds {
+			if a == address && other != holder {
+				problems = append(problems, fmt.Sprintf("%s and %s both hold %s", holder, other, address))
+			}
+		}
+		holds[holder] = address
+	}
+	unhold := func(holder string) { mu.Lock(); delete(holds, holder); mu.Unlock() }
+	podHolder := func(p *livePod) string { return "pod " + p.name + " (sandbox " + p.sandbox + ")" }
+
+	// sandboxReservations reads from the API server (no cache) the
+	// reservations pod p's sandbox holds, retrying through outages.
+	sandboxReservations := func(p *livePod) ([]string, bool) {
+		var held []string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var list tenurev1alpha1.IPReservationList
+			if err := c.List(ctx, &list, client.MatchingLabels{reservation.LabelOwnerUID: p.uid}); err != nil {
+				count(ops, "api-error")
+				return false, nil
+			}
+			held = nil
+			for _, r := range list.Items {
+				if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && r.Spec.Owner.ContainerID == p.sandbox {
+					held = append(held, r.Spec.Address)
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			violation("reading the reservations of %s: %v", podHolder(p), err)
+			return nil, false
+		}
+		sort.Strings(held)
+		return held, true
+	}
+
 	call := func(cmd string, p *livePod) (*current.Result, error) {
 		cctx, ccancel := context.WithTimeout(ctx, patience)
 		defer ccancel()
+		config := conf(agentOf(p.node), p.requested)
+		if cmd == "CHECK" {
+			// The runtime's CHECK carries what the ADD answered.
+			config = []byte(strings.Replace(string(config), `"ipam":`,
+				fmt.Sprintf(`"prevResult":{"cniVersion":"1.1.0","ips":[{"address":"%s/26"}]},"ipam":`, p.address), 1))
+		}
 		out, err := testbed.ExecShim(cctx, bins.Shim, testbed.CNICall{Command: cmd, ContainerID: p.sandbox, IfName: "net1",
-			Args: testbed.PodArgs("chaos", p.name, p.uid), Config: conf(agentOf(p.node), p.requested)})
+			Args: testbed.PodArgs("chaos", p.name, p.uid), Config: config})
 		if err != nil || cmd != "ADD" {
 			return nil, err
 		}
@@ -184,10 +262,18 @@ func TestChaos(t *testing.T) {
 		return &res, nil
 	}
 	// teardown DELs a sandbox until the agent answers (the runtime retries
-	// a failed DEL for as long as it takes).
+	// a failed DEL for as long as it takes). A DEL that answered success
+	// must have left nothing of the sandbox: a live read says so.
 	teardown := func(p *livePod, deadline time.Time) bool {
 		for time.Now().Before(deadline) {
 			if _, err := call("DEL", p); err == nil {
+				mu.Lock()
+				delOK[p.sandbox] = true
+				mu.Unlock()
+				unhold(podHolder(p))
+				if left, ok := sandboxReservations(p); ok && len(left) > 0 {
+					violation("DEL of %s answered success and left %v", podHolder(p), left)
+				}
 				return true
 			}
 			time.Sleep(200 * time.Millisecond) // the runtime's retry pace
@@ -209,6 +295,12 @@ func TestChaos(t *testing.T) {
 			violation("pod %s could not be deleted: %v", name, err)
 		}
 	}
+	// gone ends a pod's holds once its object is deleted: the controller
+	// may then release what it held.
+	gone := func(p *livePod) {
+		deletePod(p.name)
+		unhold(podHolder(p))
+	}
 	pickLive := func() *livePod {
 		mu.Lock()
 		defer mu.Unlock()
@@ -221,11 +313,9 @@ func TestChaos(t *testing.T) {
 		}
 		sort.Strings(names)
 		p := live[names[roll(len(names))]]
-		delete(live, p.name) // this worker owns it now
+		delete(live, p.name) // this worker owns it now; its hold stays
 		return p
 	}
-	// claimHeld maps the addresses of live claims to the claim.
-	claimHeld := map[string]string{}
 	add := func(name, node string, requested string) {
 		pod, err := testbed.CreatePod(ctx, c, "chaos", name, node, nil)
 		if err != nil {
@@ -237,23 +327,30 @@ func TestChaos(t *testing.T) {
 		seq++
 		p := &livePod{name: name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq), requested: requested}
 		mu.Unlock()
-		res, err := call("ADD", p)
+		var res *current.Result
 		var cniErr *types.Error
+		for attempt := 0; ; attempt++ {
+			res, err = call("ADD", p)
+			// "Try again": the runtime may run the same ADD again, same
+			// sandbox, before it gives up on the sandbox.
+			if attempt < 3 && errors.As(err, &cniErr) && cniErr.Code == types.ErrTryAgainLater {
+				count(ops, "add-retried-in-its-sandbox")
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			break
+		}
 		switch {
 		case err == nil && len(res.IPs) == 1:
 			p.address = res.IPs[0].Address.IP.String()
 			if requested != "" && p.address != requested {
 				violation("%s asked for %s and got %s", name, requested, p.address)
 			}
+			hold(podHolder(p), p.address)
+			if held, ok := sandboxReservations(p); ok && !slices.Equal(held, []string{p.address}) {
+				violation("ADD of %s answered %s, the API holds %v for the sandbox", podHolder(p), p.address, held)
+			}
 			mu.Lock()
-			for _, other := range live {
-				if other.address == p.address {
-					problems = append(problems, fmt.Sprintf("%s and %s both hold %s", p.name, other.name, p.address))
-				}
-			}
-			if cl, ok := claimHeld[p.address]; ok {
-				problems = append(problems, fmt.Sprintf("%s and claim %s both hold %s", p.name, cl, p.address))
-			}
 			live[name] = p
 			mu.Unlock()
 			if requested != "" {
@@ -264,33 +361,24 @@ func TestChaos(t *testing.T) {
 			return
 		case errors.As(err, &cniErr):
 			count(ops, fmt.Sprintf("add-failed-code-%d", cniErr.Code))
+			if cniErr.Code == 100 {
+				if held, ok := sandboxReservations(p); ok && len(held) > 0 {
+					violation("ADD of %s was told %q while the sandbox holds %v", podHolder(p), cniErr.Msg, held)
+				}
+			}
 		default:
 			count(ops, "add-failed-runtime-timeout")
 		}
 		// The runtime tears the sandbox down and gives up on the pod.
 		teardown(p, time.Now().Add(2*time.Minute))
-		deletePod(name)
+		gone(p)
 	}
 
-	// holdForClaim records that a claim (who) holds address, and that no
-	// live pod holds it too.
-	holdForClaim := func(address, who string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, other := range live {
-			if other.address == address {
-				problems = append(problems, fmt.Sprintf("%s and %s both hold %s", who, other.name, address))
-			}
-		}
-		claimHeld[address] = who
-	}
-	// letGo ends what holdForClaim recorded and deletes the object the
-	// address was bound to (the claim, the StatefulSet), retrying through
-	// faults; the controller then releases the address.
-	letGo := func(address string, owner client.Object) {
-		mu.Lock()
-		delete(claimHeld, address)
-		mu.Unlock()
+	// letGo ends a claim's hold and deletes the object the address was
+	// bound to (the claim, the StatefulSet), retrying through faults; the
+	// controller then releases the address.
+	letGo := func(holder string, owner client.Object) {
+		unhold(holder)
 		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 			err := c.Delete(ctx, owner)
 			return err == nil || apierrors.IsNotFound(err), nil
@@ -298,11 +386,11 @@ func TestChaos(t *testing.T) {
 	}
 
 	// addBound runs the ADD of a new sandbox of pod on node for an address
-	// bound to something other than the pod (a claim, a sticky StatefulSet
-	// ordinal): every ADD must return the address the earlier ones did.
-	// It records the address in *address and reports whether the ADD
-	// succeeded (failures counted under failed).
-	addBound := func(pod *corev1.Pod, node string, address *string, failed, who string) (*livePod, bool) {
+	// bound to holder, something other than the pod (a claim, a sticky
+	// StatefulSet ordinal): every ADD must return the address the earlier
+	// ones did. It records the address in *address and reports whether the
+	// ADD succeeded (failures counted under failed).
+	addBound := func(pod *corev1.Pod, node string, address *string, failed, holder string) (*livePod, bool) {
 		mu.Lock()
 		seq++
 		p := &livePod{name: pod.Name, uid: string(pod.UID), node: node, sandbox: fmt.Sprintf("sandbox-%d", seq)}
@@ -314,10 +402,10 @@ func TestChaos(t *testing.T) {
 		}
 		got := res.IPs[0].Address.IP.String()
 		if *address != "" && got != *address {
-			violation("%s got %s, where it had %s before", who, got, *address)
+			violation("%s got %s, where it had %s before", holder, got, *address)
 		}
 		*address = got
-		holdForClaim(got, who)
+		hold(holder, got)
 		return p, true
 	}
 
@@ -341,7 +429,7 @@ func TestChaos(t *testing.T) {
 				count(ops, "api-error")
 				break
 			}
-			p, added := addBound(pod, node, &address, "claim-add-failed", "claim "+name+suffix)
+			p, added := addBound(pod, node, &address, "claim-add-failed", "claim "+name)
 			pods = append(pods, p)
 			if !added {
 				break
@@ -352,9 +440,9 @@ func TestChaos(t *testing.T) {
 		}
 		for _, p := range pods {
 			teardown(p, time.Now().Add(2*time.Minute))
-			deletePod(p.name)
+			gone(p)
 		}
-		letGo(address, claim)
+		letGo("claim "+name, claim)
 		count(ops, "claim-delete")
 	}
 
@@ -377,6 +465,7 @@ func TestChaos(t *testing.T) {
 			count(ops, "api-error")
 			return
 		}
+		holder := "sticky " + name + "-0"
 		address := ""
 		var last *livePod
 		for round := range 2 {
@@ -392,7 +481,7 @@ func TestChaos(t *testing.T) {
 				count(ops, "api-error")
 				break
 			}
-			p, added := addBound(pod, node, &address, "sticky-add-failed", "sticky "+name+"-0")
+			p, added := addBound(pod, node, &address, "sticky-add-failed", holder)
 			last = p
 			if !added {
 				break
@@ -407,9 +496,9 @@ func TestChaos(t *testing.T) {
 		}
 		if last != nil {
 			teardown(last, time.Now().Add(2*time.Minute))
-			deletePod(last.name)
+			gone(last)
 		}
-		letGo(address, sts)
+		letGo(holder, sts)
 		count(ops, "sticky-statefulset")
 	}
 
@@ -441,16 +530,22 @@ func TestChaos(t *testing.T) {
 						} else {
 							violation("DEL of %s never succeeded", p.name)
 						}
-						deletePod(p.name)
+						gone(p)
 					}
 				case x < 80:
 					if p := pickLive(); p != nil {
 						_, err := call("CHECK", p)
 						var cniErr *types.Error
-						if errors.As(err, &cniErr) && cniErr.Code == 103 {
+						switch {
+						case err == nil:
+							count(ops, "check")
+						case errors.As(err, &cniErr) && cniErr.Code == 103:
 							violation("CHECK of live %s: %s", p.name, cniErr.Msg)
+						case errors.As(err, &cniErr):
+							count(ops, fmt.Sprintf("check-failed-code-%d", cniErr.Code))
+						default:
+							count(ops, "check-failed-runtime-timeout")
 						}
-						count(ops, "check")
 						mu.Lock()
 						live[p.name] = p
 						mu.Unlock()
@@ -459,14 +554,14 @@ func TestChaos(t *testing.T) {
 					// The pod is deleted and no DEL ever runs (a node
 					// lost its runtime's state): the controller releases.
 					if p := pickLive(); p != nil {
-						deletePod(p.name)
+						gone(p)
 						count(ops, "delete-without-del")
 					}
 				default:
 					// StatefulSet-style: the same name, a new UID, maybe
 					// another node, the old sandbox never DELed.
 					if p := pickLive(); p != nil {
-						deletePod(p.name)
+						gone(p)
 						_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 							err := c.Get(ctx, client.ObjectKey{Namespace: "chaos", Name: p.name}, &corev1.Pod{})
 							return apierrors.IsNotFound(err), nil
@@ -479,19 +574,67 @@ func TestChaos(t *testing.T) {
 		}()
 	}
 
-	// The fault injector.
+	// The fault injector. Each kind happens at least once, in a seeded
+	// order, before any is drawn at random; the workers run until then.
+	kinds := []string{"kill-agent", "kill-controller", "crash-apiserver", "crash-etcd", "pause-agent",
+		"drop-after-commit", "kill-apiserver-in-create", "kill-apiserver-after-commit"}
+	rndMu.Lock()
+	firstRound := rnd.Perm(len(kinds))
+	rndMu.Unlock()
+	everyKind := make(chan struct{})
+	// armed waits up to a minute for an armed proxy fault to fire, which
+	// needs a worker's reservation create.
+	armed := func(fired func() bool) bool {
+		return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return fired(), nil
+		}) == nil
+	}
+	// killed waits for a kill the proxy was armed with to have run and
+	// restarted kube-apiserver; disarm reports whether it had not fired.
+	killed := func(done chan error, disarm func() bool) bool {
+		var err error
+		fired := armed(func() bool {
+			select {
+			case err = <-done:
+				return true
+			default:
+				return false
+			}
+		})
+		if !fired {
+			if disarm() {
+				return false
+			}
+			err = <-done // it fired as the wait ended
+		}
+		if err != nil {
+			violation("restarting kube-apiserver: %v", err)
+		}
+		return true
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
+		for i := 0; ; i++ {
+			if i >= len(firstRound) {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
 			select {
 			case <-stop:
 				return
 			case <-time.After(time.Duration(2000+roll(4000)) * time.Millisecond):
 			}
 			node := nodes[roll(len(nodes))]
-			switch roll(5) {
-			case 0:
+			kind := kinds[roll(len(kinds))]
+			if i < len(firstRound) {
+				kind = kinds[firstRound[i]]
+			}
+			switch kind {
+			case "kill-agent":
 				a := agentOf(node)
 				a.Kill()
 				restarted, err := testbed.StartAgent(ctx, bins, dir, a.Kubeconfig, node)
@@ -502,8 +645,8 @@ func TestChaos(t *testing.T) {
 				agentsMu.Lock()
 				agents[node] = restarted
 				agentsMu.Unlock()
-				count(faults, "kill-agent")
-			case 1:
+				count(faults, kind)
+			case "kill-controller":
 				ctrlMu.Lock()
 				ctrl.Kill()
 				ctrl, err = startController()
@@ -511,30 +654,59 @@ func TestChaos(t *testing.T) {
 				if err != nil {
 					violation("restarting the controller: %v", err)
 				}
-				count(faults, "kill-controller")
-			case 2:
+				count(faults, kind)
+			case "crash-apiserver":
 				if err := cp.Crash(ctx, "kube-apiserver"); err != nil {
 					violation("restarting kube-apiserver: %v", err)
 				}
-				count(faults, "crash-apiserver")
-			case 3:
+				count(faults, kind)
+			case "crash-etcd":
 				if err := cp.Crash(ctx, "etcd"); err != nil {
 					violation("restarting etcd: %v", err)
 				}
-				count(faults, "crash-etcd")
-			case 4:
+				count(faults, kind)
+			case "pause-agent":
 				a := agentOf(node)
 				_ = a.Cmd.Process.Signal(syscall.SIGSTOP)
 				time.Sleep(patience + 5*time.Second) // paused past the runtime's patience
 				_ = a.Cmd.Process.Signal(syscall.SIGCONT)
-				count(faults, "pause-agent")
+				count(faults, kind)
+			case "drop-after-commit":
+				before := proxy.droppedAfterCommit.Load()
+				proxy.DropAfterCommit(1)
+				if armed(func() bool { return proxy.droppedAfterCommit.Load() > before }) {
+					count(faults, kind)
+				}
+			case "kill-apiserver-in-create":
+				done := make(chan error, 1)
+				proxy.OnCreate(func(int64) { done <- cp.Crash(ctx, "kube-apiserver") })
+				if killed(done, func() bool { return proxy.createHook.Swap(nil) != nil }) {
+					count(faults, kind)
+				}
+			case "kill-apiserver-after-commit":
+				done := make(chan error, 1)
+				proxy.AfterCommit(func() { done <- cp.Crash(ctx, "kube-apiserver") })
+				if killed(done, func() bool { return proxy.commitHook.Swap(nil) != nil }) {
+					count(faults, kind)
+				}
+			}
+			if i == len(firstRound)-1 {
+				close(everyKind)
 			}
 		}
 	}()
 
 	time.Sleep(*duration)
+	select {
+	case <-everyKind:
+	case <-ctx.Done():
+	}
 	close(stop)
 	wg.Wait()
+	// A drop armed as the run ended may still have fired.
+	mu.Lock()
+	faults["drop-after-commit"] = int(proxy.droppedAfterCommit.Load())
+	mu.Unlock()
 
 	// Settled: every agent serves, the controller has swept (2 s), and
 	// the reservations are exactly the live pods'.
@@ -543,60 +715,116 @@ func TestChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := map[string]string{} // address -> sandbox
+	answered := map[string]string{} // sandbox -> address
 	mu.Lock()
 	for _, p := range live {
-		want[p.address] = p.sandbox
+		answered[p.sandbox] = p.address
+	}
+	for h, a := range holds {
+		if !strings.HasPrefix(h, "pod ") {
+			problems = append(problems, fmt.Sprintf("%s still holds %s after the run", h, a))
+		}
 	}
 	mu.Unlock()
-	var leaked, missing []string
+	var orphans, missing, doubles, delLeft []string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var list tenurev1alpha1.IPReservationList
 		if err := c.List(ctx, &list); err != nil {
 			return false, nil
 		}
-		leaked, missing = nil, nil
-		held := map[string]bool{}
+		orphans, missing, doubles, delLeft = nil, nil, nil, nil
+		held := map[string]string{} // sandbox -> address
+		perFamily := map[string][]string{}
 		for _, r := range list.Items {
-			held[r.Spec.Address] = true
-			if want[r.Spec.Address] != r.Spec.Owner.ContainerID {
-				leaked = append(leaked, fmt.Sprintf("%s (pod %s, sandbox %s)", r.Spec.Address, r.Spec.Owner.Name, r.Spec.Owner.ContainerID))
+			o := r.Spec.Owner
+			desc := fmt.Sprintf("%s (%s %s/%s, sandbox %s)", r.Spec.Address, o.Kind, o.Namespace, o.Name, o.ContainerID)
+			attachment := string(o.Kind) + "/" + o.UID + "/" + o.Interface
+			if o.Kind == tenurev1alpha1.OwnerPod {
+				attachment += "/" + o.ContainerID
+				held[o.ContainerID] = r.Spec.Address
+				mu.Lock()
+				if delOK[o.ContainerID] {
+					delLeft = append(delLeft, desc)
+				}
+				mu.Unlock()
+			}
+			if o.Kind != tenurev1alpha1.OwnerPod || answered[o.ContainerID] != r.Spec.Address {
+				orphans = append(orphans, desc)
+			}
+			family := "IPv4"
+			if strings.Contains(r.Spec.Address, ":") {
+				family = "IPv6"
+			}
+			perFamily[attachment+"/"+family] = append(perFamily[attachment+"/"+family], desc)
+		}
+		for k, rs := range perFamily {
+			if len(rs) > 1 {
+				doubles = append(doubles, fmt.Sprintf("%s: %v", k, rs))
 			}
 		}
-		for a, sb := range want {
-			if !held[a] {
+		for sb, a := range answered {
+			if held[sb] != a {
 				missing = append(missing, a+" of "+sb)
 			}
 		}
-		return len(leaked) == 0 && len(missing) == 0, nil
+		return len(orphans) == 0 && len(missing) == 0 && len(doubles) == 0 && len(delLeft) == 0, nil
 	})
 	for _, m := range missing {
 		violation("a successful ADD's reservation is gone with no DEL or release to explain it: %s", m)
 	}
+	for _, d := range doubles {
+		violation("an attachment holds two reservations of a family: %s", d)
+	}
+	for _, d := range delLeft {
+		violation("a reservation of a sandbox whose DEL answered success: %s", d)
+	}
 	// And what an operator would run: `tenurectl check` must be clean.
-	checked, err := tenureops.New(c).Check(ctx, tenureops.CheckOptions{NodeGracePeriod: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	checked, err2 := tenureops.New(c).Check(ctx, tenureops.CheckOptions{NodeGracePeriod: 3 * time.Second})
+	if err2 != nil {
+		t.Fatal(err2)
 	}
 	for _, f := range checked.Findings {
 		violation("tenurectl check: %+v", f)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("seed %d, %v: operations %v; faults %v; live pods %d; invariant violations %d; leaked reservations after sweep %d; duplicate addresses %d; tenurectl check findings %d over %d reservations",
-		s, *duration, ops, faults, len(live), len(problems), len(leaked), countDuplicates(problems), len(checked.Findings), checked.Counts.Reservations)
+	t.Logf("seed %d, %v: operations %v; live pods %d; invariant violations %d; orphans after sweep %d; duplicate addresses %d; attachments with two reservations of a family %d; reservations left by a successful DEL %d; tenurectl check findings %d over %d reservations",
+		s, *duration, ops, len(live), len(problems), len(orphans), countDuplicates(problems), len(doubles), len(delLeft), len(checked.Findings), checked.Counts.Reservations)
+	t.Logf("faults by kind: %s", perKind(faults, kinds))
 	for _, p := range problems {
 		t.Error(p)
 	}
-	for _, l := range leaked {
-		t.Errorf("leaked after the sweep: %s", l)
+	for _, o := range orphans {
+		t.Errorf("orphan after the sweep (no live sandbox was answered it): %s", o)
 	}
-	if err != nil && len(problems) == 0 && len(leaked) == 0 {
+	if err != nil && len(problems) == 0 && len(orphans) == 0 {
 		t.Error(err)
 	}
-	if ops["add"] == 0 || len(faults) == 0 {
-		t.Errorf("the run did nothing to prove: operations %v, faults %v", ops, faults)
+	for _, k := range kinds {
+		if faults[k] == 0 {
+			t.Errorf("fault %s never happened: faults %v", k, faults)
+		}
 	}
+	if ops["add"] == 0 {
+		t.Errorf("the run did nothing to prove: operations %v", ops)
+	}
+}
+
+// perKind prints the count of each kind, in kinds' order, then any other
+// key of counts.
+func perKind(counts map[string]int, kinds []string) string {
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, counts[k]))
+	}
+	var rest []string
+	for k, n := range counts {
+		if !slices.Contains(kinds, k) {
+			rest = append(rest, fmt.Sprintf("%s=%d", k, n))
+		}
+	}
+	sort.Strings(rest)
+	return strings.Join(append(parts, rest...), " ")
 }
 
 func countDuplicates(problems []string) int {

@@ -9,18 +9,13 @@ package chaos_test
 import (
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"github.com/go-logr/logr"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
-	"path/filepath"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sync"
 	"sync/atomic"
@@ -30,7 +25,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
@@ -60,11 +54,16 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// faultyProxy forwards to the API server and, per request, drops the
-// connection with probability drop or delays the request by up to
-// maxDelay with probability delay.
+// faultyProxy drives a testbed.FaultProxy between agents and the API
+// server. Per request it drops the connection with probability drop or
+// delays the request by up to maxDelay with probability delay. Three
+// faults aim at reservation creates: DropAfterCommit lets the API server
+// commit a create and resets the caller's connection before the answer
+// reaches it; AfterCommit does the same and runs a function (kill -9 of
+// kube-apiserver) in between; and OnCreate runs a function as a create is
+// forwarded, its outcome unknown.
 type faultyProxy struct {
-	srv         *httptest.Server
+	*testbed.FaultProxy
 	mu          sync.Mutex
 	rnd         *rand.Rand
 	delay, drop float64
@@ -72,71 +71,118 @@ type faultyProxy struct {
 	on          atomic.Bool
 
 	delayed, dropped, forwarded atomic.Int64
+
+	creates     atomic.Int64 // reservation creates forwarded
+	dropCommits atomic.Int64 // creates still to drop after their commit
+	createHook  atomic.Pointer[func(create int64)]
+	commitHook  atomic.Pointer[func()]
+	// droppedAfterCommit: creates the API server answered 201 whose
+	// answer was replaced by a reset.
+	droppedAfterCommit atomic.Int64
 }
 
 func newFaultyProxy(t *testing.T, upstream *rest.Config, seed uint64) *faultyProxy {
+	return newProxy(t, upstream, seed, 0.3, 0.1)
+}
+
+// newProxy is a faultyProxy with the given probabilities of delay and drop
+// (0, 0: the create faults only).
+func newProxy(t *testing.T, upstream *rest.Config, seed uint64, delay, drop float64) *faultyProxy {
 	t.Helper()
-	target, err := url.Parse(upstream.Host)
+	fp, err := testbed.NewFaultProxy(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// TLS to the API server with its CA; the caller's own credential
-	// (its Authorization header) is what is forwarded.
-	transport, err := rest.TransportFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: upstream.CAData}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultyProxy{rnd: rand.New(rand.NewPCG(seed, seed^0x5eed)), delay: 0.3, drop: 0.1, maxDelay: 2 * time.Second}
+	t.Cleanup(fp.Close)
+	p := &faultyProxy{FaultProxy: fp, rnd: rand.New(rand.NewPCG(seed, seed^0x5eed)), delay: delay, drop: drop, maxDelay: 2 * time.Second}
 	p.on.Store(true)
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.Transport = transport
-	rp.FlushInterval = -1 // watches stream
-	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p.on.Load() {
-			p.mu.Lock()
-			x, d := p.rnd.Float64(), time.Duration(p.rnd.Int64N(int64(p.maxDelay)))
-			p.mu.Unlock()
-			switch {
-			case x < p.drop:
-				p.dropped.Add(1)
-				if hj, ok := w.(http.Hijacker); ok {
-					if conn, _, err := hj.Hijack(); err == nil {
-						conn.Close()
-						return
-					}
-				}
-				panic(http.ErrAbortHandler)
-			case x < p.drop+p.delay:
-				p.delayed.Add(1)
-				select {
-				case <-time.After(d):
-				case <-r.Context().Done():
-					return
-				}
+	fp.SetDecide(p.decide)
+	fp.SetOnWithheld(p.withheld)
+	return p
+}
+
+func (p *faultyProxy) decide(r *http.Request) testbed.Fault {
+	if p.on.Load() {
+		p.mu.Lock()
+		x, d := p.rnd.Float64(), time.Duration(p.rnd.Int64N(int64(p.maxDelay)))
+		p.mu.Unlock()
+		switch {
+		case x < p.drop:
+			p.dropped.Add(1)
+			return testbed.Reset
+		case x < p.drop+p.delay:
+			p.delayed.Add(1)
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return testbed.Reset
 			}
 		}
-		p.forwarded.Add(1)
-		rp.ServeHTTP(w, r)
-	}))
-	p.srv.EnableHTTP2 = false // one request per connection drop, as a flaky link would
-	p.srv.StartTLS()
-	t.Cleanup(p.srv.Close)
-	return p
+	}
+	p.forwarded.Add(1)
+	if !testbed.IsCreateOf(r, "ipreservations") {
+		return testbed.Forward
+	}
+	n := p.creates.Add(1)
+	if hook := p.createHook.Swap(nil); hook != nil {
+		go (*hook)(n)
+	}
+	if p.commitHook.Load() != nil || p.takeDropCommit() {
+		return testbed.ForwardThenReset
+	}
+	return testbed.Forward
+}
+
+// withheld sees each answer the proxy keeps from its caller, before the
+// reset: the commit hook runs on a committed create; a drop that found no
+// commit stays armed for a later create.
+func (p *faultyProxy) withheld(w testbed.Withheld) {
+	if w.Status != http.StatusCreated {
+		if p.commitHook.Load() == nil {
+			p.dropCommits.Add(1)
+		}
+		return
+	}
+	if hook := p.commitHook.Swap(nil); hook != nil {
+		(*hook)()
+		return
+	}
+	p.droppedAfterCommit.Add(1)
+}
+
+// DropAfterCommit arms the proxy to drop the answers of the next n
+// reservation creates the API server commits.
+func (p *faultyProxy) DropAfterCommit(n int64) { p.dropCommits.Add(n) }
+
+// AfterCommit arms the proxy to run f once the API server has committed
+// the next reservation create (answered 201), then reset the caller's
+// connection: the caller never learns the outcome. f runs before the
+// reset, so kill -9 of kube-apiserver there leaves the caller a server
+// that restarted while its create was unanswered.
+func (p *faultyProxy) AfterCommit(f func()) { p.commitHook.Store(&f) }
+
+// OnCreate arms the proxy to run f once, as the next reservation create is
+// forwarded, with that create's number (creates counts them).
+func (p *faultyProxy) OnCreate(f func(create int64)) { p.createHook.Store(&f) }
+
+func (p *faultyProxy) takeDropCommit() bool {
+	for {
+		n := p.dropCommits.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.dropCommits.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 // via rewrites the kubeconfig at path to reach the API server through the
 // proxy, with the same credential.
 func (p *faultyProxy) via(t *testing.T, path string) string {
 	t.Helper()
-	kc, err := clientcmd.LoadFromFile(path)
+	out, err := p.Kubeconfig(path, t.TempDir())
 	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range kc.Clusters {
-		c.Server, c.CertificateAuthorityData = p.srv.URL, pemCert(p.srv)
-	}
-	out := filepath.Join(t.TempDir(), "slow.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, out); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -302,8 +348,4 @@ func TestSlowAPIServer(t *testing.T) {
 	}
 	t.Logf("seed %d: %d requests forwarded, %d delayed (up to %v), %d dropped; %d pods, %d ADDs succeeded, %d ADDs failed with code 11 and were retried in a new sandbox",
 		s, proxy.forwarded.Load(), proxy.delayed.Load(), proxy.maxDelay, proxy.dropped.Load(), pods, succeeded, retries)
-}
-
-func pemCert(s *httptest.Server) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
 }
