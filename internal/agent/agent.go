@@ -65,6 +65,8 @@ type Agent struct {
 	shutdown func()
 
 	locks keyedMutex
+	// arrivals orders calls of one attachment as they reached the agent.
+	arrivals arrivals
 	// requests bounds the bytes of CNI requests the socket holds at once.
 	requests *requestBudget
 

@@ -45,6 +45,7 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 	if verr := validateCall(req); verr != nil {
 		return &Response{Error: verr}
 	}
+	ctx = a.withArrival(ctx)
 	switch req.Command {
 	case "ADD":
 		res, err = a.add(ctx, req)
@@ -184,6 +185,9 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 	}
 	unlock := a.locks.lock(attachmentKey(req))
 	defer unlock()
+	if a.arrivals.deletedAfter(attachmentKey(req), arrivalOf(ctx)) {
+		return nil, codedf(types.ErrTryAgainLater, nil, "ADD of container %s interface %s abandoned: a DEL of the attachment arrived after it and has run", req.ContainerID, req.IfName)
+	}
 	if at.sel.Claim == "" {
 		if at.sel.Claim, err = a.stickyClaim(ctx, at, true); err != nil {
 			return nil, err
@@ -357,6 +361,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	// attachment identity, so a bad config does not strand reservations.
 	unlock := a.locks.lock(attachmentKey(req))
 	defer unlock()
+	a.arrivals.recordDel(attachmentKey(req), arrivalOf(ctx), time.Now())
 	released := false
 	defer func() {
 		if released {

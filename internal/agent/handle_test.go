@@ -142,6 +142,9 @@ type call struct {
 	// uid is K8S_POD_UID when not "uid-" + pod (a pod re-created under
 	// its name).
 	uid string
+	// ctx, when set, is the call's context instead of the harness's (one
+	// numbered on arrival earlier, say).
+	ctx context.Context
 }
 
 func (h *harness) do(c call) *Response {
@@ -173,7 +176,11 @@ func (h *harness) do(c call) *Response {
 		}
 		req.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + c.pod + ";K8S_POD_UID=" + uid
 	}
-	return h.agent.Handle(h.ctx, req)
+	ctx := h.ctx
+	if c.ctx != nil {
+		ctx = c.ctx
+	}
+	return h.agent.Handle(ctx, req)
 }
 
 func withKey(t testing.TB, conf, key string, v any) string {

@@ -79,7 +79,7 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 			}
 			return err
 		}
-		go a.serveConn(ctx, conn, httpConns)
+		go a.serveConn(a.withArrival(ctx), conn, httpConns)
 	}
 }
 
