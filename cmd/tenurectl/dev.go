@@ -299,3 +299,10 @@ func subcommands(ctx context.Context, e *env, name string, subs []*command, args
 	}
 	return errUsage
 }
+
+// positiveDuration defines a duration flag that refuses zero and negative
+// values (timeouts and periods).
+func positiveDuration(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(boundedDuration{d: p, positive: true}, name, usage+"; a positive `duration`")
+}

@@ -43,10 +43,3 @@ func nonNegativeDuration(fs *flag.FlagSet, p *time.Duration, name string, value 
 	*p = value
 	fs.Var(boundedDuration{d: p}, name, usage+"; a `duration`, not negative")
 }
-
-// positiveDuration defines a duration flag that refuses zero and negative
-// values (timeouts and periods).
-func positiveDuration(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
-	*p = value
-	fs.Var(boundedDuration{d: p, positive: true}, name, usage+"; a positive `duration`")
-}

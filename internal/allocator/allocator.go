@@ -654,7 +654,7 @@ func (f *Factory) settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	delay := 50 * time.Millisecond
-	last := cause
+	var last error // what the last read or create met
 	for {
 		cur := &tenurev1alpha1.IPReservation{}
 		err := f.Quorum.Get(sctx, types.NamespacedName{Name: obj.Name}, cur)
@@ -694,7 +694,7 @@ func (f *Factory) settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 		}
 		if sctx.Err() != nil {
 			if last == nil {
-				last = sctx.Err()
+				last = cause
 			}
 			f.Store.MarkUncertain(obj)
 			return nil, &UnsettledError{Name: obj.Name, Err: last}
