@@ -647,3 +647,77 @@ func TestCheckFindsEachProblem(t *testing.T) {
 		t.Errorf("check -o json of a clean cluster: %+v", err)
 	}
 }
+
+// TestGetFindsAClaimByItsCNINetworkAndItsNAD: a NetworkAttachmentDefinition
+// without network_name allocates in the scope "default", while the claim
+// names the CNI network ("vm-net", the configuration's name) and users name
+// the NAD (ops/tenant-blue). `get vm-net` and `get ops/tenant-blue` each
+// list exactly the claim's reservations, by address, and say they show the
+// scope default and why; a pod's address in another scope is not listed.
+func TestGetFindsAClaimByItsCNINetworkAndItsNAD(t *testing.T) {
+	cl := newCluster(t)
+	cl.node("node-a")
+	san := cl.nad("san", `"network_name":"san","range":"10.10.0.0/28"`)
+	const nadName, cniNetwork = "tenant-blue", "vm-net"
+	vmConf := `{"cniVersion":"1.0.0","name":"vm-net","type":"bridge","bridge":"br-vm",` +
+		`"ipam":{"type":"tenure","range":"10.30.0.0/24","prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56}}}`
+	cl.createNAD(nadName, vmConf)
+
+	agentA := cl.startAgent("node-a")
+	web := cl.pod("web-0", "node-a", `[{"name":"san"}]`)
+	cl.mustAdd(agentA, web, san)
+	webAddr := cl.heldBy("san", string(web.UID), tenurev1alpha1.KindAddress)
+	// The claim and launcher as KubeVirt makes them: spec.network is the
+	// CNI network name, the pod's network element names the NAD.
+	vm := cl.claim("vm1.blue", cniNetwork)
+	launcher := cl.pod("virt-launcher-vm1", "node-a",
+		fmt.Sprintf(`[{"name":%q,"namespace":%q,"ipam-claim-reference":"vm1.blue"}]`, nadName, opsNS))
+	cl.mustAdd(agentA, launcher, vmConf)
+
+	// What the claim holds, read from the API server: its owner-UID label.
+	l := &tenurev1alpha1.IPReservationList{}
+	if err := cl.c.List(cl.ctx, l, client.MatchingLabels{reservation.LabelOwnerUID: string(vm.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, r := range l.Items {
+		if r.Spec.Network != "default" || r.Spec.CNINetwork != cniNetwork {
+			t.Fatalf("reservation %s: scope %q, CNI network %q; want scope default (no network_name) and CNI network %s",
+				r.Name, r.Spec.Network, r.Spec.CNINetwork, cniNetwork)
+		}
+		held = append(held, r.Spec.Address)
+	}
+	slices.Sort(held)
+	if len(held) != 2 || strings.Contains(held[0], "/") == strings.Contains(held[1], "/") {
+		t.Fatalf("the claim holds %v, want an address and a delegated prefix", held)
+	}
+
+	for _, q := range []struct{ query, via string }{
+		{cniNetwork, "CNI network name"},
+		{opsNS + "/" + nadName, "NetworkAttachmentDefinition"},
+	} {
+		var rep ops.ReservationsReport
+		ctlJSON(t, &rep, "get", q.query)
+		var got []string
+		for _, v := range rep.Reservations {
+			got = append(got, v.Address)
+			if v.Network != "default" || v.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim || v.Owner.Name != vm.Name || v.Pod != launcher.Name {
+				t.Errorf("get %s -o json: %+v, want scope default, owner IPAMClaim %s, pod %s", q.query, v, vm.Name, launcher.Name)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, held) || slices.Contains(got, webAddr) {
+			t.Errorf("get %s lists %v, want exactly the claim's %v (not web-0's %s in scope san)", q.query, got, held, webAddr)
+		}
+		if want := "[{default [" + q.via + "]}]"; fmt.Sprint(rep.Scopes) != want {
+			t.Errorf("get %s says it shows the scopes %v, want %s", q.query, rep.Scopes, want)
+		}
+		r := ctl(t, "get", q.query)
+		if r.code != 0 || rows(r.stdout)[0] != "Network "+q.query+": allocation scope default ("+q.via+")" {
+			t.Errorf("get %s: exit %d, first line %q; want it to name the scope default (%s)", q.query, r.code, rows(r.stdout)[0], q.via)
+		}
+		for _, item := range held {
+			hasRow(t, r.stdout, item+" "+opsNS+" ipamclaim/"+vm.Name+" node-a ")
+		}
+	}
+}

@@ -6,15 +6,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6/nclient6"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,8 +27,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controller"
 	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
 	"github.com/tenure-ipam/tenure/internal/testbed"
@@ -54,7 +61,12 @@ const migIPAM = `{"ipRanges":[{"range":"10.97.0.0/24"},{"range":"fd00:97::/64"}]
 // later migration back that fails keeps all of it on the node the VM runs
 // on. A stopped VM keeps its claim; started again on the other node, it
 // gets the same address and prefix there. The IPsAllocated condition names
-// the owner pod throughout.
+// the owner pod throughout. A VM deleted in the foreground keeps everything
+// while KubeVirt's finalizer holds its claim and the guest runs (Renews
+// answered with the same address and prefix, the route in place, nothing
+// released across controller sweeps); once the VMI is gone and KubeVirt
+// removes its finalizer, the controller releases the claim's address and
+// prefix reservations within seconds and the claim is gone.
 func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	ctx, c := dhcpTest(t, 5*time.Minute)
 	installKubeVirtCRDs(t, ctx)
@@ -66,6 +78,16 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	agentB, metricsB := startDataplaneAgent(t, ctx, "mig-b", pathB, "")
 	waitVMIsServed(t, ctx, agentA, agentB)
 	confA, confB := netconf("dhcpnet", agentA.Socket, migIPAM), netconf("dhcpnet", agentB.Socket, migIPAM)
+	// The controller, as its Deployment's service account: it releases the
+	// claim's items once the claim is deleted and nothing but its own
+	// finalizer holds it.
+	saKubeconfig := filepath.Join(t.TempDir(), "controller.kubeconfig")
+	if err := testbed.ServiceAccountKubeconfig(ctx, cptest.Current().Config, "tenure-system", "tenure-controller", saKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := ctlStart(t, ctx, "e2e-dhcp6-migration", "--kubeconfig", saKubeconfig,
+		"--leader-election-namespace", "tenure-system", "--leader-election-id", "tenure-controller", "--sweep-interval", "500ms")
+	ctrl.waitLeading(t, ctx)
 
 	vm := createVM(t, ctx, c, "dhcp6mig", "vm1", dhcpVMMAC)
 	vm.start(t, ctx, c)
@@ -77,6 +99,9 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	wantAddr, wantPrefix := claimHolds(t, ctx, c, vm.ns, vm.claim)
 	wantOwner(t, ctx, c, vm.ns, vm.claim, podA.name)
 	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podA.name)
+	ctlPoll(t, ctx, "tenure's finalizer beside KubeVirt's", func() (bool, error) {
+		return slices.Equal(getClaim(t, ctx, c, vm.ns, vm.claim).Finalizers, []string{kubevirtFinalizer, controller.ClaimFinalizer}), nil
+	})
 
 	dhc := startDhclient(t, guest)
 	lease := dhc.waitLease(ctx)
@@ -213,6 +238,118 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podD.name)
 	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
 	waitRenewed(t, ctx, dhc, wantAddr, wantPrefix, "from node-a after the VM restarted there")
+
+	// Delete, as `kubectl delete vm --cascade=foreground` does. The test
+	// control plane runs no garbage collector, so the test does its part:
+	// the VM gets a deletionTimestamp and the foregroundDeletion finalizer
+	// from the API server; the collector then deletes the VM's dependents,
+	// the claim (it has none of its own: in the background) and the VMI (in
+	// the foreground, for it has a blocking dependent, the launcher pod),
+	// and the VMI's dependent, the launcher pod (gracefully: with no kubelet
+	// it stays terminating). KubeVirt's finalizer holds the claim while the
+	// guest still runs and shuts down.
+	cl := getClaim(t, ctx, c, vm.ns, vm.claim)
+	claimUID := string(cl.UID)
+	var wantItems []string
+	for _, s := range cl.Status.IPs {
+		wantItems = append(wantItems, netip.MustParsePrefix(s).Addr().String())
+	}
+	wantItems = append(wantItems, cl.Status.DelegatedPrefixes...)
+	slices.Sort(wantItems)
+	held := claimReservations(t, ctx, claimUID)
+	if items := reservedItems(ownedBy(t, ctx, claimUID)); !slices.Equal(items, wantItems) || len(items) != 3 {
+		t.Fatalf("before the delete the claim's reservations hold %v, its status records %v; want the same IPv4 and IPv6 address and /56", items, wantItems)
+	}
+	releasedBefore, _ := ctrl.metric(t, "tenure_releases_total", `reason="ClaimDeleted"`)
+	vmObj := vm.object()
+	if err := c.Delete(ctx, vmObj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(vmObj), vmObj); err != nil || vmObj.GetDeletionTimestamp() == nil ||
+		!slices.Contains(vmObj.GetFinalizers(), metav1.FinalizerDeleteDependents) {
+		t.Fatalf("the VM after a foreground delete: %v, finalizers %v; want it deleting, held by %s", err, vmObj.GetFinalizers(), metav1.FinalizerDeleteDependents)
+	}
+	if err := c.Delete(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	vmiObj := vm.vmi.DeepCopy()
+	if err := c.Delete(ctx, vmiObj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: vm.ns, Name: podD.name}}); err != nil {
+		t.Fatal(err)
+	}
+	if cl = getClaim(t, ctx, c, vm.ns, vm.claim); cl.DeletionTimestamp == nil || !slices.Equal(cl.Finalizers, []string{kubevirtFinalizer, controller.ClaimFinalizer}) {
+		t.Fatalf("the claim after the VM's delete: deletionTimestamp %v, finalizers %v; want it deleting, held by %s and %s",
+			cl.DeletionTimestamp, cl.Finalizers, kubevirtFinalizer, controller.ClaimFinalizer)
+	}
+	// While the guest runs: node-a answers its Renews with the same address
+	// and prefix and keeps the route, and two full sweeps of the controller
+	// that began after the claim's delete release nothing.
+	renewsA = counter(t, scrape(t, metricsA), "renew", "reply")
+	waitRenewed(t, ctx, dhc, wantAddr, wantPrefix, "from node-a while the VM is being deleted")
+	if n := counter(t, scrape(t, metricsA), "renew", "reply"); n <= renewsA {
+		t.Fatalf("node-a answered %v Renews, %v before the VM's delete", n, renewsA)
+	}
+	ctrl.waitSweepAfter(t, ctx, deleted)
+	ctrl.waitSweepAfter(t, ctx, time.Now())
+	waitRenewed(t, ctx, dhc, wantAddr, wantPrefix, "from node-a after two sweeps while the VM is being deleted")
+	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
+	if got := claimReservations(t, ctx, claimUID); !maps.Equal(got, held) {
+		t.Fatalf("reservations changed while KubeVirt's finalizer holds the claim: %v -> %v", held, got)
+	}
+
+	// The guest is shut down and the kubelet tears the launcher pod down
+	// (DEL, then the pod is removed); the collector, the VMI's last
+	// dependent gone, removes its foregroundDeletion finalizer and the VMI
+	// is gone. The DEL releases nothing of the claim.
+	dhc.stop()
+	if err := del(ctx, podD, confA); err != nil {
+		t.Fatalf("DEL of the deleted VM's pod: %v", err)
+	}
+	if err := testbed.ForceDeletePod(ctx, c, vm.ns, podD.name); err != nil {
+		t.Fatal(err)
+	}
+	removeFinalizer(t, ctx, c, vmiObj, metav1.FinalizerDeleteDependents)
+	if got := claimReservations(t, ctx, claimUID); !maps.Equal(got, held) {
+		t.Fatalf("reservations changed before KubeVirt removed its finalizer: %v -> %v", held, got)
+	}
+	// ipam-extensions' VM controller: the VM is being deleted and its VMI
+	// is gone, so it removes its finalizer from the VM's claims
+	// (pkg/vmnetworkscontroller, claims.Cleanup); then everything of the
+	// claim is released within seconds and the claim is gone.
+	cl = getClaim(t, ctx, c, vm.ns, vm.claim)
+	controllerutil.RemoveFinalizer(cl, kubevirtFinalizer)
+	if err := c.Update(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	ctlPoll(t, testContext(t, 10*time.Second), "the claim's reservations released and the claim gone", func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(cl), &ipamclaimsv1alpha1.IPAMClaim{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		for name := range held {
+			switch err := c.Get(ctx, client.ObjectKey{Name: name}, &tenurev1alpha1.IPReservation{}); {
+			case err == nil:
+				return false, nil
+			case !apierrors.IsNotFound(err):
+				return false, err
+			}
+		}
+		return apierrors.IsNotFound(err), nil
+	})
+	t.Logf("released %v and the claim gone %v after KubeVirt's finalizer was removed", wantItems, time.Since(removed).Round(time.Millisecond))
+	if left := ownedBy(t, ctx, claimUID); len(left) != 0 {
+		t.Fatalf("the deleted claim still owns %v", reservedItems(left))
+	}
+	if n, _ := ctrl.metric(t, "tenure_releases_total", `reason="ClaimDeleted"`); n-releasedBefore != float64(len(held)) {
+		t.Errorf("tenure_releases_total{reason=ClaimDeleted} grew by %v, want the claim's %d", n-releasedBefore, len(held))
+	}
+	waitRoute(t, ctx, nodeA, wantPrefix, "", false)
+	// The collector, the VM's dependents gone, lets the VM go.
+	removeFinalizer(t, ctx, c, vmObj, metav1.FinalizerDeleteDependents)
 }
 
 // TestDHCPv6VMIAPIAppearingPutsTheVMBackOnItsNode: without KubeVirt's API

@@ -19,6 +19,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controlplane"
@@ -175,6 +176,37 @@ func (v *kvVM) stop(t *testing.T, ctx context.Context, c client.Client) {
 		t.Fatal(err)
 	}
 	v.vmi = nil
+}
+
+// object is the VirtualMachine, to delete it.
+func (v *kvVM) object() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(vmGVK)
+	u.SetNamespace(v.ns)
+	u.SetName(v.name)
+	return u
+}
+
+// removeFinalizer is the garbage collector's or a controller's update of
+// obj without finalizer, read fresh; it waits until obj is gone when that
+// was its last finalizer on an object being deleted.
+func removeFinalizer(t *testing.T, ctx context.Context, c client.Client, obj client.Object, finalizer string) {
+	t.Helper()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	if !controllerutil.RemoveFinalizer(obj, finalizer) {
+		t.Fatalf("%s has no finalizer %s: %v", obj.GetName(), finalizer, obj.GetFinalizers())
+	}
+	if err := c.Update(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	if obj.GetDeletionTimestamp() == nil || len(obj.GetFinalizers()) > 0 {
+		return
+	}
+	poll(t, ctx, 10*time.Second, obj.GetName()+" gone", func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+	})
 }
 
 // launcher creates a virt-launcher pod of the VM's VMI on node; a
