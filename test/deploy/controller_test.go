@@ -54,7 +54,7 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 	c := adminClient(t)
 	applyRBAC(t, ctx, c, objs)
 	dir := t.TempDir()
-	kubeconfig := impersonatingKubeconfig(t, d.Spec.Template.Spec.ServiceAccountName, dir)
+	kubeconfig := impersonatingKubeconfig(t, d.Spec.Template.Spec.ServiceAccountName, dir, nil)
 
 	// A pool for it to report on: the status write needs its RBAC too.
 	pool := &tenurev1alpha1.IPPool{

@@ -196,8 +196,10 @@ func inodeOf(t *testing.T, p string) (uint64, time.Time) {
 }
 
 // impersonatingKubeconfig writes a copy of the admin kubeconfig that acts as
-// service account sa: the process using it has exactly sa's RBAC.
-func impersonatingKubeconfig(t *testing.T, sa, dir string) string {
+// service account sa: the process using it has exactly sa's RBAC. extra is
+// what the API server adds to the user of a token bound to a pod (its node
+// and pod names), which the agent's node restriction judges by.
+func impersonatingKubeconfig(t *testing.T, sa, dir string, extra map[string][]string) string {
 	t.Helper()
 	cfg, err := clientcmd.LoadFromFile(cptest.Current().KubeconfigPath)
 	if err != nil {
@@ -207,6 +209,7 @@ func impersonatingKubeconfig(t *testing.T, sa, dir string) string {
 	for _, ai := range cfg.AuthInfos {
 		ai.Impersonate = user
 		ai.ImpersonateGroups = groups
+		ai.ImpersonateUserExtra = extra
 	}
 	p := filepath.Join(dir, sa+".kubeconfig")
 	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
@@ -287,7 +290,13 @@ func TestAgentPodOnANode(t *testing.T) {
 	// The agent container, with its own RBAC only.
 	c := adminClient(t)
 	applyRBAC(t, ctx, c, objs)
-	kubeconfig := impersonatingKubeconfig(t, ds.Spec.Template.Spec.ServiceAccountName, root)
+	// The DaemonSet's pod authenticates with the token the kubelet
+	// projects, bound to that pod on this node: the API server names both
+	// in the user, and the node restriction holds the agent to the node.
+	kubeconfig := impersonatingKubeconfig(t, ds.Spec.Template.Spec.ServiceAccountName, root, map[string][]string{
+		"authentication.kubernetes.io/node-name": {node},
+		"authentication.kubernetes.io/pod-name":  {"tenure-agent-" + node},
+	})
 	ac := container(t, p.spec.Containers, "agent")
 	p.setUp(ac, bins)
 	argv := p.argv(ac, append(slices.Clone(ac.Command), ac.Args...))
