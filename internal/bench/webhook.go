@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/testbed"
+)
+
+func init() {
+	registerScenario(Scenario{Name: "webhook", Summary: "claim-bound and pod ADDs through an agent on a pod-bound token, without and then with the node-restriction webhook: what it adds per ADD",
+		Run: (*env).webhookScenario})
+}
+
+const (
+	// webhookOps ADDs of each kind per phase, one at a time: the added
+	// time is per ADD, not queueing behind other ADDs.
+	webhookOps    = 100
+	webhookWarmup = 10
+	webhookNode   = "bench-wh1"
+	webhookNet    = "bench-webhook"
+	webhookClaims = "bench-webhook-claims"
+)
+
+// webhookScenario measures what the agent node-restriction webhook of
+// deploy/webhook adds to an ADD. The agent runs as the DaemonSet's does: the
+// RBAC of deploy/rbac, a token bound to an agent pod on its node, and the
+// CEL policy of deploy/policy in force in both phases. The phases are the
+// same ADDs on fresh pods (claim-bound ADDs of IPv4 + IPv6 + a delegated
+// /56, then ADDs of a pod's one address): first without the webhook's
+// configuration, then with it, the webhook served in this process as a
+// controller replica serves it (testbed.StartAgentWebhook). Its CPU is
+// therefore in the "bench" group of cpu_ms_per_op.
+func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, error) {
+	if _, err := testbed.InstallAgentAccess(ctx, e.cp.Config); err != nil {
+		return nil, err
+	}
+	a, err := testbed.StartNodeAgent(ctx, e.bins, filepath.Join(e.dir, "webhook"), e.cp.Config, webhookNode)
+	if err != nil {
+		return nil, err
+	}
+	e.agents[webhookNode] = a
+	defer e.stopAgent(webhookNode)
+
+	v4, v6 := sc.nets.next()
+	v4b, _ := sc.nets.next()
+	claimConf := netconf(webhookClaims, a.Socket, fmt.Sprintf(`{"ipRanges":[{"range":%q},{"range":%q}],"prefix_delegation":{"range":"fd00:3200::/40","prefix_length":56},"network_name":%q}`, v4, v6, webhookClaims))
+	podConf := netconf(webhookNet, a.Socket, fmt.Sprintf(`{"range":%q,"network_name":%q}`, v4b, webhookNet))
+
+	var pods []benchPod
+	defer func() { _ = e.deletePods(context.WithoutCancel(ctx), pods) }()
+	// batch makes n claim-bound pods (each with its claim) and n plain
+	// pods on the agent's node.
+	batch := func(phase string, n int) (claimed, plain []benchPod, err error) {
+		names := make([]string, n)
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(16)
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-vm%d", phase, i)
+			g.Go(func() error {
+				return e.c.Create(gctx, &ipamclaimsv1alpha1.IPAMClaim{
+					ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: names[i]},
+					Spec:       ipamclaimsv1alpha1.IPAMClaimSpec{Network: webhookClaims, Interface: "net1"},
+				})
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, nil, fmt.Errorf("creating claims: %w", err)
+		}
+		ann := func(i int) map[string]string {
+			return map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"interface":"net1","ipam-claim-reference":%q}]`, webhookClaims, names[i])}
+		}
+		if claimed, err = e.createPods(ctx, "wh-"+phase+"-vm", []string{webhookNode}, n, ann); err != nil {
+			return nil, nil, err
+		}
+		pods = append(pods, claimed...)
+		if plain, err = e.createPods(ctx, "wh-"+phase+"-pod", []string{webhookNode}, n, nil); err != nil {
+			return nil, nil, err
+		}
+		pods = append(pods, plain...)
+		return claimed, plain, nil
+	}
+	callsOf := func(ps []benchPod, conf []byte, wantIPs int) []call {
+		out := make([]call, len(ps))
+		for i, p := range ps {
+			out[i] = call{pod: p, command: "ADD", conf: conf, wantIPs: wantIPs}
+		}
+		return out
+	}
+
+	// Unmeasured: the agent's first ADDs of each kind (cold connections,
+	// page cache).
+	wc, wp, err := batch("warm", webhookWarmup)
+	if err != nil {
+		return nil, err
+	}
+	if rr := e.run(ctx, append(callsOf(wc, claimConf, 2), callsOf(wp, podConf, 1)...), 1, false); rr.failures > 0 {
+		return nil, fmt.Errorf("webhook: %d warm-up ADDs failed: %s", rr.failures, strings.Join(rr.errs, "; "))
+	}
+
+	phase := func(on bool) ([]Result, error) {
+		tag, label, flag := "off", "without the webhook", 0.0
+		if on {
+			tag, label, flag = "on", "with the webhook", 1
+		}
+		claimed, plain, err := batch(tag, webhookOps)
+		if err != nil {
+			return nil, err
+		}
+		var out []Result
+		for _, k := range []struct {
+			id, name string
+			calls    []call
+			perOp    float64
+		}{
+			{"claim", fmt.Sprintf("ADD claim-bound v4+v6+/56 ×%d sequential, %s", webhookOps, label), callsOf(claimed, claimConf, 2), 3},
+			{"pod", fmt.Sprintf("ADD pod ×%d sequential, %s", webhookOps, label), callsOf(plain, podConf, 1), 1},
+		} {
+			r, err := e.measure(ctx, spec{id: "webhook-" + tag + "-add-" + k.id, name: k.name, command: "ADD",
+				nodes: 1, conc: 1, calls: k.calls, perOp: k.perOp, checkDuplicates: true})
+			if err != nil {
+				return append(out, r), err
+			}
+			if r.Failures > 0 {
+				return append(out, r), fmt.Errorf("webhook: %s: %d of %d failed: %s", k.name, r.Failures, r.Ops, strings.Join(r.Errors, "; "))
+			}
+			r.Figures = map[string]float64{
+				"webhook":                  flag,
+				"add_p50_ms":               r.P50Ms,
+				"add_p99_ms":               r.P99Ms,
+				"add_mean_ms":              r.MeanMs,
+				"api_requests_per_add":     round3(r.APIRequestsPerOp),
+				"apiserver_cpu_ms_per_add": r.CPUMsPerOp["kube-apiserver"],
+				"bench_cpu_ms_per_add":     r.CPUMsPerOp["bench"],
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+
+	off, err := phase(false)
+	if err != nil {
+		return off, err
+	}
+	wh, err := testbed.StartAgentWebhook(ctx, e.cp.Config, filepath.Join(e.dir, "webhook-probe"), nil)
+	if err != nil {
+		return off, fmt.Errorf("webhook: starting it: %w", err)
+	}
+	defer func() {
+		// The configuration goes before its server, or the agent's
+		// covered writes would fail closed in later scenarios.
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "tenure-agent-node-restriction"}}
+		if err := e.c.Delete(context.WithoutCancel(ctx), vwc); err != nil && !apierrors.IsNotFound(err) {
+			e.logf("webhook: removing its configuration: %v", err)
+		}
+		wh.Stop()
+	}()
+	on, err := phase(true)
+	out := append(off, on...)
+	if err != nil {
+		return out, err
+	}
+	// The added time, per kind: the "on" row against the "off" row.
+	for i := range on {
+		w, wo := &out[len(off)+i], off[i]
+		w.Figures["added_p50_ms"] = round3(w.P50Ms - wo.P50Ms)
+		w.Figures["added_p99_ms"] = round3(w.P99Ms - wo.P99Ms)
+		w.Figures["added_mean_ms"] = round3(w.MeanMs - wo.MeanMs)
+		if wo.P50Ms > 0 {
+			w.Figures["p50_ratio"] = round3(w.P50Ms / wo.P50Ms)
+		}
+		w.Notes = fmt.Sprintf("p50 %.1f ms vs %.1f ms without (+%.1f ms, %.2f×); mean +%.1f ms; API server CPU/ADD %.2f vs %.2f ms",
+			w.P50Ms, wo.P50Ms, w.Figures["added_p50_ms"], w.Figures["p50_ratio"], w.Figures["added_mean_ms"],
+			w.Figures["apiserver_cpu_ms_per_add"], wo.Figures["apiserver_cpu_ms_per_add"])
+		e.logf("webhook: %s: %s", w.Name, w.Notes)
+	}
+	if !sc.Last {
+		if rr := e.run(context.WithoutCancel(ctx), func() []call {
+			var cs []call
+			for _, p := range pods {
+				if strings.Contains(p.name, "-pod-") {
+					cs = append(cs, call{pod: p, command: "DEL", conf: podConf})
+				}
+			}
+			return cs
+		}(), 4, false); rr.failures > 0 {
+			e.logf("webhook: cleanup DELs: %d failed: %s", rr.failures, strings.Join(rr.errs, "; "))
+		}
+	}
+	return out, nil
+}
