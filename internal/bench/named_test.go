@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +82,66 @@ func TestNamedScenariosReportTheirFigures(t *testing.T) {
 	// window is one or two intervals long.
 	if maxLists := fp.WallS/5 + 1; g["quorum_lists"] > maxLists {
 		t.Errorf("%v quorum lists in %.1f s, want at most %.0f", g["quorum_lists"], fp.WallS, maxLists)
+	}
+}
+
+// TestWebhookScenarioReportsTheAddedTime runs the webhook scenario with 10
+// ADDs of each kind per phase and checks its rows: the webhook judged the
+// second phase's ADDs and not the first's (by its own count), refused
+// none, and every figure the scenario reports is there and possible. The
+// added time itself is for the benchmark run, not asserted here.
+func TestWebhookScenarioReportsTheAddedTime(t *testing.T) {
+	if _, err := controlplane.BinDir(); err != nil {
+		testbed.SkipUnlessEverything(t, err.Error())
+	}
+	bins, err := testbed.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	e, err := startEnv(ctx, testLogWriter{}, bins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	rep := &Report{}
+	if err := e.runNamed(ctx, Options{Scenarios: []string{"webhook"}, WebhookOps: 10}, rep); err != nil {
+		t.Fatal(err)
+	}
+	reviews := map[string]float64{}
+	for _, id := range []string{"webhook-off-add-claim", "webhook-off-add-pod", "webhook-on-add-claim", "webhook-on-add-pod"} {
+		r := rep.Find(id)
+		if r == nil {
+			t.Fatalf("no %s row in %+v", id, rep.Scenarios)
+		}
+		f := r.Figures
+		keys := []string{"webhook", "add_p50_ms", "add_p99_ms", "add_mean_ms", "api_requests_per_add", "apiserver_cpu_ms_per_add", "webhook_reviews_per_add", "webhook_denied"}
+		on := strings.HasPrefix(id, "webhook-on-")
+		if on {
+			keys = append(keys, "added_p50_ms", "added_p99_ms", "added_mean_ms", "p50_ratio")
+		}
+		for _, k := range keys {
+			if _, ok := f[k]; !ok {
+				t.Errorf("%s figures lack %s: %v", id, k, f)
+			}
+		}
+		if r.Ops != 10 || r.Failures != 0 || r.Scenario != "webhook" {
+			t.Errorf("%s: %d ADDs, %d failed (%v), scenario %q", id, r.Ops, r.Failures, r.Errors, r.Scenario)
+		}
+		if !(f["add_p50_ms"] > 0 && f["add_p99_ms"] >= f["add_p50_ms"]) {
+			t.Errorf("%s percentiles out of order: %v", id, f)
+		}
+		if on != (f["webhook"] == 1) || f["webhook_denied"] != 0 {
+			t.Errorf("%s: webhook %v, %v refusals", id, f["webhook"], f["webhook_denied"])
+		}
+		reviews[id] = f["webhook_reviews_per_add"]
+	}
+	// Without its configuration the API server never calls the webhook;
+	// with it, every ADD has at least its reservation create judged, and
+	// a claim's ADD (three reservations and the claim's status) more.
+	if reviews["webhook-off-add-claim"] != 0 || reviews["webhook-off-add-pod"] != 0 ||
+		reviews["webhook-on-add-pod"] < 1 || reviews["webhook-on-add-claim"] <= reviews["webhook-on-add-pod"] {
+		t.Errorf("webhook reviews per ADD: %v", reviews)
 	}
 }

@@ -69,6 +69,9 @@ type Options struct {
 	// FullPoolBits is full-pool's IPv4 prefix length (16 when 0; tests
 	// use a smaller pool).
 	FullPoolBits int
+	// WebhookOps is the webhook scenario's ADDs of each kind per phase
+	// (100 when 0; tests use fewer).
+	WebhookOps int
 }
 
 // Run starts a control plane, agents and (when built) the controller,

@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -21,8 +23,9 @@ func init() {
 }
 
 const (
-	// webhookOps ADDs of each kind per phase, one at a time: the added
-	// time is per ADD, not queueing behind other ADDs.
+	// webhookOps ADDs of each kind per phase (Options.WebhookOps when
+	// set), one at a time: the added time is per ADD, not queueing behind
+	// other ADDs.
 	webhookOps    = 100
 	webhookWarmup = 10
 	webhookNode   = "bench-wh1"
@@ -50,6 +53,10 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 	e.agents[webhookNode] = a
 	defer e.stopAgent(webhookNode)
 
+	ops := sc.Opts.WebhookOps
+	if ops <= 0 {
+		ops = webhookOps
+	}
 	v4, v6 := sc.nets.next()
 	v4b, _ := sc.nets.next()
 	claimConf := netconf(webhookClaims, a.Socket, fmt.Sprintf(`{"ipRanges":[{"range":%q},{"range":%q}],"prefix_delegation":{"range":"fd00:3200::/40","prefix_length":56},"network_name":%q}`, v4, v6, webhookClaims))
@@ -106,12 +113,13 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 		return nil, fmt.Errorf("webhook: %d warm-up ADDs failed: %s", rr.failures, strings.Join(rr.errs, "; "))
 	}
 
+	reviews := &reviewCounter{}
 	phase := func(on bool) ([]Result, error) {
 		tag, label, flag := "off", "without the webhook", 0.0
 		if on {
 			tag, label, flag = "on", "with the webhook", 1
 		}
-		claimed, plain, err := batch(tag, webhookOps)
+		claimed, plain, err := batch(tag, ops)
 		if err != nil {
 			return nil, err
 		}
@@ -121,9 +129,10 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 			calls    []call
 			perOp    float64
 		}{
-			{"claim", fmt.Sprintf("ADD claim-bound v4+v6+/56 ×%d sequential, %s", webhookOps, label), callsOf(claimed, claimConf, 2), 3},
-			{"pod", fmt.Sprintf("ADD pod ×%d sequential, %s", webhookOps, label), callsOf(plain, podConf, 1), 1},
+			{"claim", fmt.Sprintf("ADD claim-bound v4+v6+/56 ×%d sequential, %s", ops, label), callsOf(claimed, claimConf, 2), 3},
+			{"pod", fmt.Sprintf("ADD pod ×%d sequential, %s", ops, label), callsOf(plain, podConf, 1), 1},
 		} {
+			reviews.reset()
 			r, err := e.measure(ctx, spec{id: "webhook-" + tag + "-add-" + k.id, name: k.name, command: "ADD",
 				nodes: 1, conc: 1, calls: k.calls, perOp: k.perOp, checkDuplicates: true})
 			if err != nil {
@@ -141,6 +150,11 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 				"apiserver_cpu_ms_per_add": r.CPUMsPerOp["kube-apiserver"],
 				"bench_cpu_ms_per_add":     r.CPUMsPerOp["bench"],
 			}
+			// The webhook's own count of what it judged: in force in
+			// this phase or not, whatever the times say.
+			n, denied := reviews.counts()
+			r.Figures["webhook_reviews_per_add"] = round3(float64(n) / float64(r.Ops))
+			r.Figures["webhook_denied"] = float64(denied)
 			out = append(out, r)
 		}
 		return out, nil
@@ -150,7 +164,7 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 	if err != nil {
 		return off, err
 	}
-	wh, err := testbed.StartAgentWebhook(ctx, e.cp.Config, filepath.Join(e.dir, "webhook-probe"), nil)
+	wh, err := testbed.StartAgentWebhook(ctx, e.cp.Config, filepath.Join(e.dir, "webhook-probe"), slog.New(reviews))
 	if err != nil {
 		return off, fmt.Errorf("webhook: starting it: %w", err)
 	}
@@ -197,3 +211,31 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 	}
 	return out, nil
 }
+
+// reviewCounter is the webhook's log: it counts the requests the webhook
+// judged ("admission" records, one per review) and those it refused.
+type reviewCounter struct{ n, denied atomic.Int64 }
+
+func (c *reviewCounter) reset() { c.n.Store(0); c.denied.Store(0) }
+
+func (c *reviewCounter) counts() (n, denied int64) { return c.n.Load(), c.denied.Load() }
+
+func (c *reviewCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (c *reviewCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "admission" {
+		return nil
+	}
+	c.n.Add(1)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "allowed" && a.Value.Kind() == slog.KindBool && !a.Value.Bool() {
+			c.denied.Add(1)
+		}
+		return true
+	})
+	return nil
+}
+
+func (c *reviewCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+
+func (c *reviewCounter) WithGroup(string) slog.Handler { return c }
