@@ -99,7 +99,7 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = testbed.ForceDeletePod(context.Background(), cl, ns, launcherB.Name) })
-	claimB.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: launcherB.Name}
+	claimB.Status.IPs, claimB.Status.OwnerPod = []string{"10.93.0.2/24"}, &ipamclaimsv1alpha1.OwnerPod{Name: launcherB.Name}
 	if err := cl.Status().Update(ctx, claimB); err != nil {
 		t.Fatal(err)
 	}
