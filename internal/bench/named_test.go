@@ -116,7 +116,8 @@ func TestWebhookScenarioReportsTheAddedTime(t *testing.T) {
 			t.Fatalf("no %s row in %+v", id, rep.Scenarios)
 		}
 		f := r.Figures
-		keys := []string{"webhook", "add_p50_ms", "add_p99_ms", "add_mean_ms", "api_requests_per_add", "apiserver_cpu_ms_per_add", "webhook_reviews_per_add", "webhook_denied"}
+		t.Logf("%s: %v", id, f)
+		keys := []string{"webhook", "webhook_judge_ms_per_add", "add_p50_ms", "add_p99_ms", "add_mean_ms", "api_requests_per_add", "apiserver_cpu_ms_per_add", "webhook_reviews_per_add", "webhook_denied"}
 		on := strings.HasPrefix(id, "webhook-on-")
 		if on {
 			keys = append(keys, "added_p50_ms", "added_p99_ms", "added_mean_ms", "p50_ratio")

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -171,8 +172,11 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 			}
 			// The webhook's own count of what it judged: in force in
 			// this phase or not, whatever the times say.
-			n, denied := reviews.counts()
+			n, denied, judge := reviews.counts()
 			r.Figures["webhook_reviews_per_add"] = round3(float64(n) / float64(r.Ops))
+			// The webhook's own time per ADD: from a review's arrival to
+			// its decision (its live reads and the rules).
+			r.Figures["webhook_judge_ms_per_add"] = round3(float64(judge) / float64(time.Millisecond) / float64(r.Ops))
 			r.Figures["webhook_denied"] = float64(denied)
 			out = append(out, r)
 			if err := done(); err != nil {
@@ -222,12 +226,15 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 }
 
 // reviewCounter is the webhook's log: it counts the requests the webhook
-// judged ("admission" records, one per review) and those it refused.
-type reviewCounter struct{ n, denied atomic.Int64 }
+// judged ("admission" records, one per review) and those it refused,
+// and how long it took to judge them (its reads and the decision).
+type reviewCounter struct{ n, denied, judgeNs atomic.Int64 }
 
-func (c *reviewCounter) reset() { c.n.Store(0); c.denied.Store(0) }
+func (c *reviewCounter) reset() { c.n.Store(0); c.denied.Store(0); c.judgeNs.Store(0) }
 
-func (c *reviewCounter) counts() (n, denied int64) { return c.n.Load(), c.denied.Load() }
+func (c *reviewCounter) counts() (n, denied int64, judge time.Duration) {
+	return c.n.Load(), c.denied.Load(), time.Duration(c.judgeNs.Load())
+}
 
 func (c *reviewCounter) Enabled(context.Context, slog.Level) bool { return true }
 
@@ -239,6 +246,9 @@ func (c *reviewCounter) Handle(_ context.Context, r slog.Record) error {
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "allowed" && a.Value.Kind() == slog.KindBool && !a.Value.Bool() {
 			c.denied.Add(1)
+		}
+		if a.Key == "duration" && a.Value.Kind() == slog.KindDuration {
+			c.judgeNs.Add(int64(a.Value.Duration()))
 		}
 		return true
 	})
