@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -43,28 +42,6 @@ type attack struct {
 	method, path, contentType    string
 	body                         any
 	rule                         string // "" = must be allowed
-}
-
-var ruleRe = regexp.MustCompile(`\[([a-z0-9-]+)\]`)
-
-// refusalRule names what refused err: the rule in brackets of the policy or
-// the webhook, "rbac" for the authorizer, "" when err is nil.
-func refusalRule(err error) string {
-	if err == nil {
-		return ""
-	}
-	msg := err.Error()
-	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-		if strings.Contains(msg, testbed.AgentPolicyName) || strings.Contains(msg, testbed.AgentWebhookName) {
-			if m := ruleRe.FindStringSubmatch(msg); m != nil {
-				return m[1]
-			}
-		}
-		if strings.Contains(msg, "cannot ") && strings.Contains(msg, "system:serviceaccount:") {
-			return "rbac"
-		}
-	}
-	return "error: " + msg
 }
 
 func send(ctx context.Context, rc rest.Interface, a attack) error {
@@ -330,7 +307,7 @@ func TestAgentAttackMatrix(t *testing.T) {
 		if r.bodyFn != nil {
 			r.body = r.bodyFn()
 		}
-		got := refusalRule(send(ctx, rc, r.attack))
+		got := testbed.RefusalRule(send(ctx, rc, r.attack))
 		want, shown := r.rule, got
 		if want == "" {
 			want = "allowed"

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -147,7 +146,7 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 	var table strings.Builder
 	table.WriteString("| # | target (node B's unless its own) | resource | verb | attempt | want | got |\n|---|---|---|---|---|---|---|\n")
 	for i, r := range rows {
-		got := refusalRule(r.do())
+		got := testbed.RefusalRule(r.do())
 		want, shown := r.rule, got
 		if want == "" {
 			want = "allowed"
@@ -204,26 +203,4 @@ func tokenClaims(t *testing.T, token string) jwtClaims {
 		t.Fatalf("the token's payload %s: %v", payload, err)
 	}
 	return c
-}
-
-var ruleRe = regexp.MustCompile(`\[([a-z0-9-]+)\]`)
-
-// refusalRule names what refused err: the rule in brackets of the policy or
-// the webhook, "rbac" for the authorizer, "" when err is nil.
-func refusalRule(err error) string {
-	if err == nil {
-		return ""
-	}
-	msg := err.Error()
-	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-		if strings.Contains(msg, testbed.AgentPolicyName) || strings.Contains(msg, testbed.AgentWebhookName) {
-			if m := ruleRe.FindStringSubmatch(msg); m != nil {
-				return m[1]
-			}
-		}
-		if strings.Contains(msg, "cannot ") && strings.Contains(msg, "system:serviceaccount:") {
-			return "rbac"
-		}
-	}
-	return "error: " + msg
 }
