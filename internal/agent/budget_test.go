@@ -62,7 +62,7 @@ func answer(t *testing.T, conn net.Conn) *types.Error {
 	return &e
 }
 
-// Issue 23: ten parallel large requests must not all be held at once. Each
+// Ten parallel large requests must not all be held at once. Each
 // client sends all of its request but the last byte, and only once every
 // client has done so sends the rest: the requests the agent admitted are
 // then all in memory together. At most two fit the budget; the others are

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The issue 23 config: two ranges sharing 10.36.0.1 and 10.36.0.2.
+// Two ranges sharing 10.36.0.1 and 10.36.0.2.
 const overlapRanges = `"ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","range_end":"10.36.0.2"}]`
 
 func overlapNet(extra string) string {

@@ -515,7 +515,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{`"10.0.0.0/24"`, "same address range as ipam.range"}},
 		{"identical after clamping", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0-10.0.0.255/24"},{"range":"10.0.0.0/24"}]}`, "ipam.ipRanges[1].range",
 			[]string{`"10.0.0.0/24"`, "same address range as ipam.ipRanges[0].range"}},
-		// Issue 23: with enable_overlapping_ranges false each range is its
+		// With enable_overlapping_ranges false each range is its
 		// own scope, so an address both can hand out would go out twice.
 		{"overlapping ranges, enable_overlapping_ranges false", `{"type":"tenure","ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","range_end":"10.36.0.2"}],"enable_overlapping_ranges":false}`,
 			"ipam.ipRanges[1].range", []string{`"10.36.0.0/29"`, `overlaps ipam.ipRanges[0].range "10.36.0.0/30"`, "both can hand out 10.36.0.1", "enable_overlapping_ranges false"}},

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -28,4 +29,28 @@ func RefusalRule(err error) string {
 		}
 	}
 	return "error: " + msg
+}
+
+// MatrixHeader is the header of an attack-matrix table; who names the
+// node whose objects a row targets unless it says otherwise.
+func MatrixHeader(who string) string {
+	return "| # | target (" + who + ") | resource | verb | attempt | want | got |\n|---|---|---|---|---|---|---|\n"
+}
+
+// MatrixRow is row n of an attack-matrix table: want is the rule that must
+// refuse the write ("" for a write that must be allowed), got what
+// RefusalRule read off its answer. ok is false when they differ.
+func MatrixRow(n int, target, resource, verb, what, want, got string) (line string, ok bool) {
+	wantCell, gotCell := want, got
+	if wantCell == "" {
+		wantCell = "allowed"
+	}
+	if gotCell == "" {
+		gotCell = "allowed"
+	}
+	mark := ""
+	if got != want {
+		mark = " **FAIL**"
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s%s |\n", n, target, resource, verb, what, wantCell, gotCell, mark), got == want
 }

@@ -41,7 +41,7 @@ const (
 	burstParallel = 30
 )
 
-// TestKillDuringBurst (issue 23): 300 ADDs into a /24 from three agents,
+// TestKillDuringBurst: 300 ADDs into a /24 from three agents,
 // with kube-apiserver killed -9 while reservation creates are in flight
 // and restarted; five runs, each on a network of its own. The agents reach
 // the API server through a proxy, which times the kill: it fires as a

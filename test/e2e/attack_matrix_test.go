@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -302,25 +301,17 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 
 	var table strings.Builder
-	table.WriteString("| # | target (node B's unless A's) | resource | verb | attempt | want | got |\n|---|---|---|---|---|---|---|\n")
+	table.WriteString(testbed.MatrixHeader("node B's unless A's"))
 	for i, r := range rows {
 		if r.bodyFn != nil {
 			r.body = r.bodyFn()
 		}
 		got := testbed.RefusalRule(send(ctx, rc, r.attack))
-		want, shown := r.rule, got
-		if want == "" {
-			want = "allowed"
+		line, ok := testbed.MatrixRow(i+1, r.target, r.resource, r.verb, r.what, r.rule, got)
+		if !ok {
+			t.Errorf("row %d: %s", i+1, strings.TrimSpace(line))
 		}
-		if shown == "" {
-			shown = "allowed"
-		}
-		mark := ""
-		if got != r.rule {
-			mark = " **FAIL**"
-			t.Errorf("row %d (%s %s %s: %s): got %s, want %s", i+1, r.verb, r.resource, r.target, r.what, shown, want)
-		}
-		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s%s |\n", i+1, r.target, r.resource, r.verb, r.what, want, shown, mark)
+		table.WriteString(line)
 	}
 	t.Logf("attack matrix, agent of node %s against node %s:\n%s", a.node, b.node, table.String())
 

@@ -144,22 +144,14 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), ownRes.DeepCopy()) })
 	var table strings.Builder
-	table.WriteString("| # | target (node B's unless its own) | resource | verb | attempt | want | got |\n|---|---|---|---|---|---|---|\n")
+	table.WriteString(testbed.MatrixHeader("node B's unless its own"))
 	for i, r := range rows {
 		got := testbed.RefusalRule(r.do())
-		want, shown := r.rule, got
-		if want == "" {
-			want = "allowed"
+		line, ok := testbed.MatrixRow(i+1, r.target, r.resource, r.verb, r.what, r.rule, got)
+		if !ok {
+			t.Errorf("row %d: %s", i+1, strings.TrimSpace(line))
 		}
-		if shown == "" {
-			shown = "allowed"
-		}
-		mark := ""
-		if got != r.rule {
-			mark = " **FAIL**"
-			t.Errorf("row %d (%s %s %s: %s): got %s, want %s", i+1, r.verb, r.resource, r.target, r.what, shown, want)
-		}
-		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s%s |\n", i+1, r.target, r.resource, r.verb, r.what, want, shown, mark)
+		table.WriteString(line)
 	}
 	t.Logf("the DaemonSet agent's kubelet-minted token (node %s) against node %s:\n%s", node.Name, other, table.String())
 
