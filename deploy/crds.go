@@ -12,7 +12,7 @@ var CRDs embed.FS
 
 // Manifests holds everything `kubectl apply -k deploy/` reads, so that an
 // overlay can be built in memory on top of exactly what ships
-// (hack/local-node, for the local node).
+// (internal/dev/localnode, for the local node).
 //
 //go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml policy/*.yaml webhook/*.yaml agent/* controller/*.yaml
 var Manifests embed.FS

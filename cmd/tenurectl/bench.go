@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/bench"
+	"github.com/tenure-ipam/tenure/internal/dev/bench"
 )
 
 func init() {

@@ -12,11 +12,11 @@ import (
 	"strings"
 	"time"
 
-	localnode "github.com/tenure-ipam/tenure/hack/local-node"
-	"github.com/tenure-ipam/tenure/internal/controlplane"
-	"github.com/tenure-ipam/tenure/internal/demo"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/demo"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
-	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
 func init() {

@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tenure-ipam/tenure/deploy"
-	localnode "github.com/tenure-ipam/tenure/hack/local-node"
-	"github.com/tenure-ipam/tenure/internal/controlplane"
-	"github.com/tenure-ipam/tenure/internal/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 )
 
 func init() {
@@ -204,7 +204,7 @@ func defaultImage() string {
 
 // devUpNode is dev up --node: a detached control plane with the
 // controllers, then a node of this machine with tenure rolled out on it
-// from deploy/ through hack/local-node. Up already (with a node), it only
+// from deploy/ through internal/dev/localnode. Up already (with a node), it only
 // says so.
 // Called with dir made and locked.
 func devUpNode(ctx context.Context, e *env, dir, image string) error {

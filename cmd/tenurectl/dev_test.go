@@ -20,9 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	localnode "github.com/tenure-ipam/tenure/hack/local-node"
-	"github.com/tenure-ipam/tenure/internal/controlplane"
-	"github.com/tenure-ipam/tenure/internal/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 

@@ -20,10 +20,10 @@ const releaseTag = "tenure_release"
 // developerPackages are what the developer commands link and the image
 // must not ship.
 var developerPackages = []string{
-	"github.com/tenure-ipam/tenure/internal/bench",
-	"github.com/tenure-ipam/tenure/internal/controlplane",
-	"github.com/tenure-ipam/tenure/internal/demo",
-	"github.com/tenure-ipam/tenure/internal/testbed",
+	"github.com/tenure-ipam/tenure/internal/dev/bench",
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane",
+	"github.com/tenure-ipam/tenure/internal/dev/demo",
+	"github.com/tenure-ipam/tenure/internal/dev/testbed",
 }
 
 // TestReleaseBuild: the image builds every command with the release tag,

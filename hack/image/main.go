@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"github.com/tenure-ipam/tenure/internal/image"
+	"github.com/tenure-ipam/tenure/internal/dev/image"
 )
 
 func main() {

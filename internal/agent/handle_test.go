@@ -27,7 +27,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
-	"github.com/tenure-ipam/tenure/internal/kube/kubefake"
+	"github.com/tenure-ipam/tenure/internal/dev/kubefake"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/kube/kubefake"
+	"github.com/tenure-ipam/tenure/internal/dev/kubefake"
 )
 
 var fakes sync.Map // *testing.T -> *kubefake.Client

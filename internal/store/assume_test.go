@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/kube/kubefake"
+	"github.com/tenure-ipam/tenure/internal/dev/kubefake"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 

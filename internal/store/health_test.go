@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/kube/kubefake"
+	"github.com/tenure-ipam/tenure/internal/dev/kubefake"
 )
 
 // breakable is an in-memory API whose watches a test can break and keep

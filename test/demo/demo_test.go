@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/demo"
-	"github.com/tenure-ipam/tenure/internal/testbed"
+	"github.com/tenure-ipam/tenure/internal/dev/demo"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
 func TestDemoTellsTheTruth(t *testing.T) {

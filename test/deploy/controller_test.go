@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/testbed"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
 func freeLoopbackAddr(t *testing.T) string {

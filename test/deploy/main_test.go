@@ -28,9 +28,9 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	localnode "github.com/tenure-ipam/tenure/hack/local-node"
-	"github.com/tenure-ipam/tenure/internal/controlplane"
-	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 

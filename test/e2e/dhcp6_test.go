@@ -28,8 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/controlplane/cptest"
-	"github.com/tenure-ipam/tenure/internal/testbed"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
 // The guest's MAC: the VM keeps it across the migration.

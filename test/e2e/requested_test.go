@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/agent"
-	"github.com/tenure-ipam/tenure/internal/testbed"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
 // withRuntimeIPs adds runtimeConfig.ips to a network config, as libcni

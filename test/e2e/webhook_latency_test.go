@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/testbed"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
 // TestWebhookLatency measures what the webhook adds to the agent's judged

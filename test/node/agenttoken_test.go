@@ -22,11 +22,11 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	localnode "github.com/tenure-ipam/tenure/hack/local-node"
 	"github.com/tenure-ipam/tenure/internal/admission"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
-	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
 // Rows of the attack matrix (test/e2e TestAgentAttackMatrix) sent with the

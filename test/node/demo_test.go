@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/demo"
+	"github.com/tenure-ipam/tenure/internal/dev/demo"
 )
 
 // Point 6 of issue 12: `tenurectl demo --node` plays the demo's story on

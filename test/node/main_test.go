@@ -1,7 +1,7 @@
 //go:build integration
 
 // Package node_test runs tenure as its users do (issue 12): deploy/ applied
-// through the local overlay (hack/local-node) to a real node of this
+// through the local overlay (internal/dev/localnode) to a real node of this
 // machine, where a kubelet and containerd run the DaemonSet and the
 // Deployment from the image `make image` builds, and wire real pods through
 // Multus and the reference plugins calling tenure's shim.
@@ -29,11 +29,11 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	localnode "github.com/tenure-ipam/tenure/hack/local-node"
-	"github.com/tenure-ipam/tenure/internal/controlplane"
-	"github.com/tenure-ipam/tenure/internal/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
-	"github.com/tenure-ipam/tenure/internal/testbed"
 )
 
 // The cluster every test uses, made by TestMain.

@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	localnode "github.com/tenure-ipam/tenure/hack/local-node"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 )
 
 // Point 4 of issue 12: the agent DaemonSet is rolled to a second image while

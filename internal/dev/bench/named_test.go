@@ -1,0 +1,148 @@
+//go:build integration
+
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+)
+
+// TestNamedScenariosReportTheirFigures runs fanout with three caches and
+// full-pool on a /26 for a few seconds, and checks that every figure the
+// issue names is there and says something possible. Speed is for the
+// benchmark run, not asserted here.
+func TestNamedScenariosReportTheirFigures(t *testing.T) {
+	if _, err := controlplane.BinDir(); err != nil {
+		testbed.SkipUnlessEverything(t, err.Error())
+	}
+	bins, err := testbed.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	e, err := startEnv(ctx, testLogWriter{}, bins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	rep := &Report{}
+	opts := Options{Scenarios: []string{"fanout", "full-pool"}, Agents: []int{3}, FullPoolDuration: 6 * time.Second, FullPoolBits: 26}
+	if err := e.runNamed(ctx, opts, rep); err != nil {
+		t.Fatal(err)
+	}
+
+	fan := rep.Find("fanout-n3")
+	if fan == nil {
+		t.Fatalf("no fanout-n3 row in %+v", rep.Scenarios)
+	}
+	f := fan.Figures
+	for _, k := range []string{"agents", "apiserver_cpu_ms_per_add", "cache_lag_p50_ms", "cache_lag_p99_ms", "conflicts_per_add", "add_p50_ms", "add_p99_ms", "failures", "sync_s"} {
+		if _, ok := f[k]; !ok {
+			t.Errorf("fanout figures lack %s: %v", k, f)
+		}
+	}
+	if f["agents"] != 3 || f["failures"] != 0 || fan.Scenario != "fanout" {
+		t.Errorf("fanout: agents %v failures %v scenario %q (errors %v)", f["agents"], f["failures"], fan.Scenario, fan.Errors)
+	}
+	if !(f["cache_lag_p50_ms"] >= 0 && f["cache_lag_p99_ms"] >= f["cache_lag_p50_ms"] && f["add_p99_ms"] >= f["add_p50_ms"] && f["add_p50_ms"] > 0) {
+		t.Errorf("fanout percentiles out of order: %v", f)
+	}
+	if f["sync_s"] <= 0 || f["conflicts_per_add"] < 0 || f["conflicts_per_add"] > 1 || f["apiserver_cpu_ms_per_add"] < 0 {
+		t.Errorf("fanout figures impossible: %v", f)
+	}
+	// Each new reservation reaches the agents working in its block: at
+	// least the one that made it, never more than there are.
+	if w := f["watchers_per_add"]; w < 1 || w > 3 || f["window_rebuilds"] < 0 {
+		t.Errorf("fanout: %v caches watching each new reservation, %v window rebuilds", w, f["window_rebuilds"])
+	}
+
+	fp := rep.Find("full-pool")
+	if fp == nil {
+		t.Fatalf("no full-pool row in %+v", rep.Scenarios)
+	}
+	g := fp.Figures
+	for _, k := range []string{"quorum_lists_per_s_per_network", "api_requests_per_failed_add", "failed_add_agent_cpu_ms", "failed_add_p99_ms", "freed_to_waiting_s"} {
+		if _, ok := g[k]; !ok {
+			t.Errorf("full-pool figures lack %s: %v", k, g)
+		}
+	}
+	if g["failed_adds"] <= 0 {
+		t.Errorf("no ADD failed on a full pool: %v", g)
+	}
+	if g["freed_to_waiting_s"] < 0 {
+		t.Errorf("the freed address reached no waiting pod: %v", g)
+	}
+	// One quorum list per network per interval, however many retries: the
+	// window is one or two intervals long.
+	if maxLists := fp.WallS/5 + 1; g["quorum_lists"] > maxLists {
+		t.Errorf("%v quorum lists in %.1f s, want at most %.0f", g["quorum_lists"], fp.WallS, maxLists)
+	}
+}
+
+// TestWebhookScenarioReportsTheAddedTime runs the webhook scenario with 10
+// ADDs of each kind per phase and checks its rows: the webhook judged the
+// second phase's ADDs and not the first's (by its own count), refused
+// none, and every figure the scenario reports is there and possible. The
+// added time itself is for the benchmark run, not asserted here.
+func TestWebhookScenarioReportsTheAddedTime(t *testing.T) {
+	if _, err := controlplane.BinDir(); err != nil {
+		testbed.SkipUnlessEverything(t, err.Error())
+	}
+	bins, err := testbed.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	e, err := startEnv(ctx, testLogWriter{}, bins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	rep := &Report{}
+	if err := e.runNamed(ctx, Options{Scenarios: []string{"webhook"}, WebhookOps: 10}, rep); err != nil {
+		t.Fatal(err)
+	}
+	reviews := map[string]float64{}
+	for _, id := range []string{"webhook-off-add-claim", "webhook-off-add-pod", "webhook-on-add-claim", "webhook-on-add-pod"} {
+		r := rep.Find(id)
+		if r == nil {
+			t.Fatalf("no %s row in %+v", id, rep.Scenarios)
+		}
+		f := r.Figures
+		t.Logf("%s: %v", id, f)
+		keys := []string{"webhook", "webhook_judge_ms_per_add", "add_p50_ms", "add_p99_ms", "add_mean_ms", "api_requests_per_add", "apiserver_cpu_ms_per_add", "webhook_reviews_per_add", "webhook_denied"}
+		on := strings.HasPrefix(id, "webhook-on-")
+		if on {
+			keys = append(keys, "added_p50_ms", "added_p99_ms", "added_mean_ms", "p50_ratio")
+		}
+		for _, k := range keys {
+			if _, ok := f[k]; !ok {
+				t.Errorf("%s figures lack %s: %v", id, k, f)
+			}
+		}
+		if r.Ops != 10 || r.Failures != 0 || r.Scenario != "webhook" {
+			t.Errorf("%s: %d ADDs, %d failed (%v), scenario %q", id, r.Ops, r.Failures, r.Errors, r.Scenario)
+		}
+		if !(f["add_p50_ms"] > 0 && f["add_p99_ms"] >= f["add_p50_ms"]) {
+			t.Errorf("%s percentiles out of order: %v", id, f)
+		}
+		if on != (f["webhook"] == 1) || f["webhook_denied"] != 0 {
+			t.Errorf("%s: webhook %v, %v refusals", id, f["webhook"], f["webhook_denied"])
+		}
+		reviews[id] = f["webhook_reviews_per_add"]
+	}
+	// Without its configuration the API server never calls the webhook;
+	// with it, every ADD has at least its reservation create judged, and
+	// a claim's ADD (three reservations and the claim's status) more.
+	if reviews["webhook-off-add-claim"] != 0 || reviews["webhook-off-add-pod"] != 0 ||
+		reviews["webhook-on-add-pod"] < 1 || reviews["webhook-on-add-claim"] <= reviews["webhook-on-add-pod"] {
+		t.Errorf("webhook reviews per ADD: %v", reviews)
+	}
+}

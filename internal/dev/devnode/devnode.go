@@ -1,0 +1,675 @@
+// Package devnode runs a real Kubernetes node on this machine for the local
+// control plane: containerd (with runc) and a kubelet registered to the API
+// server, with a bridge cluster network that gives the host no address. It
+// is the spike for issue 12 ("a real node"); docs/real-node.md has the facts
+// it rests on.
+//
+// Everything the node starts lives in one cgroup of its own (kubelet,
+// containerd, the runc shims and every container), its files live in one
+// directory, and the few host paths the kubelet and CNI hard-code are
+// recorded in the directory's state file. Stop, given only the directory,
+// kills the cgroup's processes and takes away every mount, cgroup, bridge,
+// network namespace and host file the node made; Leftovers checks that.
+package devnode
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/image"
+)
+
+// Options for Start. Dir, Kubeconfig, BinDir and CNIBinDir are required.
+type Options struct {
+	// Dir holds everything the node writes: configs, containerd's root and
+	// state, the kubelet's root, logs, pod logs, network namespaces.
+	Dir string
+	// Kubeconfig is the kubelet's credential for the API server (the local
+	// control plane's admin kubeconfig).
+	Kubeconfig string
+	// BinDir holds kubelet, containerd, containerd-shim-runc-v2, ctr and
+	// pause (hack/build-node.sh's output).
+	BinDir string
+	// CNIBinDir holds the reference plugins the node offers: bridge,
+	// macvlan, host-local, loopback (hack/build-cni-plugins.sh's output).
+	// They are linked into HostCNIBinDir with Multus.
+	CNIBinDir string
+	// NodeName defaults to "tenure-dev-node".
+	NodeName string
+	// PodCIDR is the cluster network's range; default 10.244.0.0/24. The
+	// host gets no address in it.
+	PodCIDR string
+	// Runc defaults to runc on PATH (Debian's package).
+	Runc string
+}
+
+// The node's CNI directories are the standard host paths, because that is
+// where deploy/'s DaemonSet installs tenure's shim and flat configuration
+// and where the shim looks for its flat configuration. Start refuses a host
+// where either holds anything (a host with CNI of its own), makes them, and
+// Stop removes them; network namespaces are made in the shared
+// HostNetnsDir, where the DaemonSet mounts them from, and Stop removes the
+// node's.
+const (
+	HostCNIBinDir  = "/opt/cni/bin"
+	HostCNIConfDir = "/etc/cni/net.d"
+	HostNetnsDir   = "/run/netns"
+)
+
+// CNIPluginsDir is where hack/build-cni-plugins.sh puts the reference
+// plugins, in the cache directory; the newest version when several are.
+func CNIPluginsDir() (string, error) {
+	cache, err := controlplane.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dirs, _ := filepath.Glob(filepath.Join(cache, "cni-plugins-*", "macvlan"))
+	if len(dirs) == 0 {
+		return "", fmt.Errorf("devnode: no reference CNI plugins in %s: make cni-plugins builds them", cache)
+	}
+	return filepath.Dir(dirs[len(dirs)-1]), nil
+}
+
+// nodeCNIPlugins are linked from Options.CNIBinDir into HostCNIBinDir.
+var nodeCNIPlugins = []string{"bridge", "macvlan", "host-local", "loopback"}
+
+// PauseImage is the sandbox image the node imports and pins: the static
+// pause program of hack/pause.
+const PauseImage = "localhost/tenure/pause:dev"
+
+// stateFile, inside Dir, records what Stop must undo; Stop renames it
+// stoppedFile for Leftovers.
+const (
+	// StateFile, in a running node's directory, records it.
+	StateFile   = "devnode.json"
+	stateFile   = StateFile
+	stoppedFile = "devnode.stopped.json"
+)
+
+// layout is the node's state file (JSON with the field names as keys):
+// every name derived from Dir and every host change to undo.
+type layout struct {
+	Dir         string
+	NodeName    string
+	NetworkName string
+	Bridge      string
+	// CgroupPath is the node's cgroup, the same path in every hierarchy;
+	// it is also the kubelet's cgroupRoot.
+	CgroupPath string
+	// CreatedCgroups are directories made to reach CgroupPath, outermost
+	// first, in every hierarchy.
+	CreatedCgroups []string
+	// CreatedHostDirs are host directories outside Dir that did not exist
+	// before the node started (the kubelet and libcni make them).
+	CreatedHostDirs []string
+	// EmptiedHostDirs are the CNI directories that existed, empty, before
+	// the node started: Stop empties them again.
+	EmptiedHostDirs []string
+	// PreexistingNetns are the entries of HostNetnsDir that are not the
+	// node's.
+	PreexistingNetns []string
+	// Sysctls are the values the kubelet changes, as they were before.
+	Sysctls map[string]string
+}
+
+func (n *layout) path(elem ...string) string {
+	return filepath.Join(append([]string{n.Dir}, elem...)...)
+}
+func (n *layout) containerdRoot() string   { return n.path("containerd", "root") }
+func (n *layout) containerdState() string  { return n.path("containerd", "state") }
+func (n *layout) containerdSocket() string { return n.path("containerd", "containerd.sock") }
+
+func (n *layout) save() error {
+	data, err := json.MarshalIndent(n, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := n.path(stateFile + ".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, n.path(stateFile))
+}
+
+func loadLayout(dir string) (*layout, error) {
+	return loadLayoutFile(filepath.Join(dir, stateFile))
+}
+
+func loadLayoutFile(file string) (*layout, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var n layout
+	if err := json.Unmarshal(data, &n); err != nil {
+		return nil, fmt.Errorf("devnode: %s: %w", file, err)
+	}
+	return &n, nil
+}
+
+// Host paths the kubelet or libcni write whatever their configuration says.
+var hardCodedHostDirs = []string{
+	"/var/lib/kubelet",    // device-plugins/kubelet.sock, whatever --root-dir says
+	"/var/log/containers", // the kubelet's links to container logs
+	"/var/lib/cni",        // libcni's cache of ADD results, in containerd
+	sharedShimSocketDir,   // the runc shims' sockets, whatever containerd's state dir is
+	"/run/tenure",         // deploy/'s agent socket (a hostPath the kubelet creates)
+}
+
+// sharedShimSocketDir holds every containerd's shim sockets (s/<hash>):
+// Stop removes the node's sockets and the directory only if empty.
+const sharedShimSocketDir = "/run/containerd"
+
+// Sysctls the kubelet sets at start (unless protectKernelDefaults, which
+// makes it refuse to start instead).
+var kubeletSysctls = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+// Node is a running node.
+type Node struct {
+	// Name is the Node object's name.
+	Name string
+	// Dir is Options.Dir, absolute.
+	Dir    string
+	layout *layout
+	binDir string
+	opts   Options
+}
+
+// Start brings up containerd and the kubelet and returns once the Node is
+// Ready. On failure it stops what it started.
+func Start(ctx context.Context, opts Options) (_ *Node, err error) {
+	if err := checkOptions(opts); err != nil {
+		return nil, err
+	}
+	node, err := prepare(ctx, &opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if stopErr := Stop(node.Dir); stopErr != nil {
+				err = fmt.Errorf("%w (and stopping: %v)", err, stopErr)
+			}
+		}
+	}()
+	if err := node.startRuntime(ctx, opts); err != nil {
+		return nil, err
+	}
+	if err := node.startKubelet(ctx, opts); err != nil {
+		return nil, err
+	}
+	return node, nil
+}
+
+// checkOptions refuses, before anything is made, options without a
+// required field or a binary.
+func checkOptions(opts Options) error {
+	if opts.Dir == "" || opts.Kubeconfig == "" || opts.BinDir == "" || opts.CNIBinDir == "" {
+		return errors.New("devnode: Dir, Kubeconfig, BinDir and CNIBinDir are required")
+	}
+	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause", "multus"} {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
+			return fmt.Errorf("devnode: %w (hack/build-node.sh builds it)", err)
+		}
+	}
+	for _, b := range nodeCNIPlugins {
+		if _, err := os.Stat(filepath.Join(opts.CNIBinDir, b)); err != nil {
+			return fmt.Errorf("devnode: %w (hack/build-cni-plugins.sh builds it)", err)
+		}
+	}
+	return nil
+}
+
+// prepare completes opts and records the node's state file,
+// before anything is made on the host.
+func prepare(ctx context.Context, opts *Options) (_ *Node, err error) {
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
+		return nil, fmt.Errorf("devnode: %s already records a node; Stop it first", dir)
+	}
+	if opts.NodeName == "" {
+		opts.NodeName = "tenure-dev-node"
+	}
+	if opts.PodCIDR == "" {
+		opts.PodCIDR = "10.244.0.0/24"
+	}
+	if opts.Runc == "" {
+		if opts.Runc, err = exec.LookPath("runc"); err != nil {
+			return nil, fmt.Errorf("devnode: %w (apt-get install runc)", err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := lockHost(ctx, dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			unlockHost(dir)
+		}
+	}()
+
+	// Names unique to the directory, so that two nodes never share one.
+	sum := sha256.Sum256([]byte(dir))
+	id := hex.EncodeToString(sum[:])[:8]
+	memCgroup, err := ownMemoryCgroup()
+	if err != nil {
+		return nil, err
+	}
+	n := &layout{
+		Dir:         dir,
+		NodeName:    opts.NodeName,
+		NetworkName: "tenure-devnode-" + id,
+		Bridge:      "tnd" + id, // at most 15 bytes (IFNAMSIZ)
+		CgroupPath:  path.Join(memCgroup, "tenure-devnode-"+id),
+		Sysctls:     map[string]string{},
+	}
+	for _, d := range hardCodedHostDirs {
+		if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
+			n.CreatedHostDirs = append(n.CreatedHostDirs, d)
+		}
+	}
+	for _, d := range []string{HostCNIBinDir, HostCNIConfDir} {
+		entries, err := os.ReadDir(d)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			n.CreatedHostDirs = append(n.CreatedHostDirs, outermostMissing(d))
+		case err != nil:
+			return nil, err
+		case len(entries) > 0:
+			return nil, fmt.Errorf("devnode: %s holds %s: this host has a CNI setup of its own, which the node would take over", d, entries[0].Name())
+		default:
+			n.EmptiedHostDirs = append(n.EmptiedHostDirs, d)
+		}
+	}
+	netns, err := os.ReadDir(HostNetnsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range netns {
+		n.PreexistingNetns = append(n.PreexistingNetns, e.Name())
+	}
+	for _, s := range kubeletSysctls {
+		v, err := os.ReadFile("/proc/sys/" + s)
+		if err != nil {
+			return nil, err
+		}
+		n.Sysctls[s] = strings.TrimSpace(string(v))
+	}
+	// Recorded before anything is made, so a Stop after a crash finds it.
+	if err := n.save(); err != nil {
+		return nil, err
+	}
+	return &Node{Name: opts.NodeName, Dir: dir, layout: n, binDir: opts.BinDir, opts: *opts}, nil
+}
+
+// startRuntime makes the node's cgroups, writes the CNI and containerd
+// configs, starts containerd and imports the sandbox image.
+func (node *Node) startRuntime(ctx context.Context, opts Options) error {
+	n := node.layout
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	for _, sub := range []string{"runtime", "kubelet"} {
+		created, err := createCgroup(hs, path.Join(n.CgroupPath, sub))
+		n.CreatedCgroups = append(n.CreatedCgroups, created...)
+		if saveErr := n.save(); err == nil {
+			err = saveErr
+		}
+		if err != nil {
+			return fmt.Errorf("devnode: cgroup %s: %w", n.CgroupPath, err)
+		}
+	}
+	for _, d := range []string{HostCNIBinDir, HostCNIConfDir, n.path("containerd"), n.path("logs"), n.path("kubelet", "root"), n.path("images"), n.path("multus")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := node.installCNI(opts); err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.path("containerd", "config.toml"), n.containerdConfig(PauseImage, opts.Runc), 0o644); err != nil {
+		return err
+	}
+	if err := node.runContainerd(ctx, hs); err != nil {
+		return err
+	}
+
+	pauseTar := n.path("images", "pause.tar")
+	if err := writePauseImage(filepath.Join(opts.BinDir, "pause"), pauseTar); err != nil {
+		return err
+	}
+	if err := node.ImportImage(ctx, pauseTar); err != nil {
+		return err
+	}
+
+	return nil
+}
+
+// installCNI does what Multus' DaemonSet and a cluster network's would:
+// the plugins into HostCNIBinDir (links to the built ones), and Multus'
+// configuration, delegating to the cluster network, into HostCNIConfDir.
+func (node *Node) installCNI(opts Options) error {
+	n := node.layout
+	links := map[string]string{"multus": filepath.Join(opts.BinDir, "multus")}
+	for _, p := range nodeCNIPlugins {
+		links[p] = filepath.Join(opts.CNIBinDir, p)
+	}
+	for name, target := range links {
+		target, err := filepath.Abs(target)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(target, filepath.Join(HostCNIBinDir, name)); err != nil {
+			return err
+		}
+	}
+	cluster, err := n.cniConfList(n.Bridge, opts.PodCIDR)
+	if err != nil {
+		return err
+	}
+	// Multus reads the API with its own copy of the credential, as its
+	// DaemonSet writes one for it.
+	kubeconfig, err := os.ReadFile(opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.path("multus", "kubeconfig"), kubeconfig, 0o600); err != nil {
+		return err
+	}
+	conf, err := n.multusConfig(cluster, n.path("multus", "kubeconfig"))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(HostCNIConfDir, "00-multus.conf"), conf, 0o644)
+}
+
+// outermostMissing is the outermost directory of p that does not exist:
+// what removing all that was made to reach p takes away.
+func outermostMissing(p string) string {
+	for {
+		parent := filepath.Dir(p)
+		if parent == p {
+			return p
+		}
+		if _, err := os.Lstat(parent); err == nil {
+			return p
+		}
+		p = parent
+	}
+}
+
+// startKubelet starts the kubelet and waits for its Node to be Ready.
+func (node *Node) startKubelet(ctx context.Context, opts Options) error {
+	n := node.layout
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return err
+	}
+	kcfg, err := n.kubeletConfig(port)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.path("kubelet", "config.yaml"), kcfg, 0o644); err != nil {
+		return err
+	}
+	return node.runKubelet(ctx, hs)
+}
+
+// runContainerd starts containerd with the configuration startRuntime
+// wrote and waits until it answers.
+func (node *Node) runContainerd(ctx context.Context, hs []hierarchy) error {
+	n := node.layout
+	if err := n.spawn(hs, "runtime", "containerd", filepath.Join(node.binDir, "containerd"), "--config", n.path("containerd", "config.toml")); err != nil {
+		return err
+	}
+	if err := poll(ctx, 60*time.Second, "containerd to answer", func() error {
+		_, err := node.ctr(ctx, "version")
+		return err
+	}); err != nil {
+		return fmt.Errorf("%w\n%s", err, tailFile(n.path("logs", "containerd.log")))
+	}
+	return nil
+}
+
+// runKubelet starts the kubelet with the configuration startKubelet wrote
+// and waits for its Node to be Ready.
+func (node *Node) runKubelet(ctx context.Context, hs []hierarchy) error {
+	n := node.layout
+	if err := n.spawn(hs, "kubelet", "kubelet", filepath.Join(node.binDir, "kubelet"),
+		"--config="+n.path("kubelet", "config.yaml"),
+		"--kubeconfig="+node.opts.Kubeconfig,
+		"--root-dir="+n.path("kubelet", "root"),
+		"--cert-dir="+n.path("kubelet", "pki"),
+		"--hostname-override="+node.Name,
+		"--v=2",
+	); err != nil {
+		return err
+	}
+	if err := waitNodeReady(ctx, node.opts.Kubeconfig, node.Name, 3*time.Minute); err != nil {
+		return fmt.Errorf("%w\n%s", err, tailFile(n.path("logs", "kubelet.log")))
+	}
+	return nil
+}
+
+// Lose kills the kubelet and containerd (SIGKILL), as a node that stops
+// answering would: the containers and their shims keep running, the Node
+// stops reporting. Return brings it back.
+func (node *Node) Lose() error {
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	var killed []int
+	for _, pid := range cgroupProcs(node.layout.cgroupDirs(hs)) {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			continue
+		}
+		if c := strings.TrimSpace(string(comm)); c == "kubelet" || c == "containerd" {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				return err
+			}
+			killed = append(killed, pid)
+		}
+	}
+	if len(killed) != 2 {
+		return fmt.Errorf("devnode: found %d of kubelet and containerd to kill (pids %v)", len(killed), killed)
+	}
+	return nil
+}
+
+// Return restarts containerd and the kubelet after Lose and waits for the
+// Node to be Ready again.
+func (node *Node) Return(ctx context.Context) error {
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	if err := node.runContainerd(ctx, hs); err != nil {
+		return err
+	}
+	return node.runKubelet(ctx, hs)
+}
+
+// spawn starts a process in the node's cgroup sub, its output in logs/.
+// It is not waited for: Stop kills it through the cgroup, whoever calls
+// Stop.
+func (n *layout) spawn(hs []hierarchy, sub, name, binary string, args ...string) error {
+	logf, err := os.OpenFile(n.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = n.Dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own session: a signal to the caller's process group (^C in a
+	// terminal) does not reach the node; Stop ends it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = startInCgroup(hs, path.Join(n.CgroupPath, sub), func(fd int) {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}, cmd.Start)
+	if err != nil {
+		return fmt.Errorf("devnode: starting %s: %w", name, err)
+	}
+	// Reap it if it exits while this process lives; nothing waits on it
+	// otherwise.
+	go func() { _ = cmd.Wait() }()
+	return nil
+}
+
+// ctr runs containerd's CLI against the node's containerd, in the
+// namespace the CRI uses.
+func (node *Node) ctr(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(node.binDir, "ctr"),
+		append([]string{"--address", node.layout.containerdSocket(), "--namespace", "k8s.io"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// LogTail is the end of the log of one of the node's programs: "kubelet",
+// "containerd", "multus".
+func (node *Node) LogTail(name string) string {
+	return tailFile(node.layout.path("logs", name+".log"))
+}
+
+// TagImage gives the image src the further name dst in the node's
+// containerd, as a push of the same image under a new tag would.
+func (node *Node) TagImage(ctx context.Context, src, dst string) error {
+	_, err := node.ctr(ctx, "images", "tag", "--force", src, dst)
+	return err
+}
+
+// NetworkNamespaces lists the paths of the pods' network namespaces.
+func (node *Node) NetworkNamespaces() []string {
+	return node.layout.netns()
+}
+
+// ImportImage imports an OCI or Docker image tarball into the node's
+// containerd, where pods with imagePullPolicy Never find it.
+func (node *Node) ImportImage(ctx context.Context, tarball string) error {
+	_, err := node.ctr(ctx, "images", "import", tarball)
+	return err
+}
+
+// Stop stops the node recorded in dir. Crashed, half-started or never
+// started, it leaves nothing behind: see Leftovers.
+func Stop(dir string) error {
+	return stop(dir)
+}
+
+// Stop stops the node; see the package function Stop.
+func (node *Node) Stop() error {
+	return Stop(node.Dir)
+}
+
+func writePauseImage(pauseBinary, out string) error {
+	img, err := image.Build(image.Pause(pauseBinary))
+	if err != nil {
+		return err
+	}
+	ref, err := pauseTag()
+	if err != nil {
+		return err
+	}
+	return image.WriteFile(out, ref, img)
+}
+
+func waitNodeReady(ctx context.Context, kubeconfig, name string, timeout time.Duration) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, timeout, "node "+name+" to be Ready", func() error {
+		node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status == corev1.ConditionTrue {
+					return nil
+				}
+				return fmt.Errorf("condition Ready=%s: %s", c.Status, c.Message)
+			}
+		}
+		return errors.New("no Ready condition yet")
+	})
+}
+
+// poll calls check every 250 ms until it returns nil or timeout passes; the
+// error names what was awaited and check's last answer.
+func poll(ctx context.Context, timeout time.Duration, what string, check func() error) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = check()
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("devnode: waiting for %s: %w (last: %v)", what, err, last)
+	}
+	return nil
+}
+
+// freeLoopbackPort is a TCP port free on 127.0.0.1 right now.
+func freeLoopbackPort() (int, error) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
+}
+
+// tailFile is the end of a log, for errors.
+func tailFile(p string) string {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	const max = 4 << 10
+	if len(data) > max {
+		data = data[len(data)-max:]
+	}
+	return p + ":\n" + string(data)
+}

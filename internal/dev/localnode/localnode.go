@@ -1,0 +1,286 @@
+// Package localnode builds internal/dev/localnode, the kustomize overlay that runs
+// deploy/ on the local node of `tenurectl dev up --node`, in memory from the
+// embedded manifests: the binaries apply exactly what ships.
+package localnode
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/tenure-ipam/tenure/deploy"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+)
+
+//go:embed kustomization.yaml agent.yaml controller.yaml
+var overlay embed.FS
+
+//go:embed multus/*.yaml
+var multus embed.FS
+
+// MultusCRDs holds the CRD Multus reads NetworkAttachmentDefinitions
+// through, for controlplane.InstallCRDs.
+func MultusCRDs() fs.FS {
+	sub, err := fs.Sub(multus, "multus")
+	if err != nil {
+		panic(err) // the directory is embedded
+	}
+	return sub
+}
+
+// Options for Start.
+type Options struct {
+	// Dir holds the node (devnode.Options.Dir).
+	Dir string
+	// Image is the tenure image tarball (make image's bin/tenure-image.tar).
+	Image string
+	// Mutate, when set, may change each object of the overlay before it is
+	// applied.
+	Mutate func(*unstructured.Unstructured)
+}
+
+// Start makes cp's cluster what a user's is once tenure is installed:
+// Multus' CRD, a node of this machine running containerd and a kubelet with
+// Multus as its CNI (devnode), tenure's image imported there, and the
+// overlay applied and rolled out. cp must run the controllers
+// (controlplane.Options.Controllers). On failure the node is stopped.
+func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ *devnode.Node, err error) {
+	if _, err := os.Stat(opts.Image); err != nil {
+		return nil, fmt.Errorf("%w: make image builds it", err)
+	}
+	toolDir, err := controlplane.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	cniDir, err := devnode.CNIPluginsDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := controlplane.InstallCRDs(ctx, cp.Config, MultusCRDs()); err != nil {
+		return nil, err
+	}
+	node, err := devnode.Start(ctx, devnode.Options{Dir: opts.Dir, Kubeconfig: cp.KubeconfigPath, BinDir: toolDir, CNIBinDir: cniDir})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if stopErr := node.Stop(); stopErr != nil {
+				err = fmt.Errorf("%w (and stopping the node: %v)", err, stopErr)
+			}
+		}
+	}()
+	if err := node.ImportImage(ctx, opts.Image); err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(cp.URL[strings.LastIndex(cp.URL, ":")+1:])
+	if err != nil {
+		return nil, fmt.Errorf("control plane URL %s: %w", cp.URL, err)
+	}
+	if err := Install(ctx, cp.Config, port, opts.Mutate); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cp.Config, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitRollout(ctx, c); err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, node.LogTail("kubelet"))
+	}
+	return node, nil
+}
+
+// Build returns the overlay as YAML documents, for an API server at
+// 127.0.0.1:port.
+func Build(port int) ([]byte, error) {
+	mem := filesys.MakeFsInMemory()
+	for _, tree := range []struct {
+		files fs.FS
+		root  string
+	}{{deploy.Manifests, "/deploy"}, {overlay, "/internal/dev/localnode"}} {
+		err := fs.WalkDir(tree.files, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := fs.ReadFile(tree.files, p)
+			if err != nil {
+				return err
+			}
+			return mem.WriteFile(path.Join(tree.root, p), data)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	env := fmt.Sprintf("KUBERNETES_SERVICE_HOST=127.0.0.1\nKUBERNETES_SERVICE_PORT=%d\n", port)
+	if err := mem.WriteFile("/internal/dev/localnode/apiserver.env", []byte(env)); err != nil {
+		return nil, err
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(mem, "/internal/dev/localnode")
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build internal/dev/localnode: %w", err)
+	}
+	return rm.AsYaml()
+}
+
+// FieldManager is the server-side apply field manager of Install.
+const FieldManager = "tenure-local-node"
+
+// Install builds the overlay for the API server at 127.0.0.1:port and
+// applies it server-side: the CRDs first (installed and served before
+// anything uses them, as controlplane.InstallCRDs does), then the rest,
+// namespaces first. mutate, when set, may change each object before it is
+// applied (tests shorten a timeout). It does not wait for the workloads;
+// see WaitRollout.
+func Install(ctx context.Context, cfg *rest.Config, port int, mutate func(*unstructured.Unstructured)) error {
+	docs, err := Build(port)
+	if err != nil {
+		return err
+	}
+	objs, err := Decode(docs)
+	if err != nil {
+		return err
+	}
+	// The CRDs first, waited for until served, so nothing applied after
+	// them is refused; the apply below then only adds the overlay's
+	// labels to them.
+	crds, err := fs.Sub(deploy.CRDs, "crds")
+	if err != nil {
+		return err
+	}
+	if err := controlplane.InstallCRDs(ctx, cfg, crds); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+		return cmp.Compare(applyRank(a), applyRank(b))
+	})
+	for _, o := range objs {
+		if mutate != nil {
+			mutate(o)
+		}
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func applyRank(o *unstructured.Unstructured) int {
+	switch o.GetKind() {
+	case "CustomResourceDefinition":
+		return 0
+	case "Namespace":
+		return 1
+	}
+	return 2
+}
+
+// Decode splits YAML documents into objects.
+func Decode(docs []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(docs), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return objs, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if obj != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
+
+// WaitRollout waits until the agent DaemonSet and the controller
+// Deployment run their current template everywhere, Ready.
+func WaitRollout(ctx context.Context, c client.Client) error {
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		last = rolledOut(ctx, c)
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for tenure to roll out: %w (last: %v)", err, last)
+	}
+	return nil
+}
+
+func rolledOut(ctx context.Context, c client.Client) error {
+	var ds appsv1.DaemonSet
+	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: AgentDaemonSet}, &ds); err != nil {
+		return err
+	}
+	s := ds.Status
+	if s.ObservedGeneration != ds.Generation || s.DesiredNumberScheduled == 0 ||
+		s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberReady != s.DesiredNumberScheduled || s.NumberUnavailable != 0 {
+		return fmt.Errorf("daemonset %s: generation %d observed %d, desired %d, updated %d, ready %d",
+			ds.Name, ds.Generation, s.ObservedGeneration, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberReady)
+	}
+	var dep appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: ControllerDeployment}, &dep); err != nil {
+		return err
+	}
+	want := int32(1)
+	if dep.Spec.Replicas != nil {
+		want = *dep.Spec.Replicas
+	}
+	d := dep.Status
+	if d.ObservedGeneration != dep.Generation || d.UpdatedReplicas != want || d.AvailableReplicas != want || d.Replicas != want {
+		return fmt.Errorf("deployment %s: generation %d observed %d, want %d, updated %d, available %d, total %d",
+			dep.Name, dep.Generation, d.ObservedGeneration, want, d.UpdatedReplicas, d.AvailableReplicas, d.Replicas)
+	}
+	return nil
+}
+
+// Names in deploy/.
+const (
+	Namespace            = "tenure-system"
+	AgentDaemonSet       = "tenure-agent"
+	ControllerDeployment = "tenure-controller"
+)
+
+// ControllerNodeGrace is a mutation for Install that sets the controller's
+// --node-grace-period to d: tests and the demo of a lost node wait for it,
+// in seconds rather than the shipped five minutes.
+func ControllerNodeGrace(d time.Duration) func(*unstructured.Unstructured) {
+	return func(o *unstructured.Unstructured) {
+		if o.GetKind() != "Deployment" || o.GetName() != ControllerDeployment {
+			return
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			if c, ok := c.(map[string]any); ok && c["name"] == "controller" {
+				args, _ := c["args"].([]any)
+				c["args"] = append(args, "--node-grace-period="+d.String())
+			}
+		}
+		_ = unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
+	}
+}
