@@ -12,63 +12,73 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tenure-ipam/tenure/internal/dev/bench"
 )
 
-func init() {
-	register(&command{
-		name:    "bench",
-		summary: "benchmark tenure on a local control plane (see docs/performance.md)",
-		run:     benchCmd,
-	})
-}
-
-// benchCmd runs the benchmark: its own kube-apiserver + etcd, agents posing
-// as nodes, the controller when built, and the CNI shim executed as a
-// runtime executes it.
-func benchCmd(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "bench", "[--quick] [--scenario NAME]... [--agents 10,100,300,1000] [-o table|json] [--out DIR] [--scale N] [--skip-scale]")
-	quick := fs.Bool("quick", false, "only 500 ADDs at concurrency 50 over 4 nodes, and their DEL (under two minutes)")
-	output := fs.String("o", "table", "output format on stdout: table or json")
-	out := fs.String("out", filepath.Join("out", "bench"), "directory for results.json, results.md and adds-latency.svg (\"\" for none)")
-	scale := fs.Int("scale", 100000, "reservations in the scale scenario")
-	skipScale := fs.Bool("skip-scale", false, "leave out the scale scenario")
-	var named []string
+// benchCommand runs the benchmark: its own kube-apiserver + etcd, agents
+// posing as nodes, the controller when built, and the CNI shim executed as
+// a runtime executes it.
+func benchCommand(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench [--quick] [--scenario NAME]... [--agents 10,100,300,1000] [-o table|json] [--out DIR] [--scale N] [--skip-scale]",
+		Short: "benchmark tenure on a local control plane (see docs/performance.md)",
+		Args:  noArgs(e),
+	}
+	var f benchFlags
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), e, cmd, &f) }
+	fs := cmd.Flags()
+	fs.BoolVar(&f.quick, "quick", false, "only 500 ADDs at concurrency 50 over 4 nodes, and their DEL (under two minutes)")
+	fs.StringVarP(&f.output, "output", "o", "table", "output format on stdout: table or json")
+	fs.StringVar(&f.out, "out", filepath.Join("out", "bench"), "directory for results.json, results.md and adds-latency.svg (\"\" for none)")
+	fs.IntVar(&f.scale, "scale", 100000, "reservations in the scale scenario")
+	fs.BoolVar(&f.skipScale, "skip-scale", false, "leave out the scale scenario")
 	fs.Func("scenario", "run only this named scenario (repeatable, run in the order given): "+strings.Join(bench.ScenarioNames(), ", "), func(v string) error {
-		named = append(named, v)
+		f.named = append(f.named, v)
 		return nil
 	})
-	agentsFlag := fs.String("agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
-	fullPoolFor := fs.Duration("full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	fs.StringVar(&f.agents, "agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
+	fs.DurationVar(&f.fullPoolFor, "full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("scenario", cobra.FixedCompletions(bench.ScenarioNames(), cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+type benchFlags struct {
+	quick, skipScale    bool
+	output, out, agents string
+	scale               int
+	named               []string
+	fullPoolFor         time.Duration
+}
+
+func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) error {
+	if f.output != "table" && f.output != "json" {
+		fmt.Fprintf(e.stderr, "tenurectl bench: -o must be table or json, got %q\n", f.output)
+		return refuse(e, cmd)
 	}
-	if *output != "table" && *output != "json" {
-		fmt.Fprintf(e.stderr, "tenurectl bench: -o must be table or json, got %q\n", *output)
-		fs.Usage()
-		return errUsage
-	}
-	agents, aerr := bench.ParseAgents(*agentsFlag)
+	agents, aerr := bench.ParseAgents(f.agents)
 	if aerr != nil {
 		fmt.Fprintf(e.stderr, "tenurectl bench: %v\n", aerr)
 		return errUsage
 	}
-	for _, n := range named {
+	for _, n := range f.named {
 		if !slices.Contains(bench.ScenarioNames(), n) {
 			fmt.Fprintf(e.stderr, "tenurectl bench: --scenario: no scenario %q (have: %s)\n", n, strings.Join(bench.ScenarioNames(), ", "))
 			return errUsage
 		}
 	}
-	if len(named) > 0 && *quick {
+	if len(f.named) > 0 && f.quick {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --quick and --scenario do not combine\n")
 		return errUsage
 	}
-	if *fullPoolFor <= 0 {
-		fmt.Fprintf(e.stderr, "tenurectl bench: --full-pool-duration must be positive, got %v\n", *fullPoolFor)
+	if f.fullPoolFor <= 0 {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --full-pool-duration must be positive, got %v\n", f.fullPoolFor)
 		return errUsage
 	}
-	if *scale <= 0 {
-		fmt.Fprintf(e.stderr, "tenurectl bench: --scale must be positive, got %d\n", *scale)
+	if f.scale <= 0 {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --scale must be positive, got %d\n", f.scale)
 		return errUsage
 	}
 	// Run from bin/ (make bench), use the binaries next to this one rather
@@ -82,25 +92,25 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	rep, err := bench.Run(ctx, bench.Options{
-		Quick:     *quick,
-		Scale:     *scale,
-		SkipScale: *skipScale,
-		Scenarios: named,
+		Quick:     f.quick,
+		Scale:     f.scale,
+		SkipScale: f.skipScale,
+		Scenarios: f.named,
 		Agents:    agents,
 
-		FullPoolDuration: *fullPoolFor,
+		FullPoolDuration: f.fullPoolFor,
 		Log:              e.stderr,
-		Command:          "tenurectl bench " + strings.Join(args, " "),
+		Command:          "tenurectl bench " + strings.Join(e.args[1:], " "),
 	})
-	if rep != nil && *out != "" {
-		if werr := rep.WriteFiles(*out); werr != nil {
-			fmt.Fprintf(e.stderr, "tenurectl bench: writing %s: %v\n", *out, werr)
+	if rep != nil && f.out != "" {
+		if werr := rep.WriteFiles(f.out); werr != nil {
+			fmt.Fprintf(e.stderr, "tenurectl bench: writing %s: %v\n", f.out, werr)
 		} else {
-			fmt.Fprintf(e.stderr, "bench: results in %s (results.json, results.md and the plots)\n", *out)
+			fmt.Fprintf(e.stderr, "bench: results in %s (results.json, results.md and the plots)\n", f.out)
 		}
 	}
 	if rep != nil {
-		switch *output {
+		switch f.output {
 		case "json":
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/demo"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
@@ -19,51 +21,56 @@ import (
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
-func init() {
-	register(&command{
-		name:    "demo",
-		summary: "start a local control plane, show tenure at work, stop everything",
-		run:     runDemo,
-	})
+func demoCommand(e *env) *cobra.Command {
+	var f demoFlags
+	cmd := &cobra.Command{
+		Use:   "demo [--bin-dir DIR] [--cni-plugin-dir DIR] [--timeout DURATION] [--node [--image FILE]]",
+		Short: "start a local control plane, show tenure at work, stop everything",
+		Args:  noArgs(e),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), e, &f) },
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&f.onNode, "node", false, "play the story on a real node of this machine (containerd, kubelet, Multus; root) running tenure from deploy/ and its image")
+	fs.StringVar(&f.image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
+	fs.StringVar(&f.binDir, "bin-dir", "", "directory with tenure's binaries (default: this program's directory)")
+	fs.StringVar(&f.pluginDir, "cni-plugin-dir", "", "reference CNI plugins (default: built by hack/build-cni-plugins.sh when run from the repository)")
+	positiveDuration(fs, &f.timeout, "timeout", 5*time.Minute, "give up after this long")
+	return cmd
 }
 
-func runDemo(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "demo", "[--bin-dir DIR] [--cni-plugin-dir DIR] [--timeout DURATION] [--node [--image FILE]]")
-	onNode := fs.Bool("node", false, "play the story on a real node of this machine (containerd, kubelet, Multus; root) running tenure from deploy/ and its image")
-	image := fs.String("image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
-	binDir := fs.String("bin-dir", "", "directory with tenure's binaries (default: this program's directory)")
-	pluginDir := fs.String("cni-plugin-dir", "", "reference CNI plugins (default: built by hack/build-cni-plugins.sh when run from the repository)")
-	timeout := new(time.Duration)
-	positiveDuration(fs, timeout, "timeout", 5*time.Minute, "give up after this long")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *onNode {
-		ctx, cancel := context.WithTimeout(ctx, *timeout)
+type demoFlags struct {
+	onNode                   bool
+	image, binDir, pluginDir string
+	timeout                  time.Duration
+}
+
+func runDemo(ctx context.Context, e *env, f *demoFlags) error {
+	if f.onNode {
+		ctx, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
-		return demoOnNode(ctx, e, *image)
+		return demoOnNode(ctx, e, f.image)
 	}
-	if *binDir == "" {
+	if f.binDir == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return err
 		}
-		*binDir = filepath.Dir(exe)
+		f.binDir = filepath.Dir(exe)
 	}
-	os.Setenv("TENURE_BIN_DIR", *binDir)
+	os.Setenv("TENURE_BIN_DIR", f.binDir)
 	bins, err := testbed.Build("")
 	if err != nil {
 		return err
 	}
-	if *pluginDir == "" {
-		script := filepath.Join(filepath.Dir(*binDir), "hack", "build-cni-plugins.sh")
+	if f.pluginDir == "" {
+		script := filepath.Join(filepath.Dir(f.binDir), "hack", "build-cni-plugins.sh")
 		if out, err := exec.CommandContext(ctx, "bash", script).Output(); err == nil {
-			*pluginDir = strings.TrimSpace(string(out))
+			f.pluginDir = strings.TrimSpace(string(out))
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	_, err = demo.Run(ctx, demo.Options{Out: e.stdout, Bins: bins, PluginDir: *pluginDir})
+	_, err = demo.Run(ctx, demo.Options{Out: e.stdout, Bins: bins, PluginDir: f.pluginDir})
 	return err
 }
 

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/tenure-ipam/tenure/deploy"
@@ -21,17 +22,30 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 )
 
-func init() {
-	register(&command{
-		name:    "dev",
-		summary: "run a local kube-apiserver + etcd with tenure's CRDs (up, down)",
-		run: func(ctx context.Context, e *env, args []string) error {
-			return subcommands(ctx, e, "dev", []*command{
-				{name: "up", summary: "start a detached control plane and install the CRDs (--node: and a real node running tenure)", run: devUp},
-				{name: "down", summary: "stop the control plane (and node) that up started", run: devDown},
-			}, args)
-		},
-	})
+// developerCommands are the commands the release build leaves out.
+func developerCommands(e *env) []*cobra.Command {
+	return []*cobra.Command{devCommand(e), demoCommand(e), benchCommand(e)}
+}
+
+func devCommand(e *env) *cobra.Command {
+	var d devFlags
+	up := &cobra.Command{
+		Use:   "up [--dir DIR] [--node [--image FILE]]",
+		Short: "start a detached control plane and install the CRDs (--node: and a real node running tenure)",
+		Args:  noArgs(e),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return devUp(cmd.Context(), e, &d) },
+	}
+	d.register(up.Flags())
+	up.Flags().BoolVar(&d.withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed from deploy/ and its image")
+	up.Flags().StringVar(&d.image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
+	down := &cobra.Command{
+		Use:   "down [--dir DIR]",
+		Short: "stop the control plane (and node) that up started",
+		Args:  noArgs(e),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return devDown(e, &d) },
+	}
+	d.register(down.Flags())
+	return group(e, "dev", "run a local kube-apiserver + etcd with tenure's CRDs (up, down)", up, down)
 }
 
 // defaultDevDir is where dev up/down keep their state without --dir.
@@ -43,45 +57,40 @@ func defaultDevDir() string {
 	return filepath.Join(cache, "dev")
 }
 
-func devFlags(e *env, name string, args []string, more ...func(*flag.FlagSet)) (dir string, timeout time.Duration, err error) {
-	usage := "[--dir DIR]"
-	if len(more) > 0 {
-		usage = "[--dir DIR] [--node [--image FILE]]"
-	}
-	fs := newFlagSet(e, "dev "+name, usage)
-	fs.StringVar(&dir, "dir", defaultDevDir(), "state `directory`: certificates, etcd data, logs, kubeconfig, state.json")
-	positiveDuration(fs, &timeout, "timeout", 5*time.Minute, "give up after this long")
-	for _, m := range more {
-		m(fs)
-	}
-	if err := parseFlags(fs, args); err != nil {
-		return "", 0, err
-	}
-	if dir == "" {
+// devFlags are the flags of dev up and dev down.
+type devFlags struct {
+	dir      string
+	timeout  time.Duration
+	withNode bool
+	image    string
+}
+
+func (d *devFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&d.dir, "dir", defaultDevDir(), "state `directory`: certificates, etcd data, logs, kubeconfig, state.json")
+	positiveDuration(fs, &d.timeout, "timeout", 5*time.Minute, "give up after this long")
+}
+
+// absDir is --dir, absolute; a missing default is a usage error.
+func (d *devFlags) absDir(e *env, name string) (string, error) {
+	if d.dir == "" {
 		fmt.Fprintln(e.stderr, "tenurectl dev "+name+": --dir is required (no home directory for the default)")
-		return "", 0, errUsage
+		return "", errUsage
 	}
-	dir, err = filepath.Abs(dir)
-	return dir, timeout, err
+	return filepath.Abs(d.dir)
 }
 
 // devUp starts a detached control plane in --dir, installs every embedded
 // CRD and prints an export line for KUBECONFIG. When one is already running
 // there it only re-applies the CRDs.
-func devUp(ctx context.Context, e *env, args []string) error {
-	var withNode bool
-	var image string
-	dir, timeout, err := devFlags(e, "up", args, func(fs *flag.FlagSet) {
-		fs.BoolVar(&withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed from deploy/ and its image")
-		fs.StringVar(&image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
-	})
+func devUp(ctx context.Context, e *env, d *devFlags) error {
+	dir, err := d.absDir(e, "up")
 	if err != nil {
 		return err
 	}
-	if withNode && os.Geteuid() != 0 {
+	if d.withNode && os.Geteuid() != 0 {
 		return errors.New("tenurectl dev up --node: a node runs containerd and a kubelet: run as root")
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -91,8 +100,8 @@ func devUp(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer unlock()
-	if withNode {
-		return devUpNode(ctx, e, dir, image)
+	if d.withNode {
+		return devUpNode(ctx, e, dir, d.image)
 	}
 
 	crds, err := fs.Sub(deploy.CRDs, "crds")
@@ -153,8 +162,8 @@ func printKubeconfig(e *env, path string) {
 }
 
 // devDown stops what dev up started in --dir; nothing running is fine.
-func devDown(ctx context.Context, e *env, args []string) error {
-	dir, _, err := devFlags(e, "down", args)
+func devDown(e *env, d *devFlags) error {
+	dir, err := d.absDir(e, "down")
 	if err != nil {
 		return err
 	}
@@ -204,9 +213,8 @@ func defaultImage() string {
 
 // devUpNode is dev up --node: a detached control plane with the
 // controllers, then a node of this machine with tenure rolled out on it
-// from deploy/ through internal/dev/localnode. Up already (with a node), it only
-// says so.
-// Called with dir made and locked.
+// from deploy/ through internal/dev/localnode. Up already (with a node), it
+// only says so. Called with dir made and locked.
 func devUpNode(ctx context.Context, e *env, dir, image string) error {
 	if cp, err := controlplane.Attach(dir); err == nil {
 		if cp.Healthy(ctx) == nil && nodeRecorded(dir) {
@@ -275,34 +283,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// subcommands dispatches args[0] among subs, for commands that group others
-// (tenurectl dev up). name is the full command path for messages.
-func subcommands(ctx context.Context, e *env, name string, subs []*command, args []string) error {
-	if len(args) > 0 {
-		for _, s := range subs {
-			if s.name == args[0] {
-				return s.run(ctx, e, args[1:])
-			}
-		}
-		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
-			fmt.Fprintf(e.stderr, "tenurectl %s: unknown subcommand %q\n\n", name, args[0])
-		}
-	}
-	fmt.Fprintf(e.stderr, "usage: tenurectl %s <subcommand> [flags]\n\nsubcommands:\n", name)
-	for _, s := range subs {
-		fmt.Fprintf(e.stderr, "  %-10s %s\n", s.name, s.summary)
-	}
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		return flag.ErrHelp
-	}
-	return errUsage
-}
-
-// positiveDuration defines a duration flag that refuses zero and negative
-// values (timeouts and periods).
-func positiveDuration(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
-	*p = value
-	fs.Var(boundedDuration{d: p, positive: true}, name, usage+"; a positive `duration`")
 }

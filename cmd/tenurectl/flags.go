@@ -2,12 +2,13 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // boundedDuration is a duration flag that refuses values below its floor
-// as it parses them, so the flag package reports the flag and the value
+// as it parses them, so the flag error names the flag and the value
 // (`invalid value "-5m" for flag -node-grace-period: must not be
 // negative`) and the command stops before it does anything.
 type boundedDuration struct {
@@ -38,8 +39,17 @@ func (b boundedDuration) Set(s string) error {
 	return nil
 }
 
+func (boundedDuration) Type() string { return "duration" }
+
 // nonNegativeDuration defines a duration flag that refuses negative values.
-func nonNegativeDuration(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+func nonNegativeDuration(fs *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
 	*p = value
 	fs.Var(boundedDuration{d: p}, name, usage+"; a `duration`, not negative")
+}
+
+// positiveDuration defines a duration flag that refuses zero and negative
+// values (timeouts and periods).
+func positiveDuration(fs *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(boundedDuration{d: p, positive: true}, name, usage+"; a positive `duration`")
 }

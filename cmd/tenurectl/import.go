@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/tenure-ipam/tenure/internal/ops/importwa"
@@ -22,16 +23,15 @@ const importRefused exitCode = 1
 // progress bar: below it the import is over before a bar would say much.
 const progressMin = 200
 
-func init() {
-	(&opsCommand{
-		name: "import", summary: "import whereabouts' allocations as tenure reservations (dry run unless --apply)",
-		argsUsage: "whereabouts", nargs: 1,
-		flags: func(fs *flag.FlagSet) any {
+func importCommand(e *env) *cobra.Command {
+	return (&opsCommand{
+		use: "import whereabouts", summary: "import whereabouts' allocations as tenure reservations (dry run unless --apply)", nargs: 1,
+		flags: func(fs *pflag.FlagSet) any {
 			return fs.Bool("apply", false, "write the reservations (default: only show what would be written)")
 		},
 		complete: func(context.Context, *opsState, string) []string { return []string{"whereabouts"} },
 		run:      runImport,
-	}).register()
+	}).command(e)
 }
 
 func runImport(ctx context.Context, st *opsState, args []string) (report, error) {

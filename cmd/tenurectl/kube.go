@@ -2,13 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,18 +23,15 @@ import (
 // names, loaded by client-go's clientcmd as kubectl loads them: --kubeconfig,
 // else $KUBECONFIG (a list of files, merged), else ~/.kube/config, else the
 // in-cluster config; --context picks a context; -n/--namespace overrides
-// the context's namespace. They are standard library flags, like the rest
-// of tenurectl's (k8s.io/cli-runtime's ConfigFlags would bring pflag and
-// cobra into every command's parsing).
+// the context's namespace.
 type kubeFlags struct {
 	kubeconfig, context, namespace string
 }
 
-func (k *kubeFlags) register(fs *flag.FlagSet) {
+func (k *kubeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
 	fs.StringVar(&k.context, "context", "", "the kubeconfig context to use")
-	fs.StringVar(&k.namespace, "namespace", "", "the namespace (default: the context's)")
-	fs.StringVar(&k.namespace, "n", "", "short for --namespace")
+	fs.StringVarP(&k.namespace, "namespace", "n", "", "the namespace (default: the context's)")
 }
 
 func (k *kubeFlags) clientConfig() clientcmd.ClientConfig {
@@ -42,6 +40,15 @@ func (k *kubeFlags) clientConfig() clientcmd.ClientConfig {
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.context}
 	overrides.Context.Namespace = k.namespace
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+}
+
+// contexts lists the contexts of the kubeconfig, for completion.
+func (k *kubeFlags) contexts() []string {
+	raw, err := k.clientConfig().RawConfig()
+	if err != nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(raw.Contexts))
 }
 
 // restConfig is the client configuration, with kubectl's client-side rate
@@ -89,10 +96,8 @@ const (
 
 var outputs = []string{outputJSON, outputYAML, outputWide}
 
-func registerOutput(fs *flag.FlagSet, output *string) {
-	usage := "output format: " + strings.Join(outputs, ", ") + " (default: a table)"
-	fs.StringVar(output, "output", "", usage)
-	fs.StringVar(output, "o", "", "short for --output")
+func registerOutput(fs *pflag.FlagSet, output *string) {
+	fs.StringVarP(output, "output", "o", "", "output format: "+strings.Join(outputs, ", ")+" (default: a table)")
 }
 
 // report is what an operator command prints.
@@ -118,64 +123,11 @@ func printReport(w io.Writer, rep report, output string) error {
 	return rep.WriteTable(w, output == outputWide)
 }
 
-// parseInterspersed parses flags anywhere among the positional arguments,
-// as kubectl does (`tenurectl get san -o json`), and returns the
-// positional ones; "--" ends the flags. A short flag glued to its value
-// (`-ojson`, `-nkube-system`) is split, as pflag reads it.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	args = splitGlued(fs, args)
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsage
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		// fs.Parse stops at the first positional argument or after "--".
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-// splitGlued rewrites "-oVALUE" as "-o", "VALUE" for one-letter flags that
-// take a value, when "-oVALUE" is not itself a flag.
-func splitGlued(fs *flag.FlagSet, args []string) []string {
-	out := make([]string, 0, len(args))
-	for i, a := range args {
-		if a == "--" {
-			return append(out, args[i:]...)
-		}
-		name, _, hasValue := strings.Cut(strings.TrimPrefix(a, "-"), "=")
-		if len(a) > 2 && a[0] == '-' && a[1] != '-' && !hasValue && fs.Lookup(name) == nil {
-			if f := fs.Lookup(a[1:2]); f != nil && !isBoolFlag(f) {
-				out = append(out, a[:2], a[2:])
-				continue
-			}
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
-func isBoolFlag(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
 // checkOutput refuses an -o value the command does not print.
-func checkOutput(fs *flag.FlagSet, output string) error {
+func checkOutput(e *env, cmd *cobra.Command, output string) error {
 	if output == outputTable || slices.Contains(outputs, output) {
 		return nil
 	}
-	fmt.Fprintf(fs.Output(), "%s: -o must be one of %s, got %q\n", fs.Name(), strings.Join(outputs, ", "), output)
-	fs.Usage()
-	return errUsage
+	fmt.Fprintf(e.stderr, "%s: -o must be one of %s, got %q\n", cmd.CommandPath(), strings.Join(outputs, ", "), output)
+	return refuse(e, cmd)
 }

@@ -1,51 +1,42 @@
 // Command tenurectl is tenure's command-line tool.
 //
-// Subcommands register themselves in a file of their own (see dev.go): a
-// command has a name, a one-line summary and a run function that gets the
-// arguments after its name. The operator commands (ops.go: pools, get,
-// who, why, release, check) are a thin layer over internal/ops and take
-// kubectl's connection and output flags (kube.go); completion.go gives
-// every command shell completion.
+// Its commands are one cobra tree, which also answers shell completion
+// (completion.go). The operator commands (ops.go: pools, get, who, why,
+// release, check; import.go) are a thin layer over internal/ops and take
+// kubectl's connection and output flags (kube.go).
 //
 // The developer commands (dev, demo, bench) carry the build constraint
 // !tenure_release: the image builds with -tags tenure_release, so the
 // tenurectl it ships links neither the benchmark, the demo, the test bed
 // nor the control-plane launcher (release_test.go checks it).
+//
+// tenurectl speaks the standard library flag package's dialect on top of
+// pflag's: a long flag may be written with one dash (-node-grace-period),
+// a one-letter flag with two (--o), and a flag error reads as the flag
+// package words it, followed by the command's usage.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/go-logr/logr"
 	"io"
 	"os"
 	"os/signal"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sort"
+	"strconv"
+	"strings"
 	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// command is one subcommand of tenurectl.
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, env *env, args []string) error
-	// hidden commands are left out of the usage (__complete).
-	hidden bool
-	// completion describes the command to shell completion: its flags and
-	// the candidates for its arguments. nil completes its name only.
-	completion func(e *env) (*flag.FlagSet, completeFunc)
-}
-
-// completeFunc returns the candidates for the next positional argument,
-// given those before it; it runs after the flags are parsed.
-type completeFunc func(ctx context.Context, args []string, toComplete string) []string
-
-// env is what a command writes to.
+// env is what a command writes to, and the command line it was given.
 type env struct {
 	stdout, stderr io.Writer
+	args           []string
 }
 
 // errUsage makes run exit 2 without printing the error again: the command
@@ -59,15 +50,6 @@ type exitCode int
 
 func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
 
-var commands = map[string]*command{}
-
-func register(c *command) {
-	if _, dup := commands[c.name]; dup {
-		panic("tenurectl: command registered twice: " + c.name)
-	}
-	commands[c.name] = c
-}
-
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run executes the command line args (without the program name) and returns
@@ -78,83 +60,232 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// controller-runtime's client has nothing to log for tenurectl's users
 	// (and would warn, with a stack, that no logger was set).
 	ctrllog.SetLogger(logr.Discard())
-	e := &env{stdout: stdout, stderr: stderr}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(e.stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(e.stderr, "tenurectl: unknown command %q\n\n", args[0])
-		usage(e.stderr)
+	e := &env{stdout: stdout, stderr: stderr, args: args}
+	root := newRoot(e)
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") && !isHelp(args[0]) {
+		// cobra would look past a leading flag for a command name.
+		unknownCommand(e, root, args[0])
 		return 2
 	}
-	err := c.run(ctx, e, args[1:])
+	// A nil slice would make cobra read os.Args.
+	root.SetArgs(append([]string{}, goFlagArgs(root, args)...))
+	cmd, err := root.ExecuteContextC(ctx)
 	var code exitCode
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &code):
 		return int(code)
-	case errors.Is(err, flag.ErrHelp):
-		return 0
 	case errors.Is(err, errUsage):
 		return 2
 	default:
-		fmt.Fprintf(e.stderr, "tenurectl %s: %v\n", c.name, err)
+		for cmd.HasParent() && cmd.Parent() != root {
+			cmd = cmd.Parent()
+		}
+		fmt.Fprintf(e.stderr, "tenurectl %s: %v\n", cmd.Name(), err)
 		return 1
 	}
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: tenurectl <command> [arguments]\n\ncommands:")
-	for _, n := range visibleCommands() {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+// newRoot builds the command tree.
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tenurectl",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Its arguments are a command name, or help.
+		DisableFlagParsing: true,
+		Args:               cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				printUsage(e.stderr, cmd)
+				return errUsage
+			case isHelp(args[0]):
+				printUsage(e.stderr, cmd)
+				return nil
+			}
+			unknownCommand(e, cmd, args[0])
+			return errUsage
+		},
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	if _, dev := commands["dev"]; !dev {
-		fmt.Fprintln(w, "\ndev, demo and bench are left out of this build (-tags tenure_release)")
-	}
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) { printUsage(e.stderr, cmd) })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		fmt.Fprintln(e.stderr, goFlagError(err))
+		printUsage(e.stderr, cmd)
+		return errUsage
+	})
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help",
+		Short: "print this list of commands",
+		Args:  cobra.ArbitraryArgs,
+		Run:   func(*cobra.Command, []string) { printUsage(e.stderr, root) },
+	})
+	root.AddCommand(opsCommands(e)...)
+	root.AddCommand(importCommand(e), completionCommand(e), versionCommand(e))
+	root.AddCommand(developerCommands(e)...)
+	return root
 }
 
-// visibleCommands are the names of the commands usage lists, sorted.
-func visibleCommands() []string {
-	names := make([]string, 0, len(commands))
-	for n, c := range commands {
-		if !c.hidden {
-			names = append(names, n)
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
+
+func unknownCommand(e *env, root *cobra.Command, name string) {
+	fmt.Fprintf(e.stderr, "tenurectl: unknown command %q\n\n", name)
+	printUsage(e.stderr, root)
+}
+
+// printUsage writes cmd's usage: the commands under it, or its argument
+// line and flags.
+func printUsage(w io.Writer, cmd *cobra.Command) {
+	if !cmd.HasParent() {
+		fmt.Fprintln(w, "usage: tenurectl <command> [arguments]\n\ncommands:")
+		listCommands(w, cmd)
+		if !hasCommand(cmd, "dev") {
+			fmt.Fprintln(w, "\ndev, demo and bench are left out of this build (-tags tenure_release)")
+		}
+		return
+	}
+	if cmd.HasAvailableSubCommands() {
+		fmt.Fprintf(w, "usage: %s <subcommand> [flags]\n\nsubcommands:\n", cmd.CommandPath())
+		listCommands(w, cmd)
+		return
+	}
+	fmt.Fprintf(w, "usage: %s %s\n", cmd.Parent().CommandPath(), cmd.Use)
+	fmt.Fprint(w, cmd.LocalFlags().FlagUsages())
+}
+
+func listCommands(w io.Writer, cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() && c.Name() != "help" {
+			fmt.Fprintf(w, "  %-10s %s\n", c.Name(), c.Short)
 		}
 	}
-	sort.Strings(names)
-	return names
 }
 
-// newFlagSet returns a flag set for "tenurectl <name>" that reports errors
-// to e.stderr and leaves exiting to run.
-func newFlagSet(e *env, name, argsUsage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("tenurectl "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: tenurectl %s %s\n", name, argsUsage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses args and refuses positional arguments.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+func hasCommand(cmd *cobra.Command, name string) bool {
+	for _, c := range cmd.Commands() {
+		if c.Name() == name {
+			return true
 		}
-		return errUsage
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		fs.Usage()
-		return errUsage
+	return false
+}
+
+// group returns a command that only groups subs: without a known
+// subcommand it prints their list.
+func group(e *env, name, summary string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:                name,
+		Short:              summary,
+		DisableFlagParsing: true,
+		Args:               cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && isHelp(args[0]) {
+				return pflag.ErrHelp
+			}
+			if len(args) > 0 {
+				fmt.Fprintf(e.stderr, "%s: unknown subcommand %q\n\n", cmd.CommandPath(), args[0])
+			}
+			printUsage(e.stderr, cmd)
+			return errUsage
+		},
 	}
-	return nil
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
+// noArgs refuses positional arguments.
+func noArgs(e *env) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			fmt.Fprintf(e.stderr, "%s: unexpected argument %q\n", cmd.CommandPath(), args[0])
+			return refuse(e, cmd)
+		}
+		return nil
+	}
+}
+
+// refuse prints cmd's usage and makes run exit 2.
+func refuse(e *env, cmd *cobra.Command) error {
+	printUsage(e.stderr, cmd)
+	return errUsage
+}
+
+// goFlagArgs rewrites the flags of args in the flag package's dialect for
+// pflag, for the command args name: "-name" of a long flag as "--name",
+// "--n" of a one-letter flag as "-n". Flag values and the arguments after
+// "--" are left as they are.
+func goFlagArgs(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd.DisableFlagParsing {
+		return args
+	}
+	cmd.InitDefaultHelpFlag()
+	fs := cmd.Flags()
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) < 2 || a[0] != '-' {
+			out = append(out, a)
+			continue
+		}
+		dashes := 1
+		if a[1] == '-' {
+			dashes = 2
+		}
+		name, _, hasValue := strings.Cut(a[dashes:], "=")
+		var f *pflag.Flag
+		switch {
+		case len(name) > 1:
+			f = fs.Lookup(name)
+			if f != nil && dashes == 1 {
+				a = "-" + a
+			}
+		case len(name) == 1:
+			f = fs.ShorthandLookup(name)
+			if f != nil && dashes == 2 {
+				a = a[1:]
+			}
+		}
+		out = append(out, a)
+		if f != nil && !hasValue && f.NoOptDefVal == "" && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return out
+}
+
+// goFlagError words a pflag error as the flag package does, which names
+// the flag and the value.
+func goFlagError(err error) string {
+	var notDefined *pflag.NotExistError
+	var noValue *pflag.ValueRequiredError
+	var invalid *pflag.InvalidValueError
+	switch {
+	case errors.As(err, &notDefined):
+		return "flag provided but not defined: -" + notDefined.GetSpecifiedName()
+	case errors.As(err, &noValue):
+		return "flag needs an argument: -" + noValue.GetSpecifiedName()
+	case errors.As(err, &invalid):
+		f, cause := invalid.GetFlag(), invalid.Unwrap()
+		var num *strconv.NumError
+		if errors.As(cause, &num) {
+			cause = errors.New("parse error")
+			if errors.Is(num.Err, strconv.ErrRange) {
+				cause = errors.New("value out of range")
+			}
+		}
+		if f.Value.Type() == "bool" {
+			return fmt.Sprintf("invalid boolean value %q for -%s: %v", invalid.GetValue(), f.Name, cause)
+		}
+		return fmt.Sprintf("invalid value %q for flag -%s: %v", invalid.GetValue(), f.Name, cause)
+	}
+	return err.Error()
 }

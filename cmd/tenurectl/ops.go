@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/tenure-ipam/tenure/internal/ops"
@@ -17,11 +19,12 @@ import (
 // flags, flags of its own, a fixed number of positional arguments, and a
 // call into internal/ops whose report is printed.
 type opsCommand struct {
-	name, summary, argsUsage string
-	nargs                    int
+	// use is the command's name and its positional arguments: "get NETWORK".
+	use, summary string
+	nargs        int
 	// flags adds the command's own flags; the values it returns are read
 	// by run.
-	flags func(fs *flag.FlagSet) any
+	flags func(fs *pflag.FlagSet) any
 	// complete returns the candidates for the positional argument.
 	complete func(ctx context.Context, st *opsState, toComplete string) []string
 	run      func(ctx context.Context, st *opsState, args []string) (report, error)
@@ -37,55 +40,55 @@ type opsState struct {
 
 func (st *opsState) client() (*ops.Client, error) { return st.kube.client() }
 
-func (oc *opsCommand) flagSet(e *env) (*flag.FlagSet, *opsState) {
+func (oc *opsCommand) command(e *env) *cobra.Command {
 	st := &opsState{e: e}
-	fs := newFlagSet(e, oc.name, oc.argsUsage+" [flags]")
+	name, argsUsage, _ := strings.Cut(oc.use, " ")
+	cmd := &cobra.Command{
+		Use:   oc.use + " [flags]",
+		Short: oc.summary,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != oc.nargs {
+				fmt.Fprintf(e.stderr, "tenurectl %s: want %d argument(s) (%s), got %d\n", name, oc.nargs, argsUsage, len(args))
+				return refuse(e, cmd)
+			}
+			return nil
+		},
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if oc.complete == nil || len(args) >= oc.nargs {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return oc.complete(cmd.Context(), st, toComplete), cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(e, cmd, st.output); err != nil {
+				return err
+			}
+			rep, err := oc.run(cmd.Context(), st, args)
+			if rep != nil {
+				if perr := printReport(e.stdout, rep, st.output); perr != nil {
+					return errors.Join(err, perr)
+				}
+			}
+			return err
+		},
+	}
+	fs := cmd.Flags()
 	st.kube.register(fs)
 	registerOutput(fs, &st.output)
 	if oc.flags != nil {
 		st.own = oc.flags(fs)
 	}
-	return fs, st
-}
-
-func (oc *opsCommand) register() {
-	register(&command{
-		name:    oc.name,
-		summary: oc.summary,
-		run:     oc.exec,
-		completion: func(e *env) (*flag.FlagSet, completeFunc) {
-			fs, st := oc.flagSet(e)
-			return fs, func(ctx context.Context, args []string, toComplete string) []string {
-				if oc.complete == nil || len(args) >= oc.nargs {
-					return nil
-				}
-				return oc.complete(ctx, st, toComplete)
-			}
-		},
-	})
-}
-
-func (oc *opsCommand) exec(ctx context.Context, e *env, args []string) error {
-	fs, st := oc.flagSet(e)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != oc.nargs {
-		fmt.Fprintf(e.stderr, "tenurectl %s: want %d argument(s) (%s), got %d\n", oc.name, oc.nargs, oc.argsUsage, len(pos))
-		fs.Usage()
-		return errUsage
-	}
-	if err := checkOutput(fs, st.output); err != nil {
-		return err
-	}
-	rep, err := oc.run(ctx, st, pos)
-	if rep != nil {
-		if perr := printReport(e.stdout, rep, st.output); perr != nil {
-			return errors.Join(err, perr)
+	candidates := func(list func(context.Context) []string) cobra.CompletionFunc {
+		return func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return list(cmd.Context()), cobra.ShellCompDirectiveNoFileComp
 		}
 	}
-	return err
+	_ = cmd.RegisterFlagCompletionFunc("output", candidates(func(context.Context) []string { return outputs }))
+	_ = cmd.RegisterFlagCompletionFunc("context", candidates(func(context.Context) []string { return st.kube.contexts() }))
+	_ = cmd.RegisterFlagCompletionFunc("namespace", candidates(func(ctx context.Context) []string {
+		return completeWith(st, func(c *ops.Client) ([]string, error) { return c.Namespaces(ctx) })
+	}))
+	return cmd
 }
 
 // The flags of release and check.
@@ -95,20 +98,22 @@ type releaseFlags struct {
 	gracePeriod time.Duration
 }
 
-func gracePeriodFlag(fs *flag.FlagSet, d *time.Duration) {
+func gracePeriodFlag(fs *pflag.FlagSet, d *time.Duration) {
 	nonNegativeDuration(fs, d, "node-grace-period", ops.DefaultNodeGracePeriod, "tenure-controller's --node-grace-period: how long a node is NotReady before its terminating pods count as gone")
 }
 
-func init() {
+// opsCommands are the operator commands but import.
+func opsCommands(e *env) []*cobra.Command {
+	var cmds []*cobra.Command
 	for _, oc := range []*opsCommand{
 		{
-			name: "pools", summary: "every network and range: capacity, allocated, free, usage",
+			use: "pools", summary: "every network and range: capacity, allocated, free, usage",
 			run: func(ctx context.Context, st *opsState, _ []string) (report, error) {
 				return call(st, func(c *ops.Client) (report, error) { return c.Pools(ctx) })
 			},
 		},
 		{
-			name: "get", summary: "a network's reservations (NETWORK: an allocation scope, a CNI network name or a NetworkAttachmentDefinition NS/NAME): owner pod or claim, node, age", argsUsage: "NETWORK", nargs: 1,
+			use: "get NETWORK", summary: "a network's reservations (NETWORK: an allocation scope, a CNI network name or a NetworkAttachmentDefinition NS/NAME): owner pod or claim, node, age", nargs: 1,
 			complete: func(ctx context.Context, st *opsState, _ string) []string {
 				return completeWith(st, func(c *ops.Client) ([]string, error) { return c.Networks(ctx) })
 			},
@@ -117,13 +122,13 @@ func init() {
 			},
 		},
 		{
-			name: "who", summary: "who holds an address or prefix, and since when", argsUsage: "IP|PREFIX", nargs: 1,
+			use: "who IP|PREFIX", summary: "who holds an address or prefix, and since when", nargs: 1,
 			run: func(ctx context.Context, st *opsState, args []string) (report, error) {
 				return call(st, func(c *ops.Client) (report, error) { return c.Who(ctx, args[0]) })
 			},
 		},
 		{
-			name: "why", summary: "a pod's attachments and their last allocation outcome", argsUsage: "POD", nargs: 1,
+			use: "why POD", summary: "a pod's attachments and their last allocation outcome", nargs: 1,
 			complete: func(ctx context.Context, st *opsState, _ string) []string {
 				return completeWith(st, func(c *ops.Client) ([]string, error) {
 					ns, err := st.kube.namespaceOrDefault()
@@ -142,8 +147,8 @@ func init() {
 			},
 		},
 		{
-			name: "release", summary: "release one address or prefix (refuses while its owner is alive)", argsUsage: "IP|PREFIX", nargs: 1,
-			flags: func(fs *flag.FlagSet) any {
+			use: "release IP|PREFIX", summary: "release one address or prefix (refuses while its owner is alive)", nargs: 1,
+			flags: func(fs *pflag.FlagSet) any {
 				f := &releaseFlags{}
 				fs.StringVar(&f.network, "network", "", "the network (allocation scope) holding it, when several do")
 				fs.BoolVar(&f.force, "force", false, "release it even though its owner is alive")
@@ -158,8 +163,8 @@ func init() {
 			},
 		},
 		{
-			name: "check", summary: "check every reservation, claim, pod and node; exit 1 on problems",
-			flags: func(fs *flag.FlagSet) any {
+			use: "check", summary: "check every reservation, claim, pod and node; exit 1 on problems",
+			flags: func(fs *pflag.FlagSet) any {
 				d := new(time.Duration)
 				gracePeriodFlag(fs, d)
 				return d
@@ -167,8 +172,9 @@ func init() {
 			run: runCheck,
 		},
 	} {
-		oc.register()
+		cmds = append(cmds, oc.command(e))
 	}
+	return cmds
 }
 
 func call(st *opsState, fn func(*ops.Client) (report, error)) (report, error) {

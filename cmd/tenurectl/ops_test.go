@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
-	"flag"
+	"context"
 	"io"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 func complete(t *testing.T, args ...string) []string {
@@ -38,14 +40,20 @@ func TestParseInterspersed(t *testing.T) {
 		{[]string{"a", "--", "-o", "b"}, []string{"a", "-o", "b"}, "", "", "", false},
 		{[]string{"-o=json", "a", "b"}, []string{"a", "b"}, "json", "", "", false},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
 		var k kubeFlags
 		var output string
-		k.register(fs)
-		registerOutput(fs, &output)
-		force := fs.Bool("force", false, "")
-		pos, err := parseInterspersed(fs, tc.args)
+		var pos []string
+		force := new(bool)
+		cmd := (&opsCommand{
+			use: "t", nargs: len(tc.pos),
+			flags: func(fs *pflag.FlagSet) any { force = fs.Bool("force", false, ""); return force },
+			run: func(_ context.Context, st *opsState, args []string) (report, error) {
+				k, output, pos = st.kube, st.output, args
+				return nil, nil
+			},
+		}).command(&env{stdout: io.Discard, stderr: io.Discard})
+		cmd.SetArgs(tc.args)
+		err := cmd.Execute()
 		if err != nil || !slices.Equal(pos, tc.pos) || output != tc.output || k.namespace != tc.ns || k.context != tc.ctx || *force != tc.force {
 			t.Errorf("%q: pos %q output %q ns %q context %q force %v err %v; want %q %q %q %q %v",
 				tc.args, pos, output, k.namespace, k.context, *force, err, tc.pos, tc.output, tc.ns, tc.ctx, tc.force)

@@ -1,27 +1,25 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	register(&command{
-		name:    "version",
-		summary: "print the version tenurectl was built from",
-		run:     runVersion,
-	})
-}
-
-// runVersion prints the module version and VCS revision the binary was
+// versionCommand prints the module version and VCS revision the binary was
 // built from, as `go version -m` reads them, so a bug report can name
 // the build without access to the image.
-func runVersion(_ context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "version", "")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func versionCommand(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version tenurectl was built from",
+		Args:  noArgs(e),
+		Run:   func(*cobra.Command, []string) { printVersion(e) },
 	}
+}
+
+func printVersion(e *env) {
 	version, revision, dirty := "(devel)", "unknown", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		version = bi.Main.Version
@@ -38,5 +36,4 @@ func runVersion(_ context.Context, e *env, args []string) error {
 		revision += "-dirty"
 	}
 	fmt.Fprintf(e.stdout, "tenurectl %s (revision %s)\n", version, revision)
-	return nil
 }
