@@ -39,7 +39,7 @@ func benchCommand(e *env) *cobra.Command {
 		return nil
 	})
 	fs.StringVar(&f.agents, "agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
-	fs.DurationVar(&f.fullPoolFor, "full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
+	durationFlag(fs, &f.fullPoolFor, "full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("scenario", cobra.FixedCompletions(bench.ScenarioNames(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd

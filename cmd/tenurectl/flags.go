@@ -12,10 +12,17 @@ import (
 // (`invalid value "-5m" for flag -node-grace-period: must not be
 // negative`) and the command stops before it does anything.
 type boundedDuration struct {
-	d *time.Duration
-	// positive: zero is refused too.
-	positive bool
+	d     *time.Duration
+	floor floor
 }
+
+type floor int
+
+const (
+	anyDuration floor = iota
+	notNegative
+	positive
+)
 
 func (b boundedDuration) String() string {
 	if b.d == nil {
@@ -30,9 +37,9 @@ func (b boundedDuration) Set(s string) error {
 		return errors.New("parse error")
 	}
 	switch {
-	case v < 0 && !b.positive:
+	case v < 0 && b.floor == notNegative:
 		return errors.New("must not be negative")
-	case v <= 0 && b.positive:
+	case v <= 0 && b.floor == positive:
 		return errors.New("must be positive")
 	}
 	*b.d = v
@@ -44,12 +51,19 @@ func (boundedDuration) Type() string { return "duration" }
 // nonNegativeDuration defines a duration flag that refuses negative values.
 func nonNegativeDuration(fs *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
 	*p = value
-	fs.Var(boundedDuration{d: p}, name, usage+"; a `duration`, not negative")
+	fs.Var(boundedDuration{d: p, floor: notNegative}, name, usage+"; a `duration`, not negative")
 }
 
 // positiveDuration defines a duration flag that refuses zero and negative
 // values (timeouts and periods).
 func positiveDuration(fs *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
 	*p = value
-	fs.Var(boundedDuration{d: p, positive: true}, name, usage+"; a positive `duration`")
+	fs.Var(boundedDuration{d: p, floor: positive}, name, usage+"; a positive `duration`")
+}
+
+// durationFlag defines a duration flag whose parse errors read as the flag
+// package's.
+func durationFlag(fs *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(boundedDuration{d: p}, name, usage)
 }

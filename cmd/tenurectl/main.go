@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -124,9 +125,13 @@ func newRoot(e *env) *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		Run:   func(*cobra.Command, []string) { printUsage(e.stderr, root) },
 	})
-	root.AddCommand(opsCommands(e)...)
-	root.AddCommand(importCommand(e), completionCommand(e), versionCommand(e))
-	root.AddCommand(developerCommands(e)...)
+	// Commands list in the order they are added: a group's in its own
+	// order, the root's by name.
+	cobra.EnableCommandSorting = false
+	cmds := append(opsCommands(e), importCommand(e), completionCommand(e), versionCommand(e))
+	cmds = append(cmds, developerCommands(e)...)
+	slices.SortFunc(cmds, func(a, b *cobra.Command) int { return strings.Compare(a.Name(), b.Name()) })
+	root.AddCommand(cmds...)
 	return root
 }
 

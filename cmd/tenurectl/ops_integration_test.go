@@ -460,6 +460,53 @@ func TestOpsCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("completion asks the cluster", func(t *testing.T) {
+		kc := kubeconfigWithContext(t, "ops-context", opsNS)
+		candidates := func(args ...string) []string {
+			t.Helper()
+			r := ctlRaw(t, append([]string{"__complete"}, args...)...)
+			if r.code != 0 {
+				t.Fatalf("__complete %q: exit %d: %s", args, r.code, r.stderr)
+			}
+			var out []string
+			for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+				name, _, _ := strings.Cut(l, "\t")
+				out = append(out, name)
+			}
+			return out
+		}
+		for _, tc := range []struct {
+			args []string
+			want []string
+		}{
+			{[]string{"get", "--kubeconfig", kc, ""}, []string{"san", "vm-net", "tiny", "blue-net"}},
+			{[]string{"why", "--kubeconfig", kc, "-n", opsNS, ""}, []string{"web-0", "web-1", "web-2", "launcher-a", "launcher-b"}},
+			{[]string{"why", "--kubeconfig", kc, "--context", "ops-context", ""}, []string{"web-0", "launcher-b"}},
+			{[]string{"why", "--kubeconfig", kc, "-n", ""}, []string{opsNS, "default"}},
+			{[]string{"pools", "--kubeconfig", kc, "--context", ""}, []string{"ops-context"}},
+		} {
+			got := candidates(tc.args...)
+			for _, w := range tc.want {
+				if !slices.Contains(got, w) {
+					t.Errorf("__complete %q: %q lacks %s", tc.args, got, w)
+				}
+			}
+		}
+		if got := candidates("why", "--kubeconfig", kc, "-n", opsNS, "web-0", ""); !slices.Equal(got, []string{":4"}) {
+			t.Errorf("why completes a second pod: %q", got)
+		}
+	})
+
+	t.Run("flags in the flag package's dialect", func(t *testing.T) {
+		kc := cptest.Current().KubeconfigPath
+		if r := ctlRaw(t, "why", "web-1", "-namespace", opsNS, "-kubeconfig="+kc, "--o", "json"); r.code != 0 || !strings.Contains(r.stdout, `"namespace": "ops"`) {
+			t.Errorf("why with -namespace, -kubeconfig= and --o: %+v", r)
+		}
+		if r := ctlRaw(t, "get", "--n", opsNS, "-kubeconfig", kc, "-o=wide", "san"); r.code != 0 || !strings.Contains(r.stdout, "POD MADE ON") {
+			t.Errorf("get with --n and -o=wide: %+v", r)
+		}
+	})
+
 	t.Run("check is clean", func(t *testing.T) {
 		r := ctl(t, "check")
 		if r.code != 0 || !strings.Contains(r.stdout, "checked 4 reservations, 1 IPAMClaims, 5 pods, 2 nodes, 1 IPPools, 3 network configurations: no problems") {

@@ -124,3 +124,23 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("completion: %q", got)
 	}
 }
+
+// TestFlagPackageDialect: flags written as the standard library's flag
+// package reads them (one dash for a long flag, two for a one-letter one)
+// mean what they mean there, and flag errors are worded as it words them.
+func TestFlagPackageDialect(t *testing.T) {
+	missing := t.TempDir() + "/nope"
+	testUsage(t, []usageCase{
+		{[]string{"check", "-node-grace-period=-5m"}, 2, `invalid value "-5m" for flag -node-grace-period: must not be negative`},
+		{[]string{"check", "-node-grace-period", "1m", "-kubeconfig", missing}, 3, "tenurectl check: stat " + missing},
+		{[]string{"pools", "-kubeconfig=" + missing}, 1, "tenurectl pools: stat " + missing},
+		{[]string{"who", "10.0.0.5", "--o", "xml"}, 2, `-o must be one of json, yaml, wide, got "xml"`},
+		{[]string{"who", "10.0.0.5", "--o=xml"}, 2, `got "xml"`},
+		{[]string{"check", "-help"}, 0, "--node-grace-period duration"},
+		{[]string{"release", "10.0.0.5", "-network"}, 2, "flag needs an argument: -network"},
+		{[]string{"release", "10.0.0.5", "-force=maybe"}, 2, `invalid boolean value "maybe" for -force: parse error`},
+		{[]string{"release", "10.0.0.5", "-x"}, 2, "flag provided but not defined: -x"},
+		{[]string{"who", "10.0.0.5", "--", "-o"}, 2, "want 1 argument(s) (IP|PREFIX), got 2"},
+		{[]string{"-n", "x", "get"}, 2, `unknown command "-n"`},
+	})
+}
