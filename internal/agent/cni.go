@@ -91,7 +91,7 @@ func (s slot) requestedItem() netip.Prefix {
 // whether the cache holds the whole object or only its metadata.
 func (s slot) holds(r *tenurev1alpha1.IPReservation) bool {
 	p, err := reservation.Parse(r.Name)
-	if err != nil || p.NetworkLabel != reservation.NetworkLabel(s.network) {
+	if err != nil || p.ScopeLabel != reservation.ScopeLabel(s.network) {
 		return false
 	}
 	if p.IsPrefix != (s.space.Kind() == tenurev1alpha1.KindDelegatedPrefix) {
@@ -105,7 +105,7 @@ func slots(cfg *config.Config, withPrefix bool) []slot {
 	for i := range cfg.Ranges {
 		r := &cfg.Ranges[i]
 		s := slot{
-			network: reservation.NetworkKey(cfg.NetworkName, r.String(), cfg.OverlappingRanges),
+			network: reservation.Scope(cfg.NetworkName, r.String(), cfg.OverlappingRanges),
 			space:   allocator.AddressSpace{Range: *r},
 			rng:     r,
 		}
@@ -117,7 +117,7 @@ func slots(cfg *config.Config, withPrefix bool) []slot {
 	if withPrefix && cfg.PrefixDelegation != nil {
 		pd := *cfg.PrefixDelegation
 		out = append(out, slot{
-			network: reservation.NetworkKey(cfg.NetworkName, pd.Range.String(), cfg.OverlappingRanges),
+			network: reservation.Scope(cfg.NetworkName, pd.Range.String(), cfg.OverlappingRanges),
 			space:   allocator.PrefixSpace{PD: pd},
 		})
 	}

@@ -917,7 +917,7 @@ func TestNetworkNameFitsTheReservations(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if key := reservation.NetworkKey(c.NetworkName, c.Ranges[0].String(), c.OverlappingRanges); len(key) > maxNetworkKey {
+		if key := reservation.Scope(c.NetworkName, c.Ranges[0].String(), c.OverlappingRanges); len(key) > maxNetworkKey {
 			t.Errorf("accepted a network key of %d bytes", len(key))
 		}
 	}

@@ -109,13 +109,13 @@ func (x *heldIndex) apply(name string, held bool) {
 	if x.per == nil {
 		x.per = map[string]*addrSet{}
 	}
-	set := x.per[p.NetworkLabel]
+	set := x.per[p.ScopeLabel]
 	if set == nil {
 		if !held {
 			return
 		}
 		set = newAddrSet()
-		x.per[p.NetworkLabel] = set
+		x.per[p.ScopeLabel] = set
 	}
 	if held {
 		set.add(p.Prefix.Addr())
@@ -123,7 +123,7 @@ func (x *heldIndex) apply(name string, held bool) {
 	}
 	set.remove(p.Prefix.Addr())
 	if set.n == 0 {
-		delete(x.per, p.NetworkLabel)
+		delete(x.per, p.ScopeLabel)
 	}
 }
 

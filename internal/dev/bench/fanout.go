@@ -400,7 +400,7 @@ func (e *env) fanoutRound(ctx context.Context, n int, space allocator.AddressSpa
 	for _, name := range names {
 		block, _ := reservation.BlockOfName(name)
 		for _, a := range agents {
-			if a.store.Watching(block, reservation.NetworkLabelOf(name)) {
+			if a.store.Watching(block, reservation.ScopeLabelOf(name)) {
 				watchers[name]++
 			}
 		}
