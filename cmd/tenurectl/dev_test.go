@@ -163,7 +163,7 @@ func TestDevCommandsUsage(t *testing.T) {
 	})
 }
 
-// Issue 12: dev up --node brings up the control plane with its controllers
+// dev up --node brings up the control plane with its controllers
 // and a Ready node of this machine running tenure from deploy/ and its
 // image; tenurectl exits and all of it runs on; dev down stops the node
 // and the control plane and leaves nothing on the host.

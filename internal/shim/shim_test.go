@@ -220,7 +220,7 @@ func TestRunRefusesThePluginsOwnNetns(t *testing.T) {
 	}
 }
 
-// TestRunRefusesARequestOverTheWireLimit (issue 14, bug 3): a network
+// TestRunRefusesARequestOverTheWireLimit: a network
 // configuration whose request would pass the agent's limit is refused by
 // the shim with the limit named, not sent to end in a broken pipe.
 func TestRunRefusesARequestOverTheWireLimit(t *testing.T) {

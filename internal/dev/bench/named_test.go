@@ -14,7 +14,7 @@ import (
 
 // TestNamedScenariosReportTheirFigures runs fanout with three caches and
 // full-pool on a /26 for a few seconds, and checks that every figure the
-// issue names is there and says something possible. Speed is for the
+// scenario reports by name is there and says something possible. Speed is for the
 // benchmark run, not asserted here.
 func TestNamedScenariosReportTheirFigures(t *testing.T) {
 	if _, err := controlplane.BinDir(); err != nil {
