@@ -92,8 +92,8 @@ func (s *addrSet) nextFree(a netip.Addr) (netip.Addr, bool) {
 	return nx, nx.IsValid()
 }
 
-// heldIndex is the addresses a window holds, per network label.
-// Delegated prefixes are not indexed (a pool of them is searched as before).
+// heldIndex is the addresses a window holds, per scope label.
+// Delegated prefixes are not indexed (a delegation pool is searched without it).
 type heldIndex struct {
 	mu  sync.RWMutex
 	per map[string]*addrSet
