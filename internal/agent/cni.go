@@ -276,7 +276,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 }
 
 // attachmentHolds returns the pod-owned reservations of one attachment
-// (of pod UID podUID; "" when unknown): the local cache's, or with live
+// (of pod UID podUID; "" when unknown): the node cache's, or with live
 // the API server's (a list by the owner-UID label, or by this node's label
 // when the pod UID is unknown). Creates of the attachment whose outcome is
 // unknown (Store.Uncertain) are settled first by live reads; with

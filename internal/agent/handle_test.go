@@ -330,7 +330,7 @@ func TestHandle(t *testing.T) {
 		}},
 		wantHeld: []string{"10.0.0.1=other", "10.0.0.2=other", "10.0.0.3=other", "10.0.0.4=other", "10.0.0.5=other", "10.0.0.6=p1"},
 	}, {
-		name: "a stale cache that says free on a full range: the quorum read answers 100",
+		name: "a stale cache that says free on a full range: the live read answers 100",
 		objs: []client.Object{pod("p1", thisNode, nil)},
 		steps: []step{{
 			before: func(h *harness) {

@@ -44,7 +44,7 @@ func (s *Space) Range() string { return s.Space.String() }
 // Inventory is every space tenurectl knows from the cluster's objects:
 // declared IPPools and the tenure IPAM configurations in
 // NetworkAttachmentDefinitions. Configurations that live only in files on
-// the nodes (a flat file's ranges) are not known.
+// the nodes (a flat config's ranges) are not known.
 type Inventory struct {
 	spaces []*Space
 	index  map[spaceKey]*Space

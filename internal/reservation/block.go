@@ -34,7 +34,7 @@ func Block(item netip.Prefix) netip.Prefix {
 }
 
 // BlockLabel is the LabelBlock value of item on the network of that label
-// (ScopeLabel): a hash, since the network label alone may fill a label
+// (ScopeLabel): a hash, since the scope label alone may fill a label
 // value's 63 characters. Delegated prefixes and addresses never share a
 // block.
 func BlockLabel(scopeLabel string, delegatedPrefix bool, item netip.Prefix) string {

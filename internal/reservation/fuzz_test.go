@@ -56,8 +56,8 @@ func canonical(kind tenurev1alpha1.ReservationKind, item netip.Prefix) netip.Pre
 
 // FuzzName holds the reservation name, the lock two agents race on, to its
 // contract for every address and prefix of both families and for any
-// network key: it is a valid Kubernetes object name, Parse gives back the
-// network label and the item (decode(encode(x)) == x, up to the canonical
+// allocation scope: it is a valid Kubernetes object name, Parse gives back the
+// scope label and the item (decode(encode(x)) == x, up to the canonical
 // form above), spec.address (ItemString) reads back with ParseItem to the
 // item itself, and two items get the same name exactly when they are the
 // same item of the same network.

@@ -39,8 +39,9 @@ func Scope(networkName, rangeSpec string, overlappingProtection bool) string {
 	return networkName + "/" + rangeSpec
 }
 
-// ScopeLabel maps a network key to one DNS-1123 label: the key itself when
-// it is one, otherwise a readable prefix plus a hash of the whole key.
+// ScopeLabel maps an allocation scope to one DNS-1123 label: the scope
+// itself when it is one, otherwise a readable prefix plus a hash of the
+// whole scope.
 func ScopeLabel(key string) string {
 	if len(validation.IsDNS1123Label(key)) == 0 && !strings.Contains(key, "--") {
 		return key
@@ -102,7 +103,7 @@ func encodeAddr(a netip.Addr) string {
 	return strings.Join(groups, "-")
 }
 
-// ScopeLabelOf is the network label a reservation name starts with, what
+// ScopeLabelOf is the scope label a reservation name starts with, what
 // Parse(name).ScopeLabel says, without decoding the rest.
 func ScopeLabelOf(name string) string {
 	label, _, _ := strings.Cut(name, ".")
@@ -120,7 +121,7 @@ type Parsed struct {
 func Parse(name string) (Parsed, error) {
 	label, rest, ok := strings.Cut(name, ".")
 	if !ok || label == "" {
-		return Parsed{}, fmt.Errorf("reservation name %q: no network label", name)
+		return Parsed{}, fmt.Errorf("reservation name %q: no scope label", name)
 	}
 	out := Parsed{ScopeLabel: label}
 	if r, isPD := strings.CutPrefix(rest, "pd."); isPD {

@@ -36,12 +36,12 @@ func NodeLabel(node string) string {
 
 // Spec is what a reservation is made of; New derives the rest.
 type Spec struct {
-	// Network is the allocation scope (Scope).
+	// Network is spec.network: the allocation scope (Scope).
 	Network string
 	Kind    tenurev1alpha1.ReservationKind
 	// Item is the address (a full-length prefix) or the delegated prefix.
 	Item netip.Prefix
-	// Range is the configured range or prefix pool the item came from.
+	// Range is the configured range or delegation pool the item came from.
 	Range      string
 	Pool       string
 	CNINetwork string

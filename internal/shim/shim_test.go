@@ -162,7 +162,7 @@ func TestRunSocketFromFlatFileAndConfigErrors(t *testing.T) {
 	DefaultFlatConfig = filepath.Join(dir, "absent.conf")
 	withPath := `{"cniVersion":"1.1.0","name":"n","ipam":{"type":"tenure","configuration_path":"` + flat + `"}}`
 	if o := Run(env(addVars(map[string]string{"CNI_COMMAND": "DEL"}), withPath)); o.Exit != 0 {
-		t.Fatalf("DEL through the flat file's socket: exit %d %q", o.Exit, o.Stdout)
+		t.Fatalf("DEL through the flat config's socket: exit %d %q", o.Exit, o.Stdout)
 	}
 	if r := <-got; r.Command != "DEL" || r.FlatConfigPath != flat {
 		t.Fatalf("agent received %+v", r)
