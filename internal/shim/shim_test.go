@@ -152,7 +152,7 @@ func TestRunForwardsAndPrintsTheAgentsAnswer(t *testing.T) {
 	}
 }
 
-func TestRunSocketFromFlatFileAndConfigErrors(t *testing.T) {
+func TestRunSocketFromFlatConfigAndConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	socket, got := fakeAgent(t, []byte("0\n"))
 	flat := filepath.Join(dir, "flat.conf")
