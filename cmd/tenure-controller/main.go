@@ -48,9 +48,9 @@ import (
 // defaultGCPercent is GOGC unless the environment sets it. The
 // controller's heap is almost all its caches, which only grow with the
 // cluster; at Go's default of 100 the heap may reach twice them while a
-// start-up decodes every pod and reservation. At 50 the peak at 100,000
-// pods and reservations went from 210 to 168 MiB for 11 % more CPU to the
-// first sweep (docs/performance.md).
+// start-up decodes every pod and reservation. 50 trades a little CPU for
+// a lower peak (docs/performance.md, "The controller at 100,000
+// reservations and pods", has the figures).
 const defaultGCPercent = 50
 
 func main() {

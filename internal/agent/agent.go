@@ -200,7 +200,7 @@ func (a *Agent) Ready() bool {
 // Shutdown stops the Event broadcaster NewForConfig started.
 func (a *Agent) Shutdown() { a.shutdown() }
 
-// Store exposes the reservation cache (for status and tests).
+// Store exposes the window cache and node cache (for status and tests).
 func (a *Agent) Store() *store.Store { return a.store }
 
 // keyedMutex serialises calls for one attachment; runtimes do not overlap

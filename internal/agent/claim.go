@@ -161,7 +161,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		if want := wants[i]; len(want) > 0 {
 			item := want[0]
 			used[item] = true
-			r, err := a.alloc.For(s.network, s.space).Allocate(ctx, item, tmpl)
+			r, err := a.alloc.For(s.scope, s.space).Allocate(ctx, item, tmpl)
 			if err != nil {
 				return nil, false, err
 			}
@@ -170,7 +170,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		}
 		fresh = true
 		if s.requested.IsValid() {
-			r, err := a.alloc.For(s.network, s.space).Allocate(ctx, s.requestedItem(), tmpl)
+			r, err := a.alloc.For(s.scope, s.space).Allocate(ctx, s.requestedItem(), tmpl)
 			if err != nil {
 				return nil, false, err
 			}
@@ -184,7 +184,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			held = append(held, heldSlot{s, r})
 			continue
 		}
-		r, err := a.alloc.For(s.network, s.space).AllocateNext(ctx, tmpl)
+		r, err := a.alloc.For(s.scope, s.space).AllocateNext(ctx, tmpl)
 		if err != nil {
 			return nil, false, err
 		}

@@ -74,9 +74,9 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 
 // slot is one thing an ADD hands out: an address of a range, or a prefix.
 type slot struct {
-	network string
-	space   allocator.Space
-	rng     *addrspace.Range // nil for the prefix slot
+	scope string
+	space allocator.Space
+	rng   *addrspace.Range // nil for the prefix slot
 	// requested is the address runtimeConfig.ips asks for from rng; zero
 	// for any free one.
 	requested netip.Addr
@@ -87,11 +87,11 @@ func (s slot) requestedItem() netip.Prefix {
 	return netip.PrefixFrom(s.requested, s.requested.BitLen())
 }
 
-// holds reads the reservation's name, which says its network and item
+// holds reads the reservation's name, which says its scope and item
 // whether the cache holds the whole object or only its metadata.
 func (s slot) holds(r *tenurev1alpha1.IPReservation) bool {
 	p, err := reservation.Parse(r.Name)
-	if err != nil || p.NetworkLabel != reservation.NetworkLabel(s.network) {
+	if err != nil || p.ScopeLabel != reservation.ScopeLabel(s.scope) {
 		return false
 	}
 	if p.IsPrefix != (s.space.Kind() == tenurev1alpha1.KindDelegatedPrefix) {
@@ -105,9 +105,9 @@ func slots(cfg *config.Config, withPrefix bool) []slot {
 	for i := range cfg.Ranges {
 		r := &cfg.Ranges[i]
 		s := slot{
-			network: reservation.NetworkKey(cfg.NetworkName, r.String(), cfg.OverlappingRanges),
-			space:   allocator.AddressSpace{Range: *r},
-			rng:     r,
+			scope: reservation.Scope(cfg.NetworkName, r.String(), cfg.OverlappingRanges),
+			space: allocator.AddressSpace{Range: *r},
+			rng:   r,
 		}
 		if i < len(cfg.Requested) {
 			s.requested = cfg.Requested[i]
@@ -117,8 +117,8 @@ func slots(cfg *config.Config, withPrefix bool) []slot {
 	if withPrefix && cfg.PrefixDelegation != nil {
 		pd := *cfg.PrefixDelegation
 		out = append(out, slot{
-			network: reservation.NetworkKey(cfg.NetworkName, pd.Range.String(), cfg.OverlappingRanges),
-			space:   allocator.PrefixSpace{PD: pd},
+			scope: reservation.Scope(cfg.NetworkName, pd.Range.String(), cfg.OverlappingRanges),
+			space: allocator.PrefixSpace{PD: pd},
 		})
 	}
 	return out
@@ -263,7 +263,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 		if s.requested.IsValid() {
 			r, err = a.allocateRequested(ctx, s, tmpl)
 		} else {
-			r, err = a.alloc.For(s.network, s.space).AllocateNext(ctx, tmpl)
+			r, err = a.alloc.For(s.scope, s.space).AllocateNext(ctx, tmpl)
 		}
 		if err != nil {
 			a.rollback(created)
@@ -276,7 +276,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 }
 
 // attachmentHolds returns the pod-owned reservations of one attachment
-// (of pod UID podUID; "" when unknown): the local cache's, or with live
+// (of pod UID podUID; "" when unknown): the node cache's, or with live
 // the API server's (a list by the owner-UID label, or by this node's label
 // when the pod UID is unknown). Creates of the attachment whose outcome is
 // unknown (Store.Uncertain) are settled first by live reads; with

@@ -330,7 +330,7 @@ func TestHandle(t *testing.T) {
 		}},
 		wantHeld: []string{"10.0.0.1=other", "10.0.0.2=other", "10.0.0.3=other", "10.0.0.4=other", "10.0.0.5=other", "10.0.0.6=p1"},
 	}, {
-		name: "a stale cache that says free on a full range: the quorum read answers 100",
+		name: "a stale cache that says free on a full range: the live read answers 100",
 		objs: []client.Object{pod("p1", thisNode, nil)},
 		steps: []step{{
 			before: func(h *harness) {
@@ -348,7 +348,7 @@ func TestHandle(t *testing.T) {
 		// The network names are chosen so that node-a's search starts
 		// inside the excluded blocks: the first free address after them
 		// is the answer, not "full".
-		name: "an empty network is not full where the search starts in excluded blocks (issue 14, bug 1)",
+		name: "an empty network is not full where the search starts in excluded blocks",
 		objs: []client.Object{pod("p1", thisNode, nil), pod("p2", thisNode, nil)},
 		steps: []step{
 			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"wide-v4","ipam":{"type":"tenure",` +
@@ -358,7 +358,7 @@ func TestHandle(t *testing.T) {
 		},
 		wantHeld: []string{"10.192.0.0=p1", "2001:db8:0:0:8000::=p2"},
 	}, {
-		name: "a network_name too long for the reservations' spec.network answers 7 naming it, and writes nothing (issue 14, bug 2)",
+		name: "a network_name too long for the reservations' spec.network answers 7 naming it, and writes nothing",
 		objs: []client.Object{pod("p1", thisNode, nil)},
 		steps: []step{{
 			// As kube-apiserver does with the CRD's MaxLength.
@@ -377,7 +377,7 @@ func TestHandle(t *testing.T) {
 		}},
 		wantHeld: nil,
 	}, {
-		name: "a range that cannot be a segment answers 7 naming it, and writes nothing (issue 14, bug 4)",
+		name: "a range that cannot be a segment answers 7 naming it, and writes nothing",
 		objs: []client.Object{pod("p1", thisNode, nil)},
 		steps: []step{
 			{call: call{cmd: "ADD", ctr: "c1", pod: "p1", conf: `{"cniVersion":"1.1.0","name":"san","ipam":{"type":"tenure","range":"0.0.0.0/0"}}`},
@@ -392,7 +392,7 @@ func TestHandle(t *testing.T) {
 		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: 4, wantMsg: "bound to node node-b"}},
 		wantHeld: nil,
 	}, {
-		name:     "a pod bound to no node is refused with 4 (issue 14, bug 5)",
+		name:     "a pod bound to no node is refused with 4",
 		objs:     []client.Object{pod("p1", "", nil)},
 		steps:    []step{{call: call{cmd: "ADD", ctr: "c1", pod: "p1"}, wantCode: 4, wantMsg: "not bound to a node"}},
 		wantHeld: nil,

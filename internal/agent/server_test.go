@@ -10,7 +10,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
 
-// TestServeAnswersAnOversizeRequest (issue 14, bug 3): a request over the
+// TestServeAnswersAnOversizeRequest: a request over the
 // wire limit gets a CNI error naming the limit, read by the caller rather
 // than a broken pipe, and a line in the agent's log.
 func TestServeAnswersAnOversizeRequest(t *testing.T) {

@@ -35,8 +35,8 @@ import (
 // VM still on its node and undo the switchover. ownerPod therefore never
 // goes back to a node the VM has left:
 //   - the ADD of a migration target does not move ownerPod while the VM
-//     still runs on another node (recordClaim; without KubeVirt's API it
-//     moves it, as before);
+//     still runs on another node (recordClaim; without KubeVirt's API,
+//     where ownerPod alone decides, it moves it);
 //   - the agent of the node the VM runs on writes ownerPod to its pod when
 //     it names another one: at the switchover (the target's agent), and
 //     wherever the ADD moved it before the VMI was known, e.g. KubeVirt's

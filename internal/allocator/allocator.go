@@ -214,7 +214,7 @@ var errWidened = errors.New("window widened maxWiden times")
 
 // For returns the allocator of space on network (a reservation.NetworkKey).
 func (f *Factory) For(network string, space Space) Interface {
-	return &allocator{f: f, network: network, label: reservation.NetworkLabel(network), space: space}
+	return &allocator{f: f, network: network, label: reservation.ScopeLabel(network), space: space}
 }
 
 type allocator struct {
@@ -558,7 +558,7 @@ func (f *Factory) quorumNames(ctx context.Context, network string) (map[string]s
 	// Metadata only: the names are the answer, and a full range of a large
 	// network is thousands of objects.
 	list := reservation.NewMetadataList()
-	if err := f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
+	if err := f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.ScopeLabel(network)}); err != nil {
 		return nil, fmt.Errorf("listing reservations of network %s: %w", network, err)
 	}
 	held := make(map[string]string, len(list.Items))

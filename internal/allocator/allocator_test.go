@@ -236,7 +236,7 @@ func TestPrefixSpace(t *testing.T) {
 	}
 }
 
-// Issue 14, bug 1: wherever a node's search starts, inside an excluded
+// Wherever a node's search starts, inside an excluded
 // block too, a network with free addresses is not full. Each node's cursor
 // starts where a hash of its name puts it; among these names some land in
 // the excluded blocks, which hold three quarters of the IPv4 range and half

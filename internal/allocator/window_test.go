@@ -27,7 +27,7 @@ func blocksOf(network, base string) []string {
 	var out []string
 	for i := 0; i < 8; i++ {
 		a := netip.AddrFrom4([4]byte{b[0], b[1], b[2] + byte(i/4), byte(64 * (i % 4))})
-		out = append(out, reservation.BlockLabel(reservation.NetworkLabel(network), false, netip.PrefixFrom(a, 32)))
+		out = append(out, reservation.BlockLabel(reservation.ScopeLabel(network), false, netip.PrefixFrom(a, 32)))
 	}
 	return out
 }
@@ -98,7 +98,7 @@ func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
 	}
 	// The whole network's watch starts in the background.
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return win.Watching("no-such-block", reservation.NetworkLabel(network)), nil
+		return win.Watching("no-such-block", reservation.ScopeLabel(network)), nil
 	}); err != nil {
 		t.Fatalf("a range found full must have its network watched whole: %v", err)
 	}

@@ -739,7 +739,7 @@ func (c *Config) checkNetworkKeys(built []builtRange) error {
 		scopes = append(scopes, scope{pd.Range.String(), c.pdRange})
 	}
 	for _, sc := range scopes {
-		key := reservation.NetworkKey(c.NetworkName, sc.spec, c.OverlappingRanges)
+		key := reservation.Scope(c.NetworkName, sc.spec, c.OverlappingRanges)
 		if len(key) <= maxNetworkKey {
 			continue
 		}

@@ -443,7 +443,7 @@ func TestParseErrors(t *testing.T) {
 		// range.
 		{"range type", `{"type":"tenure","range":["10.0.0.0/24"]}`, "ipam.range", []string{`["10.0.0.0/24"]`, "must be a string"}},
 		{"range bad CIDR", `{"type":"tenure","range":"10.0.0.0/33"}`, "ipam.range", []string{`"10.0.0.0/33"`, "not a CIDR"}},
-		// Ranges that cannot be a segment (issue 14, bug 4).
+		// Ranges that cannot be a segment.
 		{"range /0", `{"type":"tenure","range":"0.0.0.0/0"}`, "ipam.range", []string{`"0.0.0.0/0"`, "is a /0", "/8 or longer"}},
 		{"range ::/0", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0/24"},{"range":"::/0"}]}`, "ipam.ipRanges[1].range", []string{`"::/0"`, "is a /0"}},
 		{"range /7", `{"type":"tenure","range":"10.0.0.0/7"}`, "ipam.range", []string{`"10.0.0.0/7"`, "is a /7"}},
@@ -546,7 +546,7 @@ func TestParseErrors(t *testing.T) {
 		{"dns nameserver bad", `{"type":"tenure","range":"10.0.0.0/24","dns":{"nameservers":["dns.google"]}}`, "ipam.dns.nameservers[0]", []string{`"dns.google"`, "not an IP address"}},
 		{"dns search type", `{"type":"tenure","range":"10.0.0.0/24","dns":{"search":"a.b"}}`, "ipam.dns.search", []string{`"a.b"`, "must be an array"}},
 
-		// network_name too long for the reservations' spec.network (issue 14, bug 2).
+		// network_name too long for the reservations' spec.network.
 		{"network_name too long for the range's reservations", `{"type":"tenure","range":"10.0.0.0/24","network_name":"` + dnsName(253) + `","enable_overlapping_ranges":false}`,
 			"ipam.network_name", []string{`"aaaa`, "…", "is 253 bytes", "enable_overlapping_ranges false", `ipam.range "10.0.0.0/24"`, "limit of 253", "at most 241 bytes"}},
 		{"network_name too long for an ipRanges entry's reservations", `{"type":"tenure","ipRanges":[{"range":"10.0.0.0/24"},{"range":"10.0.1.10-10.0.1.20/24"}],"network_name":"` + dnsName(241) + `","enable_overlapping_ranges":false}`,
@@ -861,7 +861,7 @@ func TestApplyPoolErrors(t *testing.T) {
 // (the default) overlapping ranges share one scope: both are accepted.
 func TestOverlappingRangesAccepted(t *testing.T) {
 	for _, ipam := range []string{
-		// The issue's config with the default: one scope for both ranges.
+		// Overlapping ranges with the default: one scope for both.
 		`{"type":"tenure","ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","range_end":"10.36.0.2"}]}`,
 		`{"type":"tenure","ipRanges":[{"range":"10.36.0.0/30"},{"range":"10.36.0.0/29","range_end":"10.36.0.2"}],"enable_overlapping_ranges":true}`,
 		// Overlapping prefixes, disjoint bounds.
@@ -897,7 +897,7 @@ func dnsName(n int) string {
 	return b.String()
 }
 
-// Issue 14, bug 2: a network_name is accepted exactly when every
+// A network_name is accepted exactly when every
 // reservation's spec.network fits the API's limit.
 func TestNetworkNameFitsTheReservations(t *testing.T) {
 	for _, tc := range []struct {
@@ -917,7 +917,7 @@ func TestNetworkNameFitsTheReservations(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if key := reservation.NetworkKey(c.NetworkName, c.Ranges[0].String(), c.OverlappingRanges); len(key) > maxNetworkKey {
+		if key := reservation.Scope(c.NetworkName, c.Ranges[0].String(), c.OverlappingRanges); len(key) > maxNetworkKey {
 			t.Errorf("accepted a network key of %d bytes", len(key))
 		}
 	}
@@ -942,7 +942,7 @@ func TestMaxNetworkKeyIsTheCRDs(t *testing.T) {
 }
 
 // The largest segments and the blocks next to the refused ones are
-// accepted (issue 14, bug 4).
+// accepted.
 func TestSegmentBounds(t *testing.T) {
 	for _, r := range []string{"10.0.0.0/8", "1.0.0.0/8", "126.255.255.0/24", "128.0.0.0/8", "223.255.255.0/24", "fd00::/8", "2000::/8", "fe80::/64", "feff::/16"} {
 		if _, err := Parse(nad(`{"type":"tenure","range":"`+r+`"}`), nil); err != nil {

@@ -79,7 +79,7 @@ func resEntryOf(r *tenurev1alpha1.IPReservation) *resEntry {
 	}
 	return &resEntry{
 		name: r.Name, resourceVersion: r.ResourceVersion, created: created,
-		network: intern(reservation.NetworkLabel(r.Spec.Network)), address: r.Spec.Address, kind: intern(r.Spec.Kind), pool: intern(r.Spec.Pool), rng: intern(r.Spec.Range),
+		network: intern(reservation.ScopeLabel(r.Spec.Network)), address: r.Spec.Address, kind: intern(r.Spec.Kind), pool: intern(r.Spec.Pool), rng: intern(r.Spec.Range),
 		owner: entryOwner{
 			kind: intern(o.Kind), namespace: intern(o.Namespace), name: o.Name, uid: o.UID,
 			containerID: o.ContainerID, iface: intern(o.Interface), node: intern(o.Node),
@@ -91,7 +91,7 @@ func resEntryOf(r *tenurev1alpha1.IPReservation) *resEntry {
 // would make it of the whole object when the metadata describes the spec,
 // else an opaque entry of what the metadata says.
 func resEntryOfMeta(m *metav1.PartialObjectMetadata) *resEntry {
-	e := &resEntry{name: m.Name, resourceVersion: m.ResourceVersion, network: intern(reservation.NetworkLabelOf(m.Name))}
+	e := &resEntry{name: m.Name, resourceVersion: m.ResourceVersion, network: intern(reservation.ScopeLabelOf(m.Name))}
 	if !m.CreationTimestamp.IsZero() {
 		e.created = m.CreationTimestamp.Unix()
 	}

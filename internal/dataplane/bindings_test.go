@@ -483,7 +483,7 @@ func TestComputeServesPodPrefixes(t *testing.T) {
 	}{
 		{name: "address and prefix", rs: []*tenurev1alpha1.IPReservation{v4, addr, prefix}, served: true, addr: "fd00::9", pfx: "fd00:9000:0:900::/56"},
 		{name: "prefix only", rs: []*tenurev1alpha1.IPReservation{v4, prefix}, served: true, addr: "invalid IP", pfx: "fd00:9000:0:900::/56"},
-		{name: "no prefix: not served, as before", rs: []*tenurev1alpha1.IPReservation{v4, addr}, served: true},
+		{name: "no prefix: not served", rs: []*tenurev1alpha1.IPReservation{v4, addr}, served: true},
 		{name: "no reservation source", rs: []*tenurev1alpha1.IPReservation{addr, prefix}},
 		{name: "another interface's prefix", rs: []*tenurev1alpha1.IPReservation{res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:900::/56", "s1", "net2", "san")}, served: true},
 		{name: "two sandboxes' reservations", rs: []*tenurev1alpha1.IPReservation{prefix, res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:a00::/56", "s2", "net1", "san")},

@@ -96,7 +96,7 @@
 //     answers. Reservations of two sandboxes of the pod (an earlier one's
 //     are released by its DEL or the runtime's GC) give no binding until
 //     one set is gone: which one the guest holds cannot be told. An
-//     attachment without a prefix is not served, as before.
+//     attachment without a prefix is not served.
 //
 // Two bindings on this node with the same MAC on a shared DHCPv6 interface
 // are ambiguous: the one whose key (namespace/claim) sorts first is kept and

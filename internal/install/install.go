@@ -6,7 +6,7 @@
 // Every file is replaced atomically: the new content is written to a
 // temporary file in the target's own directory, synced, given its mode and
 // renamed over the target, so a container runtime executing the plugin (or
-// the shim reading its flat file) sees either the complete old file or the
+// the shim reading its flat config) sees either the complete old file or the
 // complete new one, never a partial write, whatever instant the installer is
 // killed at. A target that already holds the same content and mode is left
 // alone (not even its mtime changes), so running the installer again is a
@@ -80,7 +80,7 @@ type Options struct {
 type Result struct {
 	Binary        string // path of the installed shim
 	BinaryChanged bool   // false: it already had this content
-	FlatConfig    string // path of the flat file, "" if none was written
+	FlatConfig    string // path of the flat config, "" if none was written
 	ConfigChanged bool
 }
 
@@ -141,7 +141,7 @@ func logResult(log *slog.Logger, path string, changed bool) {
 
 // ValidateFlatConfig checks that data is a flat configuration the agent will
 // accept: a JSON object with only known keys, each valid on its own. A bad
-// flat file would fail every attachment on the node, so the installer
+// flat config would fail every attachment on the node, so the installer
 // refuses it instead; the error names the key.
 func ValidateFlatConfig(data []byte) error {
 	if len(data) > config.MaxFlatFileSize {
@@ -154,8 +154,8 @@ func ValidateFlatConfig(data []byte) error {
 		}
 		return fmt.Errorf("install: flat config: %w", err)
 	}
-	// Parse the flat file under a netconf that brings only the ipam type.
-	// When the flat file has no ranges of its own, the netconf names a pool
+	// Parse the flat config under a netconf that brings only the ipam type.
+	// When the flat config has no ranges of its own, the netconf names a pool
 	// so that the range checks (the NAD's business) are left out but every
 	// other key is still checked.
 	ipam := `{"type":"tenure"}`
@@ -177,7 +177,7 @@ func ValidateFlatConfig(data []byte) error {
 
 // ReadFlatConfigArg turns the --flat-config argument into the file's
 // content: JSON given inline (it starts with '{'), or the path of a file
-// holding it. An empty argument yields nil: no flat file.
+// holding it. An empty argument yields nil: no flat config.
 func ReadFlatConfigArg(arg string) ([]byte, error) {
 	s := strings.TrimSpace(arg)
 	if s == "" {

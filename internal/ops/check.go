@@ -106,16 +106,16 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	// Which reservation of a slot a pod uses is in its network-status,
 	// an annotation that the metadata carries: kept for the pods whose
 	// attachments hold two of a slot.
-	twins := map[string]bool{}
+	duplicated := map[string]bool{}
 	for _, r := range rs {
-		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && facts.HasTwins(r) {
-			twins[r.Spec.Owner.UID] = true
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && facts.HasDuplicates(r) {
+			duplicated[r.Spec.Owner.UID] = true
 		}
 	}
 	err = c.podMeta(ctx, func(m *metav1.PartialObjectMetadata) {
 		key := m.Namespace + "/" + m.Name
 		facts.Pods[key] = &repair.PodFact{Exists: true, UID: string(m.UID), Terminating: m.DeletionTimestamp != nil}
-		if twins[string(m.UID)] {
+		if duplicated[string(m.UID)] {
 			facts.NetworkStatus[key] = repair.NetworkStatusOf(m.Annotations)
 		}
 	})

@@ -94,7 +94,7 @@ func (c *Client) reservations(ctx context.Context, opts metav1.ListOptions) ([]*
 }
 
 // reservationNames lists only the names of the reservations (a metadata
-// list): a name says its network label and its item.
+// list): a name says its scope label and its item.
 func (c *Client) reservationNames(ctx context.Context) ([]string, error) {
 	var out []string
 	err := c.each(ctx, "reservation names", func() client.ObjectList { return reservation.NewMetadataList() }, metav1.ListOptions{}, func(o runtime.Object) error {

@@ -213,7 +213,7 @@ func (c *Client) Get(ctx context.Context, network string) (*ReservationsReport, 
 	}
 	labels := make([]string, len(scopes))
 	for i, s := range scopes {
-		labels[i] = reservation.NetworkLabel(s)
+		labels[i] = reservation.ScopeLabel(s)
 	}
 	selector := fmt.Sprintf("%s in (%s)", reservation.LabelNetwork, strings.Join(labels, ","))
 	rs, err := c.reservations(ctx, metav1.ListOptions{LabelSelector: selector})

@@ -44,7 +44,7 @@ func (s *Space) Range() string { return s.Space.String() }
 // Inventory is every space tenurectl knows from the cluster's objects:
 // declared IPPools and the tenure IPAM configurations in
 // NetworkAttachmentDefinitions. Configurations that live only in files on
-// the nodes (a flat file's ranges) are not known.
+// the nodes (a flat config's ranges) are not known.
 type Inventory struct {
 	spaces []*Space
 	index  map[spaceKey]*Space
@@ -115,10 +115,10 @@ func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Invent
 
 func (inv *Inventory) addConfig(c *config.Config, source string) {
 	for _, r := range c.Ranges {
-		inv.add(reservation.NetworkKey(c.NetworkName, r.String(), c.OverlappingRanges), allocator.AddressSpace{Range: r}, c.Pool, source, c.Name)
+		inv.add(reservation.Scope(c.NetworkName, r.String(), c.OverlappingRanges), allocator.AddressSpace{Range: r}, c.Pool, source, c.Name)
 	}
 	if pd := c.PrefixDelegation; pd != nil {
-		inv.add(reservation.NetworkKey(c.NetworkName, pd.Range.String(), c.OverlappingRanges), allocator.PrefixSpace{PD: *pd}, c.Pool, source, c.Name)
+		inv.add(reservation.Scope(c.NetworkName, pd.Range.String(), c.OverlappingRanges), allocator.PrefixSpace{PD: *pd}, c.Pool, source, c.Name)
 	}
 }
 

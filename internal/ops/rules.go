@@ -289,9 +289,9 @@ func (f OwnerFacts) Facts(r *tenurev1alpha1.IPReservation, now time.Time) repair
 	return facts
 }
 
-// HasTwins reports whether r's owner holds another reservation in r's slot
+// HasDuplicates reports whether r's owner holds another reservation in r's slot
 // of the same attachment (repair.Twins): what DuplicateAttachment is about.
-func (f OwnerFacts) HasTwins(r *tenurev1alpha1.IPReservation) bool {
+func (f OwnerFacts) HasDuplicates(r *tenurev1alpha1.IPReservation) bool {
 	sib := f.ByOwner[r.Spec.Owner.UID]
 	return len(sib) > 1 && len(repair.Twins(r, sib)) > 1
 }
@@ -335,7 +335,7 @@ func FindDuplicateAttachments(rs []*tenurev1alpha1.IPReservation, facts OwnerFac
 	var out []Finding
 	seen := map[string]bool{}
 	for _, r := range rs {
-		if seen[r.Name] || !facts.HasTwins(r) {
+		if seen[r.Name] || !facts.HasDuplicates(r) {
 			continue
 		}
 		group := repair.Twins(r, facts.ByOwner[r.Spec.Owner.UID])

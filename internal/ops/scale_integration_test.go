@@ -31,7 +31,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(cptest.Main(m, nil)) }
 
 var (
-	checkScale = flag.Int("check-scale", 1000, "reservations TestCheckAtScale and BenchmarkCheck create (the issue's figure is 100000)")
+	checkScale = flag.Int("check-scale", 1000, "reservations TestCheckAtScale and BenchmarkCheck create (tenure is built for 100000)")
 	checkBin   = flag.String("check-binary", "", "a built tenurectl: TestCheckAtScale also runs its check and reports wall time and peak RSS")
 )
 

@@ -322,7 +322,7 @@ func TestTenureConfigs(t *testing.T) {
 	}
 }
 
-// Issue 17: a sticky claim's reservation names its StatefulSet in the
+// A sticky claim's reservation names its StatefulSet in the
 // OWNER column; a plain claim's and a pod's do not.
 func TestOwnerCellShowsStickyStatefulSet(t *testing.T) {
 	for _, tc := range []struct {

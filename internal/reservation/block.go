@@ -34,12 +34,12 @@ func Block(item netip.Prefix) netip.Prefix {
 }
 
 // BlockLabel is the LabelBlock value of item on the network of that label
-// (NetworkLabel): a hash, since the network label alone may fill a label
+// (ScopeLabel): a hash, since the scope label alone may fill a label
 // value's 63 characters. Delegated prefixes and addresses never share a
 // block.
-func BlockLabel(networkLabel string, delegatedPrefix bool, item netip.Prefix) string {
+func BlockLabel(scopeLabel string, delegatedPrefix bool, item netip.Prefix) string {
 	h := fnv.New64a()
-	h.Write([]byte(networkLabel))
+	h.Write([]byte(scopeLabel))
 	if delegatedPrefix {
 		h.Write([]byte("|pd|"))
 	} else {
@@ -55,5 +55,5 @@ func BlockOfName(name string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	return BlockLabel(p.NetworkLabel, p.IsPrefix, p.Prefix), true
+	return BlockLabel(p.ScopeLabel, p.IsPrefix, p.Prefix), true
 }

@@ -56,8 +56,8 @@ func canonical(kind tenurev1alpha1.ReservationKind, item netip.Prefix) netip.Pre
 
 // FuzzName holds the reservation name, the lock two agents race on, to its
 // contract for every address and prefix of both families and for any
-// network key: it is a valid Kubernetes object name, Parse gives back the
-// network label and the item (decode(encode(x)) == x, up to the canonical
+// allocation scope: it is a valid Kubernetes object name, Parse gives back the
+// scope label and the item (decode(encode(x)) == x, up to the canonical
 // form above), spec.address (ItemString) reads back with ParseItem to the
 // item itself, and two items get the same name exactly when they are the
 // same item of the same network.
@@ -89,9 +89,9 @@ func FuzzName(f *testing.F) {
 		kindB, b := fuzzItem(itemB)
 		nameA := checkName(t, netA, kindA, a)
 		nameB := checkName(t, netB, kindB, b)
-		sameNet := NetworkLabel(netA) == NetworkLabel(netB)
+		sameNet := ScopeLabel(netA) == ScopeLabel(netB)
 		if sameNet && netA != netB {
-			t.Fatalf("networks %q and %q share the label %q", netA, netB, NetworkLabel(netA))
+			t.Fatalf("networks %q and %q share the label %q", netA, netB, ScopeLabel(netA))
 		}
 		isPD := func(k tenurev1alpha1.ReservationKind) bool { return k == tenurev1alpha1.KindDelegatedPrefix }
 		same := sameNet && isPD(kindA) == isPD(kindB) && canonical(kindA, a) == canonical(kindB, b)
@@ -108,19 +108,19 @@ func checkName(t *testing.T, network string, kind tenurev1alpha1.ReservationKind
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		t.Fatalf("%s %v on %q: name %q is not a valid object name: %v", kind, item, network, name, errs)
 	}
-	label := NetworkLabel(network)
+	label := ScopeLabel(network)
 	if errs := validation.IsDNS1123Label(label); len(errs) > 0 {
 		t.Fatalf("network %q: label %q is not a valid label: %v", network, label, errs)
 	}
-	if got := NetworkLabelOf(name); got != label {
-		t.Fatalf("NetworkLabelOf(%q) = %q, want %q", name, got, label)
+	if got := ScopeLabelOf(name); got != label {
+		t.Fatalf("ScopeLabelOf(%q) = %q, want %q", name, got, label)
 	}
 	p, err := Parse(name)
 	if err != nil {
 		t.Fatalf("%s %v on %q: Parse(%q): %v", kind, item, network, name, err)
 	}
 	want := canonical(kind, item)
-	if p.NetworkLabel != label || p.IsPrefix != (kind == tenurev1alpha1.KindDelegatedPrefix) || p.Prefix != want {
+	if p.ScopeLabel != label || p.IsPrefix != (kind == tenurev1alpha1.KindDelegatedPrefix) || p.Prefix != want {
 		t.Fatalf("%s %v on %q: Parse(%q) = %+v, want label %q, item %v", kind, item, network, name, p, label, want)
 	}
 	s := ItemString(kind, item)

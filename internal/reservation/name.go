@@ -16,22 +16,22 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// DefaultNetwork is the scope of configs without network_name, as in
+// DefaultScope is the scope of configs without network_name, as in
 // whereabouts: every such range shares one cluster-wide address space, so
 // the same IP is never handed out twice by two attachments.
-const DefaultNetwork = "default"
+const DefaultScope = "default"
 
 // maxLabel is DNS-1123's bound on a label; a hashed label keeps its
 // readable prefix short enough for the hash suffix to fit.
 const maxLabel = validation.DNS1123LabelMaxLength
 
-// NetworkKey is the allocation scope of a range. With overlapping-range
+// Scope is the allocation scope of a range. With overlapping-range
 // protection on (the default) it is the network name alone, so overlapping
 // ranges of one network collide on the same object names. With it off, the
 // range is part of the scope and overlapping ranges allocate independently.
-func NetworkKey(networkName, rangeSpec string, overlappingProtection bool) string {
+func Scope(networkName, rangeSpec string, overlappingProtection bool) string {
 	if networkName == "" {
-		networkName = DefaultNetwork
+		networkName = DefaultScope
 	}
 	if overlappingProtection {
 		return networkName
@@ -39,9 +39,10 @@ func NetworkKey(networkName, rangeSpec string, overlappingProtection bool) strin
 	return networkName + "/" + rangeSpec
 }
 
-// NetworkLabel maps a network key to one DNS-1123 label: the key itself when
-// it is one, otherwise a readable prefix plus a hash of the whole key.
-func NetworkLabel(key string) string {
+// ScopeLabel maps an allocation scope to one DNS-1123 label: the scope
+// itself when it is one, otherwise a readable prefix plus a hash of the
+// whole scope.
+func ScopeLabel(key string) string {
 	if len(validation.IsDNS1123Label(key)) == 0 && !strings.Contains(key, "--") {
 		return key
 	}
@@ -69,14 +70,14 @@ func NetworkLabel(key string) string {
 }
 
 // AddressName is the object name for one address of a network.
-func AddressName(networkKey string, addr netip.Addr) string {
-	return NetworkLabel(networkKey) + "." + encodeAddr(addr)
+func AddressName(scope string, addr netip.Addr) string {
+	return ScopeLabel(scope) + "." + encodeAddr(addr)
 }
 
 // PrefixName is the object name for one delegated prefix of a network.
 // Prefixes of one pool share a length, so equal base addresses are the only
 // way two of them can overlap, and they collide here.
-func PrefixName(networkKey string, p netip.Prefix) string {
+func PrefixName(scope string, p netip.Prefix) string {
 	p = p.Masked()
 	if p.Addr().Is4In6() {
 		// The IPv4 prefix it is, as AddressName unmaps an address: the
@@ -84,7 +85,7 @@ func PrefixName(networkKey string, p netip.Prefix) string {
 		// Masked to fewer than 96 bits, no prefix is IPv4-mapped.
 		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 	}
-	return NetworkLabel(networkKey) + ".pd." + encodeAddr(p.Addr()) + "." + strconv.Itoa(p.Bits())
+	return ScopeLabel(scope) + ".pd." + encodeAddr(p.Addr()) + "." + strconv.Itoa(p.Bits())
 }
 
 func encodeAddr(a netip.Addr) string {
@@ -102,27 +103,27 @@ func encodeAddr(a netip.Addr) string {
 	return strings.Join(groups, "-")
 }
 
-// NetworkLabelOf is the network label a reservation name starts with, what
-// Parse(name).NetworkLabel says, without decoding the rest.
-func NetworkLabelOf(name string) string {
+// ScopeLabelOf is the scope label a reservation name starts with, what
+// Parse(name).ScopeLabel says, without decoding the rest.
+func ScopeLabelOf(name string) string {
 	label, _, _ := strings.Cut(name, ".")
 	return label
 }
 
 // Parsed is what a name says.
 type Parsed struct {
-	NetworkLabel string
-	Prefix       netip.Prefix // Bits()==32/128 for an address
-	IsPrefix     bool         // a delegated prefix, not an address
+	ScopeLabel string
+	Prefix     netip.Prefix // Bits()==32/128 for an address
+	IsPrefix   bool         // a delegated prefix, not an address
 }
 
 // Parse reverses AddressName and PrefixName.
 func Parse(name string) (Parsed, error) {
 	label, rest, ok := strings.Cut(name, ".")
 	if !ok || label == "" {
-		return Parsed{}, fmt.Errorf("reservation name %q: no network label", name)
+		return Parsed{}, fmt.Errorf("reservation name %q: no scope label", name)
 	}
-	out := Parsed{NetworkLabel: label}
+	out := Parsed{ScopeLabel: label}
 	if r, isPD := strings.CutPrefix(rest, "pd."); isPD {
 		out.IsPrefix = true
 		i := strings.LastIndexByte(r, '.')

@@ -33,7 +33,7 @@ func TestAddressNameRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Parse(%q): %v", name, err)
 		}
-		if p.IsPrefix || p.Prefix.Addr() != addr || p.Prefix.Bits() != addr.BitLen() || p.NetworkLabel != c.network {
+		if p.IsPrefix || p.Prefix.Addr() != addr || p.Prefix.Bits() != addr.BitLen() || p.ScopeLabel != c.network {
 			t.Errorf("Parse(%q) = %+v, want %s on %s", name, p, addr, c.network)
 		}
 	}
@@ -57,19 +57,19 @@ func TestPrefixNameRoundTrip(t *testing.T) {
 	}
 }
 
-func TestNetworkLabelIsAlwaysAValidLabel(t *testing.T) {
+func TestScopeLabelIsAlwaysAValidLabel(t *testing.T) {
 	keys := []string{
 		"default", "SAN_Storage", "a/b", "net/10.0.0.0/24", "--", "", strings.Repeat("x", 200),
 		"tenant-a/2001:db8::/64", "éé",
 	}
 	seen := map[string]string{}
 	for _, k := range keys {
-		l := NetworkLabel(k)
+		l := ScopeLabel(k)
 		if errs := validation.IsDNS1123Label(l); len(errs) > 0 {
-			t.Errorf("NetworkLabel(%q) = %q: %v", k, l, errs)
+			t.Errorf("ScopeLabel(%q) = %q: %v", k, l, errs)
 		}
 		if other, dup := seen[l]; dup {
-			t.Errorf("NetworkLabel(%q) and NetworkLabel(%q) are both %q", k, other, l)
+			t.Errorf("ScopeLabel(%q) and ScopeLabel(%q) are both %q", k, other, l)
 		}
 		seen[l] = k
 		if name := AddressName(k, netip.MustParseAddr("2001:db8::1")); len(validation.IsDNS1123Subdomain(name)) > 0 {
@@ -78,18 +78,18 @@ func TestNetworkLabelIsAlwaysAValidLabel(t *testing.T) {
 	}
 }
 
-func TestNetworkKeyScopesOverlappingRanges(t *testing.T) {
-	a := NetworkKey("san", "10.0.0.0/24", true)
-	b := NetworkKey("san", "10.0.0.0/25", true)
+func TestScopeOfOverlappingRanges(t *testing.T) {
+	a := Scope("san", "10.0.0.0/24", true)
+	b := Scope("san", "10.0.0.0/25", true)
 	if a != b {
 		t.Fatalf("with overlap protection, two ranges of one network must share a scope: %q vs %q", a, b)
 	}
-	a = NetworkKey("san", "10.0.0.0/24", false)
-	b = NetworkKey("san", "10.0.0.0/25", false)
+	a = Scope("san", "10.0.0.0/24", false)
+	b = Scope("san", "10.0.0.0/25", false)
 	if a == b {
 		t.Fatalf("without overlap protection, ranges must have their own scope: both %q", a)
 	}
-	if NetworkKey("", "10.0.0.0/24", true) != DefaultNetwork {
+	if Scope("", "10.0.0.0/24", true) != DefaultScope {
 		t.Fatal("no network_name must mean the default network")
 	}
 }

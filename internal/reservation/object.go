@@ -13,7 +13,7 @@ import (
 // Labels put on every reservation so that the controller, the allocator's
 // exhaustion fallback and the agents' caches can select server-side.
 const (
-	// LabelNetwork is NetworkLabel(spec.network): every reservation of one
+	// LabelNetwork is ScopeLabel(spec.network): every reservation of one
 	// allocation scope.
 	LabelNetwork = "ipam.tenure.dev/network"
 	// LabelNode is the node whose agent made the reservation: what an
@@ -24,24 +24,24 @@ const (
 )
 
 // NodeLabel is the LabelNode value for node: the name itself when it is a
-// valid label value, else a readable prefix and a hash, as NetworkLabel
+// valid label value, else a readable prefix and a hash, as ScopeLabel
 // makes them. Node names are DNS subdomains of up to 253 bytes; label
 // values stop at 63, and a longer one would make every Create fail.
 func NodeLabel(node string) string {
 	if len(validation.IsValidLabelValue(node)) == 0 {
 		return node
 	}
-	return NetworkLabel(node)
+	return ScopeLabel(node)
 }
 
 // Spec is what a reservation is made of; New derives the rest.
 type Spec struct {
-	// Network is the allocation scope (NetworkKey).
+	// Network is spec.network: the allocation scope (Scope).
 	Network string
 	Kind    tenurev1alpha1.ReservationKind
 	// Item is the address (a full-length prefix) or the delegated prefix.
 	Item netip.Prefix
-	// Range is the configured range or prefix pool the item came from.
+	// Range is the configured range or delegation pool the item came from.
 	Range      string
 	Pool       string
 	CNINetwork string
@@ -53,9 +53,9 @@ type Spec struct {
 // where the object's shape is decided.
 func New(s Spec) *tenurev1alpha1.IPReservation {
 	labels := map[string]string{
-		LabelNetwork:  NetworkLabel(s.Network),
+		LabelNetwork:  ScopeLabel(s.Network),
 		LabelOwnerUID: s.Owner.UID,
-		LabelBlock:    BlockLabel(NetworkLabel(s.Network), s.Kind == tenurev1alpha1.KindDelegatedPrefix, s.Item),
+		LabelBlock:    BlockLabel(ScopeLabel(s.Network), s.Kind == tenurev1alpha1.KindDelegatedPrefix, s.Item),
 	}
 	if s.Owner.Node != "" {
 		labels[LabelNode] = NodeLabel(s.Owner.Node)

@@ -27,7 +27,7 @@ func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
 		{"delegated prefix, unmasked input", Spec{Network: "vm-net", Kind: tenurev1alpha1.KindDelegatedPrefix, Item: netip.MustParsePrefix("2001:db8:0:100::1/56"), Owner: owner},
 			"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", "2001:db8:0:100::/56", map[string]string{LabelNetwork: "vm-net", LabelOwnerUID: "o1", LabelNode: "n1", LabelBlock: BlockLabel("vm-net", true, netip.MustParsePrefix("2001:db8::/56"))}},
 		{"no node: no node label", Spec{Network: "a/b", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.1/32"), Owner: tenurev1alpha1.ReservationOwner{UID: "o2"}},
-			AddressName("a/b", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", map[string]string{LabelNetwork: NetworkLabel("a/b"), LabelOwnerUID: "o2", LabelBlock: BlockLabel(NetworkLabel("a/b"), false, netip.MustParsePrefix("10.0.0.1/32"))}},
+			AddressName("a/b", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", map[string]string{LabelNetwork: ScopeLabel("a/b"), LabelOwnerUID: "o2", LabelBlock: BlockLabel(ScopeLabel("a/b"), false, netip.MustParsePrefix("10.0.0.1/32"))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := New(tc.spec)
@@ -51,7 +51,7 @@ func TestNewDerivesNameLabelsAndAddress(t *testing.T) {
 				t.Fatalf("ParseItem(%q) = %v, %v: does not name the object back", r.Spec.Address, back, err)
 			}
 			p, err := Parse(r.Name)
-			if err != nil || p.NetworkLabel != r.Labels[LabelNetwork] || p.IsPrefix != (tc.spec.Kind == tenurev1alpha1.KindDelegatedPrefix) {
+			if err != nil || p.ScopeLabel != r.Labels[LabelNetwork] || p.IsPrefix != (tc.spec.Kind == tenurev1alpha1.KindDelegatedPrefix) {
 				t.Fatalf("Parse(%s) = %+v, %v", r.Name, p, err)
 			}
 		})

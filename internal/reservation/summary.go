@@ -9,7 +9,7 @@ import (
 )
 
 // The spec summary is what a reader that receives only a reservation's
-// metadata needs of its spec beyond what the name (network label, address
+// metadata needs of its spec beyond what the name (scope label, address
 // or prefix, kind) and the labels (owner UID) say. Metadata travels as
 // protobuf (PartialObjectMetadata) where a whole custom resource travels as
 // JSON only: at 100,000 reservations, decoding them whole was most of the

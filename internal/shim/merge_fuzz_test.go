@@ -9,10 +9,10 @@ import (
 )
 
 // FuzzShimAgreesWithAgent holds the shim's reading of a network config and
-// flat file, made with its own scanner before it can reach the agent, to
+// flat config, made with its own scanner before it can reach the agent, to
 // the agent's config.Parse of the same two inputs: a config the shim
 // refuses is one the agent refuses too, and for a config the agent accepts,
-// the socket the shim dials (ipam.agent_socket, else the flat file's, else
+// the socket the shim dials (ipam.agent_socket, else the flat config's, else
 // the default, as Run picks it) is the agent_socket of the merged config.
 func FuzzShimAgreesWithAgent(f *testing.F) {
 	for _, s := range [][2]string{
@@ -49,7 +49,7 @@ func FuzzShimAgreesWithAgent(f *testing.F) {
 			socket = cniwire.DefaultSocket
 		}
 		if socket != cfg.AgentSocket {
-			t.Fatalf("the shim dials %q, the agent's config says agent_socket %q, for %q over flat file %q", socket, cfg.AgentSocket, netconf, flat)
+			t.Fatalf("the shim dials %q, the agent's config says agent_socket %q, for %q over flat config %q", socket, cfg.AgentSocket, netconf, flat)
 		}
 	})
 }

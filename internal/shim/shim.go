@@ -110,7 +110,7 @@ func Run(env Env) Outcome {
 	}
 	socket := keys.agentSocket
 	if socket == "" && req.FlatConfig != nil {
-		// A bad flat file is reported by the agent, with the key that is wrong.
+		// A bad flat config is reported by the agent, with the key that is wrong.
 		socket, _ = topLevelString(req.FlatConfig, "agent_socket")
 	}
 	if socket == "" {

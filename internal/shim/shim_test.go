@@ -152,7 +152,7 @@ func TestRunForwardsAndPrintsTheAgentsAnswer(t *testing.T) {
 	}
 }
 
-func TestRunSocketFromFlatFileAndConfigErrors(t *testing.T) {
+func TestRunSocketFromFlatConfigAndConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	socket, got := fakeAgent(t, []byte("0\n"))
 	flat := filepath.Join(dir, "flat.conf")
@@ -162,7 +162,7 @@ func TestRunSocketFromFlatFileAndConfigErrors(t *testing.T) {
 	DefaultFlatConfig = filepath.Join(dir, "absent.conf")
 	withPath := `{"cniVersion":"1.1.0","name":"n","ipam":{"type":"tenure","configuration_path":"` + flat + `"}}`
 	if o := Run(env(addVars(map[string]string{"CNI_COMMAND": "DEL"}), withPath)); o.Exit != 0 {
-		t.Fatalf("DEL through the flat file's socket: exit %d %q", o.Exit, o.Stdout)
+		t.Fatalf("DEL through the flat config's socket: exit %d %q", o.Exit, o.Stdout)
 	}
 	if r := <-got; r.Command != "DEL" || r.FlatConfigPath != flat {
 		t.Fatalf("agent received %+v", r)
@@ -220,7 +220,7 @@ func TestRunRefusesThePluginsOwnNetns(t *testing.T) {
 	}
 }
 
-// TestRunRefusesARequestOverTheWireLimit (issue 14, bug 3): a network
+// TestRunRefusesARequestOverTheWireLimit: a network
 // configuration whose request would pass the agent's limit is refused by
 // the shim with the limit named, not sent to end in a broken pipe.
 func TestRunRefusesARequestOverTheWireLimit(t *testing.T) {

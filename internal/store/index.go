@@ -92,8 +92,8 @@ func (s *addrSet) nextFree(a netip.Addr) (netip.Addr, bool) {
 	return nx, nx.IsValid()
 }
 
-// heldIndex is the addresses a window holds, per network label.
-// Delegated prefixes are not indexed (a pool of them is searched as before).
+// heldIndex is the addresses a window holds, per scope label.
+// Delegated prefixes are not indexed (a delegation pool is searched without it).
 type heldIndex struct {
 	mu  sync.RWMutex
 	per map[string]*addrSet
@@ -109,13 +109,13 @@ func (x *heldIndex) apply(name string, held bool) {
 	if x.per == nil {
 		x.per = map[string]*addrSet{}
 	}
-	set := x.per[p.NetworkLabel]
+	set := x.per[p.ScopeLabel]
 	if set == nil {
 		if !held {
 			return
 		}
 		set = newAddrSet()
-		x.per[p.NetworkLabel] = set
+		x.per[p.ScopeLabel] = set
 	}
 	if held {
 		set.add(p.Prefix.Addr())
@@ -123,7 +123,7 @@ func (x *heldIndex) apply(name string, held bool) {
 	}
 	set.remove(p.Prefix.Addr())
 	if set.n == 0 {
-		delete(x.per, p.NetworkLabel)
+		delete(x.per, p.ScopeLabel)
 	}
 }
 

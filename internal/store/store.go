@@ -115,7 +115,7 @@ func New(c client.WithWatch, node string) *Store {
 			return []string{obj.(*tenurev1alpha1.IPReservation).Spec.Owner.UID}, nil
 		},
 		indexNetwork: func(obj any) ([]string, error) {
-			return []string{reservation.NetworkLabelOf(obj.(*tenurev1alpha1.IPReservation).Name)}, nil
+			return []string{reservation.ScopeLabelOf(obj.(*tenurev1alpha1.IPReservation).Name)}, nil
 		},
 	}, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
 	_ = s.local.SetTransform(reservation.Compact)
@@ -460,8 +460,8 @@ func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPRes
 // ByNetwork returns every reservation of one network key this agent knows:
 // this node's and the window's.
 func (s *Store) ByNetwork(network string) []*tenurev1alpha1.IPReservation {
-	label := reservation.NetworkLabel(network)
-	return s.collect(indexNetwork, label, true, func(r *tenurev1alpha1.IPReservation) bool { return reservation.NetworkLabelOf(r.Name) == label })
+	label := reservation.ScopeLabel(network)
+	return s.collect(indexNetwork, label, true, func(r *tenurev1alpha1.IPReservation) bool { return reservation.ScopeLabelOf(r.Name) == label })
 }
 
 // Local returns every reservation of this node.

@@ -62,7 +62,7 @@ func (w *window) byIndex(index, key string) []any {
 func windowIndexers() cache.Indexers {
 	return cache.Indexers{
 		indexOwnerUID: func(obj any) ([]string, error) { return []string{ownerBucket(obj.(*entry).owner)}, nil },
-		indexNetwork:  func(obj any) ([]string, error) { return []string{reservation.NetworkLabelOf(obj.(*entry).name)}, nil },
+		indexNetwork:  func(obj any) ([]string, error) { return []string{reservation.ScopeLabelOf(obj.(*entry).name)}, nil },
 	}
 }
 

@@ -47,7 +47,7 @@ const (
 // the API server through a proxy, which times the kill: it fires as a
 // seeded create (the 10th to the 100th of the run) is forwarded. The
 // runtime runs an ADD answered "try again" (or not answered in its
-// patience) again in the same sandbox, as the runtime did, until it
+// patience) again in the same sandbox, as a runtime may, until it
 // gets an address or "full". Then, per run:
 //   - no address answered to two sandboxes;
 //   - no sandbox holding two reservations of a family, and no reservation

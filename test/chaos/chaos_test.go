@@ -46,7 +46,7 @@ var duration = flag.Duration("chaos.duration", 2*time.Minute, "how long workers 
 // after its runtime-request-timeout.
 const patience = 15 * time.Second
 
-// A chaos run (issues 14 and 23): four agents and the controller; workers
+// A chaos run: four agents and the controller; workers
 // doing random ADD (retried in the same sandbox on "try again", as a
 // runtime may), DEL and CHECK, pod deletions without DEL,
 // StatefulSet-style re-creations under the same name, claims and sticky

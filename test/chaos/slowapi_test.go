@@ -1,7 +1,7 @@
 //go:build integration
 
 // Package chaos_test holds tenure to its promises while the world around it
-// misbehaves (issue 14). TestSlowAPIServer puts a loopback proxy between an
+// misbehaves. TestSlowAPIServer puts a loopback proxy between an
 // agent and kube-apiserver that delays and drops a seeded fraction of the
 // requests.
 package chaos_test

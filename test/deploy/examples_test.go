@@ -51,7 +51,7 @@ func examples(t *testing.T) []*unstructured.Unstructured {
 }
 
 // nadConfig parses the IPAM config of the example attachment name with
-// tenure's config parser, over the flat file the DaemonSet installs.
+// tenure's config parser, over the flat config the DaemonSet installs.
 func nadConfig(t *testing.T, exs []*unstructured.Unstructured, flat []byte, name string) (*config.Config, []byte) {
 	t.Helper()
 	nad := find(t, exs, "NetworkAttachmentDefinition", name)

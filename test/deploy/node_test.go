@@ -347,7 +347,7 @@ func TestAgentPodOnANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The example attachment's config as the runtime hands it over: the
-	// flat file is the one the init container installed (through
+	// flat config is the one the init container installed (through
 	// configuration_path, since this machine's /etc/cni/net.d is not the
 	// simulated node's), the socket the one the agent runs on here.
 	netconf := func(nad string) []byte {

@@ -132,7 +132,7 @@ func TestAmbiguousCreateRetrySameAddress(t *testing.T) {
 		}
 	})
 
-	// As the issue saw it: the API server goes away mid-create, so the
+	// The API server goes away mid-create, so the
 	// agent's watches break and cannot reopen for a while, and its cache
 	// never shows the committed reservation before the retry.
 	t.Run("unsettled while the cache lags, then retried", func(t *testing.T) {

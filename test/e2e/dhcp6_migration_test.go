@@ -353,7 +353,7 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 }
 
 // TestDHCPv6VMIAPIAppearingPutsTheVMBackOnItsNode: without KubeVirt's API
-// the claim's ownerPod decides, as before: the target pod's ADD moves the
+// the claim's ownerPod decides: the target pod's ADD moves the
 // service, the route and ownerPod to the target. When the
 // VirtualMachineInstance CRD appears later and says the VM runs on the
 // source (the migration failed), the agents see it without a restart and

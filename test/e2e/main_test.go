@@ -180,7 +180,7 @@ func cniCode(err error) uint {
 func reservationsOf(t *testing.T, ctx context.Context, network string) []tenurev1alpha1.IPReservation {
 	t.Helper()
 	list := &tenurev1alpha1.IPReservationList{}
-	if err := apiClient(t).List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
+	if err := apiClient(t).List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.ScopeLabel(network)}); err != nil {
 		t.Fatal(err)
 	}
 	return list.Items

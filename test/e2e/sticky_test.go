@@ -390,7 +390,7 @@ func checkClaimTable(t *testing.T, ctx context.Context, ns string) {
 }
 
 // checkStickyInTenurectlGet: what `tenurectl get NETWORK` reports names
-// the StatefulSet of every sticky claim's reservation (issue 17).
+// the StatefulSet of every sticky claim's reservation.
 func checkStickyInTenurectlGet(t *testing.T, ctx context.Context, c client.Client, network, sts string) {
 	t.Helper()
 	rep, err := ops.New(c).Get(ctx, network)

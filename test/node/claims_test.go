@@ -16,7 +16,7 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
-// Point 3 of issue 12: two pods on the node presenting one IPAMClaim (a
+// Two pods on the node presenting one IPAMClaim (a
 // KubeVirt migration target started while the source runs) get identical
 // addresses, IPv4 and IPv6, and the claim one delegated prefix; deleting
 // the source releases nothing; deleting the claim releases everything.

@@ -11,7 +11,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/demo"
 )
 
-// Point 6 of issue 12: `tenurectl demo --node` plays the demo's story on
+// `tenurectl demo --node` plays the demo's story on
 // the real node, and what it prints is true.
 func TestDemoOnTheRealNodeTellsTheTruth(t *testing.T) {
 	ctx := testContext(t, 6*time.Minute)

@@ -19,7 +19,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 )
 
-// Point 1 of issue 12: the DaemonSet's pod runs on the node, its init
+// The DaemonSet's pod runs on the node, its init
 // container has installed the shim (the image's binary, not a link) into the
 // node's CNI bin dir and the flat configuration beside the CNI configs; the
 // agent is Ready through its own probes; the controller runs, Ready, and

@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Point 2 of issue 12: a storage SAN as in deploy/examples (macvlan, here
+// A storage SAN as in deploy/examples (macvlan, here
 // over a veth of the test's own as the master, on a /29 without
 // exclusions: six assignable addresses), seven pods with the NAD in their
 // annotation. Six run with net1 holding their tenure address (inside the

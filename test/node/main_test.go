@@ -1,6 +1,6 @@
 //go:build integration
 
-// Package node_test runs tenure as its users do (issue 12): deploy/ applied
+// Package node_test runs tenure as its users do: deploy/ applied
 // through the local overlay (internal/dev/localnode) to a real node of this
 // machine, where a kubelet and containerd run the DaemonSet and the
 // Deployment from the image `make image` builds, and wire real pods through

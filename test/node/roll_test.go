@@ -18,7 +18,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 )
 
-// Point 4 of issue 12: the agent DaemonSet is rolled to a second image while
+// The agent DaemonSet is rolled to a second image while
 // pods are being created. The shim answers "try again" while no agent
 // serves the socket, the kubelet retries, and every pod gets an address:
 // none twice, none leaked once the pods are gone.

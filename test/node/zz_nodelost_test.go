@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Point 5 of issue 12: the node is lost hard (kubelet and containerd
+// The node is lost hard (kubelet and containerd
 // killed; the containers, tenure's agent and controller among them, run
 // on, as on a node cut off from the API server). The controller-manager
 // marks it NotReady and evicts the test pods (they tolerate that for one

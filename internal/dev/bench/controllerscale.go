@@ -16,7 +16,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
-// The controller-scale scenario (issue 15, point 3): the controller in a
+// The controller-scale scenario: the controller in a
 // cluster of n reservations each owned by a live pod. A fresh
 // tenure-controller process is started and timed to its first sweep done;
 // its memory is read from /proc/PID/status (VmRSS once the sweep is done

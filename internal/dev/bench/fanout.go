@@ -128,7 +128,7 @@ const (
 // DefaultFanoutAgents is fanout's N when --agents is not given.
 var DefaultFanoutAgents = []int{10, 100, 300, 1000}
 
-// fanAgent is one simulated node agent: the agent's own reservation cache
+// fanAgent is one simulated node agent: the agent's own window cache
 // (internal/store: the window of the blocks it allocates from, and the
 // watch of its node's) and allocator, on a client and TCP connection of its
 // own, as a tenure-agent process has. Many live in this process so that a thousand
@@ -400,7 +400,7 @@ func (e *env) fanoutRound(ctx context.Context, n int, space allocator.AddressSpa
 	for _, name := range names {
 		block, _ := reservation.BlockOfName(name)
 		for _, a := range agents {
-			if a.store.Watching(block, reservation.NetworkLabelOf(name)) {
+			if a.store.Watching(block, reservation.ScopeLabelOf(name)) {
 				watchers[name]++
 			}
 		}

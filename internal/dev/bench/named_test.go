@@ -14,7 +14,7 @@ import (
 
 // TestNamedScenariosReportTheirFigures runs fanout with three caches and
 // full-pool on a /26 for a few seconds, and checks that every figure the
-// issue names is there and says something possible. Speed is for the
+// scenario reports by name is there and says something possible. Speed is for the
 // benchmark run, not asserted here.
 func TestNamedScenariosReportTheirFigures(t *testing.T) {
 	if _, err := controlplane.BinDir(); err != nil {
@@ -78,7 +78,7 @@ func TestNamedScenariosReportTheirFigures(t *testing.T) {
 	if g["freed_to_waiting_s"] < 0 {
 		t.Errorf("the freed address reached no waiting pod: %v", g)
 	}
-	// One quorum list per network per interval, however many retries: the
+	// One live list per scope per interval, however many retries: the
 	// window is one or two intervals long.
 	if maxLists := fp.WallS/5 + 1; g["quorum_lists"] > maxLists {
 		t.Errorf("%v quorum lists in %.1f s, want at most %.0f", g["quorum_lists"], fp.WallS, maxLists)

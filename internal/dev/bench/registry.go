@@ -15,7 +15,7 @@ import (
 //	func init() { registerScenario(Scenario{Name: "my-scenario", Summary: "…", Run: (*env).myScenario}) }
 //
 // Run returns its rows; a row's Figures carry the figures a script reads by
-// name (the names, stable).
+// name (stable: scripts read them).
 type Scenario struct {
 	Name    string
 	Summary string

@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// Result is one scenario's row. The JSON names marked in the issue
-// (name, ops, ops_per_s, p50_ms, p90_ms, p99_ms, failures,
+// Result is one scenario's row. These JSON names are stable, scripts
+// read them: (name, ops, ops_per_s, p50_ms, p90_ms, p99_ms, failures,
 // api_requests_per_op, api_writes_per_op, raw_create_per_s) are stable.
 type Result struct {
 	ID          string `json:"id"`
@@ -80,8 +80,8 @@ type Result struct {
 
 	// Scenario is the named scenario (--scenario) the row belongs to.
 	Scenario string `json:"scenario,omitempty"`
-	// Figures are a named scenario's figures, by the names the issue
-	// lists (scripts read them by name: keep them stable).
+	// Figures are a named scenario's figures, by name (scripts read them
+	// by name: keep them stable).
 	Figures map[string]float64 `json:"figures,omitempty"`
 
 	shimCPU []float64 // per call, ms
@@ -99,7 +99,7 @@ type Machine struct {
 	BusyStartNote string  `json:"busy_note,omitempty"`
 }
 
-// Target is one goal of the issue, as measured.
+// Target is one performance target (targets.go), as measured.
 type Target struct {
 	Name     string `json:"name"`
 	Want     string `json:"want"`

@@ -27,7 +27,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
-// The scenario grid of the issue.
+// Operations per scenario of the default grid.
 const (
 	gridOps   = 500
 	seqOps    = 200

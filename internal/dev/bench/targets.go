@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// The targets of the issue "Fast at any scale".
+// The performance targets tenure is held to (docs/performance.md).
 const (
 	targetAddsPerS       = 300.0
 	targetShareOfRaw     = 0.40
@@ -27,7 +27,7 @@ func status(met bool) string {
 	return "not met"
 }
 
-// evaluate turns the rows into the issue's targets, as measured. A target
+// evaluate turns the rows into the targets, as measured. A target
 // whose scenario did not run is "n/a".
 func evaluate(rep *Report) []Target {
 	var ts []Target

@@ -1,8 +1,8 @@
 // Package devnode runs a real Kubernetes node on this machine for the local
 // control plane: containerd (with runc) and a kubelet registered to the API
 // server, with a bridge cluster network that gives the host no address. It
-// is the spike for issue 12 ("a real node"); docs/real-node.md has the facts
-// it rests on.
+// is what `tenurectl dev up --node` and test/node run on; docs/real-node.md
+// has the facts it rests on.
 //
 // Everything the node starts lives in one cgroup of its own (kubelet,
 // containerd, the runc shims and every container), its files live in one

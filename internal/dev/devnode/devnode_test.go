@@ -34,7 +34,7 @@ func nodeTools(t *testing.T) (binDir, cniBinDir string) {
 	return binDir, cniBinDir
 }
 
-// The spike of issue 12: containerd and a kubelet on this host register a
+// Containerd and a kubelet on this host register a
 // Ready node with the local API server; a pod with an image imported from
 // a tarball runs there, with an address from the bridge cluster network
 // inside its own network namespace and none on the host; after Stop the

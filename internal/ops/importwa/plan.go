@@ -190,7 +190,7 @@ func buildTargets(nads []NetworkConfig) *targets {
 			}
 			for _, r := range c.Ranges {
 				tg := target{
-					network: reservation.NetworkKey(c.NetworkName, r.String(), c.OverlappingRanges),
+					network: reservation.Scope(c.NetworkName, r.String(), c.OverlappingRanges),
 					rng:     r, cniNetwork: c.Name, source: source, netName: c.NetworkName,
 				}
 				name := PoolName(c.NetworkName, r.Prefix)
