@@ -90,14 +90,7 @@ func (s slot) requestedItem() netip.Prefix {
 // holds reads the reservation's name, which says its network and item
 // whether the cache holds the whole object or only its metadata.
 func (s slot) holds(r *tenurev1alpha1.IPReservation) bool {
-	p, err := reservation.Parse(r.Name)
-	if err != nil || p.NetworkLabel != reservation.NetworkLabel(s.network) {
-		return false
-	}
-	if p.IsPrefix != (s.space.Kind() == tenurev1alpha1.KindDelegatedPrefix) {
-		return false
-	}
-	return s.space.Contains(p.Prefix)
+	return reservation.NetworkLabelOf(r.Name) == reservation.NetworkLabel(s.network) && allocator.InSpace(s.space, r.Name)
 }
 
 func slots(cfg *config.Config, withPrefix bool) []slot {
@@ -347,7 +340,7 @@ func (a *Agent) rollback(created []*tenurev1alpha1.IPReservation) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, r := range created {
-		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+		if err := a.alloc.Release(ctx, r); err != nil {
 			a.log.Error("rollback failed; the controller will release it", "reservation", r.Name, "err", err)
 		}
 	}
@@ -382,7 +375,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	}
 	for _, r := range held {
 		// Claim-owned ones are not listed: released only when the claim goes.
-		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+		if err := a.alloc.Release(ctx, r); err != nil {
 			return codedf(types.ErrTryAgainLater, err, "releasing %s of container %s interface %s", r.Name, req.ContainerID, req.IfName)
 		}
 		released = true
@@ -489,7 +482,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 			r = cur
 		}
 		a.log.Info("GC releases a reservation of a gone attachment", "reservation", r.Name, "containerID", o.ContainerID, "ifName", o.Interface)
-		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+		if err := a.alloc.Release(ctx, r); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -3,7 +3,6 @@ package allocator_test
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,7 +75,7 @@ func TestFullNetworkCallersShareOneQuorumList(t *testing.T) {
 
 	// A release: once the cache has seen it, the next ADD gets the address.
 	freed := held[3]
-	if err := a.Release(ctx, netip.MustParsePrefix(freed.Spec.Address+"/32")); err != nil {
+	if err := f.Release(ctx, freed); err != nil {
 		t.Fatal(err)
 	}
 	waitCache(t, f, freed.Name)

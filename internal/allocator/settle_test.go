@@ -129,8 +129,7 @@ func TestUnsettledCreateKeepsItsName(t *testing.T) {
 	if !ok || u.Spec.Owner.ContainerID != "c1" {
 		t.Fatalf("%s is not marked as possibly c1's", unsettled.Name)
 	}
-	item, _ := reservation.ParseItem(u.Spec.Address)
-	if !a.Has(item) {
+	if !f.Store.Taken(u.Name) {
 		t.Fatalf("%s must stay set aside", unsettled.Name)
 	}
 	f.Quorum = quorum

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -107,7 +110,7 @@ func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
 	mine.QuorumInterval = time.Hour
 	before := lists.lists.Load()
 	freed := reservation.AddressName(network, netip.MustParseAddr("10.7.0.77"))
-	if err := b.Release(ctx, netip.MustParsePrefix("10.7.0.77/32")); err != nil {
+	if err := other.Release(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: freed}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
