@@ -200,7 +200,9 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 	return buildResult(at.cfg, held)
 }
 
-func attachmentKey(req *cniwire.Request) string { return req.ContainerID + "/" + req.IfName }
+func attachmentKey(req *cniwire.Request) string {
+	return reservation.AttachmentKey(req.ContainerID, req.IfName)
+}
 
 // EventAddFailed is the reason of the Warning Event recorded on a pod whose
 // ADD failed once its pod was known. The message names the attachment as
@@ -457,7 +459,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 	}
 	valid := map[string]bool{}
 	for _, v := range conf.Valid {
-		valid[v.ContainerID+"/"+v.IfName] = true
+		valid[reservation.AttachmentKey(v.ContainerID, v.IfName)] = true
 	}
 	var errs []error
 	for _, r := range a.store.Local() {
@@ -465,7 +467,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 		if o.Kind != tenurev1alpha1.OwnerPod || o.Node != a.node || r.Spec.CNINetwork != conf.Name {
 			continue
 		}
-		key := o.ContainerID + "/" + o.Interface
+		key := reservation.AttachmentKey(o.ContainerID, o.Interface)
 		if valid[key] || a.locks.held(key) {
 			continue
 		}

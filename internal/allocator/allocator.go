@@ -465,13 +465,6 @@ func Definite(err error) bool {
 	return false
 }
 
-// SameAttachment reports whether two reservations are owned by one
-// attachment: owner UID, container ID and interface.
-func SameAttachment(a, b *tenurev1alpha1.IPReservation) bool {
-	x, y := a.Spec.Owner, b.Spec.Owner
-	return x.UID == y.UID && x.ContainerID == y.ContainerID && x.Interface == y.Interface
-}
-
 // Settle finds out what became of a Create of obj whose outcome is unknown
 // (see settle); with recreate false a free name is answered (nil, nil)
 // and nothing is written.
@@ -506,7 +499,7 @@ func (f *Factory) settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 		cur := &tenurev1alpha1.IPReservation{}
 		err := f.Quorum.Get(sctx, types.NamespacedName{Name: obj.Name}, cur)
 		switch {
-		case err == nil && SameAttachment(cur, obj):
+		case err == nil && reservation.SameAttachment(cur, obj):
 			f.Store.Confirm(cur)
 			return cur, nil
 		case err == nil:
@@ -558,7 +551,7 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 		return nil, &ErrNotInRange{Item: reservation.ItemString(a.space.Kind(), item), ValidRange: a.space.String()}
 	}
 	obj := a.object(item, t)
-	if u, ok := a.f.Store.Uncertain(obj.Name); ok && SameAttachment(u, obj) && a.f.Quorum != nil {
+	if u, ok := a.f.Store.Uncertain(obj.Name); ok && reservation.SameAttachment(u, obj) && a.f.Quorum != nil {
 		// An earlier call's Create of this very item is unsettled: settle it
 		// first; its answer is this one's.
 		cur, err := a.f.settle(ctx, u, nil, true)

@@ -39,6 +39,15 @@ func NetworkKey(networkName, rangeSpec string, overlappingProtection bool) strin
 	return networkName + "/" + rangeSpec
 }
 
+// NetworkNameOf is the network name a network key was made of (the
+// reverse of NetworkKey's format): the key itself, or its part before the
+// range. Two keys of one network name share it whatever their
+// overlapping-range protection.
+func NetworkNameOf(key string) string {
+	name, _, _ := strings.Cut(key, "/")
+	return name
+}
+
 // NetworkLabel maps a network key to one DNS-1123 label: the key itself when
 // it is one, otherwise a readable prefix plus a hash of the whole key.
 func NetworkLabel(key string) string {
