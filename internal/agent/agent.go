@@ -149,7 +149,7 @@ func New(opts Options) (*Agent, error) {
 			func() float64 { return float64(a.store.Rebuilds()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
 			Help: "Reservations in the agent's window: the blocks it allocates from and the networks it found full."},
-			func() float64 { return float64(a.store.Len()) }),
+			func() float64 { return float64(a.store.WindowLen()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
 			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},
 			func() float64 { return float64(a.requests.InFlight()) }),
@@ -188,7 +188,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	// in a large cluster; hand it back now rather than at the GC's leisure.
 	debug.FreeOSMemory()
 	a.started.Store(true)
-	a.log.Info("caches synced", "node", a.node, "reservations", a.store.Len())
+	a.log.Info("caches synced", "node", a.node, "reservations", len(a.store.Local()), "window", a.store.WindowLen())
 	return nil
 }
 

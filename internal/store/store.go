@@ -525,8 +525,10 @@ func (s *Store) expireLocked() {
 	}
 }
 
-// Len is the number of reservations in the window.
-func (s *Store) Len() int {
+// WindowLen is the number of reservations in the window: other nodes'
+// reservations of the blocks this node allocates from, not what this node
+// holds (Local).
+func (s *Store) WindowLen() int {
 	n := 0
 	for _, inf := range s.win.Load().infs {
 		n += len(inf.GetIndexer().ListKeys())
