@@ -447,13 +447,6 @@ func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPRes
 	return out, nil
 }
 
-// ByNetwork returns every reservation of one network key this agent knows:
-// this node's and the window's.
-func (s *Store) ByNetwork(network string) []*tenurev1alpha1.IPReservation {
-	label := reservation.NetworkLabel(network)
-	return s.collect(indexNetwork, label, true, func(r *tenurev1alpha1.IPReservation) bool { return reservation.NetworkLabelOf(r.Name) == label })
-}
-
 // Local returns every reservation of this node.
 func (s *Store) Local() []*tenurev1alpha1.IPReservation {
 	return s.collect("", "", false, func(r *tenurev1alpha1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.nodeLabel })
