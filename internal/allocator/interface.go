@@ -9,10 +9,10 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
-// Interface is the allocator of one space on one network (Factory.For):
-// what the node agent asks of it to reserve an item. Releasing and settling
-// need no space, since a reservation's name says its network and item:
-// they are Factory's (Release, Settle).
+// Interface is the allocator of one space of one allocation scope
+// (Factory.For): what the node agent asks of it to reserve an item.
+// Releasing and settling need no space, since a reservation's name says
+// its scope and item: they are Factory's (Release, Settle).
 type Interface interface {
 	// Allocate reserves one given item for the template's owner; an item
 	// the owner already holds is returned as is.

@@ -54,8 +54,8 @@ func (s PrefixSpace) Contains(p netip.Prefix) bool {
 }
 
 // InSpace reports whether a reservation name is of an item of space: of
-// its kind, and inside it. The name's network is not compared: a space is
-// the same on every network.
+// its kind, and inside it. The name's allocation scope is not compared: a
+// space is the same in every scope.
 func InSpace(space Space, name string) bool {
 	p, err := reservation.Parse(name)
 	if err != nil || p.IsPrefix != (space.Kind() == tenurev1alpha1.KindDelegatedPrefix) {

@@ -39,10 +39,10 @@ func NetworkKey(networkName, rangeSpec string, overlappingProtection bool) strin
 	return networkName + "/" + rangeSpec
 }
 
-// NetworkNameOf is the network name a network key was made of (the
-// reverse of NetworkKey's format): the key itself, or its part before the
-// range. Two keys of one network name share it whatever their
-// overlapping-range protection.
+// NetworkNameOf is the network_name an allocation scope was made of, read
+// back from NetworkKey's format: the scope itself, or its part before the
+// range. Two scopes of one network_name share it whatever their
+// enable_overlapping_ranges.
 func NetworkNameOf(key string) string {
 	name, _, _ := strings.Cut(key, "/")
 	return name
