@@ -132,7 +132,7 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c, recorder: opts.Recorder, shutdown: func() {}}
 	a.requests = newRequestBudget(headBytes, headPoolBytes, tailPoolBytes)
 	a.store = store.New(c, opts.NodeName)
-	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Quorum: c, Node: opts.NodeName}
+	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Live: c, Node: opts.NodeName}
 	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1alpha1.IPAMClaimList{} }, &ipamclaimsv1alpha1.IPAMClaim{}, nil)

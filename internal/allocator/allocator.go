@@ -52,31 +52,33 @@ type Factory struct {
 	Store Store
 	// Writer creates and deletes reservations.
 	Writer client.Client
-	// Quorum is read only when the cache says a range is full, to tell a
-	// really full range from a stale cache.
-	Quorum client.Reader
+	// Live answers live reads (served from etcd, never from a cache):
+	// the live list of a network the cache says is full, to tell a really
+	// full range from a stale cache, and the GETs that settle a Create
+	// whose outcome is unknown.
+	Live client.Reader
 	// Node seeds where the search starts, so nodes rarely race.
 	Node string
 	// SettleTimeout bounds how long a Create whose outcome is unknown is
 	// settled by live reads before the call answers an UnsettledError
 	// (DefaultSettleTimeout when 0; the call's own deadline when sooner).
 	SettleTimeout time.Duration
-	// QuorumInterval is the least time between two quorum lists of one
-	// network (DefaultQuorumInterval when 0): a full network retried by
+	// LiveListInterval is the least time between two live lists of one
+	// network (DefaultLiveListInterval when 0): a full network retried by
 	// many pods costs one list per interval, not one per ADD. What the
 	// cache learns in between (a DEL) is used at once all the same.
-	QuorumInterval time.Duration
+	LiveListInterval time.Duration
 
 	mu      sync.Mutex
 	cursors map[string]uint64
 
-	quorumMu     sync.Mutex
-	quorumLast   map[string]*quorumAnswer // by network
-	quorumFlight singleflight.Group
+	liveMu     sync.Mutex
+	liveLast   map[string]*liveList // by network
+	liveFlight singleflight.Group
 }
 
-// DefaultQuorumInterval is Factory.QuorumInterval's default.
-const DefaultQuorumInterval = 5 * time.Second
+// DefaultLiveListInterval is Factory.LiveListInterval's default.
+const DefaultLiveListInterval = 5 * time.Second
 
 // DefaultSettleTimeout is Factory.SettleTimeout's default: well inside a
 // runtime's patience for one CNI call (minutes), long enough to ride out
@@ -84,7 +86,7 @@ const DefaultQuorumInterval = 5 * time.Second
 const DefaultSettleTimeout = 20 * time.Second
 
 // maxWiden is how many blocks one cache pass may add to the window before
-// it asks the quorum list instead: past a few full blocks in a row, one
+// it asks the live list instead: past a few full blocks in a row, one
 // list of the network says where the free items are for less than a walk
 // that watches block after block.
 const maxWiden = 4
@@ -149,7 +151,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 		return nil, &FullError{Range: a.space.String()}
 	}
 	// taken decides candidates; first from the cache, then, if the cache
-	// says full or the pass has widened the window enough, from one quorum
+	// says full or the pass has widened the window enough, from one live
 	// list of the network.
 	taken := func(obj *tenurev1alpha1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
 	created, err := a.firstFree(ctx, t, taken, true)
@@ -157,16 +159,16 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	if widened {
 		err = nil
 	}
-	if created != nil || err != nil || a.f.Quorum == nil {
+	if created != nil || err != nil || a.f.Live == nil {
 		if created == nil && err == nil {
 			err = &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
 		}
 		return created, err
 	}
-	// A quorum list tells a full range from a stale cache, and says where
+	// A live list tells a full range from a stale cache, and says where
 	// the free items are past the window; callers on one network share
-	// one list per QuorumInterval.
-	q, fresh, err := a.f.quorum(ctx, a.network)
+	// one list per LiveListInterval.
+	q, fresh, err := a.f.list(ctx, a.network)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +206,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 // (a reservation of an earlier attempt the caller's cache did not show):
 // then that reservation, read live. An attachment is never told a range
 // is full while it holds an address of it.
-func (a *allocator) full(ctx context.Context, q *quorumAnswer, t Template) (*tenurev1alpha1.IPReservation, error) {
+func (a *allocator) full(ctx context.Context, q *liveList, t Template) (*tenurev1alpha1.IPReservation, error) {
 	for name, owner := range q.held {
 		if owner != t.Owner.UID {
 			continue
@@ -213,7 +215,7 @@ func (a *allocator) full(ctx context.Context, q *quorumAnswer, t Template) (*ten
 			continue
 		}
 		cur := &tenurev1alpha1.IPReservation{}
-		if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: name}, cur); err != nil {
+		if err := a.f.Live.Get(ctx, types.NamespacedName{Name: name}, cur); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -227,7 +229,7 @@ func (a *allocator) full(ctx context.Context, q *quorumAnswer, t Template) (*ten
 	return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
 }
 
-// watchWhole has the store's window take in the whole network once a quorum
+// watchWhole has the store's window take in the whole network once a live
 // list found its range full: every delete in it is then a waiting pod's
 // chance, seen at once rather than at the next list. The watch starts in
 // the background (a full network is a list of all its reservations, which
@@ -241,7 +243,7 @@ func (a *allocator) watchWhole(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wholeNetworkSync)
 		defer cancel()
 		// The answer stands without it: a failed Watch only means a
-		// freed address waits for the next quorum list.
+		// freed address waits for the next live list.
 		_ = w.Watch(ctx, network, "")
 	}()
 }
@@ -342,8 +344,8 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 	return nil, nil
 }
 
-// quorumAnswer is one quorum list of a network: the names held then.
-type quorumAnswer struct {
+// liveList is one live list of a network: the names held then.
+type liveList struct {
 	at   time.Time
 	held map[string]string // name -> owner UID (its label)
 
@@ -353,7 +355,7 @@ type quorumAnswer struct {
 
 // heldIn counts the listed names that are candidates of space, once per
 // space per list.
-func (q *quorumAnswer) heldIn(space Space) uint64 {
+func (q *liveList) heldIn(space Space) uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	key := string(space.Kind()) + "|" + space.String()
@@ -373,44 +375,44 @@ func (q *quorumAnswer) heldIn(space Space) uint64 {
 	return n
 }
 
-// quorum returns the network's quorum list: the last one if younger than
-// QuorumInterval (fresh false), else a new one shared by every concurrent
+// list returns the network's live list: the last one if younger than
+// LiveListInterval (fresh false), else a new one shared by every concurrent
 // caller (fresh true).
-func (f *Factory) quorum(ctx context.Context, network string) (q *quorumAnswer, fresh bool, err error) {
-	interval := f.QuorumInterval
+func (f *Factory) list(ctx context.Context, network string) (q *liveList, fresh bool, err error) {
+	interval := f.LiveListInterval
 	if interval <= 0 {
-		interval = DefaultQuorumInterval
+		interval = DefaultLiveListInterval
 	}
-	f.quorumMu.Lock()
-	last := f.quorumLast[network]
-	f.quorumMu.Unlock()
+	f.liveMu.Lock()
+	last := f.liveLast[network]
+	f.liveMu.Unlock()
 	if last != nil && time.Since(last.at) < interval {
 		return last, false, nil
 	}
 	type flight struct {
-		q      *quorumAnswer
+		q      *liveList
 		listed bool
 	}
-	v, err, _ := f.quorumFlight.Do(network, func() (any, error) {
+	v, err, _ := f.liveFlight.Do(network, func() (any, error) {
 		// A caller that came in just after the previous flight landed
 		// takes its answer rather than listing again.
-		f.quorumMu.Lock()
-		last := f.quorumLast[network]
-		f.quorumMu.Unlock()
+		f.liveMu.Lock()
+		last := f.liveLast[network]
+		f.liveMu.Unlock()
 		if last != nil && time.Since(last.at) < interval {
 			return flight{q: last}, nil
 		}
-		held, err := f.quorumNames(ctx, network)
+		held, err := f.liveNames(ctx, network)
 		if err != nil {
 			return nil, err
 		}
-		q := &quorumAnswer{at: time.Now(), held: held}
-		f.quorumMu.Lock()
-		if f.quorumLast == nil {
-			f.quorumLast = map[string]*quorumAnswer{}
+		q := &liveList{at: time.Now(), held: held}
+		f.liveMu.Lock()
+		if f.liveLast == nil {
+			f.liveLast = map[string]*liveList{}
 		}
-		f.quorumLast[network] = q
-		f.quorumMu.Unlock()
+		f.liveLast[network] = q
+		f.liveMu.Unlock()
 		return flight{q: q, listed: true}, nil
 	})
 	if err != nil {
@@ -420,11 +422,11 @@ func (f *Factory) quorum(ctx context.Context, network string) (q *quorumAnswer, 
 	return fl.q, fl.listed, nil
 }
 
-func (f *Factory) quorumNames(ctx context.Context, network string) (map[string]string, error) {
+func (f *Factory) liveNames(ctx context.Context, network string) (map[string]string, error) {
 	// Metadata only: the names are the answer, and a full range of a large
 	// network is thousands of objects.
 	list := reservation.NewMetadataList()
-	if err := f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
+	if err := f.Live.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.NetworkLabel(network)}); err != nil {
 		return nil, fmt.Errorf("listing reservations of network %s: %w", network, err)
 	}
 	held := make(map[string]string, len(list.Items))
@@ -444,7 +446,7 @@ func (a *allocator) create(ctx context.Context, obj *tenurev1alpha1.IPReservatio
 		a.f.Store.Confirm(created)
 		return created, nil
 	}
-	if Definite(err) || a.f.Quorum == nil {
+	if Definite(err) || a.f.Live == nil {
 		a.f.Store.Forget(obj.Name)
 		return nil, err
 	}
@@ -472,7 +474,7 @@ func (f *Factory) Settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 	return f.settle(ctx, obj, nil, recreate)
 }
 
-// settle reads obj's name live (a quorum GET, retried with backoff within
+// settle reads obj's name live (a live GET, retried with backoff within
 // SettleTimeout and ctx):
 //   - it exists and belongs to obj's attachment: the Create committed, and
 //     that object is the answer;
@@ -497,7 +499,7 @@ func (f *Factory) settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 	var last error // what the last read or create met
 	for {
 		cur := &tenurev1alpha1.IPReservation{}
-		err := f.Quorum.Get(sctx, types.NamespacedName{Name: obj.Name}, cur)
+		err := f.Live.Get(sctx, types.NamespacedName{Name: obj.Name}, cur)
 		switch {
 		case err == nil && reservation.SameAttachment(cur, obj):
 			f.Store.Confirm(cur)
@@ -551,7 +553,7 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 		return nil, &ErrNotInRange{Item: reservation.ItemString(a.space.Kind(), item), ValidRange: a.space.String()}
 	}
 	obj := a.object(item, t)
-	if u, ok := a.f.Store.Uncertain(obj.Name); ok && reservation.SameAttachment(u, obj) && a.f.Quorum != nil {
+	if u, ok := a.f.Store.Uncertain(obj.Name); ok && reservation.SameAttachment(u, obj) && a.f.Live != nil {
 		// An earlier call's Create of this very item is unsettled: settle it
 		// first; its answer is this one's.
 		cur, err := a.f.settle(ctx, u, nil, true)
@@ -575,7 +577,7 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 		if err == nil {
 			return created, nil
 		}
-		if !apierrors.IsAlreadyExists(err) || a.f.Quorum == nil {
+		if !apierrors.IsAlreadyExists(err) || a.f.Live == nil {
 			return nil, err
 		}
 		cur, err := a.holder(ctx, obj, t)
@@ -591,9 +593,9 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 // the holder.
 func (a *allocator) holder(ctx context.Context, obj *tenurev1alpha1.IPReservation, t Template) (*tenurev1alpha1.IPReservation, error) {
 	cur, ok := a.f.Store.Get(obj.Name)
-	if a.f.Quorum != nil {
+	if a.f.Live != nil {
 		cur = &tenurev1alpha1.IPReservation{}
-		if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: obj.Name}, cur); err != nil {
+		if err := a.f.Live.Get(ctx, types.NamespacedName{Name: obj.Name}, cur); err != nil {
 			return nil, fmt.Errorf("reading holder of %s: %w", obj.Spec.Address, err)
 		}
 	} else if !ok {

@@ -46,7 +46,7 @@ func newFactory(t *testing.T, node string) (f *allocator.Factory, stop func()) {
 	if err := s.WaitForSync(sctx); err != nil {
 		t.Fatal(err)
 	}
-	return &allocator.Factory{Store: s, Writer: c, Quorum: c, Node: node}, cancel
+	return &allocator.Factory{Store: s, Writer: c, Live: c, Node: node}, cancel
 }
 
 func TestAllocateNextFillsThenReportsFull(t *testing.T) {
@@ -132,8 +132,8 @@ func TestAllocateKeepsAnUnconfirmedWrite(t *testing.T) {
 }
 
 // A stale cache must never cause a duplicate (the API server refuses the
-// Create) nor a false "full" (one quorum list settles it: the first list
-// after the network's QuorumInterval, which a full network's callers
+// Create) nor a false "full" (one live list settles it: the first list
+// after the network's LiveListInterval, which a full network's callers
 // share).
 func TestStaleCacheNeitherDuplicatesNorReportsFalselyFull(t *testing.T) {
 	ctx := context.Background()
@@ -159,13 +159,13 @@ func TestStaleCacheNeitherDuplicatesNorReportsFalselyFull(t *testing.T) {
 		}
 		taken = append(taken, r)
 	}
-	stale.QuorumInterval = time.Millisecond
+	stale.LiveListInterval = time.Millisecond
 	a := stale.For("alloc-stale", allocator.AddressSpace{Range: rng})
 	if _, err := a.AllocateNext(ctx, owner("me")); !errors.Is(err, allocator.ErrFull) {
 		t.Fatalf("every address is taken though the cache does not know: %v, want ErrFull", err)
 	}
 	// Free one behind its back: the stale cache still believes it taken
-	// (it recorded the AlreadyExists), the quorum list finds it.
+	// (it recorded the AlreadyExists), the live list finds it.
 	if err := c.Delete(ctx, taken[1]); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestAllocateNextFromInsideExcludedBlocks(t *testing.T) {
 		seen := map[string]bool{}
 		for n := range nodes {
 			node := fmt.Sprintf("node-%d", n)
-			f := &allocator.Factory{Store: base.Store, Writer: base.Writer, Quorum: base.Quorum, Node: node}
+			f := &allocator.Factory{Store: base.Store, Writer: base.Writer, Live: base.Live, Node: node}
 			r, err := f.For(tc.network, allocator.AddressSpace{Range: rng}).AllocateNext(ctx, owner(tc.network+"-"+node))
 			if err != nil {
 				t.Fatalf("%s, %s, %d addresses reserved: %v", tc.network, node, len(seen), err)
@@ -279,7 +279,7 @@ func TestAllocateAfterTheHolderReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	f2, _ := newFactory(t, "n2")
-	f2.Quorum = &releasedOnRead{WithWatch: testClient(t)}
+	f2.Live = &releasedOnRead{WithWatch: testClient(t)}
 	r, err := f2.For("alloc-released", space).Allocate(ctx, item, owner("y"))
 	if err != nil || r.Spec.Owner.UID != "y" {
 		t.Fatalf("Allocate after the holder released: %v, %v; want y's reservation", r, err)

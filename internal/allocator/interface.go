@@ -99,7 +99,7 @@ type Store interface {
 	// when the name is already taken.
 	TryAssume(r *tenurev1alpha1.IPReservation) bool
 	// AssumeOverCache assumes r's name although the cache holds it, for
-	// when a quorum read showed the cache stale; false when this node has
+	// when a live read showed the cache stale; false when this node has
 	// an unconfirmed write of that name itself.
 	AssumeOverCache(r *tenurev1alpha1.IPReservation) bool
 	// Confirm records the created object in place of the assumption.
