@@ -80,8 +80,8 @@ func (e *UnsettledError) Error() string {
 func (e *UnsettledError) Unwrap() error { return e.Err }
 
 // Store is the allocator's view of the cluster's reservations: the cache
-// it chooses candidates from, and the ledger of its own writes that the
-// cache has not reported yet, so that two allocations on one node never
+// it chooses candidates from, and its assumed writes (its own, which the
+// cache has not reported yet), so that two allocations on one node never
 // pick the same item. internal/store implements it over informers.
 //
 // The cache is a window: it holds only part of the cluster's reservations
