@@ -69,8 +69,10 @@ func TestAllocateNextFillsThenReportsFull(t *testing.T) {
 	if !errors.As(err, &full) || !errors.Is(err, allocator.ErrFull) || full.Capacity != 2 {
 		t.Fatalf("third allocation: %v, want FullError with capacity 2", err)
 	}
-	if !f.Store.Taken(reservation.AddressName("alloc-full", netip.MustParseAddr("10.1.0.1"))) {
-		t.Fatal("the store must report an allocated address taken")
+	for _, ip := range []string{"10.1.0.1", "10.1.0.2"} {
+		if !f.Store.Taken(reservation.AddressName("alloc-full", netip.MustParseAddr(ip))) {
+			t.Fatalf("the store must report the allocated %s taken", ip)
+		}
 	}
 }
 
