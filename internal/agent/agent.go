@@ -132,7 +132,7 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c, recorder: opts.Recorder, shutdown: func() {}}
 	a.requests = newRequestBudget(headBytes, headPoolBytes, tailPoolBytes)
 	a.store = store.New(c, opts.NodeName)
-	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Quorum: c, Node: opts.NodeName}
+	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Live: c, Node: opts.NodeName}
 	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1alpha1.IPAMClaimList{} }, &ipamclaimsv1alpha1.IPAMClaim{}, nil)
@@ -149,7 +149,7 @@ func New(opts Options) (*Agent, error) {
 			func() float64 { return float64(a.store.Rebuilds()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
 			Help: "Reservations in the agent's window: the blocks it allocates from and the networks it found full."},
-			func() float64 { return float64(a.store.Len()) }),
+			func() float64 { return float64(a.store.WindowLen()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
 			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},
 			func() float64 { return float64(a.requests.InFlight()) }),
@@ -188,7 +188,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	// in a large cluster; hand it back now rather than at the GC's leisure.
 	debug.FreeOSMemory()
 	a.started.Store(true)
-	a.log.Info("caches synced", "node", a.node, "reservations", a.store.Len())
+	a.log.Info("caches synced", "node", a.node, "reservations", len(a.store.Local()), "window", a.store.WindowLen())
 	return nil
 }
 

@@ -90,14 +90,7 @@ func (s slot) requestedItem() netip.Prefix {
 // holds reads the reservation's name, which says its scope and item
 // whether the cache holds the whole object or only its metadata.
 func (s slot) holds(r *tenurev1alpha1.IPReservation) bool {
-	p, err := reservation.Parse(r.Name)
-	if err != nil || p.ScopeLabel != reservation.ScopeLabel(s.scope) {
-		return false
-	}
-	if p.IsPrefix != (s.space.Kind() == tenurev1alpha1.KindDelegatedPrefix) {
-		return false
-	}
-	return s.space.Contains(p.Prefix)
+	return reservation.ScopeLabelOf(r.Name) == reservation.ScopeLabel(s.scope) && allocator.InSpace(s.space, r.Name)
 }
 
 func slots(cfg *config.Config, withPrefix bool) []slot {
@@ -207,7 +200,9 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 	return buildResult(at.cfg, held)
 }
 
-func attachmentKey(req *cniwire.Request) string { return req.ContainerID + "/" + req.IfName }
+func attachmentKey(req *cniwire.Request) string {
+	return reservation.AttachmentKey(req.ContainerID, req.IfName)
+}
 
 // EventAddFailed is the reason of the Warning Event recorded on a pod whose
 // ADD failed once its pod was known. The message names the attachment as
@@ -347,7 +342,7 @@ func (a *Agent) rollback(created []*tenurev1alpha1.IPReservation) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, r := range created {
-		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+		if err := a.alloc.Release(ctx, r); err != nil {
 			a.log.Error("rollback failed; the controller will release it", "reservation", r.Name, "err", err)
 		}
 	}
@@ -382,7 +377,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	}
 	for _, r := range held {
 		// Claim-owned ones are not listed: released only when the claim goes.
-		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+		if err := a.alloc.Release(ctx, r); err != nil {
 			return codedf(types.ErrTryAgainLater, err, "releasing %s of container %s interface %s", r.Name, req.ContainerID, req.IfName)
 		}
 		released = true
@@ -464,7 +459,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 	}
 	valid := map[string]bool{}
 	for _, v := range conf.Valid {
-		valid[v.ContainerID+"/"+v.IfName] = true
+		valid[reservation.AttachmentKey(v.ContainerID, v.IfName)] = true
 	}
 	var errs []error
 	for _, r := range a.store.Local() {
@@ -472,7 +467,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 		if o.Kind != tenurev1alpha1.OwnerPod || o.Node != a.node || r.Spec.CNINetwork != conf.Name {
 			continue
 		}
-		key := o.ContainerID + "/" + o.Interface
+		key := reservation.AttachmentKey(o.ContainerID, o.Interface)
 		if valid[key] || a.locks.held(key) {
 			continue
 		}
@@ -489,7 +484,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 			r = cur
 		}
 		a.log.Info("GC releases a reservation of a gone attachment", "reservation", r.Name, "containerID", o.ContainerID, "ifName", o.Interface)
-		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+		if err := a.alloc.Release(ctx, r); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -107,7 +107,7 @@ func (a *Agent) allocateRequested(ctx context.Context, s slot, tmpl allocator.Te
 			return nil, &allocator.ConflictError{Item: r.Spec.Address, Holder: o}
 		}
 		a.log.Info("releasing a requested address an earlier sandbox of the pod holds", "reservation", r.Name, "containerID", o.ContainerID)
-		if err := allocator.ReleaseObject(ctx, a.client, a.store, r); err != nil {
+		if err := a.alloc.Release(ctx, r); err != nil {
 			return nil, err
 		}
 	}

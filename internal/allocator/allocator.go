@@ -24,49 +24,6 @@ import (
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
-var (
-	// ErrFull: no candidate of the range is free.
-	ErrFull = errors.New("range is full")
-	// ErrAllocated: the requested item is held by another owner.
-	ErrAllocated = errors.New("already allocated to another owner")
-	// ErrNotReady: the cache has not synced yet.
-	ErrNotReady = errors.New("allocator not ready: reservation cache not synced")
-)
-
-// ErrNotInRange is returned by Allocate for an item outside the space.
-type ErrNotInRange struct {
-	Item       string
-	ValidRange string
-}
-
-func (e *ErrNotInRange) Error() string {
-	return fmt.Sprintf("%s is not in range %s", e.Item, e.ValidRange)
-}
-
-// FullError says which range is full and how big it is.
-type FullError struct {
-	Range    string
-	Capacity uint64
-}
-
-func (e *FullError) Error() string {
-	return fmt.Sprintf("range %s is full: all %d assignable addresses are reserved", e.Range, e.Capacity)
-}
-
-func (e *FullError) Is(target error) bool { return target == ErrFull }
-
-// ConflictError names who holds an item that was asked for explicitly.
-type ConflictError struct {
-	Item   string
-	Holder tenurev1alpha1.ReservationOwner
-}
-
-func (e *ConflictError) Error() string {
-	return fmt.Sprintf("%s is held by %s %s/%s (uid %s)", e.Item, e.Holder.Kind, e.Holder.Namespace, e.Holder.Name, e.Holder.UID)
-}
-
-func (e *ConflictError) Is(target error) bool { return target == ErrAllocated }
-
 // Space is an ordered set of candidates: the addresses of a range or the
 // prefixes of a delegation pool.
 type Space interface {
@@ -89,121 +46,47 @@ type Template struct {
 	Pool       string
 }
 
-// Interface is the allocator of one space on one network.
-type Interface interface {
-	// Allocate reserves one given item for the template's owner; an item
-	// the owner already holds is returned as is.
-	Allocate(ctx context.Context, item netip.Prefix, t Template) (*tenurev1alpha1.IPReservation, error)
-	// AllocateNext reserves any free item.
-	AllocateNext(ctx context.Context, t Template) (*tenurev1alpha1.IPReservation, error)
-	// Release frees an item whoever holds it.
-	Release(ctx context.Context, item netip.Prefix) error
-	// Has reports whether the item is held, as this node knows.
-	Has(item netip.Prefix) bool
-	// ForEach calls fn for each held item of the space.
-	ForEach(fn func(*tenurev1alpha1.IPReservation))
-	// DryRun returns an allocator that chooses but never writes.
-	DryRun() Interface
-}
-
-// Store is the allocator's view of the cluster's reservations: the cache
-// it chooses candidates from, and the ledger of its own writes that the
-// cache has not reported yet, so that two allocations on one node never
-// pick the same item. internal/store implements it over informers.
-type Store interface {
-	// HasSynced reports whether the cache holds the initial list.
-	HasSynced() bool
-	// Get returns the reservation of that name as the cache knows it.
-	Get(name string) (*tenurev1alpha1.IPReservation, bool)
-	// Taken reports whether a name is held, counting unconfirmed writes.
-	Taken(name string) bool
-	// ByNetwork returns every reservation of one network key.
-	ByNetwork(network string) []*tenurev1alpha1.IPReservation
-	// TryAssume marks r's name as ours before its Create is sent; false
-	// when the name is already taken.
-	TryAssume(r *tenurev1alpha1.IPReservation) bool
-	// AssumeOverCache assumes r's name although the cache holds it, for
-	// when a quorum read showed the cache stale; false when this node has
-	// an unconfirmed write of that name itself.
-	AssumeOverCache(r *tenurev1alpha1.IPReservation) bool
-	// Confirm records the created object in place of the assumption.
-	Confirm(r *tenurev1alpha1.IPReservation)
-	// Forget drops an assumption whose Create failed.
-	Forget(name string)
-	// MarkUncertain keeps r's name set aside for r's owner after a Create
-	// whose outcome is unknown and could not be settled in time.
-	MarkUncertain(r *tenurev1alpha1.IPReservation)
-	// Uncertain returns the reservation an unsettled Create of that name
-	// was to make, if there is one.
-	Uncertain(name string) (*tenurev1alpha1.IPReservation, bool)
-	// MarkTakenElsewhere records a Create refused as AlreadyExists.
-	MarkTakenElsewhere(name string)
-	// Released records a delete of ours.
-	Released(name string)
-}
-
-// Factory builds allocators sharing one store, writer and per-space cursors.
+// Factory builds allocators sharing one store, writer and per-space cursors,
+// and releases and settles reservations of any space.
 type Factory struct {
 	Store Store
 	// Writer creates and deletes reservations.
 	Writer client.Client
-	// Quorum is read only when the cache says a range is full, to tell a
-	// really full range from a stale cache.
-	Quorum client.Reader
+	// Live answers live reads (served from etcd, never from a cache):
+	// the live list of a network the cache says is full, to tell a really
+	// full range from a stale cache, and the GETs that settle a Create
+	// whose outcome is unknown.
+	Live client.Reader
 	// Node seeds where the search starts, so nodes rarely race.
 	Node string
 	// SettleTimeout bounds how long a Create whose outcome is unknown is
-	// settled by live reads before the call answers ErrUnsettled
+	// settled by live reads before the call answers an UnsettledError
 	// (DefaultSettleTimeout when 0; the call's own deadline when sooner).
 	SettleTimeout time.Duration
-	// QuorumInterval is the least time between two quorum lists of one
-	// network (DefaultQuorumInterval when 0): a full network retried by
+	// LiveListInterval is the least time between two live lists of one
+	// network (DefaultLiveListInterval when 0): a full network retried by
 	// many pods costs one list per interval, not one per ADD. What the
 	// cache learns in between (a DEL) is used at once all the same.
-	QuorumInterval time.Duration
+	LiveListInterval time.Duration
 
 	mu      sync.Mutex
 	cursors map[string]uint64
 
-	quorumMu     sync.Mutex
-	quorumLast   map[string]*quorumAnswer // by network
-	quorumFlight singleflight.Group
+	liveMu     sync.Mutex
+	liveLast   map[string]*liveList // by network
+	liveFlight singleflight.Group
 }
 
-// DefaultQuorumInterval is Factory.QuorumInterval's default.
-const DefaultQuorumInterval = 5 * time.Second
+// DefaultLiveListInterval is Factory.LiveListInterval's default.
+const DefaultLiveListInterval = 5 * time.Second
 
 // DefaultSettleTimeout is Factory.SettleTimeout's default: well inside a
 // runtime's patience for one CNI call (minutes), long enough to ride out
 // an API server restart.
 const DefaultSettleTimeout = 20 * time.Second
 
-// HeldIndex is what a Store may offer besides: the addresses its cache
-// holds per network, as runs, so a search jumps over a taken run in one
-// step instead of probing each address (internal/store implements it).
-type HeldIndex interface {
-	// NextUnheldAddress is the first address at or after a that the cache
-	// holds no reservation of in the network of that label; false when
-	// all up to the end of a's family are held.
-	NextUnheldAddress(networkLabel string, a netip.Addr) (netip.Addr, bool)
-}
-
-// Window is what a Store offers that holds only part of the cluster's
-// reservations (internal/store holds the blocks its node allocates from):
-// before the cache pass trusts the cache about a candidate, it makes sure
-// the candidate's block is watched.
-type Window interface {
-	// Watching reports whether the cache holds every reservation of that
-	// block or of that whole network (reservation.LabelBlock and
-	// reservation.LabelNetwork values).
-	Watching(block, networkLabel string) bool
-	// Watch makes the cache hold one block of the network of that label,
-	// or the whole network when block is "", and returns once it does.
-	Watch(ctx context.Context, networkLabel, block string) error
-}
-
 // maxWiden is how many blocks one cache pass may add to the window before
-// it asks the quorum list instead: past a few full blocks in a row, one
+// it asks the live list instead: past a few full blocks in a row, one
 // list of the network says where the free items are for less than a walk
 // that watches block after block.
 const maxWiden = 4
@@ -222,16 +105,11 @@ type allocator struct {
 	network string
 	// label is reservation.NetworkLabel(network), what the store's
 	// labels and indexes know the network by.
-	label  string
-	space  Space
-	dryRun bool
+	label string
+	space Space
 }
 
 var _ Interface = (*allocator)(nil)
-
-func (a *allocator) name(item netip.Prefix) string {
-	return reservation.Name(a.network, a.space.Kind(), item)
-}
 
 func (a *allocator) object(item netip.Prefix, t Template) *tenurev1alpha1.IPReservation {
 	return reservation.New(reservation.Spec{
@@ -273,7 +151,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 		return nil, &FullError{Range: a.space.String()}
 	}
 	// taken decides candidates; first from the cache, then, if the cache
-	// says full or the pass has widened the window enough, from one quorum
+	// says full or the pass has widened the window enough, from one live
 	// list of the network.
 	taken := func(obj *tenurev1alpha1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
 	created, err := a.firstFree(ctx, t, taken, true)
@@ -281,16 +159,16 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	if widened {
 		err = nil
 	}
-	if created != nil || err != nil || a.f.Quorum == nil {
+	if created != nil || err != nil || a.f.Live == nil {
 		if created == nil && err == nil {
 			err = &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
 		}
 		return created, err
 	}
-	// A quorum list tells a full range from a stale cache, and says where
+	// A live list tells a full range from a stale cache, and says where
 	// the free items are past the window; callers on one network share
-	// one list per QuorumInterval.
-	q, fresh, err := a.f.quorum(ctx, a.network)
+	// one list per LiveListInterval.
+	q, fresh, err := a.f.list(ctx, a.network)
 	if err != nil {
 		return nil, err
 	}
@@ -328,17 +206,16 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 // (a reservation of an earlier attempt the caller's cache did not show):
 // then that reservation, read live. An attachment is never told a range
 // is full while it holds an address of it.
-func (a *allocator) full(ctx context.Context, q *quorumAnswer, t Template) (*tenurev1alpha1.IPReservation, error) {
+func (a *allocator) full(ctx context.Context, q *liveList, t Template) (*tenurev1alpha1.IPReservation, error) {
 	for name, owner := range q.held {
 		if owner != t.Owner.UID {
 			continue
 		}
-		p, err := reservation.Parse(name)
-		if err != nil || p.IsPrefix != (a.space.Kind() == tenurev1alpha1.KindDelegatedPrefix) || !a.space.Contains(p.Prefix) {
+		if !InSpace(a.space, name) {
 			continue
 		}
 		cur := &tenurev1alpha1.IPReservation{}
-		if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: name}, cur); err != nil {
+		if err := a.f.Live.Get(ctx, types.NamespacedName{Name: name}, cur); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -352,17 +229,13 @@ func (a *allocator) full(ctx context.Context, q *quorumAnswer, t Template) (*ten
 	return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
 }
 
-// watchWhole has a windowed store watch the whole network once a quorum
+// watchWhole has the store's window take in the whole network once a live
 // list found its range full: every delete in it is then a waiting pod's
 // chance, seen at once rather than at the next list. The watch starts in
 // the background (a full network is a list of all its reservations, which
 // this ADD's "full" answer need not wait for), outliving the ADD.
 func (a *allocator) watchWhole(ctx context.Context) {
-	w, ok := a.f.Store.(Window)
-	if !ok {
-		return
-	}
-	network := a.label
+	w, network := a.f.Store, a.label
 	if w.Watching("", network) {
 		return
 	}
@@ -370,7 +243,7 @@ func (a *allocator) watchWhole(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wholeNetworkSync)
 		defer cancel()
 		// The answer stands without it: a failed Watch only means a
-		// freed address waits for the next quorum list.
+		// freed address waits for the next live list.
 		_ = w.Watch(ctx, network, "")
 	}()
 }
@@ -378,15 +251,11 @@ func (a *allocator) watchWhole(ctx context.Context) {
 // wholeNetworkSync bounds the list of a full network's reservations.
 const wholeNetworkSync = 5 * time.Minute
 
-// widen makes sure a windowed store holds the block of item before the
+// widen makes sure the store's window holds the block of item before the
 // cache pass reads the cache about it; errWidened once the pass has added
 // maxWiden blocks.
 func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) error {
-	w, ok := a.f.Store.(Window)
-	if !ok {
-		return nil
-	}
-	network := a.label
+	w, network := a.f.Store, a.label
 	block := reservation.BlockLabel(network, a.space.Kind() == tenurev1alpha1.KindDelegatedPrefix, item)
 	if w.Watching(block, network) {
 		return nil
@@ -400,14 +269,14 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 
 // skipHeld is where the first pass resumes when the cache holds the
 // candidate at idx: past the whole run of held addresses it starts, by the
-// store's index. ok false: no index, or the candidate is not held.
+// store's index. ok false: not an address space (prefixes are not indexed),
+// or the candidate is not held.
 func (a *allocator) skipHeld(idx uint64, item netip.Prefix) (next uint64, ok bool) {
 	as, isAddr := a.space.(AddressSpace)
-	hx, indexed := a.f.Store.(HeldIndex)
-	if !isAddr || !indexed {
+	if !isAddr {
 		return 0, false
 	}
-	free, found := hx.NextUnheldAddress(a.label, item.Addr())
+	free, found := a.f.Store.NextUnheldAddress(a.label, item.Addr())
 	if found && free == item.Addr() {
 		return 0, false
 	}
@@ -429,10 +298,10 @@ func (a *allocator) skipHeld(idx uint64, item netip.Prefix) (next uint64, ok boo
 // the walk is as long as the reservations that exist, not the space: it
 // needs no bound to end, and reaching the end means full.
 //
-// With cache (the cache pass), a windowed store is made to watch each
+// With cache (the cache pass), the store's window is made to hold each
 // candidate's block before the cache is read about it (errWidened after
 // maxWiden new blocks), and runs the cache holds are jumped over by the
-// store's HeldIndex, so the walk costs the number of runs, not of
+// store's NextUnheldAddress, so the walk costs the number of runs, not of
 // reservations: a full /16 is one step.
 func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1alpha1.IPReservation) bool, cache bool) (*tenurev1alpha1.IPReservation, error) {
 	start, size := a.start(), a.space.Size()
@@ -475,8 +344,8 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 	return nil, nil
 }
 
-// quorumAnswer is one quorum list of a network: the names held then.
-type quorumAnswer struct {
+// liveList is one live list of a network: the names held then.
+type liveList struct {
 	at   time.Time
 	held map[string]string // name -> owner UID (its label)
 
@@ -486,7 +355,7 @@ type quorumAnswer struct {
 
 // heldIn counts the listed names that are candidates of space, once per
 // space per list.
-func (q *quorumAnswer) heldIn(space Space) uint64 {
+func (q *liveList) heldIn(space Space) uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	key := string(space.Kind()) + "|" + space.String()
@@ -495,8 +364,7 @@ func (q *quorumAnswer) heldIn(space Space) uint64 {
 	}
 	var n uint64
 	for name := range q.held {
-		p, err := reservation.Parse(name)
-		if err == nil && p.IsPrefix == (space.Kind() == tenurev1alpha1.KindDelegatedPrefix) && space.Contains(p.Prefix) {
+		if InSpace(space, name) {
 			n++
 		}
 	}
@@ -507,44 +375,44 @@ func (q *quorumAnswer) heldIn(space Space) uint64 {
 	return n
 }
 
-// quorum returns the network's quorum list: the last one if younger than
-// QuorumInterval (fresh false), else a new one shared by every concurrent
+// list returns the network's live list: the last one if younger than
+// LiveListInterval (fresh false), else a new one shared by every concurrent
 // caller (fresh true).
-func (f *Factory) quorum(ctx context.Context, network string) (q *quorumAnswer, fresh bool, err error) {
-	interval := f.QuorumInterval
+func (f *Factory) list(ctx context.Context, network string) (q *liveList, fresh bool, err error) {
+	interval := f.LiveListInterval
 	if interval <= 0 {
-		interval = DefaultQuorumInterval
+		interval = DefaultLiveListInterval
 	}
-	f.quorumMu.Lock()
-	last := f.quorumLast[network]
-	f.quorumMu.Unlock()
+	f.liveMu.Lock()
+	last := f.liveLast[network]
+	f.liveMu.Unlock()
 	if last != nil && time.Since(last.at) < interval {
 		return last, false, nil
 	}
 	type flight struct {
-		q      *quorumAnswer
+		q      *liveList
 		listed bool
 	}
-	v, err, _ := f.quorumFlight.Do(network, func() (any, error) {
+	v, err, _ := f.liveFlight.Do(network, func() (any, error) {
 		// A caller that came in just after the previous flight landed
 		// takes its answer rather than listing again.
-		f.quorumMu.Lock()
-		last := f.quorumLast[network]
-		f.quorumMu.Unlock()
+		f.liveMu.Lock()
+		last := f.liveLast[network]
+		f.liveMu.Unlock()
 		if last != nil && time.Since(last.at) < interval {
 			return flight{q: last}, nil
 		}
-		held, err := f.quorumNames(ctx, network)
+		held, err := f.liveNames(ctx, network)
 		if err != nil {
 			return nil, err
 		}
-		q := &quorumAnswer{at: time.Now(), held: held}
-		f.quorumMu.Lock()
-		if f.quorumLast == nil {
-			f.quorumLast = map[string]*quorumAnswer{}
+		q := &liveList{at: time.Now(), held: held}
+		f.liveMu.Lock()
+		if f.liveLast == nil {
+			f.liveLast = map[string]*liveList{}
 		}
-		f.quorumLast[network] = q
-		f.quorumMu.Unlock()
+		f.liveLast[network] = q
+		f.liveMu.Unlock()
 		return flight{q: q, listed: true}, nil
 	})
 	if err != nil {
@@ -554,11 +422,11 @@ func (f *Factory) quorum(ctx context.Context, network string) (q *quorumAnswer, 
 	return fl.q, fl.listed, nil
 }
 
-func (f *Factory) quorumNames(ctx context.Context, network string) (map[string]string, error) {
+func (f *Factory) liveNames(ctx context.Context, network string) (map[string]string, error) {
 	// Metadata only: the names are the answer, and a full range of a large
 	// network is thousands of objects.
 	list := reservation.NewMetadataList()
-	if err := f.Quorum.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.ScopeLabel(network)}); err != nil {
+	if err := f.Live.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.ScopeLabel(network)}); err != nil {
 		return nil, fmt.Errorf("listing reservations of network %s: %w", network, err)
 	}
 	held := make(map[string]string, len(list.Items))
@@ -572,17 +440,13 @@ func (f *Factory) quorumNames(ctx context.Context, network string) (map[string]s
 // the API server may have committed although no reply said so is settled
 // by live reads before it returns (settle).
 func (a *allocator) create(ctx context.Context, obj *tenurev1alpha1.IPReservation) (*tenurev1alpha1.IPReservation, error) {
-	if a.dryRun {
-		a.f.Store.Forget(obj.Name)
-		return obj, nil
-	}
 	created := obj.DeepCopy()
 	err := a.f.Writer.Create(ctx, created)
 	if err == nil {
 		a.f.Store.Confirm(created)
 		return created, nil
 	}
-	if Definite(err) || a.f.Quorum == nil {
+	if Definite(err) || a.f.Live == nil {
 		a.f.Store.Forget(obj.Name)
 		return nil, err
 	}
@@ -603,28 +467,6 @@ func Definite(err error) bool {
 	return false
 }
 
-// UnsettledError answers a call whose Create's outcome is unknown and could
-// not be read back within Factory.SettleTimeout. The name stays set aside
-// for its owner (Store.MarkUncertain), and the next call of the attachment
-// settles it first; the runtime should try again (CNI code 11).
-type UnsettledError struct {
-	Name string
-	Err  error
-}
-
-func (e *UnsettledError) Error() string {
-	return fmt.Sprintf("reservation %s: the answer to its create was lost and it could not be read back in time (%v); try again", e.Name, e.Err)
-}
-
-func (e *UnsettledError) Unwrap() error { return e.Err }
-
-// SameAttachment reports whether two reservations are owned by one
-// attachment: owner UID, container ID and interface.
-func SameAttachment(a, b *tenurev1alpha1.IPReservation) bool {
-	x, y := a.Spec.Owner, b.Spec.Owner
-	return x.UID == y.UID && x.ContainerID == y.ContainerID && x.Interface == y.Interface
-}
-
 // Settle finds out what became of a Create of obj whose outcome is unknown
 // (see settle); with recreate false a free name is answered (nil, nil)
 // and nothing is written.
@@ -632,7 +474,7 @@ func (f *Factory) Settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 	return f.settle(ctx, obj, nil, recreate)
 }
 
-// settle reads obj's name live (a quorum GET, retried with backoff within
+// settle reads obj's name live (a live GET, retried with backoff within
 // SettleTimeout and ctx):
 //   - it exists and belongs to obj's attachment: the Create committed, and
 //     that object is the answer;
@@ -657,9 +499,9 @@ func (f *Factory) settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 	var last error // what the last read or create met
 	for {
 		cur := &tenurev1alpha1.IPReservation{}
-		err := f.Quorum.Get(sctx, types.NamespacedName{Name: obj.Name}, cur)
+		err := f.Live.Get(sctx, types.NamespacedName{Name: obj.Name}, cur)
 		switch {
-		case err == nil && SameAttachment(cur, obj):
+		case err == nil && reservation.SameAttachment(cur, obj):
 			f.Store.Confirm(cur)
 			return cur, nil
 		case err == nil:
@@ -711,7 +553,7 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 		return nil, &ErrNotInRange{Item: reservation.ItemString(a.space.Kind(), item), ValidRange: a.space.String()}
 	}
 	obj := a.object(item, t)
-	if u, ok := a.f.Store.Uncertain(obj.Name); ok && SameAttachment(u, obj) && !a.dryRun && a.f.Quorum != nil {
+	if u, ok := a.f.Store.Uncertain(obj.Name); ok && reservation.SameAttachment(u, obj) && a.f.Live != nil {
 		// An earlier call's Create of this very item is unsettled: settle it
 		// first; its answer is this one's.
 		cur, err := a.f.settle(ctx, u, nil, true)
@@ -735,7 +577,7 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 		if err == nil {
 			return created, nil
 		}
-		if !apierrors.IsAlreadyExists(err) || a.f.Quorum == nil {
+		if !apierrors.IsAlreadyExists(err) || a.f.Live == nil {
 			return nil, err
 		}
 		cur, err := a.holder(ctx, obj, t)
@@ -751,9 +593,9 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 // the holder.
 func (a *allocator) holder(ctx context.Context, obj *tenurev1alpha1.IPReservation, t Template) (*tenurev1alpha1.IPReservation, error) {
 	cur, ok := a.f.Store.Get(obj.Name)
-	if a.f.Quorum != nil {
+	if a.f.Live != nil {
 		cur = &tenurev1alpha1.IPReservation{}
-		if err := a.f.Quorum.Get(ctx, types.NamespacedName{Name: obj.Name}, cur); err != nil {
+		if err := a.f.Live.Get(ctx, types.NamespacedName{Name: obj.Name}, cur); err != nil {
 			return nil, fmt.Errorf("reading holder of %s: %w", obj.Spec.Address, err)
 		}
 	} else if !ok {
@@ -765,54 +607,25 @@ func (a *allocator) holder(ctx context.Context, obj *tenurev1alpha1.IPReservatio
 	return nil, &ConflictError{Item: obj.Spec.Address, Holder: cur.Spec.Owner}
 }
 
-func (a *allocator) Release(ctx context.Context, item netip.Prefix) error {
-	name := a.name(item)
-	if a.dryRun {
-		return nil
-	}
-	err := a.f.Writer.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	a.f.Store.Released(name)
-	return nil
-}
-
-func (a *allocator) Has(item netip.Prefix) bool { return a.f.Store.Taken(a.name(item)) }
-
-func (a *allocator) ForEach(fn func(*tenurev1alpha1.IPReservation)) {
-	for _, r := range a.f.Store.ByNetwork(a.network) {
-		p, err := reservation.ParseItem(r.Spec.Address)
-		if err == nil && r.Spec.Kind == a.space.Kind() && a.space.Contains(p) {
-			fn(r)
-		}
-	}
-}
-
-func (a *allocator) DryRun() Interface {
-	c := *a
-	c.dryRun = true
-	return &c
-}
-
-// ReleaseObject deletes exactly the reservation given: the UID
-// precondition makes it a no-op when the name has since been re-created
-// for someone else.
-func ReleaseObject(ctx context.Context, w client.Client, s Store, r *tenurev1alpha1.IPReservation) error {
+// Release deletes exactly the reservation given: the UID precondition
+// makes it a no-op when the name has since been re-created for someone
+// else. A reservation without a UID is deleted by name, whoever holds it.
+// A Factory without a Store (an operator's tool) only deletes.
+func (f *Factory) Release(ctx context.Context, r *tenurev1alpha1.IPReservation) error {
 	opts := []client.DeleteOption{}
 	if r.UID != "" {
 		uid := r.UID
 		opts = append(opts, client.Preconditions{UID: &uid})
 	}
-	err := w.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: r.Name}}, opts...)
+	err := f.Writer.Delete(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: r.Name}}, opts...)
 	if apierrors.IsConflict(err) {
 		return nil // the name was re-created for another owner: not ours to free
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if s != nil {
-		s.Released(r.Name)
+	if f.Store != nil {
+		f.Store.Released(r.Name)
 	}
 	return nil
 }

@@ -78,7 +78,7 @@ func TestCreateOfUnknownOutcomeIsSettledByRead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a committed create whose reply was lost: %v, want its reservation", err)
 	}
-	if got := ownedBy(t, f.Quorum, "u-committed"); len(got) != 1 || got[0] != r.Name {
+	if got := ownedBy(t, f.Live, "u-committed"); len(got) != 1 || got[0] != r.Name {
 		t.Fatalf("the API holds %v for the owner, want only %s (the answer)", got, r.Name)
 	}
 	if r.UID == "" || r.Spec.Owner.ContainerID != "c1" {
@@ -99,7 +99,7 @@ func TestCreateLostBeforeCommitIsSentAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ownedBy(t, f.Quorum, "u-lost"); len(got) != 1 || got[0] != r.Name {
+	if got := ownedBy(t, f.Live, "u-lost"); len(got) != 1 || got[0] != r.Name {
 		t.Fatalf("the API holds %v for the owner, want only %s", got, r.Name)
 	}
 }
@@ -111,17 +111,17 @@ func TestCreateLostBeforeCommitIsSentAgain(t *testing.T) {
 func TestUnsettledCreateKeepsItsName(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
-	quorum := f.Quorum
+	live := f.Live
 	w := &lossyWriter{Client: f.Writer, commit: true}
 	w.lose.Store(1)
-	f.Writer, f.Quorum, f.SettleTimeout = w, deafReader{quorum}, 300*time.Millisecond
+	f.Writer, f.Live, f.SettleTimeout = w, deafReader{live}, 300*time.Millisecond
 	a := f.For("settle-unsettled", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.63.0.0/30"}`)})
 	_, err := a.AllocateNext(ctx, attachmentOwner("u-unsettled", "c1"))
 	var unsettled *allocator.UnsettledError
 	if !errors.As(err, &unsettled) {
 		t.Fatalf("unreadable outcome: %v, want UnsettledError", err)
 	}
-	committed := ownedBy(t, quorum, "u-unsettled")
+	committed := ownedBy(t, live, "u-unsettled")
 	if len(committed) != 1 || committed[0] != unsettled.Name {
 		t.Fatalf("the API holds %v, the unsettled name is %s", committed, unsettled.Name)
 	}
@@ -129,11 +129,10 @@ func TestUnsettledCreateKeepsItsName(t *testing.T) {
 	if !ok || u.Spec.Owner.ContainerID != "c1" {
 		t.Fatalf("%s is not marked as possibly c1's", unsettled.Name)
 	}
-	item, _ := reservation.ParseItem(u.Spec.Address)
-	if !a.Has(item) {
+	if !f.Store.Taken(u.Name) {
 		t.Fatalf("%s must stay set aside", unsettled.Name)
 	}
-	f.Quorum = quorum
+	f.Live = live
 	r, err := f.Settle(ctx, u, true)
 	if err != nil || r == nil || r.Name != unsettled.Name || r.UID == "" {
 		t.Fatalf("Settle: %v, %v; want the committed %s", r, err, unsettled.Name)
@@ -141,7 +140,7 @@ func TestUnsettledCreateKeepsItsName(t *testing.T) {
 	if _, still := f.Store.Uncertain(unsettled.Name); still {
 		t.Fatal("a settled name must not stay uncertain")
 	}
-	if got := ownedBy(t, quorum, "u-unsettled"); len(got) != 1 {
+	if got := ownedBy(t, live, "u-unsettled"); len(got) != 1 {
 		t.Fatalf("the API holds %v for the owner, want one", got)
 	}
 }
@@ -185,7 +184,7 @@ func TestNoFalseFullWhenTheAttachmentHolds(t *testing.T) {
 	if !errors.Is(err, allocator.ErrFull) {
 		t.Fatalf("another sandbox of the owner: %v, want full", err)
 	}
-	if got := ownedBy(t, f.Quorum, "u-holder"); len(got) != 1 || got[0] != held.Name {
+	if got := ownedBy(t, f.Live, "u-holder"); len(got) != 1 || got[0] != held.Name {
 		t.Fatalf("the API holds %v for the holder, want only %s", got, held.Name)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // AddressSpace is the assignable addresses of one configured range.
@@ -50,4 +51,15 @@ func (s PrefixSpace) Next(i uint64) (uint64, netip.Prefix, bool) {
 func (s PrefixSpace) Contains(p netip.Prefix) bool {
 	_, ok := s.PD.Index(p)
 	return ok
+}
+
+// InSpace reports whether a reservation name is of an item of space: of
+// its kind, and inside it. The name's allocation scope is not compared: a
+// space is the same in every scope.
+func InSpace(space Space, name string) bool {
+	p, err := reservation.Parse(name)
+	if err != nil || p.IsPrefix != (space.Kind() == tenurev1alpha1.KindDelegatedPrefix) {
+		return false
+	}
+	return space.Contains(p.Prefix)
 }

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -17,7 +20,7 @@ import (
 
 // The agent's store watches only the blocks its allocations need
 // (internal/store's window): these tests show the allocator widening it,
-// falling back to the quorum list past a few full blocks, and watching a
+// falling back to the live list past a few full blocks, and watching a
 // network whole once it is full, so that a release still reaches a
 // waiting pod at once.
 
@@ -41,7 +44,7 @@ func watched(s *store.Store, network string, blocks []string) (n int) {
 	return n
 }
 
-func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
+func TestWindowWidensBlockByBlockThenAsksTheLiveList(t *testing.T) {
 	ctx := context.Background()
 	const network = "alloc-window"
 	rng := rangeOf(t, `{"type":"tenure","range":"10.7.0.0/23"}`)
@@ -72,10 +75,10 @@ func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Mine widens at most maxWiden (4) blocks, each full, then one quorum
+	// Mine widens at most maxWiden (4) blocks, each full, then one live
 	// list says where the free address is.
-	lists := &countingReader{Reader: mine.Quorum}
-	mine.Quorum = lists
+	lists := &countingReader{Reader: mine.Live}
+	mine.Live = lists
 	got, err := a.AllocateNext(ctx, owner("last"))
 	if err != nil {
 		t.Fatal(err)
@@ -87,12 +90,12 @@ func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
 		t.Fatalf("%d blocks watched, want at most 5 (the first, and 4 widened)", n)
 	}
 	if n := lists.lists.Load(); n != 1 {
-		t.Fatalf("%d quorum lists, want 1", n)
+		t.Fatalf("%d live lists, want 1", n)
 	}
 
-	// Full now: a fresh quorum list says so, and mine watches the network
+	// Full now: a fresh live list says so, and mine watches the network
 	// whole from then on.
-	mine.QuorumInterval = time.Nanosecond // the last list is too old
+	mine.LiveListInterval = time.Nanosecond // the last list is too old
 	if _, err := a.AllocateNext(ctx, owner("waiting")); !errors.Is(err, allocator.ErrFull) {
 		t.Fatalf("a full range: %v, want ErrFull", err)
 	}
@@ -103,11 +106,11 @@ func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
 		t.Fatalf("a range found full must have its network watched whole: %v", err)
 	}
 	// A release on another node reaches the waiting pod's next ADD
-	// without another quorum list.
-	mine.QuorumInterval = time.Hour
+	// without another live list.
+	mine.LiveListInterval = time.Hour
 	before := lists.lists.Load()
 	freed := reservation.AddressName(network, netip.MustParseAddr("10.7.0.77"))
-	if err := b.Release(ctx, netip.MustParsePrefix("10.7.0.77/32")); err != nil {
+	if err := other.Release(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: freed}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -120,6 +123,6 @@ func TestWindowWidensBlockByBlockThenAsksTheQuorumList(t *testing.T) {
 		t.Fatalf("after the release: %v %v, want 10.7.0.77", r, err)
 	}
 	if n := lists.lists.Load() - before; n != 0 {
-		t.Fatalf("%d quorum lists after the release, want 0", n)
+		t.Fatalf("%d live lists after the release, want 0", n)
 	}
 }

@@ -14,14 +14,10 @@ import (
 )
 
 type index struct {
-	byMACIf  map[string]Binding // mac|ifname
-	bindings []Binding
+	byMACIf map[string]Binding // mac|ifname
 }
 
 func macIfKey(mac net.HardwareAddr, ifname string) string { return mac.String() + "|" + ifname }
-
-// Bindings returns the bindings of the last reconcile.
-func (s *Service) Bindings() []Binding { return slices.Clone(s.index.Load().bindings) }
 
 // Lookup implements dhcp6.Lookup from the last reconcile's bindings.
 func (s *Service) Lookup(mac net.HardwareAddr, ifname string) (dhcp6.Binding, bool) {
@@ -54,7 +50,7 @@ func (s *Service) rebind(networks map[string]config.DHCPv6) []Binding {
 		in.ClaimReservations = cs.ClaimReservations
 	}
 	bindings, skips := Compute(in)
-	idx := &index{byMACIf: map[string]Binding{}, bindings: bindings}
+	idx := &index{byMACIf: map[string]Binding{}}
 	for _, b := range bindings {
 		for _, ifn := range b.Interfaces {
 			idx.byMACIf[macIfKey(b.MAC, ifn)] = b

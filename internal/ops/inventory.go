@@ -163,7 +163,7 @@ func (inv *Inventory) Resolve(name string) []ScopeMatch {
 		switch {
 		case s.Network == name:
 			match(s.Network, "allocation scope")
-		case !strings.Contains(name, "/") && scopeName(s.Network) == name:
+		case reservation.NetworkNameOf(name) == name && reservation.NetworkNameOf(s.Network) == name:
 			match(s.Network, "network_name")
 		}
 		if slices.Contains(s.CNINetworks, name) {

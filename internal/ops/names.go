@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // Networks returns the network names and allocation scopes that the
@@ -18,7 +20,7 @@ func (c *Client) Networks(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, s := range inv.Spaces() {
-		for _, n := range []string{scopeName(s.Network), s.Network} {
+		for _, n := range []string{reservation.NetworkNameOf(s.Network), s.Network} {
 			if !slices.Contains(out, n) {
 				out = append(out, n)
 			}

@@ -109,7 +109,7 @@ func (c *Client) Release(ctx context.Context, item string, opts ReleaseOptions) 
 			return nil, fmt.Errorf("removing %s from IPAMClaim %s: %w", r.Spec.Address, claims.Key(claim), err)
 		}
 	}
-	if err := allocator.ReleaseObject(ctx, c.c, nil, r); err != nil {
+	if err := (&allocator.Factory{Writer: c.c}).Release(ctx, r); err != nil {
 		return nil, err
 	}
 	views, err := c.views(ctx, []*tenurev1alpha1.IPReservation{r})

@@ -89,13 +89,6 @@ func itemOf(r *tenurev1alpha1.IPReservation) (netip.Prefix, bool) {
 	return p, true
 }
 
-// scopeName is the network_name part of an allocation scope: the scope of
-// a range with enable_overlapping_ranges false is "NAME/RANGE".
-func scopeName(network string) string {
-	name, _, _ := strings.Cut(network, "/")
-	return name
-}
-
 // sameScope reports whether two scopes must never hold one address twice:
 // the same scope, or one network_name's shared scope and one of its
 // per-range scopes (two configurations of one network that disagree on
@@ -103,7 +96,7 @@ func scopeName(network string) string {
 // overlapping range hands out its addresses). Two per-range scopes are
 // independent by configuration.
 func sameScope(a, b string) bool {
-	return a == b || (scopeName(a) == scopeName(b) && (a == scopeName(a) || b == scopeName(b)))
+	return a == b || (reservation.NetworkNameOf(a) == reservation.NetworkNameOf(b) && (a == reservation.NetworkNameOf(a) || b == reservation.NetworkNameOf(b)))
 }
 
 // FindMalformed reports reservations whose address does not parse, does
@@ -167,7 +160,7 @@ func FindDuplicates(rs []*tenurev1alpha1.IPReservation) []Finding {
 	}
 	groups := map[key][]held{}
 	for _, h := range parsedItems(rs) {
-		k := key{scopeName(h.r.Spec.Network), h.item}
+		k := key{reservation.NetworkNameOf(h.r.Spec.Network), h.item}
 		groups[k] = append(groups[k], h)
 	}
 	var out []Finding
@@ -212,7 +205,7 @@ func FindOverlaps(rs []*tenurev1alpha1.IPReservation) []Finding {
 	}
 	groups := map[key][]held{}
 	for _, h := range parsedItems(rs) {
-		k := key{scopeName(h.r.Spec.Network), h.item.Addr().Is4()}
+		k := key{reservation.NetworkNameOf(h.r.Spec.Network), h.item.Addr().Is4()}
 		groups[k] = append(groups[k], h)
 	}
 	var out []Finding

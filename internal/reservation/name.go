@@ -39,6 +39,15 @@ func Scope(networkName, rangeSpec string, overlappingProtection bool) string {
 	return networkName + "/" + rangeSpec
 }
 
+// NetworkNameOf is the network_name an allocation scope was made of, read
+// back from Scope's format: the scope itself, or its part before the
+// range. Two scopes of one network_name share it whatever their
+// enable_overlapping_ranges.
+func NetworkNameOf(key string) string {
+	name, _, _ := strings.Cut(key, "/")
+	return name
+}
+
 // ScopeLabel maps an allocation scope to one DNS-1123 label: the scope
 // itself when it is one, otherwise a readable prefix plus a hash of the
 // whole scope.

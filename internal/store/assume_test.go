@@ -162,8 +162,8 @@ func TestHeldBySeesOtherNodesAsSketches(t *testing.T) {
 	if got := addrs(s.ByOwnerUID("claim-1")); len(got) != 2 {
 		t.Fatalf("ByOwnerUID with the block watched = %v, want both", got)
 	}
-	if len(s.Local()) != 1 || s.Len() != 2 {
-		t.Fatalf("Local() = %d, Len() = %d, want 1 and 2", len(s.Local()), s.Len())
+	if len(s.Local()) != 1 || s.WindowLen() != 2 {
+		t.Fatalf("Local() = %d, WindowLen() = %d, want 1 and 2", len(s.Local()), s.WindowLen())
 	}
 }
 
@@ -213,8 +213,8 @@ func TestWindowHoldsWhatItWatches(t *testing.T) {
 	if !s.Watching(blockB, "san") || !s.Taken(inB.Name) || !s.Taken(late.Name) {
 		t.Fatal("with the network watched whole, every block of it is held")
 	}
-	if err := s.Watch(ctx, "san", blockA); err != nil || s.Len() != 3 {
-		t.Fatalf("Watch of a held block: %v; Len %d, want 3 (two informers, both hold .9)", err, s.Len())
+	if err := s.Watch(ctx, "san", blockA); err != nil || s.WindowLen() != 3 {
+		t.Fatalf("Watch of a held block: %v; WindowLen %d, want 3 (two informers, both hold .9)", err, s.WindowLen())
 	}
 }
 

@@ -142,15 +142,3 @@ func (s *Store) NextUnheldAddress(networkLabel string, a netip.Addr) (netip.Addr
 	}
 	return set.nextFree(a)
 }
-
-// HeldAddresses is the number of addresses of one network the window
-// holds.
-func (s *Store) HeldAddresses(networkLabel string) int {
-	held := s.win.Load().held
-	held.mu.RLock()
-	defer held.mu.RUnlock()
-	if set := held.per[networkLabel]; set != nil {
-		return set.n
-	}
-	return 0
-}

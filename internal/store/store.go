@@ -45,9 +45,6 @@ const (
 	indexNetwork    = "network"
 )
 
-// AttachmentKey identifies one CNI attachment.
-func AttachmentKey(containerID, ifName string) string { return containerID + "/" + ifName }
-
 // assumedTTL bounds how long a write of ours stays visible without the
 // informer confirming it; a watch delivers within milliseconds normally.
 const assumedTTL = 2 * time.Minute
@@ -109,7 +106,7 @@ func New(c client.WithWatch, node string) *Store {
 			if r.Spec.Owner.ContainerID == "" {
 				return nil, nil
 			}
-			return []string{AttachmentKey(r.Spec.Owner.ContainerID, r.Spec.Owner.Interface)}, nil
+			return []string{reservation.AttachmentKey(r.Spec.Owner.ContainerID, r.Spec.Owner.Interface)}, nil
 		},
 		indexOwnerUID: func(obj any) ([]string, error) {
 			return []string{obj.(*tenurev1alpha1.IPReservation).Spec.Owner.UID}, nil
@@ -183,7 +180,7 @@ func (s *Store) observed(obj any) {
 	if ok && a.uncertain {
 		// The Create committed: the local cache now holds the object
 		// whole, and says whose it is.
-		if r, inLocal := s.localGet(name, uid); inLocal && sameAttachment(r, a.obj) {
+		if r, inLocal := s.localGet(name, uid); inLocal && reservation.SameAttachment(r, a.obj) {
 			delete(s.assumed, name)
 		}
 		return
@@ -377,13 +374,6 @@ func (s *Store) Uncertain(name string) (*tenurev1alpha1.IPReservation, bool) {
 	return nil, false
 }
 
-// sameAttachment reports whether a and b are owned by one attachment:
-// owner UID, container ID and interface.
-func sameAttachment(a, b *tenurev1alpha1.IPReservation) bool {
-	x, y := a.Spec.Owner, b.Spec.Owner
-	return x.UID == y.UID && x.ContainerID == y.ContainerID && x.Interface == y.Interface
-}
-
 // Forget drops an assumption whose Create failed.
 func (s *Store) Forget(name string) {
 	s.mu.Lock()
@@ -417,7 +407,7 @@ func (s *Store) Released(name string) {
 
 // ByAttachment returns what one attachment of this node holds.
 func (s *Store) ByAttachment(containerID, ifName string) []*tenurev1alpha1.IPReservation {
-	return s.collect(indexAttachment, AttachmentKey(containerID, ifName), false, func(r *tenurev1alpha1.IPReservation) bool {
+	return s.collect(indexAttachment, reservation.AttachmentKey(containerID, ifName), false, func(r *tenurev1alpha1.IPReservation) bool {
 		return r.Spec.Owner.ContainerID == containerID && r.Spec.Owner.Interface == ifName
 	})
 }
@@ -455,13 +445,6 @@ func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPRes
 		out = append(out, sketch(e.(*entry)))
 	}
 	return out, nil
-}
-
-// ByNetwork returns every reservation of one network key this agent knows:
-// this node's and the window's.
-func (s *Store) ByNetwork(network string) []*tenurev1alpha1.IPReservation {
-	label := reservation.ScopeLabel(network)
-	return s.collect(indexNetwork, label, true, func(r *tenurev1alpha1.IPReservation) bool { return reservation.ScopeLabelOf(r.Name) == label })
 }
 
 // Local returns every reservation of this node.
@@ -535,8 +518,10 @@ func (s *Store) expireLocked() {
 	}
 }
 
-// Len is the number of reservations in the window.
-func (s *Store) Len() int {
+// WindowLen is the number of reservations in the window: other nodes'
+// reservations of the blocks this node allocates from, not what this node
+// holds (Local).
+func (s *Store) WindowLen() int {
 	n := 0
 	for _, inf := range s.win.Load().infs {
 		n += len(inf.GetIndexer().ListKeys())

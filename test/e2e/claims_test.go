@@ -169,7 +169,7 @@ func releaseClaim(t *testing.T, ctx context.Context, uid string) {
 	t.Helper()
 	c := apiClient(t)
 	for _, r := range ownedBy(t, ctx, uid) {
-		if err := allocator.ReleaseObject(ctx, c, nil, &r); err != nil {
+		if err := (&allocator.Factory{Writer: c}).Release(ctx, &r); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -225,7 +225,7 @@ func (e *env) newFanAgent(i int, space allocator.Space, mapper meta.RESTMapper, 
 	node := fmt.Sprintf("fan-%04d", i)
 	s := store.New(c, node)
 	s.OnClusterAdd(func(name string) { track.added(i, name) })
-	f := &allocator.Factory{Store: s, Writer: countingWriter{WithWatch: c, conflicts: conflicts, track: track}, Quorum: c, Node: node}
+	f := &allocator.Factory{Store: s, Writer: countingWriter{WithWatch: c, conflicts: conflicts, track: track}, Live: c, Node: node}
 	return &fanAgent{node: node, store: s, alloc: f.For(fanoutNetwork, space), http: hc}, nil
 }
 

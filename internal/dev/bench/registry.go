@@ -67,9 +67,6 @@ func ScenarioNames() []string {
 	return names
 }
 
-// ScenarioSummary is one registered scenario's one-line description.
-func ScenarioSummary(name string) string { return scenarios[name].Summary }
-
 // checkScenarios rejects names no scenario registered.
 func checkScenarios(names []string) error {
 	for _, n := range names {

@@ -50,8 +50,7 @@ type Client struct {
 	mu     sync.Mutex
 	paused chan struct{} // closed on Resume; nil while events flow
 
-	creates, deletes, statusUpdates atomic.Int64
-	reservationLists                atomic.Int64
+	creates, reservationLists atomic.Int64
 
 	// BeforeCreate, when set, is called before every Create; an error it
 	// returns is the Create's answer and nothing is written.
@@ -85,10 +84,6 @@ func New(objs ...client.Object) *Client {
 				c.reservationLists.Add(1)
 			}
 			return cl.List(ctx, list, opts...)
-		},
-		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			c.statusUpdates.Add(1)
-			return cl.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	})
 	return c
@@ -126,10 +121,8 @@ func crd() *unstructured.Unstructured {
 // then watch: the fake cannot stream a watch's initial events.
 func (c *Client) IsWatchListSemanticsUnSupported() bool { return true }
 
-// Creates, Deletes and StatusUpdates count the writes made through c.
-func (c *Client) Creates() int64       { return c.creates.Load() }
-func (c *Client) Deletes() int64       { return c.deletes.Load() }
-func (c *Client) StatusUpdates() int64 { return c.statusUpdates.Load() }
+// Creates counts the creates made through c.
+func (c *Client) Creates() int64 { return c.creates.Load() }
 
 // ReservationLists counts the lists of whole IPReservations (not of their
 // metadata) made through c.
@@ -209,11 +202,7 @@ func (c *Client) delete(ctx context.Context, cl client.WithWatch, obj client.Obj
 				fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", *o.Preconditions.UID, cur.GetUID()))
 		}
 	}
-	if err := cl.Delete(ctx, obj, opts...); err != nil {
-		return err
-	}
-	c.deletes.Add(1)
-	return nil
+	return cl.Delete(ctx, obj, opts...)
 }
 
 func (c *Client) watch(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {

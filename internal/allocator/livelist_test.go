@@ -3,7 +3,6 @@ package allocator_test
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/allocator"
 )
 
-// countingReader counts the quorum lists an allocator sends.
+// countingReader counts the live lists an allocator sends.
 type countingReader struct {
 	client.Reader
 	lists atomic.Int64
@@ -26,16 +25,16 @@ func (c *countingReader) List(ctx context.Context, list client.ObjectList, opts 
 	return c.Reader.List(ctx, list, opts...)
 }
 
-// TestFullNetworkCallersShareOneQuorumList: many ADDs on a full network at
-// once cost one quorum list, and later ones within the interval none; a
+// TestFullNetworkCallersShareOneLiveList: many ADDs on a full network at
+// once cost one live list, and later ones within the interval none; a
 // release the cache has seen is handed out at once, without a list.
-func TestFullNetworkCallersShareOneQuorumList(t *testing.T) {
+func TestFullNetworkCallersShareOneLiveList(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
-	lists := &countingReader{Reader: f.Quorum}
-	f.Quorum = lists
+	lists := &countingReader{Reader: f.Live}
+	f.Live = lists
 	// Long enough that no second list is due while the test runs.
-	f.QuorumInterval = time.Hour
+	f.LiveListInterval = time.Hour
 	a := f.For("alloc-storm", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.6.0.0/29"}`)})
 	var held []*tenurev1alpha1.IPReservation
 	for {
@@ -52,7 +51,7 @@ func TestFullNetworkCallersShareOneQuorumList(t *testing.T) {
 		t.Fatalf("filled %d addresses of a /29, want 6", len(held))
 	}
 	if n := lists.lists.Load(); n != 1 {
-		t.Fatalf("filling the range sent %d quorum lists, want 1 (for the ADD that found it full)", n)
+		t.Fatalf("filling the range sent %d live lists, want 1 (for the ADD that found it full)", n)
 	}
 
 	var wg sync.WaitGroup
@@ -71,12 +70,12 @@ func TestFullNetworkCallersShareOneQuorumList(t *testing.T) {
 		t.Fatalf("%d ADDs on a full range did not answer full", n)
 	}
 	if n := lists.lists.Load(); n != 1 {
-		t.Fatalf("50 ADDs on a full range sent %d more quorum lists, want none within the interval", n-1)
+		t.Fatalf("50 ADDs on a full range sent %d more live lists, want none within the interval", n-1)
 	}
 
 	// A release: once the cache has seen it, the next ADD gets the address.
 	freed := held[3]
-	if err := a.Release(ctx, netip.MustParsePrefix(freed.Spec.Address+"/32")); err != nil {
+	if err := f.Release(ctx, freed); err != nil {
 		t.Fatal(err)
 	}
 	waitCache(t, f, freed.Name)
@@ -88,20 +87,20 @@ func TestFullNetworkCallersShareOneQuorumList(t *testing.T) {
 		t.Fatalf("got %s, want the freed %s", r.Spec.Address, freed.Spec.Address)
 	}
 	if n := lists.lists.Load(); n != 1 {
-		t.Fatalf("handing out the freed address sent %d quorum lists", n-1)
+		t.Fatalf("handing out the freed address sent %d live lists", n-1)
 	}
 }
 
-// TestConcurrentQuorumListsAreShared: with no interval at all, callers
+// TestConcurrentLiveListsAreShared: with no interval at all, callers
 // that find the range full at the same moment still share one list each
 // time one is in flight, and every one of them answers full.
-func TestConcurrentQuorumListsAreShared(t *testing.T) {
+func TestConcurrentLiveListsAreShared(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
 	gate := make(chan struct{})
-	lists := &blockingReader{Reader: f.Quorum, gate: gate}
-	f.Quorum = lists
-	f.QuorumInterval = time.Nanosecond
+	lists := &blockingReader{Reader: f.Live, gate: gate}
+	f.Live = lists
+	f.LiveListInterval = time.Nanosecond
 	a := f.For("alloc-shared", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.7.0.0/31"}`)})
 	for i := 0; i < 2; i++ {
 		if _, err := a.AllocateNext(ctx, owner(string(rune('a'+i)))); err != nil {
@@ -128,7 +127,7 @@ func TestConcurrentQuorumListsAreShared(t *testing.T) {
 		}
 	}
 	if n := lists.lists.Load(); n >= callers {
-		t.Fatalf("%d callers sent %d quorum lists: none were shared", callers, n)
+		t.Fatalf("%d callers sent %d live lists: none were shared", callers, n)
 	}
 }
 
