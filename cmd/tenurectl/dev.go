@@ -29,6 +29,7 @@ func init() {
 			return subcommands(ctx, e, "dev", []*command{
 				{name: "up", summary: "start a detached control plane and install the CRDs (--node: and a real node running tenure)", run: devUp},
 				{name: "down", summary: "stop the control plane (and node) that up started", run: devDown},
+				{name: "fabric-proxy", summary: "(run by up --nodes N) carry the nodes' traffic to and from the API server", run: devFabricProxy},
 			}, args)
 		},
 	})
@@ -46,7 +47,7 @@ func defaultDevDir() string {
 func devFlags(e *env, name string, args []string, more ...func(*flag.FlagSet)) (dir string, timeout time.Duration, err error) {
 	usage := "[--dir DIR]"
 	if len(more) > 0 {
-		usage = "[--dir DIR] [--node [--image FILE]]"
+		usage = "[--dir DIR] [--node [--nodes N] [--image FILE]]"
 	}
 	fs := newFlagSet(e, "dev "+name, usage)
 	fs.StringVar(&dir, "dir", defaultDevDir(), "state `directory`: certificates, etcd data, logs, kubeconfig, state.json")
@@ -71,12 +72,22 @@ func devFlags(e *env, name string, args []string, more ...func(*flag.FlagSet)) (
 func devUp(ctx context.Context, e *env, args []string) error {
 	var withNode bool
 	var image string
+	var nodes int
 	dir, timeout, err := devFlags(e, "up", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed from deploy/ and its image")
 		fs.StringVar(&image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
+		fs.IntVar(&nodes, "nodes", 1, fmt.Sprintf("with --node: how many nodes, 1 to %d; more than one run each in namespaces of its own, joined by a bridge", devnode.MaxNodes))
 	})
 	if err != nil {
 		return err
+	}
+	if nodes < 1 || nodes > devnode.MaxNodes {
+		fmt.Fprintf(e.stderr, "tenurectl dev up: --nodes %d: from 1 to %d\n", nodes, devnode.MaxNodes)
+		return errUsage
+	}
+	if nodes > 1 && !withNode {
+		fmt.Fprintf(e.stderr, "tenurectl dev up: --nodes %d needs --node\n", nodes)
+		return errUsage
 	}
 	if withNode && os.Geteuid() != 0 {
 		return errors.New("tenurectl dev up --node: a node runs containerd and a kubelet: run as root")
@@ -92,7 +103,7 @@ func devUp(ctx context.Context, e *env, args []string) error {
 	}
 	defer unlock()
 	if withNode {
-		return devUpNode(ctx, e, dir, image)
+		return devUpNode(ctx, e, dir, image, nodes)
 	}
 
 	crds, err := fs.Sub(deploy.CRDs, "crds")
@@ -188,9 +199,12 @@ func devDown(ctx context.Context, e *env, args []string) error {
 // nodeDir is where dev up --node keeps the node, inside the dev directory.
 func nodeDir(dir string) string { return filepath.Join(dir, "node") }
 
+// clusterDir is where dev up --node --nodes N (N > 1) keeps the nodes.
+func clusterDir(dir string) string { return filepath.Join(dir, "cluster") }
+
 func nodeRecorded(dir string) bool {
 	_, err := os.Stat(filepath.Join(nodeDir(dir), devnode.StateFile))
-	return err == nil
+	return err == nil || devnode.ClusterRecorded(clusterDir(dir))
 }
 
 // defaultImage is make image's output beside this executable (bin/).
@@ -207,7 +221,7 @@ func defaultImage() string {
 // from deploy/ through internal/dev/localnode. Up already (with a node), it only
 // says so.
 // Called with dir made and locked.
-func devUpNode(ctx context.Context, e *env, dir, image string) error {
+func devUpNode(ctx context.Context, e *env, dir, image string, nodes int) error {
 	if cp, err := controlplane.Attach(dir); err == nil {
 		if cp.Healthy(ctx) == nil && nodeRecorded(dir) {
 			fmt.Fprintf(e.stderr, "tenure dev control plane already up at %s with a node (dir %s)\n", cp.URL, dir)
@@ -217,6 +231,9 @@ func devUpNode(ctx context.Context, e *env, dir, image string) error {
 		return fmt.Errorf("a control plane without a node is recorded in %s: tenurectl dev down --dir %s first", dir, dir)
 	}
 
+	if nodes > 1 {
+		return devUpCluster(ctx, e, dir, image, nodes)
+	}
 	begin := time.Now()
 	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Detach: true, Controllers: true})
 	if err != nil {
@@ -236,9 +253,65 @@ func devUpNode(ctx context.Context, e *env, dir, image string) error {
 	return nil
 }
 
+// devUpCluster is devUpNode for nodes > 1: a control plane the nodes'
+// namespaces reach through the fabric, and the nodes.
+func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	begin := time.Now()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Detach: true, Controllers: true, Nodes: localnode.NodeAccess(clusterDir(dir))})
+	if err != nil {
+		return err
+	}
+	cpReady := time.Since(begin)
+	cl, err := localnode.StartCluster(ctx, cp, localnode.ClusterOptions{
+		Dir: clusterDir(dir), Nodes: nodes, Image: image, ProxyCommand: []string{exe, "dev", "fabric-proxy"},
+	})
+	if err != nil {
+		if serr := cp.Stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}
+	var names []string
+	for _, n := range cl.Nodes {
+		names = append(names, n.Name+" ("+n.IP()+")")
+	}
+	fmt.Fprintf(e.stderr, "tenure dev cluster up at %s: control plane with controller-manager and scheduler ready in %v; nodes %s Ready and tenure rolled out on them in %v (logs in %s and %s)\n",
+		cp.URL, cpReady.Round(time.Millisecond), strings.Join(names, ", "), (time.Since(begin) - cpReady).Round(time.Millisecond), dir, filepath.Join(cl.Dir, "node-*", "logs"))
+	printKubeconfig(e, cp.KubeconfigPath)
+	return nil
+}
+
+// devFabricProxy runs the fabric proxy of a cluster (devnode.ServeProxy)
+// until it is killed: dev up --nodes N starts it, dev down stops it.
+func devFabricProxy(ctx context.Context, e *env, args []string) error {
+	if len(args) != 1 {
+		fmt.Fprintln(e.stderr, "usage: tenurectl dev fabric-proxy CONFIG")
+		return errUsage
+	}
+	return devnode.ServeProxy(ctx, args[0])
+}
+
 // devDownNode stops the node dev up --node started in dir, if any, and
 // fails if it left anything on the host.
 func devDownNode(e *env, dir string) error {
+	if devnode.ClusterRecorded(clusterDir(dir)) {
+		if err := devnode.StopCluster(clusterDir(dir)); err != nil {
+			return err
+		}
+		left, err := devnode.ClusterLeftovers(clusterDir(dir))
+		if err != nil {
+			return err
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("the cluster in %s left behind: %s", clusterDir(dir), strings.Join(left, "; "))
+		}
+		fmt.Fprintf(e.stderr, "tenure dev nodes in %s stopped; nothing left on the host\n", clusterDir(dir))
+		return nil
+	}
 	if !nodeRecorded(dir) {
 		return nil
 	}
