@@ -60,10 +60,18 @@ const (
 func NodeIP(i int) string { return fmt.Sprintf("10.99.0.%d", 10+i) }
 
 // EgressSocket is the proxy's HTTP CONNECT socket for a cluster in dir:
-// give it to controlplane.NodeAccess before the cluster starts.
+// give it to controlplane.NodeAccess before the cluster starts. An
+// abstract socket (Go dials "@name" so): a path under dir may pass the
+// 108 bytes a socket path may have, and it leaves no file.
 func EgressSocket(dir string) string {
+	return "@tenure-egress-" + clusterID(dir)
+}
+
+// clusterID is 8 hex digits of dir's absolute path.
+func clusterID(dir string) string {
 	dir, _ = filepath.Abs(dir)
-	return filepath.Join(dir, "fabric", "egress.sock")
+	sum := sha256.Sum256([]byte(dir))
+	return hex.EncodeToString(sum[:])[:8]
 }
 
 // ClusterOptions for StartCluster. All but Nodes are required.
@@ -199,8 +207,7 @@ func prepareCluster(dir string, nodes int) (*clusterLayout, error) {
 			return nil, fmt.Errorf("devnode: %s holds %s: this host has a CNI setup of its own", d, entries[0].Name())
 		}
 	}
-	sum := sha256.Sum256([]byte(dir))
-	id := hex.EncodeToString(sum[:])[:8]
+	id := clusterID(dir)
 	memCgroup, err := ownMemoryCgroup()
 	if err != nil {
 		return nil, err
@@ -470,7 +477,6 @@ func StopCluster(dir string) error {
 			errs = append(errs, fmt.Errorf("rmdir %s: %w", c.CreatedCgroups[i], err))
 		}
 	}
-	_ = os.Remove(EgressSocket(dir))
 	for _, ns := range append(slices.Clone(c.NodeNetns), c.FabricNetns) {
 		if err := unix.Unmount(ns, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", ns, err))
@@ -586,8 +592,9 @@ func ClusterLeftovers(dir string) ([]string, error) {
 		}
 	}
 	found = append(found, fabricBridgesAlive()...)
-	if _, err := os.Lstat(EgressSocket(dir)); err == nil {
-		found = append(found, "socket "+EgressSocket(dir))
+	if c, err := net.Dial("unix", EgressSocket(dir)); err == nil {
+		c.Close()
+		found = append(found, "socket "+EgressSocket(dir)+" answers")
 	}
 	for _, d := range c.CreatedHostDirs {
 		if _, err := os.Lstat(d); err == nil {

@@ -62,7 +62,6 @@ func ServeProxy(ctx context.Context, configFile string) error {
 	}); err != nil {
 		return fmt.Errorf("devnode: listening on %s in %s: %w", cfg.Listen, cfg.FabricNetns, err)
 	}
-	_ = os.Remove(cfg.EgressSocket)
 	uds, err := net.Listen("unix", cfg.EgressSocket)
 	if err != nil {
 		tcp.Close()
