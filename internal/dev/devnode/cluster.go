@@ -411,7 +411,7 @@ func (c *clusterLayout) startNode(ctx context.Context, opts ClusterOptions, admi
 		cl.Server = server
 	}
 	files := map[string]*clientcmdapi.Config{
-		filepath.Join(dir, "kubelet", "kubeconfig"): &kubelet,
+		filepath.Join(dir, "kubelet", "kubeconfig"):        &kubelet,
 		filepath.Join(dir, "kubelet", "multus.kubeconfig"): multus,
 	}
 	for f, cfg := range files {
