@@ -425,6 +425,8 @@ func (c *clusterLayout) startNode(ctx context.Context, opts ClusterOptions, admi
 	}
 	return Start(ctx, Options{
 		Dir: dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir, NodeName: name,
+		// A range per node, as a cluster's IPAM gives: pod IPs stay unique.
+		PodCIDR: fmt.Sprintf("10.244.%d.0/24", i+1),
 		Net: &NodeNet{
 			Netns: c.NodeNetns[i], IP: NodeIP(i + 1),
 			Kubeconfig:       filepath.Join(dir, "kubelet", "kubeconfig"),

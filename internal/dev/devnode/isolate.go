@@ -52,3 +52,36 @@ func (node *Node) startHolder(ctx context.Context, hs []hierarchy) error {
 		return nil
 	})
 }
+
+// CutLinks takes a Cluster node's links to the fabric and the SAN down,
+// as pulled cables would: nothing of the node reaches the API server or
+// the other nodes. RestoreLinks puts them back.
+func (node *Node) CutLinks() error { return node.setLinks(false) }
+
+// RestoreLinks undoes CutLinks.
+func (node *Node) RestoreLinks() error { return node.setLinks(true) }
+
+func (node *Node) setLinks(up bool) error {
+	if !node.layout.Isolated {
+		return fmt.Errorf("devnode: node %s runs on the host's network: no links of its own to cut", node.Name)
+	}
+	h, err := netnsHandle(node.layout.Netns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	for _, name := range []string{"eth0", SANLink} {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		set := h.LinkSetDown
+		if up {
+			set = h.LinkSetUp
+		}
+		if err := set(l); err != nil {
+			return fmt.Errorf("devnode: node %s: %s: %w", node.Name, name, err)
+		}
+	}
+	return nil
+}
