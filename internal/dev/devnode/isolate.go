@@ -85,3 +85,13 @@ func (node *Node) setLinks(up bool) error {
 	}
 	return nil
 }
+
+// Path is where the host opens p as the node's programs see it: p itself,
+// or for a Cluster's node p in its mount namespace, through the root of
+// the process that holds it (the kubelet's tmpfs volumes are there only).
+func (node *Node) Path(p string) string {
+	if !node.layout.Isolated {
+		return p
+	}
+	return filepath.Join(fmt.Sprintf("/proc/%d/root", node.layout.Holder), p)
+}
