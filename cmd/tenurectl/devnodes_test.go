@@ -216,3 +216,24 @@ func portForwardGet(ctx context.Context, t *testing.T, kubectl, kubeconfig, pod 
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
 }
+
+// --nodes out of range, or without --node, is refused before anything
+// starts: the message names the flag and the value, and the directory
+// records no control plane.
+func TestDevUpRefusesNodesOutOfRange(t *testing.T) {
+	for _, args := range [][]string{
+		{"--node", "--nodes", "4"},
+		{"--node", "--nodes", "0"},
+		{"--nodes", "2"},
+	} {
+		dir := filepath.Join(t.TempDir(), "dev")
+		r := tenurectl(t, append([]string{"dev", "up", "--dir", dir}, args...)...)
+		value := args[len(args)-1]
+		if r.code == 0 || !strings.Contains(r.stderr, "--nodes "+value) {
+			t.Errorf("dev up %v: exit %d, stderr %q; want a refusal naming --nodes %s", args, r.code, r.stderr, value)
+		}
+		if _, err := os.Stat(filepath.Join(dir, controlplane.StateFile)); err == nil {
+			t.Errorf("dev up %v started a control plane", args)
+		}
+	}
+}
