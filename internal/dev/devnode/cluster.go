@@ -480,10 +480,7 @@ func StopCluster(dir string) error {
 		}
 	}
 	for _, ns := range append(slices.Clone(c.NodeNetns), c.FabricNetns) {
-		if err := unix.Unmount(ns, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", ns, err))
-		}
-		if err := os.Remove(ns); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeNetns(ns); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -702,4 +699,16 @@ func addAddr(h *netlink.Handle, name, cidr string) error {
 		return err
 	}
 	return h.AddrAdd(l, a)
+}
+
+// removeNetns unbinds the network namespace at p and removes its file;
+// the namespace goes once no process is in it.
+func removeNetns(p string) error {
+	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", p, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
