@@ -30,7 +30,7 @@ func developerCommands(e *env) []*cobra.Command {
 func devCommand(e *env) *cobra.Command {
 	var d devFlags
 	up := &cobra.Command{
-		Use:   "up [--dir DIR] [--node [--image FILE]]",
+		Use:   "up [--dir DIR] [--node [--nodes N] [--image FILE]]",
 		Short: "start a detached control plane and install the CRDs (--node: and a real node running tenure)",
 		Args:  noArgs(e),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return devUp(cmd.Context(), e, &d) },
@@ -38,6 +38,7 @@ func devCommand(e *env) *cobra.Command {
 	d.register(up.Flags())
 	up.Flags().BoolVar(&d.withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed from deploy/ and its image")
 	up.Flags().StringVar(&d.image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
+	up.Flags().IntVar(&d.nodes, "nodes", 1, fmt.Sprintf("with --node: how many nodes, 1 to %d; more than one run each in namespaces of its own, joined by a bridge", devnode.MaxNodes))
 	down := &cobra.Command{
 		Use:   "down [--dir DIR]",
 		Short: "stop the control plane (and node) that up started",
@@ -45,7 +46,13 @@ func devCommand(e *env) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return devDown(e, &d) },
 	}
 	d.register(down.Flags())
-	return group(e, "dev", "run a local kube-apiserver + etcd with tenure's CRDs (up, down)", up, down)
+	proxy := &cobra.Command{
+		Use:    "fabric-proxy CONFIG",
+		Short:  "(run by up --nodes N) carry the nodes' traffic to and from the API server",
+		Hidden: true,
+		RunE:   func(cmd *cobra.Command, args []string) error { return devFabricProxy(cmd.Context(), e, args) },
+	}
+	return group(e, "dev", "run a local kube-apiserver + etcd with tenure's CRDs (up, down)", up, down, proxy)
 }
 
 // defaultDevDir is where dev up/down keep their state without --dir.
@@ -63,6 +70,7 @@ type devFlags struct {
 	timeout  time.Duration
 	withNode bool
 	image    string
+	nodes    int
 }
 
 func (d *devFlags) register(fs *pflag.FlagSet) {
@@ -87,6 +95,14 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 	if err != nil {
 		return err
 	}
+	if d.nodes < 1 || d.nodes > devnode.MaxNodes {
+		fmt.Fprintf(e.stderr, "tenurectl dev up: --nodes %d: from 1 to %d\n", d.nodes, devnode.MaxNodes)
+		return errUsage
+	}
+	if d.nodes > 1 && !d.withNode {
+		fmt.Fprintf(e.stderr, "tenurectl dev up: --nodes %d needs --node\n", d.nodes)
+		return errUsage
+	}
 	if d.withNode && os.Geteuid() != 0 {
 		return errors.New("tenurectl dev up --node: a node runs containerd and a kubelet: run as root")
 	}
@@ -101,7 +117,7 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 	}
 	defer unlock()
 	if d.withNode {
-		return devUpNode(ctx, e, dir, d.image)
+		return devUpNode(ctx, e, dir, d.image, d.nodes)
 	}
 
 	crds, err := fs.Sub(deploy.CRDs, "crds")
@@ -197,9 +213,12 @@ func devDown(e *env, d *devFlags) error {
 // nodeDir is where dev up --node keeps the node, inside the dev directory.
 func nodeDir(dir string) string { return filepath.Join(dir, "node") }
 
+// clusterDir is where dev up --node --nodes N (N > 1) keeps the nodes.
+func clusterDir(dir string) string { return filepath.Join(dir, "cluster") }
+
 func nodeRecorded(dir string) bool {
 	_, err := os.Stat(filepath.Join(nodeDir(dir), devnode.StateFile))
-	return err == nil
+	return err == nil || devnode.ClusterRecorded(clusterDir(dir))
 }
 
 // defaultImage is make image's output beside this executable (bin/).
@@ -215,7 +234,7 @@ func defaultImage() string {
 // controllers, then a node of this machine with tenure rolled out on it
 // from deploy/ through internal/dev/localnode. Up already (with a node), it
 // only says so. Called with dir made and locked.
-func devUpNode(ctx context.Context, e *env, dir, image string) error {
+func devUpNode(ctx context.Context, e *env, dir, image string, nodes int) error {
 	if cp, err := controlplane.Attach(dir); err == nil {
 		if cp.Healthy(ctx) == nil && nodeRecorded(dir) {
 			fmt.Fprintf(e.stderr, "tenure dev control plane already up at %s with a node (dir %s)\n", cp.URL, dir)
@@ -225,6 +244,9 @@ func devUpNode(ctx context.Context, e *env, dir, image string) error {
 		return fmt.Errorf("a control plane without a node is recorded in %s: tenurectl dev down --dir %s first", dir, dir)
 	}
 
+	if nodes > 1 {
+		return devUpCluster(ctx, e, dir, image, nodes)
+	}
 	begin := time.Now()
 	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Detach: true, Controllers: true})
 	if err != nil {
@@ -244,9 +266,65 @@ func devUpNode(ctx context.Context, e *env, dir, image string) error {
 	return nil
 }
 
+// devUpCluster is devUpNode for nodes > 1: a control plane the nodes'
+// namespaces reach through the fabric, and the nodes.
+func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	begin := time.Now()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Detach: true, Controllers: true, Nodes: localnode.NodeAccess(clusterDir(dir))})
+	if err != nil {
+		return err
+	}
+	cpReady := time.Since(begin)
+	cl, err := localnode.StartCluster(ctx, cp, localnode.ClusterOptions{
+		Dir: clusterDir(dir), Nodes: nodes, Image: image, ProxyCommand: []string{exe, "dev", "fabric-proxy"},
+	})
+	if err != nil {
+		if serr := cp.Stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}
+	var names []string
+	for _, n := range cl.Nodes {
+		names = append(names, n.Name+" ("+n.IP()+")")
+	}
+	fmt.Fprintf(e.stderr, "tenure dev cluster up at %s: control plane with controller-manager and scheduler ready in %v; nodes %s Ready and tenure rolled out on them in %v (logs in %s and %s)\n",
+		cp.URL, cpReady.Round(time.Millisecond), strings.Join(names, ", "), (time.Since(begin) - cpReady).Round(time.Millisecond), dir, filepath.Join(cl.Dir, "node-*", "logs"))
+	printKubeconfig(e, cp.KubeconfigPath)
+	return nil
+}
+
+// devFabricProxy runs the fabric proxy of a cluster (devnode.ServeProxy)
+// until it is killed: dev up --nodes N starts it, dev down stops it.
+func devFabricProxy(ctx context.Context, e *env, args []string) error {
+	if len(args) != 1 {
+		fmt.Fprintln(e.stderr, "usage: tenurectl dev fabric-proxy CONFIG")
+		return errUsage
+	}
+	return devnode.ServeProxy(ctx, args[0])
+}
+
 // devDownNode stops the node dev up --node started in dir, if any, and
 // fails if it left anything on the host.
 func devDownNode(e *env, dir string) error {
+	if devnode.ClusterRecorded(clusterDir(dir)) {
+		if err := devnode.StopCluster(clusterDir(dir)); err != nil {
+			return err
+		}
+		left, err := devnode.ClusterLeftovers(clusterDir(dir))
+		if err != nil {
+			return err
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("the cluster in %s left behind: %s", clusterDir(dir), strings.Join(left, "; "))
+		}
+		fmt.Fprintf(e.stderr, "tenure dev nodes in %s stopped; nothing left on the host\n", clusterDir(dir))
+		return nil
+	}
 	if !nodeRecorded(dir) {
 		return nil
 	}

@@ -160,6 +160,23 @@ type Options struct {
 	// stops reporting is marked NotReady. Start returns once the
 	// "default" ServiceAccount exists.
 	Controllers bool
+	// Nodes, when set, lets kubelets in network namespaces of their own
+	// (devnode's cluster) reach the API server and be reached by it.
+	Nodes *NodeAccess
+}
+
+// NodeAccess is how kubelets outside the host's network namespace and the
+// API server reach each other. The API server stays on 127.0.0.1; a proxy
+// of the caller's carries the traffic in both directions.
+type NodeAccess struct {
+	// SANs are further addresses the serving certificate names: where
+	// the nodes reach the API server.
+	SANs []net.IP
+	// EgressSocket is a Unix socket that serves HTTP CONNECT: the API
+	// server sends everything it dials in the cluster (kubelets, the
+	// webhooks' endpoints) through it, so it needs no route to the nodes'
+	// addresses.
+	EgressSocket string
 }
 
 // ControlPlane is a running etcd + kube-apiserver pair.
@@ -302,7 +319,11 @@ func resolveBinary(binDir, name string) (string, error) {
 }
 
 func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiserverBin string) error {
-	pk, err := generatePKI(time.Now())
+	var sans []net.IP
+	if opts.Nodes != nil {
+		sans = opts.Nodes.SANs
+	}
+	pk, err := generatePKI(time.Now(), sans...)
 	if err != nil {
 		return fmt.Errorf("controlplane: generating certificates: %w", err)
 	}
@@ -340,8 +361,18 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		return err
 	}
+	if opts.Nodes != nil {
+		files[filepath.Join(pkiDir, "ca.key")] = pk.caKeyPEM
+		files[filepath.Join(cp.Dir, "egress.yaml")] = egressConfig(opts.Nodes.EgressSocket)
+	}
 	for name, data := range files {
 		if err := os.WriteFile(name, data, 0o600); err != nil {
+			return err
+		}
+	}
+	var nodeFlags []string
+	if opts.Nodes != nil {
+		if nodeFlags, err = nodeAccessFlags(cp.Dir, pkiDir); err != nil {
 			return err
 		}
 	}
@@ -391,8 +422,12 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 		if opts.Controllers && f == disableServiceAccountAdmission {
 			continue // the controller-manager makes the ServiceAccounts it needs
 		}
+		if opts.Nodes != nil && strings.HasPrefix(f, "authorization-mode=") {
+			continue // nodeAccessFlags' own
+		}
 		apiserver.Args = append(apiserver.Args, "--"+f)
 	}
+	apiserver.Args = append(apiserver.Args, nodeFlags...)
 	if err := cp.spawn(apiserver, opts); err != nil {
 		return err
 	}

@@ -7,8 +7,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -18,9 +21,13 @@ import (
 type pki struct {
 	caPEM, certPEM, keyPEM []byte
 	saKeyPEM, saPubPEM     []byte
+	// caKeyPEM signs the client certificates of NodeAccess.
+	caKeyPEM []byte
 }
 
-func generatePKI(now time.Time) (*pki, error) {
+// generatePKI makes the certificates; sans are further addresses the
+// serving certificate names.
+func generatePKI(now time.Time, sans ...net.IP) (*pki, error) {
 	notBefore, notAfter := now.Add(-time.Hour), now.Add(365*24*time.Hour)
 
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -58,7 +65,7 @@ func generatePKI(now time.Time) (*pki, error) {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 96, 0, 1)},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 96, 0, 1)}, sans...),
 	}
 	certDER, err := x509.CreateCertificate(rand.Reader, certTmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
@@ -82,7 +89,13 @@ func generatePKI(now time.Time) (*pki, error) {
 		return nil, err
 	}
 
+	caKeyDER, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		return nil, err
+	}
+
 	return &pki{
+		caKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: caKeyDER}),
 		caPEM:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		certPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER}),
 		keyPEM:   pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
@@ -97,4 +110,60 @@ func serial() *big.Int {
 		panic(err)
 	}
 	return n
+}
+
+// IssueClientCert signs a client certificate for the user cn in the groups
+// orgs with the control plane's CA (pki/ca.key, written for
+// Options.Nodes): a kubelet's (system:node:NAME in system:nodes) or the
+// API server's own to its kubelets. It returns the certificate and its key,
+// PEM.
+func (cp *ControlPlane) IssueClientCert(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	return issueClientCert(filepath.Join(cp.Dir, "pki"), cn, orgs...)
+}
+
+func issueClientCert(pkiDir, cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	caCertPEM, err := os.ReadFile(filepath.Join(pkiDir, "ca.crt"))
+	if err != nil {
+		return nil, nil, err
+	}
+	caKeyPEM, err := os.ReadFile(filepath.Join(pkiDir, "ca.key"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("controlplane: %w (written only with Options.Nodes)", err)
+	}
+	cb, _ := pem.Decode(caCertPEM)
+	kb, _ := pem.Decode(caKeyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, fmt.Errorf("controlplane: %s: no PEM CA certificate and key", pkiDir)
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     ca.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }

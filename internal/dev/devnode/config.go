@@ -81,11 +81,12 @@ state = %s
 }
 
 // kubeletConfig is the kubelet's configuration file.
-func (n *layout) kubeletConfig(port int) ([]byte, error) {
+func (n *layout) kubeletConfig(address string, port int, net *NodeNet) ([]byte, error) {
 	cfg := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
-		// Loopback only: the API server reaches it there, nothing else must.
-		Address:      "127.0.0.1",
+		// Loopback only, or the node's own address in its own namespace:
+		// the API server reaches it there, nothing else must.
+		Address:      address,
 		Port:         int32(port),
 		ReadOnlyPort: 0,
 		// No healthz server: readiness is the Node's Ready condition.
@@ -118,6 +119,11 @@ func (n *layout) kubeletConfig(port int) ([]byte, error) {
 		},
 		SerializeImagePulls: ptr.To(false),
 		RegisterNode:        ptr.To(true),
+	}
+	if net != nil {
+		// The API server comes with its kubelet client certificate (logs,
+		// exec, port-forward); nothing else reaches the fabric.
+		cfg.Authentication.X509.ClientCAFile = net.ClientCAFile
 	}
 	return yaml.Marshal(cfg)
 }

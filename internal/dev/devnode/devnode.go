@@ -61,6 +61,32 @@ type Options struct {
 	PodCIDR string
 	// Runc defaults to runc on PATH (Debian's package).
 	Runc string
+	// Net, when set, runs the node as one of a Cluster's: in its network
+	// namespace, in a mount namespace of its own where the host paths the
+	// node's programs hard-code are private directories of Dir, as a
+	// client of the API server with its own certificate. Without it the
+	// node runs on the host's namespaces, alone on the host.
+	Net *NodeNet
+}
+
+// NodeNet is where a Cluster's node lives and how it reaches the API
+// server.
+type NodeNet struct {
+	// Netns is the path of the node's network namespace: its host
+	// network, where the DaemonSet's hostNetwork pods run.
+	Netns string
+	// IP is the node's InternalIP, on its eth0: the kubelet listens there
+	// and the API server reaches it there.
+	IP string
+	// Kubeconfig is the kubelet's: its client certificate
+	// (system:node:NAME), the API server at its fabric address.
+	Kubeconfig string
+	// MultusKubeconfig is Multus' credential, the API server at its
+	// fabric address.
+	MultusKubeconfig string
+	// ClientCAFile authenticates the API server's client certificate
+	// to the kubelet.
+	ClientCAFile string
 }
 
 // The node's CNI directories are the standard host paths, because that is
@@ -130,6 +156,33 @@ type layout struct {
 	PreexistingNetns []string
 	// Sysctls are the values the kubelet changes, as they were before.
 	Sysctls map[string]string
+	// Isolated: the node runs in namespaces of its own (Options.Net),
+	// Netns its network namespace, Holder the pid of the process that
+	// holds its mount namespace (the node's programs join both).
+	Isolated bool   `json:",omitempty"`
+	Netns    string `json:",omitempty"`
+	Holder   int    `json:",omitempty"`
+}
+
+// privateHostPaths are the host paths an isolated node's programs write
+// whatever their configuration says, or that deploy/'s DaemonSet mounts:
+// in the node's mount namespace each is a private directory of the node's.
+var privateHostPaths = []string{
+	HostCNIBinDir, HostCNIConfDir, HostNetnsDir,
+	"/var/lib/kubelet", // device-plugins/kubelet.sock among others
+	"/run/containerd",  // the shims' sockets
+	"/var/lib/cni",     // libcni's cache
+	"/var/log/pods", "/var/log/containers",
+	"/run/tenure", // deploy/'s agent socket
+}
+
+// hostPath is where the node's view of the host path p lives, seen from
+// the host: p itself, or for an isolated node its private directory.
+func (n *layout) hostPath(p string) string {
+	if !n.Isolated {
+		return p
+	}
+	return n.path("host", strings.ReplaceAll(strings.Trim(p, "/"), "/", "-"))
 }
 
 func (n *layout) path(elem ...string) string {
@@ -267,14 +320,17 @@ func prepare(ctx context.Context, opts *Options) (_ *Node, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := lockHost(ctx, dir); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			unlockHost(dir)
+	if opts.Net == nil {
+		// A Cluster holds the host for its nodes.
+		if err := lockHost(ctx, dir); err != nil {
+			return nil, err
 		}
-	}()
+		defer func() {
+			if err != nil {
+				unlockHost(dir)
+			}
+		}()
+	}
 
 	// Names unique to the directory, so that two nodes never share one.
 	sum := sha256.Sum256([]byte(dir))
@@ -290,6 +346,15 @@ func prepare(ctx context.Context, opts *Options) (_ *Node, err error) {
 		Bridge:      "tnd" + id, // at most 15 bytes (IFNAMSIZ)
 		CgroupPath:  path.Join(memCgroup, "tenure-devnode-"+id),
 		Sysctls:     map[string]string{},
+	}
+	if opts.Net != nil {
+		// Nothing of the host's to record: the Cluster records the sysctls
+		// its kubelets change and the mount points it makes.
+		n.Isolated, n.Netns, n.Sysctls = true, opts.Net.Netns, nil
+		if err := n.save(); err != nil {
+			return nil, err
+		}
+		return &Node{Name: opts.NodeName, Dir: dir, layout: n, binDir: opts.BinDir, opts: *opts}, nil
 	}
 	for _, d := range hardCodedHostDirs {
 		if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
@@ -348,8 +413,13 @@ func (node *Node) startRuntime(ctx context.Context, opts Options) error {
 			return fmt.Errorf("devnode: cgroup %s: %w", n.CgroupPath, err)
 		}
 	}
-	for _, d := range []string{HostCNIBinDir, HostCNIConfDir, n.path("containerd"), n.path("logs"), n.path("kubelet", "root"), n.path("images"), n.path("multus")} {
+	for _, d := range []string{n.hostPath(HostCNIBinDir), n.hostPath(HostCNIConfDir), n.path("containerd"), n.path("logs"), n.path("kubelet", "root"), n.path("images"), n.path("multus")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if n.Isolated {
+		if err := node.startHolder(ctx, hs); err != nil {
 			return err
 		}
 	}
@@ -388,7 +458,7 @@ func (node *Node) installCNI(opts Options) error {
 		if err != nil {
 			return err
 		}
-		if err := os.Symlink(target, filepath.Join(HostCNIBinDir, name)); err != nil {
+		if err := os.Symlink(target, filepath.Join(n.hostPath(HostCNIBinDir), name)); err != nil {
 			return err
 		}
 	}
@@ -398,7 +468,11 @@ func (node *Node) installCNI(opts Options) error {
 	}
 	// Multus reads the API with its own copy of the credential, as its
 	// DaemonSet writes one for it.
-	kubeconfig, err := os.ReadFile(opts.Kubeconfig)
+	multusKubeconfig := opts.Kubeconfig
+	if opts.Net != nil {
+		multusKubeconfig = opts.Net.MultusKubeconfig
+	}
+	kubeconfig, err := os.ReadFile(multusKubeconfig)
 	if err != nil {
 		return err
 	}
@@ -409,7 +483,7 @@ func (node *Node) installCNI(opts Options) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(HostCNIConfDir, "00-multus.conf"), conf, 0o644)
+	return os.WriteFile(filepath.Join(n.hostPath(HostCNIConfDir), "00-multus.conf"), conf, 0o644)
 }
 
 // outermostMissing is the outermost directory of p that does not exist:
@@ -434,11 +508,14 @@ func (node *Node) startKubelet(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	port, err := freeLoopbackPort()
-	if err != nil {
+	address, port := "127.0.0.1", 0
+	if opts.Net != nil {
+		// The node's own address in its own namespace: the port is its.
+		address, port = opts.Net.IP, 10250
+	} else if port, err = freeLoopbackPort(); err != nil {
 		return err
 	}
-	kcfg, err := n.kubeletConfig(port)
+	kcfg, err := n.kubeletConfig(address, port, opts.Net)
 	if err != nil {
 		return err
 	}
@@ -468,14 +545,18 @@ func (node *Node) runContainerd(ctx context.Context, hs []hierarchy) error {
 // and waits for its Node to be Ready.
 func (node *Node) runKubelet(ctx context.Context, hs []hierarchy) error {
 	n := node.layout
-	if err := n.spawn(hs, "kubelet", "kubelet", filepath.Join(node.binDir, "kubelet"),
-		"--config="+n.path("kubelet", "config.yaml"),
-		"--kubeconfig="+node.opts.Kubeconfig,
-		"--root-dir="+n.path("kubelet", "root"),
-		"--cert-dir="+n.path("kubelet", "pki"),
-		"--hostname-override="+node.Name,
+	kubeconfig, nodeIP := node.opts.Kubeconfig, []string(nil)
+	if net := node.opts.Net; net != nil {
+		kubeconfig, nodeIP = net.Kubeconfig, []string{"--node-ip=" + net.IP}
+	}
+	if err := n.spawn(hs, "kubelet", "kubelet", filepath.Join(node.binDir, "kubelet"), append([]string{
+		"--config=" + n.path("kubelet", "config.yaml"),
+		"--kubeconfig=" + kubeconfig,
+		"--root-dir=" + n.path("kubelet", "root"),
+		"--cert-dir=" + n.path("kubelet", "pki"),
+		"--hostname-override=" + node.Name,
 		"--v=2",
-	); err != nil {
+	}, nodeIP...)...); err != nil {
 		return err
 	}
 	if err := waitNodeReady(ctx, node.opts.Kubeconfig, node.Name, 3*time.Minute); err != nil {
@@ -528,11 +609,23 @@ func (node *Node) Return(ctx context.Context) error {
 // It is not waited for: Stop kills it through the cgroup, whoever calls
 // Stop.
 func (n *layout) spawn(hs []hierarchy, sub, name, binary string, args ...string) error {
+	_, err := n.spawnPid(hs, sub, name, binary, args...)
+	return err
+}
+
+// spawnPid is spawn, returning the process's pid.
+func (n *layout) spawnPid(hs []hierarchy, sub, name, binary string, args ...string) (int, error) {
 	logf, err := os.OpenFile(n.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer logf.Close() // the child has its own descriptor
+	if n.Isolated && n.Holder != 0 {
+		// Into the node's namespaces; nsenter execs binary, which keeps
+		// the cgroup it is born in.
+		args = append([]string{"--target", fmt.Sprint(n.Holder), "--mount", "--net", "--", binary}, args...)
+		binary = "nsenter"
+	}
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = n.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -543,12 +636,12 @@ func (n *layout) spawn(hs []hierarchy, sub, name, binary string, args ...string)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}, cmd.Start)
 	if err != nil {
-		return fmt.Errorf("devnode: starting %s: %w", name, err)
+		return 0, fmt.Errorf("devnode: starting %s: %w", name, err)
 	}
 	// Reap it if it exits while this process lives; nothing waits on it
 	// otherwise.
 	go func() { _ = cmd.Wait() }()
-	return nil
+	return cmd.Process.Pid, nil
 }
 
 // ctr runs containerd's CLI against the node's containerd, in the
@@ -576,10 +669,34 @@ func (node *Node) TagImage(ctx context.Context, src, dst string) error {
 	return err
 }
 
-// NetworkNamespaces lists the paths of the pods' network namespaces.
+// NetworkNamespaces lists the paths of the pods' network namespaces, as
+// the host opens them.
 func (node *Node) NetworkNamespaces() []string {
-	return node.layout.netns()
+	n := node.layout
+	if !n.Isolated {
+		return n.netns()
+	}
+	// In the node's mount namespace only: reached through its holder's
+	// root.
+	var paths []string
+	for _, p := range n.netns() {
+		paths = append(paths, filepath.Join(fmt.Sprintf("/proc/%d/root", n.Holder), HostNetnsDir, filepath.Base(p)))
+	}
+	return paths
 }
+
+// IP is the node's InternalIP: for a Cluster's node its address on the
+// fabric, else empty (the host's).
+func (node *Node) IP() string {
+	if node.opts.Net == nil {
+		return ""
+	}
+	return node.opts.Net.IP
+}
+
+// Netns is the path of the node's network namespace, empty for a node on
+// the host's.
+func (node *Node) Netns() string { return node.layout.Netns }
 
 // ImportImage imports an OCI or Docker image tarball into the node's
 // containerd, where pods with imagePullPolicy Never find it.

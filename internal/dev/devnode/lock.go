@@ -41,7 +41,7 @@ func lockHost(ctx context.Context, dir string) error {
 		if holder == dir {
 			return nil
 		}
-		if _, err := os.Stat(filepath.Join(holder, stateFile)); errors.Is(err, fs.ErrNotExist) {
+		if !recorded(holder) {
 			// Stale: its node is stopped or was never recorded.
 			_ = os.Remove(hostLock)
 			return errors.New("removed a stale lock")
@@ -59,4 +59,14 @@ func unlockHost(dir string) {
 	if data, err := os.ReadFile(hostLock); err == nil && string(data) == dir {
 		_ = os.Remove(hostLock)
 	}
+}
+
+// recorded reports whether dir records a running node or cluster.
+func recorded(dir string) bool {
+	for _, f := range []string{stateFile, ClusterStateFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, fs.ErrNotExist) {
+			return true
+		}
+	}
+	return false
 }

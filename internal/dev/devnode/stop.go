@@ -220,11 +220,12 @@ func (n *layout) hostFilesOf() []string {
 // netns lists the node's network namespaces: the entries containerd made
 // (cni-UUID) in the shared HostNetnsDir since the node started.
 func (n *layout) netns() []string {
-	entries, _ := os.ReadDir(HostNetnsDir)
+	dir := n.hostPath(HostNetnsDir)
+	entries, _ := os.ReadDir(dir)
 	var mine []string
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), "cni-") && !slices.Contains(n.PreexistingNetns, e.Name()) {
-			mine = append(mine, filepath.Join(HostNetnsDir, e.Name()))
+			mine = append(mine, filepath.Join(dir, e.Name()))
 		}
 	}
 	return mine

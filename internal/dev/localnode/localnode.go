@@ -114,7 +114,11 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ 
 
 // Build returns the overlay as YAML documents, for an API server at
 // 127.0.0.1:port.
-func Build(port int) ([]byte, error) {
+func Build(port int) ([]byte, error) { return BuildFor("127.0.0.1", port) }
+
+// BuildFor returns the overlay as YAML documents, for an API server at
+// host:port.
+func BuildFor(host string, port int) ([]byte, error) {
 	mem := filesys.MakeFsInMemory()
 	for _, tree := range []struct {
 		files fs.FS
@@ -134,7 +138,7 @@ func Build(port int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	env := fmt.Sprintf("KUBERNETES_SERVICE_HOST=127.0.0.1\nKUBERNETES_SERVICE_PORT=%d\n", port)
+	env := fmt.Sprintf("KUBERNETES_SERVICE_HOST=%s\nKUBERNETES_SERVICE_PORT=%d\n", host, port)
 	if err := mem.WriteFile("/internal/dev/localnode/apiserver.env", []byte(env)); err != nil {
 		return nil, err
 	}
@@ -155,7 +159,12 @@ const FieldManager = "tenure-local-node"
 // applied (tests shorten a timeout). It does not wait for the workloads;
 // see WaitRollout.
 func Install(ctx context.Context, cfg *rest.Config, port int, mutate func(*unstructured.Unstructured)) error {
-	docs, err := Build(port)
+	return InstallFor(ctx, cfg, "127.0.0.1", port, mutate)
+}
+
+// InstallFor is Install for pods that reach the API server at host:port.
+func InstallFor(ctx context.Context, cfg *rest.Config, host string, port int, mutate func(*unstructured.Unstructured)) error {
+	docs, err := BuildFor(host, port)
 	if err != nil {
 		return err
 	}

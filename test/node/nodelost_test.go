@@ -22,8 +22,8 @@ import (
 // controller releases their reservations once the node has been NotReady
 // for its grace period. The node comes back and a new pod gets an address.
 //
-// The file's name runs it last: the node is gone for a while.
-func TestLostNodeReleasesItsPodsAddresses(t *testing.T) {
+// TestMain runs it after every other test: the node is gone for a while.
+func lostNodeReleasesItsPodsAddresses(t *testing.T) {
 	ctx := testContext(t, 6*time.Minute)
 	ns := namespace(ctx, t, "lost")
 	hostLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "tnlost0"}})

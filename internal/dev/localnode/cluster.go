@@ -1,0 +1,137 @@
+package localnode
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+)
+
+// ClusterOptions for StartCluster.
+type ClusterOptions struct {
+	// Dir holds the cluster (devnode.ClusterOptions.Dir).
+	Dir string
+	// Nodes is how many nodes, 1 to devnode.MaxNodes.
+	Nodes int
+	// Image is the tenure image tarball.
+	Image string
+	// ProxyCommand runs the fabric proxy (devnode.ClusterOptions).
+	ProxyCommand []string
+	// Mutate as in Options.
+	Mutate func(*unstructured.Unstructured)
+}
+
+// NodeAccess is what cp must be started with (controlplane.Options.Nodes)
+// for StartCluster with dir.
+func NodeAccess(dir string) *controlplane.NodeAccess {
+	return &controlplane.NodeAccess{
+		SANs:         []net.IP{net.ParseIP(devnode.FabricAPIServer)},
+		EgressSocket: devnode.EgressSocket(dir),
+	}
+}
+
+// StartCluster is Start for a cluster of nodes in namespaces of their own
+// (devnode.StartCluster): cp must have been started with NodeAccess(Dir)
+// and the controllers. The pods reach the API server at its fabric
+// address, and the webhook is reached through its Service's endpoint, the
+// controller's node address, as on a real cluster.
+func StartCluster(ctx context.Context, cp *controlplane.ControlPlane, opts ClusterOptions) (_ *devnode.Cluster, err error) {
+	if _, err := os.Stat(opts.Image); err != nil {
+		return nil, fmt.Errorf("%w: make image builds it", err)
+	}
+	toolDir, err := controlplane.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	cniDir, err := devnode.CNIPluginsDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := controlplane.InstallCRDs(ctx, cp.Config, MultusCRDs()); err != nil {
+		return nil, err
+	}
+	cl, err := devnode.StartCluster(ctx, devnode.ClusterOptions{
+		Dir: opts.Dir, Nodes: opts.Nodes, Kubeconfig: cp.KubeconfigPath,
+		CAFile: filepath.Join(cp.Dir, "pki", "ca.crt"), IssueClientCert: cp.IssueClientCert,
+		ProxyCommand: opts.ProxyCommand, BinDir: toolDir, CNIBinDir: cniDir,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if stopErr := cl.Stop(); stopErr != nil {
+				err = fmt.Errorf("%w (and stopping the cluster: %v)", err, stopErr)
+			}
+		}
+	}()
+	for _, n := range cl.Nodes {
+		if err := n.ImportImage(ctx, opts.Image); err != nil {
+			return nil, err
+		}
+	}
+	mutate := func(o *unstructured.Unstructured) {
+		clusterMutation(o)
+		if opts.Mutate != nil {
+			opts.Mutate(o)
+		}
+	}
+	if err := InstallFor(ctx, cp.Config, devnode.FabricAPIServer, devnode.FabricAPIServerPort, mutate); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cp.Config, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitRollout(ctx, c); err != nil {
+		var tails []string
+		for _, n := range cl.Nodes {
+			tails = append(tails, n.LogTail("kubelet"))
+		}
+		return nil, fmt.Errorf("%w\n%s", err, strings.Join(tails, "\n"))
+	}
+	return cl, nil
+}
+
+// clusterMutation undoes what the overlay does for a node on the host's
+// loopback: the webhook is called through its Service again (the API
+// server dials the endpoint, over the fabric), and the controller serves
+// it on its node's addresses with the certificate for the Service's name.
+func clusterMutation(o *unstructured.Unstructured) {
+	switch {
+	case o.GetKind() == "ValidatingWebhookConfiguration" && o.GetName() == "tenure-agent-node-restriction":
+		hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		for _, h := range hooks {
+			if h, ok := h.(map[string]any); ok {
+				h["clientConfig"] = map[string]any{"service": map[string]any{
+					"namespace": Namespace, "name": "tenure-controller-webhook", "path": "/validate-agent", "port": int64(443),
+				}}
+			}
+		}
+		_ = unstructured.SetNestedSlice(o.Object, hooks, "webhooks")
+	case o.GetKind() == "Deployment" && o.GetName() == ControllerDeployment:
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			c, ok := c.(map[string]any)
+			if !ok || c["name"] != "controller" {
+				continue
+			}
+			args, _ := c["args"].([]any)
+			args = slices.DeleteFunc(args, func(a any) bool {
+				s, _ := a.(string)
+				return strings.HasPrefix(s, "--webhook-ip=") || strings.HasPrefix(s, "--webhook-addr=")
+			})
+			c["args"] = append(args, "--webhook-addr=:9443")
+		}
+		_ = unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
+	}
+}

@@ -1,0 +1,171 @@
+//go:build integration
+
+package nodes_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/admission"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/reservation"
+)
+
+// Node 1's agent, with the token node 1's kubelet minted for its pod, is
+// refused writes to what node 2's agent made for node 2's pods: a real
+// pod's reservation and a real VM launcher's claim and its reservation
+// (deploy/policy's CEL and deploy/webhook's webhook, served by the deployed
+// controller). It may write its own node's. Node 2's objects remain as
+// node 2's agent left them.
+func nodeOnesAgentIsRefusedNodeTwosObjects(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	one, two := cluster.Nodes[0], cluster.Nodes[1]
+	agents := agentsByNode(ctx, t)
+	agent := agents[one.Name]
+	glob := filepath.Join(one.Path(one.Dir), "kubelet", "root", "pods", string(agent.UID), "volumes", "kubernetes.io~projected", "kube-api-access-*", "token")
+	files, err := filepath.Glob(glob)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("node 1's agent's projected token %s: %v %v", glob, files, err)
+	}
+	raw, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := kube.NewClient(testbed.WithToken(cp.Config, strings.TrimSpace(string(raw))))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const network = "authz-san"
+	ns := namespace(ctx, t, "authz3")
+	nad(ctx, t, ns, network, `{
+		"cniVersion": "1.0.0", "name": "`+network+`", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
+		"ipam": {"type": "tenure", "range": "10.103.0.0/24"}}`)
+	// Node 2's: a pod, and a VM's claim presented by its launcher.
+	podB := localnode.Pod(ns, "pod-b", network)
+	podB.Spec.NodeName = two.Name
+	claimB := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm-b"},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: "net1"}}
+	launcherB := localnode.Pod(ns, "launcher-b", fmt.Sprintf(`[{"name":%q,"interface":"net1","ipam-claim-reference":%q}]`, network, claimB.Name))
+	launcherB.Spec.NodeName = two.Name
+	for _, o := range []client.Object{claimB, podB, launcherB} {
+		if err := cl.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podB = waitRunning(ctx, t, ns, podB.Name)
+	launcherB = waitRunning(ctx, t, ns, launcherB.Name)
+	var resPodB, resClaimB *tenurev1alpha1.IPReservation
+	for _, r := range reservationsOf(ctx, t, ns) {
+		switch {
+		case r.Spec.Owner.UID == string(podB.UID):
+			resPodB = r.DeepCopy()
+		case r.Spec.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim && r.Spec.Owner.Name == claimB.Name:
+			resClaimB = r.DeepCopy()
+		}
+	}
+	if resPodB == nil || resClaimB == nil || resPodB.Spec.Owner.Node != two.Name {
+		t.Fatalf("node 2's reservations: pod's %v, claim's %v", resPodB, resClaimB)
+	}
+	var claimBefore ipamclaimsv1alpha1.IPAMClaim
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(claimB), &claimBefore); err != nil {
+		t.Fatal(err)
+	}
+
+	owner := func(p *corev1.Pod, nodeName string) tenurev1alpha1.ReservationOwner {
+		return tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+			PodName: p.Name, PodUID: string(p.UID), ContainerID: "sandbox-" + string(p.UID), Interface: "net1", Node: nodeName}
+	}
+	held := func(addr string, o tenurev1alpha1.ReservationOwner) *tenurev1alpha1.IPReservation {
+		return reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix(addr + "/32"),
+			Range: "10.103.0.0/24", CNINetwork: network, Owner: o})
+	}
+	asB := held("10.103.0.200", owner(podB, two.Name))
+	own := held("10.103.0.201", owner(&agent, one.Name))
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), own.DeepCopy()) })
+	rows := []struct {
+		target, resource, verb, what string
+		do                           func() error
+		rule                         string // "" = must be allowed
+	}{
+		{"node 2's pod", "ipreservations", "create", "reserve an address as node 2",
+			func() error { return ac.Create(ctx, asB.DeepCopy()) }, "reservation-create-own-node"},
+		{"node 2's pod's reservation", "ipreservations", "delete", "release node 2's pod's address",
+			func() error { return ac.Delete(ctx, resPodB.DeepCopy()) }, "reservation-delete-own-node"},
+		{"node 2's VM's claim's reservation", "ipreservations", "delete", "release node 2's VM's address",
+			func() error { return ac.Delete(ctx, resClaimB.DeepCopy()) }, "reservation-delete-claim-owned"},
+		{"node 2's VM's claim", "ipamclaims/status", "update", "point ownerPod at its own pod",
+			func() error {
+				c := &ipamclaimsv1alpha1.IPAMClaim{}
+				if err := ac.Get(ctx, client.ObjectKeyFromObject(claimB), c); err != nil {
+					return err
+				}
+				c.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: agent.Name}
+				return ac.Status().Update(ctx, c)
+			}, admission.RuleClaimStatusPresented},
+		{"its own pod", "ipreservations", "create", "reserve for its pod",
+			func() error { return ac.Create(ctx, own.DeepCopy()) }, ""},
+		{"its own pod", "ipreservations", "delete", "release its pod's address",
+			func() error { return ac.Delete(ctx, own.DeepCopy()) }, ""},
+	}
+	var table strings.Builder
+	table.WriteString(testbed.MatrixHeader("node 2's unless its own"))
+	for i, r := range rows {
+		line, ok := testbed.MatrixRow(i+1, r.target, r.resource, r.verb, r.what, r.rule, testbed.RefusalRule(r.do()))
+		if !ok {
+			t.Errorf("row %d: %s", i+1, strings.TrimSpace(line))
+		}
+		table.WriteString(line)
+	}
+	t.Logf("node 1's agent's kubelet-minted token against node 2's objects:\n%s", table.String())
+
+	// What remains: node 2's reservations, the same objects; its claim
+	// as node 2's agent wrote it; nothing of node 1's attempts.
+	for _, want := range []*tenurev1alpha1.IPReservation{resPodB, resClaimB} {
+		var got tenurev1alpha1.IPReservation
+		if err := cl.Get(ctx, client.ObjectKey{Name: want.Name}, &got); err != nil || got.UID != want.UID {
+			t.Errorf("node 2's reservation %s: %v (uid %s, want %s)", want.Name, err, got.UID, want.UID)
+		}
+	}
+	for _, gone := range []*tenurev1alpha1.IPReservation{asB, own} {
+		if err := cl.Get(ctx, client.ObjectKey{Name: gone.Name}, &tenurev1alpha1.IPReservation{}); err == nil {
+			t.Errorf("reservation %s exists", gone.Name)
+		}
+	}
+	var claimAfter ipamclaimsv1alpha1.IPAMClaim
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(claimB), &claimAfter); err != nil {
+		t.Fatal(err)
+	}
+	if o := claimAfter.Status.OwnerPod; o == nil || o.Name != launcherB.Name || claimAfter.ResourceVersion != claimBefore.ResourceVersion {
+		t.Errorf("node 2's claim: ownerPod %+v, resourceVersion %s (was %s); want %s, unchanged", o, claimAfter.ResourceVersion, claimBefore.ResourceVersion, launcherB.Name)
+	}
+	for _, p := range []*corev1.Pod{podB, launcherB} {
+		if err := cl.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Delete(ctx, claimB); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "every reservation of the namespace to be released", func() error {
+		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
+			return fmt.Errorf("%d left, e.g. %s", len(left), left[0].Spec.Address)
+		}
+		return nil
+	})
+}
