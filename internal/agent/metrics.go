@@ -96,6 +96,9 @@ func newAgentMetrics() *agentMetrics {
 		m.cniRequests.WithLabelValues(c, "0")
 		m.cniDuration.WithLabelValues(c)
 	}
+	// A full range is visible at zero from the start, so that the first
+	// refused ADD is an increase (a series appearing at 1 is none).
+	m.cniRequests.WithLabelValues("ADD", strconv.FormatUint(uint64(CodeRangeFull), 10))
 	m.registry.MustRegister(m.dhcpv6, m.prefixRecordPruned, m.routeChanges, m.switchovers, m.switchoverGap,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
