@@ -35,11 +35,12 @@ tenure.flatConfigName: kustomize's configMapGenerator name for the agent's
 flat configuration: the name, a dash and kustomize's hash of the
 ConfigMap (sha256 of its kind, name and data as JSON, the first 10 hex
 digits with 0, 1, 3, a, e spelt g, h, k, m, t), so a changed file rolls
-the DaemonSet as with kustomize.
+the DaemonSet as with kustomize. The name kustomize hashes is empty: its
+hasher looks metadata/name up as one field, which no ConfigMap has.
 */}}
 {{- define "tenure.flatConfigName" -}}
 {{- $data := dict "tenure.conf" (.Files.Get "deploy/agent/tenure.conf") -}}
-{{- $h := dict "kind" "ConfigMap" "name" "tenure-flat-config" "data" $data | toJson | sha256sum | trunc 10 -}}
+{{- $h := dict "kind" "ConfigMap" "name" "" "data" $data | toJson | sha256sum | trunc 10 -}}
 {{- $h = $h | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
 tenure-flat-config-{{ $h }}
 {{- end -}}
