@@ -10,6 +10,9 @@ MULTUS_VERSION=v4.2.3
 # whereabouts, the IPAM the end-to-end switch test migrates from
 # (hack/build-whereabouts.sh).
 WHEREABOUTS_VERSION=v0.9.4
+# helm, which renders and installs charts/tenure in the chart's tests
+# (hack/build-helm.sh).
+HELM_VERSION=v4.3.2
 
 # kube_version_ldflags prints the -X flags that stamp KUBE_VERSION into a
 # Kubernetes binary, as its release build does: without them /version and

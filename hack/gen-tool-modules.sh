@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates tools/*/go.mod (kubernetes, etcd, containerd, multus,
-# whereabouts) from the
+# whereabouts, helm) from the
 # versions in hack/control-plane-versions.sh. The staging replace list is read
 # from the Kubernetes release's own go.mod, not hard-coded, so a version bump
 # is this script plus a commit.
@@ -37,3 +37,4 @@ tools_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 tools_module containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION"
 tools_module multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4 "$MULTUS_VERSION"
 tools_module whereabouts github.com/k8snetworkplumbingwg/whereabouts "$WHEREABOUTS_VERSION"
+tools_module helm helm.sh/helm/v4 "$HELM_VERSION"

@@ -93,6 +93,8 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.WarningHandler = nil
 	cfg.WarningHandlerWithContext = &warningHandler{log: opts.Logger, logged: map[string]bool{}}
+	api := newAPIMetrics()
+	cfg.Wrap(api.wrap)
 	c, err := kube.NewClient(cfg)
 	if err != nil {
 		return nil, err
@@ -111,6 +113,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.shutdown = events.Shutdown
+	a.dataplane.metrics.registry.MustRegister(api.requests, api.duration)
 	return a, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,28 @@ type agentMetrics struct {
 	routeChanges       *prometheus.CounterVec
 	switchovers        *prometheus.CounterVec
 	switchoverGap      prometheus.Histogram
+	// cniRequests and cniDuration count and time every CNI call answered on
+	// the socket, from the first byte read to the reply written.
+	cniRequests *prometheus.CounterVec
+	cniDuration *prometheus.HistogramVec
+}
+
+// cniCommands are the commands the shim forwards; anything else is counted
+// as CommandOther, so a caller cannot grow the label set.
+var cniCommands = []string{"ADD", "DEL", "CHECK", "GC", "STATUS"}
+
+// CommandOther labels a request whose command is none of cniCommands, or
+// that could not be decoded.
+const CommandOther = "other"
+
+// cniCommandLabel bounds the command label to the known commands.
+func cniCommandLabel(cmd string) string {
+	for _, c := range cniCommands {
+		if c == cmd {
+			return c
+		}
+	}
+	return CommandOther
 }
 
 func newAgentMetrics() *agentMetrics {
@@ -58,6 +81,24 @@ func newAgentMetrics() *agentMetrics {
 			Buckets: []float64{0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30},
 		}),
 	}
+	m.cniRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenure_cni_requests_total",
+		Help: "CNI calls this node's agent answered, by command (ADD, DEL, CHECK, GC, STATUS, other) and the CNI error code " +
+			"of the answer (0 for success; 100 for ADD: no free address in the range).",
+	}, []string{"command", "code"})
+	m.cniDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tenure_cni_request_duration_seconds",
+		Help:    "Time from reading a CNI call on the agent's socket to writing its answer, by command.",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	}, []string{"command"})
+	m.registry.MustRegister(m.cniRequests, m.cniDuration)
+	for _, c := range cniCommands {
+		m.cniRequests.WithLabelValues(c, "0")
+		m.cniDuration.WithLabelValues(c)
+	}
+	// A full range is visible at zero from the start, so that the first
+	// refused ADD is an increase (a series appearing at 1 is none).
+	m.cniRequests.WithLabelValues("ADD", strconv.FormatUint(uint64(CodeRangeFull), 10))
 	m.registry.MustRegister(m.dhcpv6, m.prefixRecordPruned, m.routeChanges, m.switchovers, m.switchoverGap,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -81,6 +122,59 @@ func newAgentMetrics() *agentMetrics {
 	}
 	return m
 }
+
+// cniCall records one answered CNI call.
+func (m *agentMetrics) cniCall(command string, resp *Response, took time.Duration) {
+	cmd := cniCommandLabel(command)
+	code := "0"
+	if resp != nil && resp.Error != nil {
+		code = strconv.FormatUint(uint64(resp.Error.Code), 10)
+	}
+	m.cniRequests.WithLabelValues(cmd, code).Inc()
+	m.cniDuration.WithLabelValues(cmd).Observe(took.Seconds())
+}
+
+// apiMetrics count and time the agent's requests to the API server, by
+// HTTP method (its writes are POST, PUT, PATCH and DELETE) and status code
+// ("error" when no response came back). They wrap the agent's transport,
+// so they are the agent's own rather than client-go's process-wide hooks.
+type apiMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newAPIMetrics() *apiMetrics {
+	return &apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_agent_api_requests_total",
+			Help: "Requests this agent sent to the Kubernetes API server, by HTTP method and response code (\"error\": no response).",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tenure_agent_api_request_duration_seconds",
+			Help: "Time from sending a request to the Kubernetes API server to its response headers, by HTTP method " +
+				"(a watch counts until the stream opens).",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}, []string{"method"}),
+	}
+}
+
+func (m *apiMetrics) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		start := time.Now()
+		resp, err := rt.RoundTrip(r)
+		m.duration.WithLabelValues(r.Method).Observe(time.Since(start).Seconds())
+		code := "error"
+		if err == nil {
+			code = strconv.Itoa(resp.StatusCode)
+		}
+		m.requests.WithLabelValues(r.Method, code).Inc()
+		return resp, err
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // RouteChange implements dataplane.RouteObserver.
 func (m *agentMetrics) RouteChange(change string, err error) {

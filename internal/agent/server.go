@@ -96,6 +96,7 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connLis
 		return
 	}
 	defer conn.Close()
+	start := time.Now()
 	var req cniwire.Request
 	var resp *Response
 	ch := &charge{b: a.requests}
@@ -128,6 +129,7 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connLis
 	ch.release()
 	_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
 	_, _ = conn.Write(encodeResponse(resp))
+	a.dataplane.metrics.cniCall(req.Command, resp, time.Since(start))
 }
 
 // encodeResponse frames resp as the shim prints it: the result, or the

@@ -217,6 +217,9 @@ func (c *Controller) Start(ctx context.Context) error {
 			}
 		}
 	}
+	if err := watchRangeUsage(c.reservations, c.cache, c.log); err != nil {
+		return err
+	}
 	handlers := []objectHandler{
 		{&corev1.Pod{}, c.podHandler()},
 		{&corev1.Node{}, c.nodeHandler()},

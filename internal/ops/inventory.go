@@ -291,3 +291,13 @@ func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) allocator.Spa
 	}
 	return allocator.AddressSpace{Range: c.Ranges[0]}
 }
+
+// RangeCapacity is the capacity of a range as a reservation records it in
+// spec.range (its bounds without excludes, or a delegation pool), 0 when
+// rng is neither.
+func RangeCapacity(kind tenurev1alpha1.ReservationKind, rng string) uint64 {
+	if sp := spaceOfRange(kind, rng); sp != nil {
+		return sp.Capacity()
+	}
+	return 0
+}

@@ -176,8 +176,9 @@ type Agent struct {
 
 // StartNodeAgent creates node as a Ready Node, gives its agent the
 // identity a DaemonSet pod on it would have (NodeAgentKubeconfig, in dir)
-// and starts the agent. InstallAgentAccess must have run.
-func StartNodeAgent(ctx context.Context, bins Binaries, dir string, admin *rest.Config, node string) (*Agent, error) {
+// and starts the agent, with extra flags (--metrics-addr ADDR) if any.
+// InstallAgentAccess must have run.
+func StartNodeAgent(ctx context.Context, bins Binaries, dir string, admin *rest.Config, node string, extra ...string) (*Agent, error) {
 	c, err := kube.NewClient(admin)
 	if err != nil {
 		return nil, err
@@ -189,15 +190,15 @@ func StartNodeAgent(ctx context.Context, bins Binaries, dir string, admin *rest.
 	if err != nil {
 		return nil, err
 	}
-	return StartAgent(ctx, bins, dir, kubeconfig, node)
+	return StartAgent(ctx, bins, dir, kubeconfig, node, extra...)
 }
 
 // StartAgent starts tenure-agent for node with the credentials of
-// kubeconfig and waits until it is ready.
-func StartAgent(ctx context.Context, bins Binaries, dir, kubeconfig, node string) (*Agent, error) {
+// kubeconfig and extra flags, and waits until it is ready.
+func StartAgent(ctx context.Context, bins Binaries, dir, kubeconfig, node string, extra ...string) (*Agent, error) {
 	socket := filepath.Join(dir, node+".sock")
 	p, err := StartProcess("agent-"+node, bins.Agent, filepath.Join(dir, node+".log"),
-		"--node-name", node, "--socket", socket, "--kubeconfig", kubeconfig)
+		append([]string{"--node-name", node, "--socket", socket, "--kubeconfig", kubeconfig}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
