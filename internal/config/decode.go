@@ -14,13 +14,13 @@ import (
 // or array, with the path of the key: messages quote it as written. get
 // decodes it as T; an unset key (absent or null) is T's zero value.
 //
-// T is a string, a bool, an int64, a number (any JSON number that is an
-// integer), a slice (a JSON array: its elements, each decoded as the slice's
-// element type), an objectMembers map, or a struct (a JSON object: the members its
-// fields' json tags name, spelt exactly; another member is an unknown key
-// unless the struct has an open method). A val inside T is only split out,
-// not decoded: get decodes one level, so the checks run, and report the
-// first fault, in the order the validation asks for the values.
+// T is a string, a bool, an int64, a number, an objectMembers, a slice (a
+// JSON array: each element decoded as the slice's element type) or a
+// struct (a JSON object: the members its fields' json tags name, spelt
+// exactly; any other member is an unknown key unless the struct is an
+// openObject). A val inside T is only split out, not decoded: get decodes
+// one level, so Parse meets the faults in the order it checks the keys, and
+// of several faults always reports the same one.
 type val[T any] struct{ field }
 
 // number is a JSON number that must be an integer, for keys whose messages
@@ -48,7 +48,23 @@ func (v *val[T]) get() (T, error) {
 	if !v.ok() {
 		return t, nil // unset: the zero value
 	}
-	err := decode(v.field, reflect.ValueOf(&t).Elem(), false)
+	var err error
+	switch p := any(&t).(type) { // the common cases, without reflection
+	case *string:
+		*p, err = v.str()
+	case *bool:
+		*p, err = v.boolean()
+	case *int64:
+		*p, err = v.integer()
+	default:
+		return decodeAs[T](v.field)
+	}
+	return t, err
+}
+
+func decodeAs[T any](f field) (T, error) {
+	var t T
+	err := decode(f, reflect.ValueOf(&t).Elem(), false)
 	return t, err
 }
 
