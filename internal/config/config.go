@@ -94,7 +94,7 @@ type sources struct {
 
 // allKeys are the ipam keys, sorted: those "did you mean" suggests.
 var allKeys = func() []string {
-	k := append(keysOf(reflect.TypeFor[ipamKeys]()), keysOf(reflect.TypeFor[whereaboutsKeys]())...)
+	k := slices.Concat(keysOf(reflect.TypeFor[ipamKeys]()), keysOf(reflect.TypeFor[whereaboutsKeys]()))
 	slices.Sort(k)
 	return k
 }()
