@@ -95,24 +95,15 @@ func (s slot) holds(r *tenurev1alpha1.IPReservation) bool {
 
 func slots(cfg *config.Config, withPrefix bool) []slot {
 	out := make([]slot, 0, len(cfg.Ranges)+1)
-	for i := range cfg.Ranges {
-		r := &cfg.Ranges[i]
-		s := slot{
-			scope: reservation.Scope(cfg.NetworkName, r.String(), cfg.OverlappingRanges),
-			space: allocator.AddressSpace{Range: *r},
-			rng:   r,
+	for i, sp := range cfg.Spaces() {
+		if sp.Range == nil && !withPrefix {
+			continue
 		}
+		s := slot{scope: sp.Scope, space: sp.Space, rng: sp.Range}
 		if i < len(cfg.Requested) {
 			s.requested = cfg.Requested[i]
 		}
 		out = append(out, s)
-	}
-	if withPrefix && cfg.PrefixDelegation != nil {
-		pd := *cfg.PrefixDelegation
-		out = append(out, slot{
-			scope: reservation.Scope(cfg.NetworkName, pd.Range.String(), cfg.OverlappingRanges),
-			space: allocator.PrefixSpace{PD: pd},
-		})
 	}
 	return out
 }

@@ -7,6 +7,10 @@
 // to tenure (datastore, kubernetes, etcd_*, log_*, leader_*, ...) are
 // accepted and listed in Config.Ignored. Any other unknown key is an error.
 // Every error is a *Error naming the key and the value.
+//
+// The keys are structs with json tags (keys.go) that encoding/json fills
+// with each key's value as written; Parse then checks and converts the
+// values, in a fixed order.
 package config
 
 import (
@@ -16,6 +20,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +31,6 @@ import (
 	"github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
-	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // PluginType is the only accepted ipam "type".
@@ -71,85 +75,29 @@ type Config struct {
 	// template carried the sticky annotation (internal/claims).
 	StickyStatefulSets bool
 
-	// Where values came from, for messages and for re-applying a pool.
-	gwField         field
-	nameField       field // network_name
-	pdRange         field
-	gwFromPool      bool
-	networkFromPool bool
-	pdFromPool      bool
-	poolField       field
-	requested       []requestedIP // runtimeConfig.ips as written
+	own sources // what the config itself set, for ApplyPool and messages
 }
 
-// tenureKeys are the ipam keys tenure acts on.
-var tenureKeys = []string{
-	"type", "range", "range_start", "range_end", "exclude", "ipRanges", "gateway",
-	"routes", "dns", "network_name", "enable_overlapping_ranges", "configuration_path",
-	"pool", "agent_socket", "prefix_delegation", "dhcpv6", "sticky_statefulsets",
+// sources are the values an IPPool may supply too, each with the key it
+// came from for messages, the declared pool's key, and the requested
+// addresses, which ApplyPool checks again against the pool's ranges.
+type sources struct {
+	gateway        netip.Addr
+	gatewayKey     field
+	networkName    string
+	networkNameKey field
+	pd             *addrspace.PrefixDelegation
+	pdRangeKey     field
+	pool           field
+	requested      []requestedIP
 }
 
-// ignoredKeys are the keys whereabouts v0.9 accepts (pkg/types/types.go,
-// IPAMConfig and the alias its UnmarshalJSON decodes into) that mean nothing
-// to tenure, with the JSON type whereabouts decodes them as: a value
-// whereabouts would have refused is refused here too.
-var ignoredKeys = map[string]jsonKind{
-	"name":                       kindString, // whereabouts overwrites it with the network name
-	"datastore":                  kindString,
-	"kubernetes":                 kindObject, // kubeconfig, k8s_api_root
-	"etcd_host":                  kindString,
-	"etcd_username":              kindString,
-	"etcd_password":              kindString,
-	"etcd_key_file":              kindString,
-	"etcd_cert_file":             kindString,
-	"etcd_ca_cert_file":          kindString,
-	"log_file":                   kindString,
-	"log_level":                  kindString,
-	"reconciler_cron_expression": kindString,
-	"sleep_for_race":             kindNumber,
-	"leader_lease_duration":      kindNumber,
-	"leader_renew_deadline":      kindNumber,
-	"leader_retry_period":        kindNumber,
-	"node_slice_size":            kindString,
-	"addresses":                  kindArray, // static addresses; whereabouts never puts them in results
-}
-
-var (
-	rangeKeys = []string{"range", "range_start", "range_end", "exclude"}
-	routeKeys = []string{"dst", "gw", "mtu", "advmss", "priority", "table", "scope"}
-	dnsKeys   = []string{"nameservers", "domain", "search", "options"}
-	allKeys   = func() []string {
-		k := slices.Clone(tenureKeys)
-		for n := range ignoredKeys {
-			k = append(k, n)
-		}
-		slices.Sort(k)
-		return k
-	}()
-)
-
-func isKnown(k string) bool {
-	_, ign := ignoredKeys[k]
-	return ign || slices.Contains(tenureKeys, k)
-}
-
-func checkKeys(m map[string]field, allowed []string) error {
-	for _, k := range sortedKeys(m) {
-		if !slices.Contains(allowed, k) {
-			return unknownKey(m[k], k, allowed)
-		}
-	}
-	return nil
-}
-
-func sortedKeys(m map[string]field) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+// allKeys are the ipam keys, sorted: those "did you mean" suggests.
+var allKeys = func() []string {
+	k := slices.Concat(keysOf(reflect.TypeFor[ipamKeys]()), keysOf(reflect.TypeFor[whereaboutsKeys]()))
+	slices.Sort(k)
+	return k
+}()
 
 // Parse parses the CNI network config netconf (the plugin's stdin) over the
 // flat configuration file's bytes flat (nil or empty if none): the flat
@@ -169,30 +117,34 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	var k ipamKeys
+	if err := decodeMembers(fields, reflect.ValueOf(&k).Elem(), false); err != nil {
+		return nil, err
+	}
 	if c.Ignored, err = checkKnownKeys(fields, ignored); err != nil {
 		return nil, err
 	}
-	if err := checkType(fields); err != nil {
+	if err := checkType(&k); err != nil {
 		return nil, err
 	}
-	if err := c.parsePool(fields); err != nil {
+	if err := c.parsePool(&k); err != nil {
 		return nil, err
 	}
-	built, err := parseRanges(c, fields)
+	built, err := parseRanges(c, &k)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.parseResultKeys(fields); err != nil {
+	if err := c.parseResultKeys(&k); err != nil {
 		return nil, err
 	}
-	if err := c.parseAgentKeys(fields); err != nil {
+	if err := c.parseAgentKeys(&k); err != nil {
 		return nil, err
 	}
-	if err := c.parseDelegationKeys(fields); err != nil {
+	if err := c.parseDelegationKeys(&k); err != nil {
 		return nil, err
 	}
 	if c.Pool == "" {
-		if err := c.finish(built); err != nil {
+		if err := c.finish(built, c.own); err != nil {
 			return nil, err
 		}
 	}
@@ -201,7 +153,7 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 
 // parseNetconf reads the top level of the network config: cniVersion, name
 // and the ipam object, whose members it returns.
-func (c *Config) parseNetconf(netconf []byte) (map[string]field, error) {
+func (c *Config) parseNetconf(netconf []byte) (objectMembers, error) {
 	if !json.Valid(netconf) {
 		err := json.Unmarshal(netconf, new(any))
 		return nil, &Error{Key: "netconf", Reason: fmt.Sprintf("not valid JSON: %v", err)}
@@ -209,36 +161,32 @@ func (c *Config) parseNetconf(netconf []byte) (map[string]field, error) {
 	if k := kindOf(netconf); k != kindObject {
 		return nil, &Error{Key: "netconf", Value: show(netconf), Reason: fmt.Sprintf("must be a JSON object, not %s", k)}
 	}
-	top, err := field{raw: netconf}.object()
-	if err != nil {
+	var top netconfKeys
+	if err := decode(field{raw: netconf}, reflect.ValueOf(&top).Elem(), false); err != nil {
 		return nil, err
 	}
-	if f, ok := top["cniVersion"]; ok {
-		if c.CNIVersion, err = f.str(); err != nil {
+	var err error
+	if c.CNIVersion, err = top.CNIVersion.get(); err != nil {
+		return nil, err
+	}
+	if c.Name, err = top.Name.get(); err != nil {
+		return nil, err
+	}
+	if top.RuntimeConfig.ok() {
+		if c.own.requested, err = parseRequested(top.RuntimeConfig); err != nil {
 			return nil, err
 		}
 	}
-	if f, ok := top["name"]; ok {
-		if c.Name, err = f.str(); err != nil {
-			return nil, err
-		}
-	}
-	if f, ok := top["runtimeConfig"]; ok {
-		if c.requested, err = parseRequested(f); err != nil {
-			return nil, err
-		}
-	}
-	ipam, ok := top["ipam"]
-	if !ok {
+	if !top.IPAM.ok() {
 		return nil, &Error{Key: "ipam", Reason: "is required"}
 	}
-	return ipam.object()
+	return top.IPAM.get()
 }
 
 // mergeFlatFile lays the ipam section's keys over the flat file's. The
 // file's own configuration_path is checked and then reported as ignored
 // (ignored[key]) unless the ipam section sets one too.
-func mergeFlatFile(ipamFields map[string]field, flat []byte) (fields map[string]field, ignored map[string]bool, err error) {
+func mergeFlatFile(ipamFields objectMembers, flat []byte) (fields map[string]field, ignored map[string]bool, err error) {
 	fields = map[string]field{}
 	ignored = map[string]bool{}
 	if len(bytes.TrimSpace(flat)) > 0 {
@@ -274,15 +222,17 @@ func mergeFlatFile(ipamFields map[string]field, flat []byte) (fields map[string]
 // keys tenure ignores, and returns the ignored keys present (sorted), with
 // those the flat-file merge already set aside.
 func checkKnownKeys(fields map[string]field, ignored map[string]bool) ([]string, error) {
+	var w whereaboutsKeys
+	wv := reflect.ValueOf(&w).Elem()
+	tenure, whereabouts := keysOf(reflect.TypeFor[ipamKeys]()), keysOf(wv.Type())
 	for _, k := range sortedKeys(fields) {
-		if !isKnown(k) {
-			return nil, unknownKey(fields[k], k, allKeys)
-		}
-		if kind, ok := ignoredKeys[k]; ok {
-			if err := checkIgnored(fields[k], k, kind); err != nil {
+		if i := slices.Index(whereabouts, k); i >= 0 {
+			if err := decode(fields[k], wv.Field(i), true); err != nil {
 				return nil, err
 			}
 			ignored[k] = true
+		} else if !slices.Contains(tenure, k) {
+			return nil, unknownKey(fields[k], k, allKeys)
 		}
 	}
 	var out []string
@@ -293,60 +243,58 @@ func checkKnownKeys(fields map[string]field, ignored map[string]bool) ([]string,
 	return out, nil
 }
 
-func checkType(fields map[string]field) error {
-	f, ok := fields["type"]
-	if !ok {
+func checkType(k *ipamKeys) error {
+	if !k.Type.ok() {
 		return &Error{Key: "ipam.type", Reason: fmt.Sprintf("is required (%q)", PluginType)}
 	}
-	typ, err := f.str()
+	typ, err := k.Type.get()
 	if err != nil {
 		return err
 	}
 	if typ != PluginType {
-		return f.errorf("must be %q", PluginType)
+		return k.Type.errorf("must be %q", PluginType)
 	}
 	return nil
 }
 
-func (c *Config) parsePool(fields map[string]field) error {
-	f, ok := fields["pool"]
-	if !ok {
+func (c *Config) parsePool(k *ipamKeys) error {
+	if !k.Pool.ok() {
 		return nil
 	}
 	var err error
-	if c.Pool, err = f.str(); err != nil {
+	if c.Pool, err = k.Pool.get(); err != nil {
 		return err
 	}
 	if !validName(c.Pool) {
-		return f.errorf("must be the name of an IPPool (a lowercase RFC 1123 subdomain)")
+		return k.Pool.errorf("must be the name of an IPPool (a lowercase RFC 1123 subdomain)")
 	}
-	c.poolField = f
+	c.own.pool = k.Pool.field
 	return nil
 }
 
 // parseResultKeys reads what goes into the CNI result besides the
 // addresses: gateway, routes and dns.
-func (c *Config) parseResultKeys(fields map[string]field) error {
+func (c *Config) parseResultKeys(k *ipamKeys) error {
 	var err error
-	if f, ok := fields["gateway"]; ok {
-		s, err := f.str()
+	if k.Gateway.ok() {
+		s, err := k.Gateway.get()
 		if err != nil {
 			return err
 		}
 		if s != "" { // whereabouts treats "" as unset
-			if c.Gateway, err = f.addr(); err != nil {
+			if c.Gateway, err = k.Gateway.addr(); err != nil {
 				return err
 			}
-			c.gwField = f
+			c.own.gateway, c.own.gatewayKey = c.Gateway, k.Gateway.field
 		}
 	}
-	if f, ok := fields["routes"]; ok {
-		if c.Routes, err = parseRoutes(f); err != nil {
+	if k.Routes.ok() {
+		if c.Routes, err = parseRoutes(k.Routes); err != nil {
 			return err
 		}
 	}
-	if f, ok := fields["dns"]; ok {
-		if c.DNS, err = parseDNS(f); err != nil {
+	if k.DNS.ok() {
+		if c.DNS, err = parseDNS(k.DNS); err != nil {
 			return err
 		}
 	}
@@ -357,188 +305,134 @@ func (c *Config) parseResultKeys(fields map[string]field) error {
 // network_name, enable_overlapping_ranges, agent_socket,
 // sticky_statefulsets, and checks configuration_path, which the shim has
 // already acted on.
-func (c *Config) parseAgentKeys(fields map[string]field) error {
+func (c *Config) parseAgentKeys(k *ipamKeys) error {
 	var err error
-	if f, ok := fields["network_name"]; ok {
-		if c.NetworkName, err = networkName(f); err != nil {
+	if k.NetworkName.ok() {
+		if c.NetworkName, err = networkName(k.NetworkName.field); err != nil {
 			return err
 		}
-		c.nameField = f
+		c.own.networkName, c.own.networkNameKey = c.NetworkName, k.NetworkName.field
 	}
-	if f, ok := fields["enable_overlapping_ranges"]; ok {
-		if c.OverlappingRanges, err = f.boolean(); err != nil {
+	if k.EnableOverlappingRanges.ok() {
+		if c.OverlappingRanges, err = k.EnableOverlappingRanges.get(); err != nil {
 			return err
 		}
 	}
-	if f, ok := fields["agent_socket"]; ok {
-		s, err := f.str()
+	if k.AgentSocket.ok() {
+		s, err := k.AgentSocket.get()
 		if err != nil {
 			return err
 		}
 		if !filepath.IsAbs(s) || len(s) > maxSocketPath || strings.IndexByte(s, 0) >= 0 {
-			return f.errorf("must be an absolute path of at most %d bytes", maxSocketPath)
+			return k.AgentSocket.errorf("must be an absolute path of at most %d bytes", maxSocketPath)
 		}
 		c.AgentSocket = s
 	}
-	if f, ok := fields["configuration_path"]; ok {
-		if err := checkConfigurationPath(f); err != nil {
+	if k.ConfigurationPath.ok() {
+		// "" is unset. The shim reads the file it names; the agent only
+		// gets the file's bytes.
+		s, err := k.ConfigurationPath.get()
+		if err != nil {
 			return err
 		}
-	}
-	if f, ok := fields["sticky_statefulsets"]; ok {
-		if c.StickyStatefulSets, err = f.boolean(); err != nil {
-			return err
+		if s != "" && !filepath.IsAbs(s) {
+			return k.ConfigurationPath.errorf("must be an absolute path")
 		}
 	}
-	return nil
-}
-
-// checkConfigurationPath checks configuration_path ("" is unset). The shim
-// reads the file it names; the agent only gets the file's bytes.
-func checkConfigurationPath(f field) error {
-	s, err := f.str()
-	if err != nil || s == "" {
-		return err
-	}
-	if !filepath.IsAbs(s) {
-		return f.errorf("must be an absolute path")
+	if k.StickyStatefulSets.ok() {
+		if c.StickyStatefulSets, err = k.StickyStatefulSets.get(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // parseDelegationKeys reads prefix_delegation and dhcpv6.
-func (c *Config) parseDelegationKeys(fields map[string]field) error {
+func (c *Config) parseDelegationKeys(k *ipamKeys) error {
 	var err error
-	if f, ok := fields["prefix_delegation"]; ok {
-		if c.PrefixDelegation, err = parsePrefixDelegation(f); err != nil {
+	if k.PrefixDelegation.ok() {
+		if c.PrefixDelegation, c.own.pdRangeKey, err = parsePrefixDelegation(k.PrefixDelegation); err != nil {
 			return err
 		}
-		c.pdRange = field{path: f.path + ".range"}
-		if m, err := f.object(); err == nil {
-			c.pdRange = m["range"]
-		}
+		c.own.pd = c.PrefixDelegation
 	}
-	if f, ok := fields["dhcpv6"]; ok {
-		if c.DHCPv6, err = parseDHCPv6(f); err != nil {
+	if k.DHCPv6.ok() {
+		if c.DHCPv6, err = parseDHCPv6(k.DHCPv6); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkIgnored(f field, key string, kind jsonKind) error {
-	if err := f.wantKind(kind, kind.String()); err != nil {
-		return err
-	}
-	switch key {
-	case "kubernetes":
-		m, err := f.object()
-		if err != nil {
-			return err
-		}
-		for _, k := range []string{"kubeconfig", "k8s_api_root"} {
-			if v, ok := m[k]; ok {
-				if _, err := v.str(); err != nil {
-					return err
-				}
-			}
-		}
-	case "sleep_for_race", "leader_lease_duration", "leader_renew_deadline", "leader_retry_period":
-		if _, err := f.integer(); err != nil {
-			return err
-		}
-	case "addresses":
-		elems, err := f.array()
-		if err != nil {
-			return err
-		}
-		for _, e := range elems {
-			if err := e.wantKind(kindObject, "an object"); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// present returns the field for key unless it is absent or, for the range
-// keys whereabouts tests against their zero value, empty ("" or []).
-func present(fields map[string]field, key string) (field, bool, error) {
-	f, ok := fields[key]
-	if !ok {
-		return field{}, false, nil
-	}
+// present reports whether a range key is set: whereabouts tests them
+// against their zero value, so "" and [] are unset.
+func present(f field) (bool, error) {
 	switch kindOf(f.raw) {
+	case kindNull:
+		return false, nil
 	case kindString:
 		s, err := f.str()
-		if err != nil {
-			return field{}, false, err
-		}
-		return f, s != "", nil
+		return s != "", err
 	case kindArray:
 		elems, err := f.array()
-		if err != nil {
-			return field{}, false, err
-		}
-		return f, len(elems) > 0, nil
+		return len(elems) > 0, err
 	}
-	return f, true, nil
+	return true, nil
 }
 
 // parseRanges handles range, range_start, range_end, exclude, ipRanges and
 // their contradictions with pool. Like whereabouts, the top-level range is
 // the first entry, before the ipRanges entries.
-func parseRanges(c *Config, fields map[string]field) ([]builtRange, error) {
-	var (
-		got   = map[string]field{}
-		order = []string{"range", "range_start", "range_end", "exclude", "ipRanges"}
-	)
-	for _, k := range order {
-		f, ok, err := present(fields, k)
+func parseRanges(c *Config, k *ipamKeys) ([]builtRange, error) {
+	var set [5]*field // range, range_start, range_end, exclude, ipRanges
+	for i, f := range [...]*field{&k.Range.field, &k.RangeStart.field, &k.RangeEnd.field, &k.Exclude.field, &k.IPRanges.field} {
+		ok, err := present(*f)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			got[k] = f
+			set[i] = f
 		}
 	}
+	rng, start, end, exclude, ipRanges := set[0], set[1], set[2], set[3], set[4]
 	if c.Pool != "" {
-		for _, k := range order {
-			if f, ok := got[k]; ok {
-				return nil, f.errorf("contradicts %s %s: a config takes its ranges either from a declared pool or from its own range/ipRanges keys", c.poolField.path, c.poolField.show())
+		for _, f := range set {
+			if f != nil {
+				return nil, f.errorf("contradicts %s %s: a config takes its ranges either from a declared pool or from its own range/ipRanges keys", c.own.pool.path, c.own.pool.show())
 			}
 		}
 		return nil, nil
 	}
-	rng, hasRange := got["range"]
-	ipr, hasIPR := got["ipRanges"]
-	if !hasRange && !hasIPR {
+	if rng == nil && ipRanges == nil {
 		return nil, &Error{Key: "ipam", Reason: "one of range, ipRanges or pool is required"}
 	}
 	var topExclude []field
-	if f, ok := got["exclude"]; ok {
-		elems, err := f.array()
+	if exclude != nil {
+		elems, err := k.Exclude.get()
 		if err != nil {
 			return nil, err
 		}
-		topExclude = elems
+		topExclude = fieldsOf(elems)
 	}
 	var built []builtRange
-	if hasRange {
-		b, err := topLevelRange(rng, got, topExclude)
+	if rng != nil {
+		b, err := buildRange(rangeInput{rng: *rng, start: start, end: end, exclude: topExclude})
 		if err != nil {
 			return nil, err
 		}
 		built = append(built, b)
 	} else {
-		for _, k := range []string{"range_start", "range_end"} {
-			if f, ok := got[k]; ok {
-				return nil, f.errorf("needs a top-level range; with ipRanges, set %s inside each entry", k)
+		for _, b := range []struct {
+			f   *field
+			key string
+		}{{start, "range_start"}, {end, "range_end"}} {
+			if b.f != nil {
+				return nil, b.f.errorf("needs a top-level range; with ipRanges, set %s inside each entry", b.key)
 			}
 		}
 	}
-	if hasIPR {
-		entries, err := ipr.array()
+	if ipRanges != nil {
+		entries, err := k.IPRanges.get()
 		if err != nil {
 			return nil, err
 		}
@@ -547,7 +441,7 @@ func parseRanges(c *Config, fields map[string]field) ([]builtRange, error) {
 			// top-level range; tenure applies it to every entry rather
 			// than silently hand out addresses the user excluded.
 			var inherited []field
-			if !hasRange {
+			if rng == nil {
 				inherited = topExclude
 			}
 			b, err := ipRangesEntry(e, inherited)
@@ -560,57 +454,50 @@ func parseRanges(c *Config, fields map[string]field) ([]builtRange, error) {
 	return built, nil
 }
 
-// topLevelRange builds the range of the ipam section's own range,
-// range_start, range_end and exclude keys (those present in got).
-func topLevelRange(rng field, got map[string]field, exclude []field) (builtRange, error) {
-	in := rangeInput{rng: rng, exclude: exclude}
-	if f, ok := got["range_start"]; ok {
-		in.start = &f
-	}
-	if f, ok := got["range_end"]; ok {
-		in.end = &f
-	}
-	return buildRange(in)
-}
-
 // ipRangesEntry builds the range of one ipRanges entry; inherited excludes
 // follow the entry's own.
-func ipRangesEntry(e field, inherited []field) (builtRange, error) {
-	m, err := e.object()
+func ipRangesEntry(e val[rangeKeys], inherited []field) (builtRange, error) {
+	m, err := e.get()
 	if err != nil {
 		return builtRange{}, err
 	}
-	if err := checkKeys(m, rangeKeys); err != nil {
-		return builtRange{}, err
-	}
-	in := rangeInput{}
-	f, ok := m["range"]
-	if !ok {
+	if !m.Range.ok() {
 		return builtRange{}, &Error{Key: e.path + ".range", Reason: "is required"}
 	}
-	in.rng = f
-	if f, ok, err := present(m, "range_start"); err != nil {
-		return builtRange{}, err
-	} else if ok {
-		in.start = &f
+	in := rangeInput{rng: m.Range.field}
+	for _, b := range []struct {
+		f   *field
+		dst **field
+	}{{&m.RangeStart.field, &in.start}, {&m.RangeEnd.field, &in.end}} {
+		if ok, err := present(*b.f); err != nil {
+			return builtRange{}, err
+		} else if ok {
+			*b.dst = b.f
+		}
 	}
-	if f, ok, err := present(m, "range_end"); err != nil {
-		return builtRange{}, err
-	} else if ok {
-		in.end = &f
-	}
-	if f, ok := m["exclude"]; ok {
-		if in.exclude, err = f.array(); err != nil {
+	if m.Exclude.ok() {
+		elems, err := m.Exclude.get()
+		if err != nil {
 			return builtRange{}, err
 		}
+		in.exclude = fieldsOf(elems)
 	}
 	in.exclude = append(in.exclude, inherited...)
 	return buildRange(in)
 }
 
+// fieldsOf returns the fields of vals.
+func fieldsOf[T any](vals []val[T]) []field {
+	out := make([]field, len(vals))
+	for i, v := range vals {
+		out[i] = v.field
+	}
+	return out
+}
+
 // finish runs the checks that need both the ranges and the rest of the
-// config, and sets c.Ranges.
-func (c *Config) finish(built []builtRange) error {
+// config, and sets c.Ranges; src names the keys c's values came from.
+func (c *Config) finish(built []builtRange, src sources) error {
 	if len(built) == 0 {
 		return &Error{Key: "ipam", Reason: "one of range, ipRanges or pool is required"}
 	}
@@ -621,11 +508,11 @@ func (c *Config) finish(built []builtRange) error {
 		}
 		if !ok {
 			fam := familyName(c.Gateway.Is4())
-			return c.gwField.errorf("is %s but no range is %s (%s %s)", fam, fam, built[0].in.rng.path, built[0].in.rng.show())
+			return src.gatewayKey.errorf("is %s but no range is %s (%s %s)", fam, fam, built[0].in.rng.path, built[0].in.rng.show())
 		}
 	}
 	for i := range built {
-		if err := c.excludeGateway(&built[i]); err != nil {
+		if err := c.excludeGateway(&built[i], src.gatewayKey); err != nil {
 			return err
 		}
 	}
@@ -643,11 +530,11 @@ func (c *Config) finish(built []builtRange) error {
 	if pd := c.PrefixDelegation; pd != nil {
 		for _, b := range built {
 			if pd.Range.Overlaps(b.r.Prefix) {
-				return c.pdRange.errorf("overlaps %s %s: delegated prefixes must lie outside the address ranges", b.in.rng.path, b.in.rng.show())
+				return src.pdRangeKey.errorf("overlaps %s %s: delegated prefixes must lie outside the address ranges", b.in.rng.path, b.in.rng.show())
 			}
 		}
 	}
-	if err := c.checkNetworkKeys(built); err != nil {
+	if err := c.checkNetworkKeys(built, src); err != nil {
 		return err
 	}
 	switch c.CNIVersion {
@@ -662,7 +549,7 @@ func (c *Config) finish(built []builtRange) error {
 			seen[is4] = true
 		}
 	}
-	requested, err := c.assignRequested(built)
+	requested, err := c.assignRequested(built, src)
 	if err != nil {
 		return err
 	}
@@ -726,7 +613,7 @@ func sharedAddr(a, b addrspace.Range) (netip.Addr, bool) {
 // range and the delegation pool) longer than the API accepts: with
 // enable_overlapping_ranges false the key is the name, "/" and the range,
 // and a name valid on its own would fail every ADD.
-func (c *Config) checkNetworkKeys(built []builtRange) error {
+func (c *Config) checkNetworkKeys(built []builtRange, src sources) error {
 	type scope struct {
 		spec string
 		f    field
@@ -736,25 +623,26 @@ func (c *Config) checkNetworkKeys(built []builtRange) error {
 		scopes = append(scopes, scope{b.r.String(), b.in.rng})
 	}
 	if pd := c.PrefixDelegation; pd != nil {
-		scopes = append(scopes, scope{pd.Range.String(), c.pdRange})
+		scopes = append(scopes, scope{pd.Range.String(), src.pdRangeKey})
 	}
 	for _, sc := range scopes {
-		key := reservation.Scope(c.NetworkName, sc.spec, c.OverlappingRanges)
+		key := c.scope(sc.spec)
 		if len(key) <= maxNetworkKey {
 			continue
 		}
 		// Only a set network_name can make the key this long: "default"
 		// and a range are far shorter.
 		suffix := len(key) - len(c.NetworkName)
-		return c.nameField.errorf("is %d bytes, too long with enable_overlapping_ranges false: the spec.network of the reservations of %s %s is the name, \"/\" and %q, %d bytes, over the API's limit of %d; use a name of at most %d bytes",
+		return src.networkNameKey.errorf("is %d bytes, too long with enable_overlapping_ranges false: the spec.network of the reservations of %s %s is the name, \"/\" and %q, %d bytes, over the API's limit of %d; use a name of at most %d bytes",
 			len(c.NetworkName), sc.f.path, sc.f.show(), sc.spec, len(key), maxNetworkKey, maxNetworkKey-suffix)
 	}
 	return nil
 }
 
 // excludeGateway adds the gateway to b's excludes when b's subnet holds it,
-// normalises the excludes, and refuses a range left without an address.
-func (c *Config) excludeGateway(b *builtRange) error {
+// normalises the excludes, and refuses a range left without an address;
+// gatewayKey is the gateway's key.
+func (c *Config) excludeGateway(b *builtRange, gatewayKey field) error {
 	r := &b.r
 	gwIn := c.Gateway.IsValid() && r.Prefix.Contains(c.Gateway)
 	if gwIn {
@@ -775,7 +663,7 @@ func (c *Config) excludeGateway(b *builtRange) error {
 		parts = append(parts, d)
 	}
 	if gwIn {
-		parts = append(parts, c.gwField.path+" "+c.gwField.show())
+		parts = append(parts, gatewayKey.path+" "+gatewayKey.show())
 	}
 	if r.Capacity() > 0 {
 		return b.in.rng.errorf("has no assignable address among its first 2^64-1, the ones tenure hands out, with %s", strings.Join(parts, " and "))
@@ -792,7 +680,7 @@ func (c *Config) ApplyPool(name string, spec v1alpha1.IPPoolSpec) error {
 		return &Error{Key: "IPPool", Value: `""`, Reason: "a pool name is required"}
 	}
 	if c.Pool != "" && c.Pool != name {
-		key := c.poolField.path
+		key := c.own.pool.path
 		if key == "" {
 			key = "ipam.pool"
 		}
@@ -813,11 +701,13 @@ func (c *Config) ApplyPool(name string, spec v1alpha1.IPPoolSpec) error {
 		}
 		built = append(built, b)
 	}
-	n := *c
-	if err := n.applyPoolDefaults(prefix, spec); err != nil {
+	src, err := c.own.withPool(prefix, spec)
+	if err != nil {
 		return err
 	}
-	if err := n.finish(built); err != nil {
+	n := *c
+	n.Gateway, n.NetworkName, n.PrefixDelegation = src.gateway, src.networkName, src.pd
+	if err := n.finish(built, src); err != nil {
 		return err
 	}
 	n.Pool = name
@@ -842,46 +732,36 @@ func poolRange(base string, pr v1alpha1.PoolRange) (builtRange, error) {
 	return buildRange(in)
 }
 
-// applyPoolDefaults takes gateway, network_name and prefix_delegation from
-// the pool's spec where the config does not set them, first dropping what an
-// earlier spec supplied.
-func (c *Config) applyPoolDefaults(prefix string, spec v1alpha1.IPPoolSpec) error {
-	if c.gwFromPool {
-		c.Gateway, c.gwField, c.gwFromPool = netip.Addr{}, field{}, false
-	}
-	if !c.Gateway.IsValid() && spec.Gateway != "" {
+// withPool returns src with gateway, network_name and prefix_delegation
+// taken from the pool's spec where the config does not set them.
+func (src sources) withPool(prefix string, spec v1alpha1.IPPoolSpec) (sources, error) {
+	if !src.gateway.IsValid() && spec.Gateway != "" {
 		f := jsonString(prefix+".gateway", spec.Gateway)
 		a, err := f.addr()
 		if err != nil {
-			return err
+			return src, err
 		}
-		c.Gateway, c.gwField, c.gwFromPool = a, f, true
+		src.gateway, src.gatewayKey = a, f
 	}
-	if c.networkFromPool {
-		c.NetworkName, c.nameField, c.networkFromPool = "", field{}, false
-	}
-	if c.NetworkName == "" && spec.NetworkName != "" {
+	if src.networkName == "" && spec.NetworkName != "" {
 		f := jsonString(prefix+".network_name", spec.NetworkName)
 		s, err := networkName(f)
 		if err != nil {
-			return err
+			return src, err
 		}
-		c.NetworkName, c.nameField, c.networkFromPool = s, f, true
+		src.networkName, src.networkNameKey = s, f
 	}
-	if c.pdFromPool {
-		c.PrefixDelegation, c.pdRange, c.pdFromPool = nil, field{}, false
-	}
-	if c.PrefixDelegation == nil && spec.PrefixDelegation != nil {
+	if src.pd == nil && spec.PrefixDelegation != nil {
 		pd := spec.PrefixDelegation
 		rf := jsonString(prefix+".prefix_delegation.range", pd.Range)
 		lf := field{path: prefix + ".prefix_delegation.prefix_length", raw: []byte(strconv.Itoa(int(pd.PrefixLength)))}
 		p, err := buildPrefixDelegation(rf, lf, int64(pd.PrefixLength))
 		if err != nil {
-			return err
+			return src, err
 		}
-		c.PrefixDelegation, c.pdRange, c.pdFromPool = p, rf, true
+		src.pd, src.pdRangeKey = p, rf
 	}
-	return nil
+	return src, nil
 }
 
 func networkName(f field) (string, error) {
@@ -912,28 +792,25 @@ func validName(s string) bool {
 	return true
 }
 
-func parseRoutes(f field) ([]*types.Route, error) {
-	elems, err := f.array()
+func parseRoutes(v val[[]val[routeKeys]]) ([]*types.Route, error) {
+	elems, err := v.get()
 	if err != nil {
 		return nil, err
 	}
 	routes := make([]*types.Route, 0, len(elems))
 	for _, e := range elems {
-		m, err := e.object()
+		m, err := e.get()
 		if err != nil {
 			return nil, err
 		}
-		if err := checkKeys(m, routeKeys); err != nil {
-			return nil, err
-		}
-		df, ok := m["dst"]
-		if !ok {
+		if !m.Dst.ok() {
 			return nil, &Error{Key: e.path + ".dst", Reason: "is required"}
 		}
-		s, err := df.str()
+		s, err := m.Dst.get()
 		if err != nil {
 			return nil, err
 		}
+		df := m.Dst.field
 		p, err := parsePrefix(strings.TrimSpace(s))
 		if err != nil {
 			return nil, df.errorf("not a CIDR: %v", err)
@@ -942,66 +819,60 @@ func parseRoutes(f field) ([]*types.Route, error) {
 			return nil, df.errorf("has host bits set (did you mean %q?)", p.Masked().String())
 		}
 		rt := &types.Route{Dst: net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if gf, ok := m["gw"]; ok {
-			a, err := gf.addr()
+		if m.GW.ok() {
+			a, err := m.GW.addr()
 			if err != nil {
 				return nil, err
 			}
 			if a.Is4() != p.Addr().Is4() {
-				return nil, gf.errorf("is %s but %s %s is %s", familyName(a.Is4()), df.path, df.show(), familyName(p.Addr().Is4()))
+				return nil, m.GW.errorf("is %s but %s %s is %s", familyName(a.Is4()), df.path, df.show(), familyName(p.Addr().Is4()))
 			}
 			rt.GW = net.IP(a.AsSlice())
 		}
-		for _, k := range []string{"mtu", "advmss", "priority", "table", "scope"} {
-			v, ok := m[k]
-			if !ok {
+		for _, n := range []struct {
+			v   *val[int64]
+			dst func(int)
+			max int64
+		}{
+			{&m.MTU, func(i int) { rt.MTU = i }, 1<<32 - 1},
+			{&m.AdvMSS, func(i int) { rt.AdvMSS = i }, 1<<32 - 1},
+			{&m.Priority, func(i int) { rt.Priority = i }, 1<<32 - 1},
+			{&m.Table, func(i int) { rt.Table = &i }, 1<<32 - 1},
+			{&m.Scope, func(i int) { rt.Scope = &i }, 255},
+		} {
+			if !n.v.ok() {
 				continue
 			}
-			n, err := v.integer()
+			i, err := n.v.get()
 			if err != nil {
 				return nil, err
 			}
-			if n < 0 || n > 1<<32-1 {
-				return nil, v.errorf("must be from 0 to %d", int64(1<<32-1))
+			if i < 0 || i > 1<<32-1 {
+				return nil, n.v.errorf("must be from 0 to %d", int64(1<<32-1))
 			}
-			i := int(n)
-			switch k {
-			case "mtu":
-				rt.MTU = i
-			case "advmss":
-				rt.AdvMSS = i
-			case "priority":
-				rt.Priority = i
-			case "table":
-				rt.Table = &i
-			case "scope":
-				if n > 255 {
-					return nil, v.errorf("must be from 0 to 255")
-				}
-				rt.Scope = &i
+			if i > n.max {
+				return nil, n.v.errorf("must be from 0 to %d", n.max)
 			}
+			n.dst(int(i))
 		}
 		routes = append(routes, rt)
 	}
 	return routes, nil
 }
 
-func parseDNS(f field) (types.DNS, error) {
+func parseDNS(v val[dnsKeys]) (types.DNS, error) {
 	var d types.DNS
-	m, err := f.object()
+	m, err := v.get()
 	if err != nil {
 		return d, err
 	}
-	if err := checkKeys(m, dnsKeys); err != nil {
-		return d, err
-	}
-	if v, ok := m["nameservers"]; ok {
-		elems, err := v.array()
+	if m.Nameservers.ok() {
+		elems, err := m.Nameservers.get()
 		if err != nil {
 			return d, err
 		}
 		for _, e := range elems {
-			s, err := e.str()
+			s, err := e.get()
 			if err != nil {
 				return d, err
 			}
@@ -1011,18 +882,18 @@ func parseDNS(f field) (types.DNS, error) {
 			d.Nameservers = append(d.Nameservers, s)
 		}
 	}
-	if v, ok := m["domain"]; ok {
-		if d.Domain, err = v.str(); err != nil {
+	if m.Domain.ok() {
+		if d.Domain, err = m.Domain.get(); err != nil {
 			return d, err
 		}
 	}
-	if v, ok := m["search"]; ok {
-		if d.Search, err = v.strList(); err != nil {
+	if m.Search.ok() {
+		if d.Search, err = m.Search.get(); err != nil {
 			return d, err
 		}
 	}
-	if v, ok := m["options"]; ok {
-		if d.Options, err = v.strList(); err != nil {
+	if m.Options.ok() {
+		if d.Options, err = m.Options.get(); err != nil {
 			return d, err
 		}
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"net"
 	"net/netip"
@@ -15,8 +16,8 @@ import (
 type DHCPv6 struct {
 	Enabled           bool          // default true when the dhcpv6 object is present
 	Interfaces        []string      // nil if unset
-	PreferredLifetime time.Duration // default 3600s
-	ValidLifetime     time.Duration // default 7200s, >= PreferredLifetime
+	PreferredLifetime time.Duration // default DefaultPreferredLifetime
+	ValidLifetime     time.Duration // default DefaultValidLifetime, >= PreferredLifetime
 	InstallRoutes     bool          // default true
 	// RouterAdvertisements (router_advertisements, default false): the
 	// node serving a guest also sends it Router Advertisements (M and O
@@ -44,7 +45,8 @@ type TrustedRelay struct {
 	Address   netip.Addr       // address (optional): the IPv6 source of its messages; zero: any
 }
 
-// Defaults of the dhcpv6 object.
+// Defaults of the dhcpv6 object, and of the node's DHCPv6 server
+// (internal/dhcp6) for a binding without lifetimes.
 const (
 	DefaultPreferredLifetime = 3600 * time.Second
 	DefaultValidLifetime     = 7200 * time.Second
@@ -54,29 +56,25 @@ const (
 // means infinity, RFC 8415 section 7.7).
 const maxLifetime = math.MaxUint32
 
-var pdKeys = []string{"range", "prefix_length"}
-
-func parsePrefixDelegation(f field) (*addrspace.PrefixDelegation, error) {
-	m, err := f.object()
+// parsePrefixDelegation reads prefix_delegation; it returns the range's
+// key too, for messages.
+func parsePrefixDelegation(v val[pdKeys]) (*addrspace.PrefixDelegation, field, error) {
+	m, err := v.get()
 	if err != nil {
-		return nil, err
+		return nil, field{}, err
 	}
-	if err := checkKeys(m, pdKeys); err != nil {
-		return nil, err
+	if !m.Range.ok() {
+		return nil, field{}, &Error{Key: v.path + ".range", Reason: "is required"}
 	}
-	rf, ok := m["range"]
-	if !ok {
-		return nil, &Error{Key: f.path + ".range", Reason: "is required"}
+	if !m.PrefixLength.ok() {
+		return nil, field{}, &Error{Key: v.path + ".prefix_length", Reason: "is required"}
 	}
-	lf, ok := m["prefix_length"]
-	if !ok {
-		return nil, &Error{Key: f.path + ".prefix_length", Reason: "is required"}
-	}
-	n, err := lf.integer()
+	n, err := m.PrefixLength.get()
 	if err != nil {
-		return nil, err
+		return nil, field{}, err
 	}
-	return buildPrefixDelegation(rf, lf, n)
+	pd, err := buildPrefixDelegation(m.Range.field, m.PrefixLength.field, n)
+	return pd, m.Range.field, err
 }
 
 func buildPrefixDelegation(rf, lf field, n int64) (*addrspace.PrefixDelegation, error) {
@@ -102,43 +100,30 @@ func buildPrefixDelegation(rf, lf field, n int64) (*addrspace.PrefixDelegation, 
 	return &addrspace.PrefixDelegation{Range: p, PrefixLength: int(n)}, nil
 }
 
-var (
-	dhcpv6Keys = []string{"enabled", "interfaces", "preferred_lifetime", "valid_lifetime", "install_routes", "router_advertisements", "trusted_relays"}
-	relayKeys  = []string{"interface", "mac", "address"}
-)
-
-func parseDHCPv6(f field) (*DHCPv6, error) {
-	m, err := f.object()
+func parseDHCPv6(v val[dhcpv6Keys]) (*DHCPv6, error) {
+	m, err := v.get()
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKeys(m, dhcpv6Keys); err != nil {
-		return nil, err
-	}
 	d := &DHCPv6{Enabled: true, PreferredLifetime: DefaultPreferredLifetime, ValidLifetime: DefaultValidLifetime, InstallRoutes: true}
-	if v, ok := m["enabled"]; ok {
-		if d.Enabled, err = v.boolean(); err != nil {
-			return nil, err
+	for _, b := range []struct {
+		v   *val[bool]
+		dst *bool
+	}{{&m.Enabled, &d.Enabled}, {&m.InstallRoutes, &d.InstallRoutes}, {&m.RouterAdvertisements, &d.RouterAdvertisements}} {
+		if b.v.ok() {
+			if *b.dst, err = b.v.get(); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if v, ok := m["install_routes"]; ok {
-		if d.InstallRoutes, err = v.boolean(); err != nil {
-			return nil, err
-		}
-	}
-	if v, ok := m["router_advertisements"]; ok {
-		if d.RouterAdvertisements, err = v.boolean(); err != nil {
-			return nil, err
-		}
-	}
-	if v, ok := m["interfaces"]; ok {
-		elems, err := v.array()
+	if m.Interfaces.ok() {
+		elems, err := m.Interfaces.get()
 		if err != nil {
 			return nil, err
 		}
 		seen := map[string]string{}
 		for _, e := range elems {
-			name, err := e.str()
+			name, err := e.get()
 			if err != nil {
 				return nil, err
 			}
@@ -152,33 +137,31 @@ func parseDHCPv6(f field) (*DHCPv6, error) {
 			d.Interfaces = append(d.Interfaces, name)
 		}
 	}
-	if v, ok := m["trusted_relays"]; ok {
-		if d.TrustedRelays, err = parseTrustedRelays(v, f.path+".interfaces", d.Interfaces); err != nil {
+	if m.TrustedRelays.ok() {
+		if d.TrustedRelays, err = parseTrustedRelays(m.TrustedRelays, v.path+".interfaces", d.Interfaces); err != nil {
 			return nil, err
 		}
 	}
-	var pf, vf *field
-	if v, ok := m["preferred_lifetime"]; ok {
-		pf = &v
-		if d.PreferredLifetime, err = lifetime(v); err != nil {
-			return nil, err
-		}
-	}
-	if v, ok := m["valid_lifetime"]; ok {
-		vf = &v
-		if d.ValidLifetime, err = lifetime(v); err != nil {
-			return nil, err
+	for _, l := range []struct {
+		v   *val[int64]
+		dst *time.Duration
+	}{{&m.PreferredLifetime, &d.PreferredLifetime}, {&m.ValidLifetime, &d.ValidLifetime}} {
+		if l.v.ok() {
+			if *l.dst, err = lifetime(l.v); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if d.ValidLifetime < d.PreferredLifetime {
-		pDesc := "the default 3600"
-		if pf != nil {
+		pf, vf := m.PreferredLifetime, m.ValidLifetime
+		pDesc := fmt.Sprintf("the default %d", int64(DefaultPreferredLifetime.Seconds()))
+		if pf.ok() {
 			pDesc = pf.path + " " + pf.show()
 		}
-		if vf != nil {
+		if vf.ok() {
 			return nil, vf.errorf("must not be less than %s", pDesc)
 		}
-		return nil, pf.errorf("exceeds the default valid_lifetime 7200 (%s.valid_lifetime must be >= preferred_lifetime)", f.path)
+		return nil, pf.errorf("exceeds the default valid_lifetime %d (%s.valid_lifetime must be >= preferred_lifetime)", int64(DefaultValidLifetime.Seconds()), v.path)
 	}
 	return d, nil
 }
@@ -186,51 +169,46 @@ func parseDHCPv6(f field) (*DHCPv6, error) {
 // parseTrustedRelays reads dhcpv6.trusted_relays: each relay is on one of
 // the dhcpv6 interfaces and has a unicast MAC, and an IPv6 unicast address
 // if any.
-func parseTrustedRelays(f field, interfacesPath string, interfaces []string) ([]TrustedRelay, error) {
-	elems, err := f.array()
+func parseTrustedRelays(v val[[]val[relayKeys]], interfacesPath string, interfaces []string) ([]TrustedRelay, error) {
+	elems, err := v.get()
 	if err != nil {
 		return nil, err
 	}
 	var out []TrustedRelay
 	seen := map[string]string{}
 	for _, e := range elems {
-		m, err := e.object()
+		m, err := e.get()
 		if err != nil {
 			return nil, err
 		}
-		if err := checkKeys(m, relayKeys); err != nil {
-			return nil, err
-		}
 		var r TrustedRelay
-		iff, ok := m["interface"]
-		if !ok {
+		if !m.Interface.ok() {
 			return nil, &Error{Key: e.path + ".interface", Reason: "is required"}
 		}
-		if r.Interface, err = iff.str(); err != nil {
+		if r.Interface, err = m.Interface.get(); err != nil {
 			return nil, err
 		}
 		if !slices.Contains(interfaces, r.Interface) {
-			return nil, iff.errorf("is not one of %s %q", interfacesPath, interfaces)
+			return nil, m.Interface.errorf("is not one of %s %q", interfacesPath, interfaces)
 		}
-		mf, ok := m["mac"]
-		if !ok {
+		if !m.MAC.ok() {
 			return nil, &Error{Key: e.path + ".mac", Reason: "is required: the bridge ties a MAC, not an IP address, to one sender"}
 		}
-		s, err := mf.str()
+		s, err := m.MAC.get()
 		if err != nil {
 			return nil, err
 		}
 		if r.MAC, err = net.ParseMAC(s); err != nil || len(r.MAC) != 6 || r.MAC[0]&1 != 0 || isZeroMAC(r.MAC) {
-			return nil, mf.errorf("not a unicast Ethernet MAC address")
+			return nil, m.MAC.errorf("not a unicast Ethernet MAC address")
 		}
-		if af, ok := m["address"]; ok {
-			s, err := af.str()
+		if m.Address.ok() {
+			s, err := m.Address.get()
 			if err != nil {
 				return nil, err
 			}
 			a, err := netip.ParseAddr(s)
 			if err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
-				return nil, af.errorf("not an IPv6 unicast address")
+				return nil, m.Address.errorf("not an IPv6 unicast address")
 			}
 			r.Address = a
 		}
@@ -253,13 +231,13 @@ func isZeroMAC(mac net.HardwareAddr) bool {
 	return true
 }
 
-func lifetime(f field) (time.Duration, error) {
-	n, err := f.integer()
+func lifetime(v *val[int64]) (time.Duration, error) {
+	n, err := v.get()
 	if err != nil {
 		return 0, err
 	}
 	if n <= 0 || n > maxLifetime {
-		return 0, f.errorf("must be a number of seconds from 1 to %d", int64(maxLifetime))
+		return 0, v.errorf("must be a number of seconds from 1 to %d", int64(maxLifetime))
 	}
 	return time.Duration(n) * time.Second, nil
 }

@@ -17,26 +17,22 @@ type requestedIP struct {
 // from the network-selection element's "ips". Entries are CIDRs
 // ("10.0.0.5/24") or bare addresses, as host-local accepts them, at most one
 // per family. Other runtimeConfig keys belong to other plugins.
-func parseRequested(f field) ([]requestedIP, error) {
-	m, err := f.object()
-	if err != nil {
+func parseRequested(v val[runtimeConfig]) ([]requestedIP, error) {
+	m, err := v.get()
+	if err != nil || !m.IPs.ok() {
 		return nil, err
 	}
-	ips, ok := m["ips"]
-	if !ok {
-		return nil, nil
-	}
-	elems, err := ips.array()
+	elems, err := m.IPs.get()
 	if err != nil {
 		return nil, err
 	}
 	var out []requestedIP
 	for _, e := range elems {
-		s, err := e.str()
+		s, err := e.get()
 		if err != nil {
 			return nil, err
 		}
-		q := requestedIP{bits: -1, f: e}
+		q := requestedIP{bits: -1, f: e.field}
 		if strings.Contains(s, "/") {
 			p, err := parsePrefix(strings.TrimSpace(s))
 			if err != nil {
@@ -58,18 +54,18 @@ func parseRequested(f field) ([]requestedIP, error) {
 
 // assignRequested gives each requested address the first range that can
 // hand it out, and refuses one that no range can, naming why.
-func (c *Config) assignRequested(built []builtRange) ([]netip.Addr, error) {
-	if len(c.requested) == 0 {
+func (c *Config) assignRequested(built []builtRange, src sources) ([]netip.Addr, error) {
+	if len(src.requested) == 0 {
 		return nil, nil
 	}
 	out := make([]netip.Addr, len(built))
-	for _, q := range c.requested {
+	for _, q := range src.requested {
 		i := 0
 		for i < len(built) && !built[i].r.Contains(q.addr) {
 			i++
 		}
 		if i == len(built) {
-			return nil, c.refuseRequested(q, built)
+			return nil, c.refuseRequested(q, built, src.gatewayKey)
 		}
 		b := built[i]
 		if q.bits >= 0 && q.bits != b.r.Prefix.Bits() {
@@ -81,7 +77,7 @@ func (c *Config) assignRequested(built []builtRange) ([]netip.Addr, error) {
 }
 
 // refuseRequested says why no range hands out q.
-func (c *Config) refuseRequested(q requestedIP, built []builtRange) *Error {
+func (c *Config) refuseRequested(q requestedIP, built []builtRange, gatewayKey field) *Error {
 	var ranges []string
 	for _, b := range built {
 		ranges = append(ranges, b.in.rng.path+" "+b.in.rng.show())
@@ -90,7 +86,7 @@ func (c *Config) refuseRequested(q requestedIP, built []builtRange) *Error {
 		}
 		rng := b.in.rng.path + " " + b.in.rng.show()
 		if q.addr == c.Gateway {
-			return q.f.errorf("is the gateway (%s %s) of %s, which is never handed out", c.gwField.path, c.gwField.show(), rng)
+			return q.f.errorf("is the gateway (%s %s) of %s, which is never handed out", gatewayKey.path, gatewayKey.show(), rng)
 		}
 		if q.addr.Less(b.r.Start) || b.r.End.Less(q.addr) {
 			return q.f.errorf("is not assignable in %s, whose addresses run from %s to %s", rng, b.r.Start, b.r.End)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/tenure-ipam/tenure/internal/config"
 )
 
 // Binding is what the server may hand one client: the claim's state.
@@ -107,12 +109,6 @@ const (
 	MsgTypeUnknown = "unknown"
 )
 
-// Defaults applied by NewHandler to zero Config fields.
-const (
-	DefaultPreferredLifetime = time.Hour
-	DefaultValidLifetime     = 2 * time.Hour
-)
-
 // infinity is the all-ones lifetime of RFC 8415 §7.7.
 const infinity = time.Duration(math.MaxUint32) * time.Second
 
@@ -123,8 +119,8 @@ type Config struct {
 	ServerDUID dhcpv6.DUID
 
 	// PreferredLifetime and ValidLifetime of the address and the prefix.
-	// Zero values default: both zero gives DefaultPreferredLifetime and
-	// DefaultValidLifetime; one zero gives valid = 2 x preferred, or
+	// Zero values default: both zero gives the dhcpv6 keys' defaults
+	// (config.DefaultPreferredLifetime and config.DefaultValidLifetime); one zero gives valid = 2 x preferred, or
 	// preferred = valid / 2. Values at or above 2^32-1 s mean infinity.
 	PreferredLifetime, ValidLifetime time.Duration
 
@@ -194,7 +190,7 @@ func (c Config) normalize() (serverID []byte, lt lifetimes, err error) {
 	lt = lifetimes{preferred: clampLifetime(c.PreferredLifetime), valid: clampLifetime(c.ValidLifetime)}
 	switch {
 	case lt.preferred == 0 && lt.valid == 0:
-		lt.preferred, lt.valid = DefaultPreferredLifetime, DefaultValidLifetime
+		lt.preferred, lt.valid = config.DefaultPreferredLifetime, config.DefaultValidLifetime
 	case lt.valid == 0:
 		lt.valid = clampLifetime(2 * lt.preferred)
 	case lt.preferred == 0:

@@ -114,11 +114,8 @@ func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Invent
 }
 
 func (inv *Inventory) addConfig(c *config.Config, source string) {
-	for _, r := range c.Ranges {
-		inv.add(reservation.Scope(c.NetworkName, r.String(), c.OverlappingRanges), allocator.AddressSpace{Range: r}, c.Pool, source, c.Name)
-	}
-	if pd := c.PrefixDelegation; pd != nil {
-		inv.add(reservation.Scope(c.NetworkName, pd.Range.String(), c.OverlappingRanges), allocator.PrefixSpace{PD: *pd}, c.Pool, source, c.Name)
+	for _, sp := range c.Spaces() {
+		inv.add(sp.Scope, sp.Space, c.Pool, source, c.Name)
 	}
 }
 

@@ -188,11 +188,12 @@ func buildTargets(nads []NetworkConfig) *targets {
 				t.notes = append(t.notes, fmt.Sprintf("%s: %v", source, err))
 				continue
 			}
-			for _, r := range c.Ranges {
-				tg := target{
-					network: reservation.Scope(c.NetworkName, r.String(), c.OverlappingRanges),
-					rng:     r, cniNetwork: c.Name, source: source, netName: c.NetworkName,
+			for _, sp := range c.Spaces() {
+				if sp.Range == nil {
+					continue
 				}
+				r := *sp.Range
+				tg := target{network: sp.Scope, rng: r, cniNetwork: c.Name, source: source, netName: c.NetworkName}
 				name := PoolName(c.NetworkName, r.Prefix)
 				t.byPool[name] = append(t.byPool[name], tg)
 				if c.OverlappingRanges {
