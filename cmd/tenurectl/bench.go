@@ -39,6 +39,9 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 		return nil
 	})
 	agentsFlag := fs.String("agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
+	psPods := fs.Int("pod-start-pods", 30, "the pod-start scenario's pods per IPAM, in waves")
+	psWave := fs.Int("pod-start-wave", 10, "the pod-start scenario's pods created at once in a wave")
+	psStorm := fs.Int("pod-start-storm", 50, "the pod-start scenario's pods per IPAM created at once after the waves (-1: none)")
 	fullPoolFor := fs.Duration("full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -67,6 +70,15 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --full-pool-duration must be positive, got %v\n", *fullPoolFor)
 		return errUsage
 	}
+	podStart := bench.PodStartOptions{Pods: *psPods, Wave: *psWave, Storm: *psStorm}
+	if *psPods <= 0 || *psWave <= 0 {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --pod-start-pods and --pod-start-wave must be positive, got %d and %d\n", *psPods, *psWave)
+		return errUsage
+	}
+	if perr := podStart.Validate(); perr != nil {
+		fmt.Fprintf(e.stderr, "tenurectl bench: %v\n", perr)
+		return errUsage
+	}
 	if *scale <= 0 {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --scale must be positive, got %d\n", *scale)
 		return errUsage
@@ -89,6 +101,7 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 		Agents:    agents,
 
 		FullPoolDuration: *fullPoolFor,
+		PodStart:         podStart,
 		Log:              e.stderr,
 		Command:          "tenurectl bench " + strings.Join(args, " "),
 	})

@@ -72,6 +72,8 @@ type Options struct {
 	// WebhookOps is the webhook scenario's ADDs of each kind per phase
 	// (100 when 0; tests use fewer).
 	WebhookOps int
+	// PodStart sizes the pod-start scenario.
+	PodStart PodStartOptions
 }
 
 // Run starts a control plane, agents and (when built) the controller,
@@ -87,6 +89,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := checkScenarios(opts.Scenarios); err != nil {
 		return nil, err
 	}
+	if err := checkNodeMix(opts.Scenarios); err != nil {
+		return nil, err
+	}
 	bins, err := testbed.Build("")
 	if err != nil {
 		return nil, err
@@ -94,6 +99,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep := &Report{Command: opts.Command, Mode: "full", Started: time.Now(), Machine: machineInfo()}
 	if opts.Quick {
 		rep.Mode = "quick"
+	}
+	if needsNode(opts.Scenarios) {
+		return runOnNode(ctx, opts, bins, rep)
 	}
 	e, err := startEnv(ctx, opts.Log, bins)
 	if err != nil {
