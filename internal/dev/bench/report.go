@@ -78,6 +78,12 @@ type Result struct {
 
 	Notes string `json:"notes,omitempty"`
 
+	// Binary and Round: in a run with a baseline (Options.BaselineBin),
+	// which binaries made the row ("baseline" or "new") and in which of
+	// their rounds.
+	Binary string `json:"binary,omitempty"`
+	Round  int    `json:"round,omitempty"`
+
 	// Scenario is the named scenario (--scenario) the row belongs to.
 	Scenario string `json:"scenario,omitempty"`
 	// Figures are a named scenario's figures, by the names the issue
@@ -161,7 +167,7 @@ type Report struct {
 // Find returns the row with id, or nil.
 func (r *Report) Find(id string) *Result {
 	for i := range r.Scenarios {
-		if r.Scenarios[i].ID == id {
+		if r.Scenarios[i].ID == id && r.Scenarios[i].Binary != binaryBaseline {
 			return &r.Scenarios[i]
 		}
 	}

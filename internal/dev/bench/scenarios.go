@@ -72,6 +72,10 @@ type Options struct {
 	// WebhookOps is the webhook scenario's ADDs of each kind per phase
 	// (100 when 0; tests use fewer).
 	WebhookOps int
+	// BaselineBin, with Quick, names a directory with an older build's
+	// tenure and tenure-agent: the quick scenario runs with both, the
+	// baseline's and this tree's alternating, reported side by side.
+	BaselineBin string
 	// PodStart sizes the pod-start scenario.
 	PodStart PodStartOptions
 }
@@ -142,7 +146,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	add := func(rs ...Result) { rep.Scenarios = append(rep.Scenarios, rs...) }
 
-	if opts.Quick {
+	if opts.Quick && opts.BaselineBin != "" {
+		rs, err := e.quickWithBaseline(ctx, nets, opts.BaselineBin)
+		add(rs...)
+		if err != nil {
+			return rep, err
+		}
+	} else if opts.Quick {
 		rs, err := e.gridScenario(ctx, nets, 50, 4)
 		if err != nil {
 			return nil, err
