@@ -140,7 +140,7 @@ func sideBySide(rows []Result, shimBytes map[string]float64) []Result {
 			sum["shim_binary_bytes"] = shimBytes[which]
 			mean[which] = sum
 			out = append(out, Result{ID: strings.ToLower(cmd) + "-c50-n4-" + which + "-mean", Name: fmt.Sprintf("%s c50, 4 nodes, %s binary, mean of %d rounds", cmd, which, n),
-				Scenario: "baseline", Figures: sum})
+				Scenario: "old and new binary", Figures: sum})
 		}
 		if b, nw := mean[binaryBaseline], mean[binaryNew]; b != nil && nw != nil {
 			ratio := map[string]float64{}
@@ -149,7 +149,7 @@ func sideBySide(rows []Result, shimBytes map[string]float64) []Result {
 					ratio[k] = round3(v / b[k])
 				}
 			}
-			out = append(out, Result{ID: strings.ToLower(cmd) + "-c50-n4-new/baseline", Name: cmd + " c50, 4 nodes, new / baseline", Scenario: "baseline", Figures: ratio})
+			out = append(out, Result{ID: strings.ToLower(cmd) + "-c50-n4-new/baseline", Name: cmd + " c50, 4 nodes, new / baseline", Scenario: "old and new binary", Figures: ratio})
 		}
 	}
 	return out

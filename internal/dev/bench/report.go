@@ -174,6 +174,10 @@ func (r *Report) Find(id string) *Result {
 	return nil
 }
 
+// figuresOnly: a row of figures alone (a summary or ratios), shown in its
+// scenario's figure table only.
+func (r Result) figuresOnly() bool { return r.Ops == 0 && len(r.Figures) > 0 }
+
 // tableHeader is the one table's columns, in order.
 var tableHeader = []string{"scenario", "ops", "wall s", "ops/s", "p50 ms", "p90 ms", "p99 ms", "failures", "API req/op", "API writes/op", "raw_create_per_s", "ratio", "notes"}
 
@@ -212,6 +216,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
 	for _, s := range r.Scenarios {
+		if s.figuresOnly() {
+			continue
+		}
 		fmt.Fprintln(tw, strings.Join(s.cells(), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
@@ -266,6 +273,9 @@ func (r *Report) Markdown() []byte {
 	}
 	mdRow(sep)
 	for _, s := range r.Scenarios {
+		if s.figuresOnly() {
+			continue
+		}
 		mdRow(s.cells())
 	}
 	b.WriteString(figureTables(r.Scenarios, true))
