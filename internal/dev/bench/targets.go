@@ -7,16 +7,16 @@ import (
 
 // The targets of the issue "Fast at any scale".
 const (
-	targetAddsPerS       = 300.0
-	targetShareOfRaw     = 0.40
-	targetP99Ms          = 250.0
-	targetReqPerAdd      = 1.5
-	targetUsageRatio     = 2.0
-	targetSyncS          = 15.0
-	targetRSSMiB         = 200.0
-	targetScaleRatio     = 1.5
-	targetShimCPUMs      = 20.0
-	targetShimBytes      = 15_000_000
+	targetAddsPerS   = 300.0
+	targetShareOfRaw = 0.40
+	targetP99Ms      = 250.0
+	targetReqPerAdd  = 1.5
+	targetUsageRatio = 2.0
+	targetSyncS      = 15.0
+	targetRSSMiB     = 200.0
+	targetScaleRatio = 1.5
+	targetShimCPUMs  = 20.0
+	targetShimBytes  = 15_000_000
 	// As fast as the node allows: ratios within one run.
 	targetShareOfRawFast = 0.75
 	targetShimVsEmptyGo  = 1.3
@@ -60,7 +60,7 @@ func evaluate(rep *Report) []Target {
 		// Background writes (lease renewals) land in the window too.
 		ts = append(ts, Target{Name: hn + ": API requests per pod ADD", Want: fmt.Sprintf("%.1f", targetReqPerPodAdd),
 			Measured: fmt.Sprintf("%.3f (%s)", h.APIRequestsPerOp, FormatBreakdown(nonWatch(h.APIByVerbResource), float64(h.Ops))),
-			Status: status(h.APIRequestsPerOp <= targetReqPerPodAdd+writesPerAddressSlop)})
+			Status:   status(h.APIRequestsPerOp <= targetReqPerPodAdd+writesPerAddressSlop)})
 	} else {
 		na(hn, "≥ 300 ADDs/s, ≥ 40 % of raw, p99 < 250 ms, 0 failures", "not run")
 	}
