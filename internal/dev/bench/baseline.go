@@ -38,22 +38,47 @@ func baselineBinaries(dir string, cur testbed.Binaries) (testbed.Binaries, error
 	return b, nil
 }
 
-// quickWithBaseline runs the quick scenario (500 ADDs and DELs at
-// concurrency 50 over 4 nodes) on one control plane with the old and the
-// new binaries alternating, the agents restarted with each binary's agent.
-// Rows carry Binary and Round; Report.Find ignores the baseline's, so the
-// targets are the new binary's first round.
+// flavour is one side of a side-by-side quick run: the binaries and the
+// environment the agents start with.
+type flavour struct {
+	name string
+	bins testbed.Binaries
+	env  map[string]string
+}
+
+// cborEnv turns on client-go's CBOR for the agents' API requests: allowed
+// and preferred (a 415 from a server that does not serve CBOR falls back to
+// JSON).
+var cborEnv = map[string]string{"KUBE_FEATURE_ClientsAllowCBOR": "true", "KUBE_FEATURE_ClientsPreferCBOR": "true"}
+
+// quickWithBaseline runs the quick scenario with the old binaries of dir
+// as the baseline and this tree's as new.
 func (e *env) quickWithBaseline(ctx context.Context, nets *netAlloc, dir string) ([]Result, error) {
-	cur := e.bins
-	old, err := baselineBinaries(dir, cur)
+	old, err := baselineBinaries(dir, e.bins)
 	if err != nil {
 		return nil, err
 	}
-	// The run's shim facts (Report.Shim) are the new binary's calls.
+	return e.quickSideBySide(ctx, nets, flavour{name: binaryBaseline, bins: old}, flavour{name: binaryNew, bins: e.bins})
+}
+
+// quickCBOR runs the quick scenario with the agents' API requests in JSON
+// (the baseline) and in CBOR (new), on an API server that serves both.
+func (e *env) quickCBOR(ctx context.Context, nets *netAlloc) ([]Result, error) {
+	return e.quickSideBySide(ctx, nets, flavour{name: binaryBaseline + " (JSON)", bins: e.bins}, flavour{name: binaryNew + " (CBOR)", bins: e.bins, env: cborEnv})
+}
+
+// quickSideBySide runs the quick scenario (500 ADDs and DELs at
+// concurrency 50 over 4 nodes) on one control plane with the two flavours
+// alternating, the agents restarted for each. Rows carry Binary ("baseline"
+// or "new") and Round; Report.Find ignores the baseline's, so the targets
+// are the new flavour's first round.
+func (e *env) quickSideBySide(ctx context.Context, nets *netAlloc, base, cur flavour) ([]Result, error) {
+	// The run's shim facts (Report.Shim) are the new flavour's calls.
 	var newCPU []float64
 	var newFaults int64
+	bins0 := e.bins
 	defer func() {
-		e.bins = cur
+		e.bins = bins0
 		e.cpuMu.Lock()
 		e.shimCPU, e.shimMinflt = newCPU, newFaults
 		e.cpuMu.Unlock()
@@ -62,20 +87,27 @@ func (e *env) quickWithBaseline(ctx context.Context, nets *netAlloc, dir string)
 	round := map[string]int{}
 	sizes := map[string]float64{}
 	for i, which := range baselineOrder {
-		bins := cur
+		f := cur
 		if which == binaryBaseline {
-			bins = old
+			f = base
 		}
 		if i == 0 || baselineOrder[i-1] != which {
 			for _, n := range agentNodes {
 				e.stopAgent(n)
 			}
-			e.bins = bins
-			if err := e.startBenchAgents(ctx, "ready ("+which+" binary)"); err != nil {
+			e.bins = f.bins
+			for k, v := range f.env {
+				os.Setenv(k, v)
+			}
+			err := e.startBenchAgents(ctx, "ready ("+f.name+")")
+			for k := range f.env {
+				os.Unsetenv(k)
+			}
+			if err != nil {
 				return out, err
 			}
 			if err := e.warmup(ctx, nets); err != nil {
-				return out, fmt.Errorf("warm-up of the %s binary: %w", which, err)
+				return out, fmt.Errorf("warm-up of %s: %w", f.name, err)
 			}
 		}
 		round[which]++
@@ -89,25 +121,25 @@ func (e *env) quickWithBaseline(ctx context.Context, nets *netAlloc, dir string)
 			newFaults += e.shimMinflt - faults0
 		}
 		e.cpuMu.Unlock()
-		if fi, serr := os.Stat(bins.Shim); serr == nil {
+		if fi, serr := os.Stat(f.bins.Shim); serr == nil {
 			sizes[which] = float64(fi.Size())
 		}
 		for j := range rs {
 			rs[j].Binary, rs[j].Round = which, round[which]
-			rs[j].Name += fmt.Sprintf(" [%s %d]", which, round[which])
+			rs[j].Name += fmt.Sprintf(" [%s %d]", f.name, round[which])
 		}
 		out = append(out, rs...)
 		if err != nil {
 			return out, err
 		}
 	}
-	return append(out, sideBySide(out, sizes)...), nil
+	return append(out, sideBySide(out, sizes, map[string]string{binaryBaseline: base.name, binaryNew: cur.name})...), nil
 }
 
 // sideBySide is one row per binary and command with the means over its
 // rounds, and the new binary's figures over the baseline's; shimBytes are
-// the shims' sizes.
-func sideBySide(rows []Result, shimBytes map[string]float64) []Result {
+// the shims' sizes, names the flavours'.
+func sideBySide(rows []Result, shimBytes map[string]float64, names map[string]string) []Result {
 	figs := func(r Result) map[string]float64 {
 		return map[string]float64{
 			"ops_per_s": r.OpsPerS, "p50_ms": r.P50Ms, "p99_ms": r.P99Ms, "share_of_raw": r.Ratio,
@@ -139,7 +171,7 @@ func sideBySide(rows []Result, shimBytes map[string]float64) []Result {
 			sum["rounds"] = float64(n)
 			sum["shim_binary_bytes"] = shimBytes[which]
 			mean[which] = sum
-			out = append(out, Result{ID: strings.ToLower(cmd) + "-c50-n4-" + which + "-mean", Name: fmt.Sprintf("%s c50, 4 nodes, %s binary, mean of %d rounds", cmd, which, n),
+			out = append(out, Result{ID: strings.ToLower(cmd) + "-c50-n4-" + which + "-mean", Name: fmt.Sprintf("%s c50, 4 nodes, %s, mean of %d rounds", cmd, names[which], n),
 				Scenario: "old and new binary", Figures: sum})
 		}
 		if b, nw := mean[binaryBaseline], mean[binaryNew]; b != nil && nw != nil {

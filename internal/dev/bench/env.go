@@ -71,7 +71,7 @@ func (e *env) logf(format string, args ...any) {
 
 // startEnv starts the control plane, installs the CRDs and creates what
 // every scenario shares.
-func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries) (*env, error) {
+func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries, cbor bool) (*env, error) {
 	e := &env{log: log, bins: bins, agents: map[string]*testbed.Agent{}, perOwner: 1}
 	dir, err := os.MkdirTemp("", "tbench-")
 	if err != nil {
@@ -79,7 +79,11 @@ func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries) (*env, 
 	}
 	e.dir = dir
 	begin := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
+	cpOpts := controlplane.Options{}
+	if cbor {
+		cpOpts.FeatureGates = "CBORServingAndStorage=true"
+	}
+	cp, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
