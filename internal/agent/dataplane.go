@@ -52,15 +52,10 @@ func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
 }
 
 // Attached is called after every successful ADD: the network's dhcpv6
-// settings are learnt from its IPAM config (a change recomputes the
-// bindings), and the bindings recomputed for the new reservations. A node
-// with no dhcpv6 network binds nothing whatever its reservations: its ADDs
-// skip the recomputation (a pass over every pod of the node).
+// settings are learnt from its IPAM config, and the bindings recomputed.
 func (d *agentDataplane) Attached(cfg *config.Config) {
 	d.svc.Learn(cfg.Name, withLinkInfo(cfg))
-	if d.svc.Serving() {
-		d.svc.Trigger()
-	}
+	d.svc.Trigger()
 }
 
 // withLinkInfo returns the network's dhcpv6 settings with what its Router
@@ -86,13 +81,8 @@ func withLinkInfo(cfg *config.Config) *config.DHCPv6 {
 
 // Detached is called after a DEL released a pod's reservations: a pod's
 // opt-in prefix stops being served and routed at once, not at the next
-// resync (the pod itself may stay, e.g. a sandbox being re-created). On a
-// node with no dhcpv6 network nothing is served, so nothing stops.
-func (d *agentDataplane) Detached() {
-	if d.svc.Serving() {
-		d.svc.Trigger()
-	}
-}
+// resync (the pod itself may stay, e.g. a sandbox being re-created).
+func (d *agentDataplane) Detached() { d.svc.Trigger() }
 
 // Run reconciles until ctx ends; Start calls it once the caches synced.
 func (d *agentDataplane) Run(ctx context.Context) { d.svc.Run(ctx) }

@@ -179,15 +179,6 @@ func sameSettings(a, b config.DHCPv6) bool {
 }
 
 // Networks returns a copy of the learnt settings.
-// Serving says whether any network's dhcpv6 settings are learnt. Without
-// one no attachment is bound (a binding needs its network's enabled
-// dhcpv6), so a change of reservations alone cannot change what is served.
-func (s *Service) Serving() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.networks) > 0
-}
-
 func (s *Service) Networks() map[string]config.DHCPv6 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
