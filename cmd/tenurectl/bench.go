@@ -40,7 +40,6 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 	})
 	agentsFlag := fs.String("agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
 	baseline := fs.String("baseline-bin", "", "with --quick: a directory with an older build's tenure and tenure-agent, run alternating with this build's and reported side by side")
-	compareCBOR := fs.Bool("compare-cbor", false, "with --quick: the agents' API requests in JSON and in CBOR alternating (the API server serves CBOR), side by side")
 	psPods := fs.Int("pod-start-pods", 30, "the pod-start scenario's pods per IPAM, in waves")
 	psWave := fs.Int("pod-start-wave", 10, "the pod-start scenario's pods created at once in a wave")
 	psStorm := fs.Int("pod-start-storm", 50, "the pod-start scenario's pods per IPAM created at once after the waves (-1: none)")
@@ -66,10 +65,6 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 	}
 	if len(named) > 0 && *quick {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --quick and --scenario do not combine\n")
-		return errUsage
-	}
-	if *compareCBOR && (!*quick || *baseline != "") {
-		fmt.Fprintf(e.stderr, "tenurectl bench: --compare-cbor needs --quick and no --baseline-bin\n")
 		return errUsage
 	}
 	if *baseline != "" && !*quick {
@@ -113,7 +108,6 @@ func benchCmd(ctx context.Context, e *env, args []string) error {
 		FullPoolDuration: *fullPoolFor,
 		PodStart:         podStart,
 		BaselineBin:      *baseline,
-		CompareCBOR:      *compareCBOR,
 		Log:              e.stderr,
 		Command:          "tenurectl bench " + strings.Join(args, " "),
 	})

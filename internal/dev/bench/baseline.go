@@ -38,18 +38,11 @@ func baselineBinaries(dir string, cur testbed.Binaries) (testbed.Binaries, error
 	return b, nil
 }
 
-// flavour is one side of a side-by-side quick run: the binaries and the
-// environment the agents start with.
+// flavour is one side of a side-by-side quick run: its name and binaries.
 type flavour struct {
 	name string
 	bins testbed.Binaries
-	env  map[string]string
 }
-
-// cborEnv turns on client-go's CBOR for the agents' API requests: allowed
-// and preferred (a 415 from a server that does not serve CBOR falls back to
-// JSON).
-var cborEnv = map[string]string{"KUBE_FEATURE_ClientsAllowCBOR": "true", "KUBE_FEATURE_ClientsPreferCBOR": "true"}
 
 // quickWithBaseline runs the quick scenario with the old binaries of dir
 // as the baseline and this tree's as new.
@@ -59,12 +52,6 @@ func (e *env) quickWithBaseline(ctx context.Context, nets *netAlloc, dir string)
 		return nil, err
 	}
 	return e.quickSideBySide(ctx, nets, flavour{name: binaryBaseline, bins: old}, flavour{name: binaryNew, bins: e.bins})
-}
-
-// quickCBOR runs the quick scenario with the agents' API requests in JSON
-// (the baseline) and in CBOR (new), on an API server that serves both.
-func (e *env) quickCBOR(ctx context.Context, nets *netAlloc) ([]Result, error) {
-	return e.quickSideBySide(ctx, nets, flavour{name: binaryBaseline + " (JSON)", bins: e.bins}, flavour{name: binaryNew + " (CBOR)", bins: e.bins, env: cborEnv})
 }
 
 // quickSideBySide runs the quick scenario (500 ADDs and DELs at
@@ -96,14 +83,7 @@ func (e *env) quickSideBySide(ctx context.Context, nets *netAlloc, base, cur fla
 				e.stopAgent(n)
 			}
 			e.bins = f.bins
-			for k, v := range f.env {
-				os.Setenv(k, v)
-			}
-			err := e.startBenchAgents(ctx, "ready ("+f.name+")")
-			for k := range f.env {
-				os.Unsetenv(k)
-			}
-			if err != nil {
+			if err := e.startBenchAgents(ctx, "ready ("+f.name+")"); err != nil {
 				return out, err
 			}
 			if err := e.warmup(ctx, nets); err != nil {

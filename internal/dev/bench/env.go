@@ -71,7 +71,7 @@ func (e *env) logf(format string, args ...any) {
 
 // startEnv starts the control plane, installs the CRDs and creates what
 // every scenario shares.
-func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries, cbor bool) (*env, error) {
+func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries) (*env, error) {
 	e := &env{log: log, bins: bins, agents: map[string]*testbed.Agent{}, perOwner: 1}
 	dir, err := os.MkdirTemp("", "tbench-")
 	if err != nil {
@@ -79,11 +79,7 @@ func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries, cbor bo
 	}
 	e.dir = dir
 	begin := time.Now()
-	cpOpts := controlplane.Options{}
-	if cbor {
-		cpOpts.FeatureGates = "CBORServingAndStorage=true"
-	}
-	cp, err := controlplane.Start(ctx, cpOpts)
+	cp, err := controlplane.Start(ctx, controlplane.Options{})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

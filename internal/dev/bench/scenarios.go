@@ -76,10 +76,6 @@ type Options struct {
 	// tenure and tenure-agent: the quick scenario runs with both, the
 	// baseline's and this tree's alternating, reported side by side.
 	BaselineBin string
-	// CompareCBOR, with Quick, runs the quick scenario with the agents'
-	// API requests in JSON and in CBOR alternating, on an API server that
-	// serves CBOR (feature gate CBORServingAndStorage).
-	CompareCBOR bool
 	// PodStart sizes the pod-start scenario.
 	PodStart PodStartOptions
 }
@@ -111,7 +107,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if needsNode(opts.Scenarios) {
 		return runOnNode(ctx, opts, bins, rep)
 	}
-	e, err := startEnv(ctx, opts.Log, bins, opts.CompareCBOR)
+	e, err := startEnv(ctx, opts.Log, bins)
 	if err != nil {
 		return nil, err
 	}
@@ -150,13 +146,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	add := func(rs ...Result) { rep.Scenarios = append(rep.Scenarios, rs...) }
 
-	if opts.Quick && opts.CompareCBOR {
-		rs, err := e.quickCBOR(ctx, nets)
-		add(rs...)
-		if err != nil {
-			return rep, err
-		}
-	} else if opts.Quick && opts.BaselineBin != "" {
+	if opts.Quick && opts.BaselineBin != "" {
 		rs, err := e.quickWithBaseline(ctx, nets, opts.BaselineBin)
 		add(rs...)
 		if err != nil {

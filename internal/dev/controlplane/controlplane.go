@@ -160,9 +160,6 @@ type Options struct {
 	// stops reporting is marked NotReady. Start returns once the
 	// "default" ServiceAccount exists.
 	Controllers bool
-	// FeatureGates, when set, is kube-apiserver's --feature-gates (the
-	// benchmark's CBOR comparison turns on CBORServingAndStorage).
-	FeatureGates string
 }
 
 // ControlPlane is a running etcd + kube-apiserver pair.
@@ -395,9 +392,6 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 			continue // the controller-manager makes the ServiceAccounts it needs
 		}
 		apiserver.Args = append(apiserver.Args, "--"+f)
-	}
-	if opts.FeatureGates != "" {
-		apiserver.Args = append(apiserver.Args, "--feature-gates="+opts.FeatureGates)
 	}
 	if err := cp.spawn(apiserver, opts); err != nil {
 		return err
