@@ -17,9 +17,9 @@ const (
 	binaryNew      = "new"
 )
 
-// baselineRounds is how many times each binary runs the quick scenario, in
-// the order baseline, new, new, baseline: a drift of the machine's load over
-// the run weighs on both alike.
+// baselineOrder is the order the binaries run the quick scenario in, twice
+// each: a steady drift of the machine's load over the run weighs on both
+// alike.
 var baselineOrder = []string{binaryBaseline, binaryNew, binaryNew, binaryBaseline}
 
 // baselineBinaries are the shim and agent of dir (a make build of the old
