@@ -91,8 +91,11 @@ test-e2e: test-deps control-plane cni-plugins whereabouts build
 demo: control-plane cni-plugins build
 	$(BIN)/tenurectl demo
 
-bench: control-plane build
+# The pod-start scenario runs on the real node (root): its own control plane
+# with controllers, the node, tenure rolled out from the image.
+bench: control-plane node-tools cni-plugins whereabouts build image
 	$(BIN)/tenurectl bench
+	$(BIN)/tenurectl bench --scenario pod-start --out out/bench-pod-start
 
 bench-quick: control-plane build
 	$(BIN)/tenurectl bench --quick

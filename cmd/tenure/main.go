@@ -7,6 +7,7 @@
 package main
 
 import (
+	"runtime"
 	"syscall"
 
 	"github.com/tenure-ipam/tenure/internal/cniwire"
@@ -14,6 +15,10 @@ import (
 )
 
 func main() {
+	// One goroutine, and most of its life blocked reading the agent's
+	// answer: with a second P the runtime's scheduler and sysmon keep
+	// waking up through that wait, about 0.5 ms of CPU over a 200 ms answer.
+	runtime.GOMAXPROCS(1)
 	out := shim.Run(shim.OSEnv())
 	_ = cniwire.WriteAll(1, out.Stdout)
 	_ = cniwire.WriteAll(2, out.Stderr)

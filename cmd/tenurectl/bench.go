@@ -39,6 +39,10 @@ func benchCommand(e *env) *cobra.Command {
 		return nil
 	})
 	fs.StringVar(&f.agents, "agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
+	fs.StringVar(&f.baseline, "baseline-bin", "", "with --quick: a directory with an older build's tenure and tenure-agent, run alternating with this build's and reported side by side")
+	fs.IntVar(&f.psPods, "pod-start-pods", 30, "the pod-start scenario's pods per IPAM, in waves")
+	fs.IntVar(&f.psWave, "pod-start-wave", 10, "the pod-start scenario's pods created at once in a wave")
+	fs.IntVar(&f.psStorm, "pod-start-storm", 50, "the pod-start scenario's pods per IPAM created at once after the waves (-1: none)")
 	durationFlag(fs, &f.fullPoolFor, "full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("scenario", cobra.FixedCompletions(bench.ScenarioNames(), cobra.ShellCompDirectiveNoFileComp))
@@ -48,7 +52,10 @@ func benchCommand(e *env) *cobra.Command {
 type benchFlags struct {
 	quick, skipScale    bool
 	output, out, agents string
+	baseline            string
 	scale               int
+	psPods, psWave      int
+	psStorm             int
 	named               []string
 	fullPoolFor         time.Duration
 }
@@ -73,8 +80,21 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		fmt.Fprintf(e.stderr, "tenurectl bench: --quick and --scenario do not combine\n")
 		return errUsage
 	}
+	if f.baseline != "" && !f.quick {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --baseline-bin %s needs --quick\n", f.baseline)
+		return errUsage
+	}
 	if f.fullPoolFor <= 0 {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --full-pool-duration must be positive, got %v\n", f.fullPoolFor)
+		return errUsage
+	}
+	podStart := bench.PodStartOptions{Pods: f.psPods, Wave: f.psWave, Storm: f.psStorm}
+	if f.psPods <= 0 || f.psWave <= 0 {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --pod-start-pods and --pod-start-wave must be positive, got %d and %d\n", f.psPods, f.psWave)
+		return errUsage
+	}
+	if perr := podStart.Validate(); perr != nil {
+		fmt.Fprintf(e.stderr, "tenurectl bench: %v\n", perr)
 		return errUsage
 	}
 	if f.scale <= 0 {
@@ -99,6 +119,8 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		Agents:    agents,
 
 		FullPoolDuration: f.fullPoolFor,
+		PodStart:         podStart,
+		BaselineBin:      f.baseline,
 		Log:              e.stderr,
 		Command:          "tenurectl bench " + strings.Join(e.args[1:], " "),
 	})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
@@ -41,6 +42,7 @@ type env struct {
 	dir  string // sockets and process logs
 
 	agents map[string]*testbed.Agent
+	node   *devnode.Node // the real node, for scenarios that need it
 
 	controller        *testbed.Process
 	controllerState   string
@@ -124,6 +126,13 @@ func (e *env) close() {
 		a.Stop()
 	}
 	e.stopController()
+	if e.node != nil {
+		if err := e.node.Stop(); err != nil {
+			e.logf("stopping the node: %v", err)
+		} else if left, err := devnode.Leftovers(e.node.Dir); err != nil || len(left) > 0 {
+			e.logf("the node left behind: %v %v", left, err)
+		}
+	}
 	if e.cp != nil {
 		if err := e.cp.Stop(); err != nil {
 			e.logf("stopping the control plane: %v", err)

@@ -35,6 +35,10 @@ type Scenario struct {
 type Needs struct {
 	Agents     bool // the four bench agents (bench-n1..n4), warmed up
 	Controller bool // tenure-controller, when built
+	// Node: the real node (root, make node-tools cni-plugins whereabouts
+	// image) on a control plane with controllers, tenure rolled out by
+	// deploy/; such scenarios run without any other.
+	Node bool
 }
 
 // ScenarioRun is what a named scenario gets besides the env: the run's
@@ -245,4 +249,24 @@ func figureTables(rs []Result, md bool) string {
 		}
 	}
 	return b.String()
+}
+
+// needsNode says whether a named scenario runs on the real node.
+func needsNode(names []string) bool {
+	n := 0
+	for _, name := range names {
+		if scenarios[name].Needs.Node {
+			n++
+		}
+	}
+	return n > 0
+}
+
+// checkNodeMix refuses a real-node scenario named with others: the real
+// node runs on a control plane of its own, with controllers.
+func checkNodeMix(names []string) error {
+	if needsNode(names) && len(names) > 1 {
+		return fmt.Errorf("a scenario on the real node runs alone: %s", strings.Join(names, ", "))
+	}
+	return nil
 }

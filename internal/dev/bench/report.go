@@ -78,6 +78,12 @@ type Result struct {
 
 	Notes string `json:"notes,omitempty"`
 
+	// Binary and Round: in a run with a baseline (Options.BaselineBin),
+	// which binaries made the row ("baseline" or "new") and in which of
+	// their rounds.
+	Binary string `json:"binary,omitempty"`
+	Round  int    `json:"round,omitempty"`
+
 	// Scenario is the named scenario (--scenario) the row belongs to.
 	Scenario string `json:"scenario,omitempty"`
 	// Figures are a named scenario's figures, by name (scripts read them
@@ -161,12 +167,16 @@ type Report struct {
 // Find returns the row with id, or nil.
 func (r *Report) Find(id string) *Result {
 	for i := range r.Scenarios {
-		if r.Scenarios[i].ID == id {
+		if r.Scenarios[i].ID == id && r.Scenarios[i].Binary != binaryBaseline {
 			return &r.Scenarios[i]
 		}
 	}
 	return nil
 }
+
+// figuresOnly: a row of figures alone (a summary or ratios), shown in its
+// scenario's figure table only.
+func (r Result) figuresOnly() bool { return r.Ops == 0 && len(r.Figures) > 0 }
 
 // tableHeader is the one table's columns, in order.
 var tableHeader = []string{"scenario", "ops", "wall s", "ops/s", "p50 ms", "p90 ms", "p99 ms", "failures", "API req/op", "API writes/op", "raw_create_per_s", "ratio", "notes"}
@@ -206,6 +216,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
 	for _, s := range r.Scenarios {
+		if s.figuresOnly() {
+			continue
+		}
 		fmt.Fprintln(tw, strings.Join(s.cells(), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
@@ -260,6 +273,9 @@ func (r *Report) Markdown() []byte {
 	}
 	mdRow(sep)
 	for _, s := range r.Scenarios {
+		if s.figuresOnly() {
+			continue
+		}
 		mdRow(s.cells())
 	}
 	b.WriteString(figureTables(r.Scenarios, true))

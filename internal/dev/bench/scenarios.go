@@ -72,6 +72,12 @@ type Options struct {
 	// WebhookOps is the webhook scenario's ADDs of each kind per phase
 	// (100 when 0; tests use fewer).
 	WebhookOps int
+	// BaselineBin, with Quick, names a directory with an older build's
+	// tenure and tenure-agent: the quick scenario runs with both, the
+	// baseline's and this tree's alternating, reported side by side.
+	BaselineBin string
+	// PodStart sizes the pod-start scenario.
+	PodStart PodStartOptions
 }
 
 // Run starts a control plane, agents and (when built) the controller,
@@ -87,6 +93,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := checkScenarios(opts.Scenarios); err != nil {
 		return nil, err
 	}
+	if err := checkNodeMix(opts.Scenarios); err != nil {
+		return nil, err
+	}
 	bins, err := testbed.Build("")
 	if err != nil {
 		return nil, err
@@ -94,6 +103,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep := &Report{Command: opts.Command, Mode: "full", Started: time.Now(), Machine: machineInfo()}
 	if opts.Quick {
 		rep.Mode = "quick"
+	}
+	if needsNode(opts.Scenarios) {
+		return runOnNode(ctx, opts, bins, rep)
 	}
 	e, err := startEnv(ctx, opts.Log, bins)
 	if err != nil {
@@ -134,7 +146,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	add := func(rs ...Result) { rep.Scenarios = append(rep.Scenarios, rs...) }
 
-	if opts.Quick {
+	if opts.Quick && opts.BaselineBin != "" {
+		rs, err := e.quickWithBaseline(ctx, nets, opts.BaselineBin)
+		add(rs...)
+		if err != nil {
+			return rep, err
+		}
+	} else if opts.Quick {
 		rs, err := e.gridScenario(ctx, nets, 50, 4)
 		if err != nil {
 			return nil, err

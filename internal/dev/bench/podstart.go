@@ -1,0 +1,640 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/internal/kube"
+)
+
+func init() {
+	registerScenario(Scenario{Name: "pod-start", Summary: "real pods on the real node, one Multus macvlan attachment each, host-local, tenure and whereabouts alternating wave by wave, then a storm each: creation to Ready and to network-status, and the IPAM plugin's own ADD time",
+		Needs: Needs{Node: true}, Run: (*env).podStartScenario, Targets: podStartTargets})
+}
+
+// The IPAMs compared, in the order of the first round; each later round
+// starts one further on, so that none always follows the same one.
+var podStartIPAMs = []string{"host-local", "tenure", "whereabouts"}
+
+// Defaults of PodStartOptions: what the targets are stated for.
+const (
+	podStartPods  = 30 // per IPAM, in waves
+	podStartWave  = 10
+	podStartStorm = 50 // per IPAM, at once
+
+	podStartNamespace = "pod-start"
+	podStartMaster    = "tnps0" // the macvlan master, a veth whose peer stays on the host
+)
+
+// PodStartOptions size the pod-start scenario.
+type PodStartOptions struct {
+	// Pods per IPAM created in waves of Wave pods at once (30 and 10 when
+	// 0). The waves alternate IPAMs.
+	Pods, Wave int
+	// Storm pods per IPAM created at once after the waves (50 when 0; -1
+	// for no storm).
+	Storm int
+}
+
+func (o PodStartOptions) withDefaults() PodStartOptions {
+	if o.Pods == 0 {
+		o.Pods = podStartPods
+	}
+	if o.Wave == 0 {
+		o.Wave = podStartWave
+	}
+	if o.Storm == 0 {
+		o.Storm = podStartStorm
+	}
+	return o
+}
+
+// Validate names the field and value that cannot be run.
+func (o PodStartOptions) Validate() error {
+	switch {
+	case o.Pods < 0:
+		return fmt.Errorf("pod-start pods: %d is negative", o.Pods)
+	case o.Wave < 0:
+		return fmt.Errorf("pod-start wave: %d is negative", o.Wave)
+	case o.Storm < -1:
+		return fmt.Errorf("pod-start storm: %d is below -1 (no storm)", o.Storm)
+	case o.Pods > 250 || o.Wave > 100 || o.Storm > 100:
+		return fmt.Errorf("pod-start: pods %d, wave %d, storm %d: a node runs 110 pods and each network is a /24", o.Pods, o.Wave, o.Storm)
+	}
+	return nil
+}
+
+func (e *env) podStartScenario(ctx context.Context, sc *ScenarioRun) ([]Result, error) {
+	return PodStart(ctx, PodStartCluster{Config: e.cp.Config, Kubeconfig: e.cp.KubeconfigPath, Node: e.node, Dir: e.dir}, sc.Opts.PodStart, e.log)
+}
+
+// PodStartCluster is the cluster PodStart runs on: a control plane with
+// controllers and the real node with tenure rolled out (localnode.Start).
+type PodStartCluster struct {
+	Config     *rest.Config
+	Kubeconfig string // the admin kubeconfig's file, for whereabouts
+	Node       *devnode.Node
+	Dir        string // scratch: the timer, its log, host-local's state
+}
+
+// podSample is what one IPAM's pods of one phase showed.
+type podSample struct {
+	ready, netStatus []float64 // ms from the create call
+	addWall, addCPU  []float64 // the timer's ADD lines, ms
+	notReady         int
+	addFailures      int // ADDs the plugin answered with an error (retried by the kubelet)
+}
+
+// PodStart runs the pod-start scenario on cl: for each IPAM a macvlan
+// network of its own on one master, opts.Pods pods per IPAM in waves of
+// opts.Wave (IPAMs alternating wave by wave), then opts.Storm pods per
+// IPAM at once. Each batch is deleted, and its DELs seen, before the next.
+//
+// Times are taken by this process: creation is the moment the pod's Create
+// call is made, Ready and network-status are the moments a watch event
+// first shows the Ready condition True or Multus' annotation. The API
+// server's own timestamps have whole seconds only. The IPAM plugin's ADD
+// time is the timer's (ipamtimer.go): fork to exit of the real plugin as
+// the main plugin execs it, and the plugin's CPU.
+func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log io.Writer) ([]Result, error) {
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(log, "bench: pod-start: "+format+"\n", args...) }
+	cfg := rest.CopyConfig(cl.Config)
+	cfg.QPS, cfg.Burst = 1000, 1000 // a storm's creates are not spaced by the client
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(cl.Dir, "pod-start-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	undo, err := podStartPlugins(ctx, cfg, dir)
+	defer undo()
+	if err != nil {
+		return nil, err
+	}
+	master := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: podStartMaster}, PeerName: podStartMaster + "p"}
+	if err := netlink.LinkAdd(master); err != nil {
+		return nil, fmt.Errorf("the macvlan master %s: %w", podStartMaster, err)
+	}
+	defer func() {
+		if l, err := netlink.LinkByName(podStartMaster); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+	}()
+	if err := netlink.LinkSetUp(master); err != nil {
+		return nil, err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podStartNamespace}}
+	if err := c.Create(ctx, ns); err != nil {
+		return nil, err
+	}
+	defer func() {
+		_ = c.Delete(context.WithoutCancel(ctx), ns)
+	}()
+	timerLog := filepath.Join(dir, "ipam.log")
+	flat := filepath.Join(dir, "whereabouts.conf")
+	if err := os.WriteFile(flat, fmt.Appendf(nil, `{"datastore":"kubernetes","kubernetes":{"kubeconfig":%q}}`, cl.Kubeconfig), 0o600); err != nil {
+		return nil, err
+	}
+	ipamConf := map[string]string{
+		"host-local":  fmt.Sprintf(`"ranges":[[{"subnet":"10.211.0.0/24"}]],"dataDir":%q`, filepath.Join(dir, "host-local")),
+		"tenure":      `"range":"10.212.0.0/24","network_name":"pod-start-tenure"`,
+		"whereabouts": fmt.Sprintf(`"range":"10.213.0.0/24","configuration_path":%q,"kubernetes":{"kubeconfig":%q}`, flat, cl.Kubeconfig),
+	}
+	for _, ipam := range podStartIPAMs {
+		conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ps-%s","type":"macvlan","master":%q,"mode":"bridge",
+			"ipam":{"type":%q,"timed_type":%q,"timed_log":%q,%s}}`, ipam, podStartMaster, ipamTimerType, ipam, timerLog, ipamConf[ipam])
+		obj, err := localnode.NAD(podStartNamespace, "ps-"+ipam, conf)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+
+	obs, err := watchPods(ctx, cs, podStartNamespace)
+	if err != nil {
+		return nil, err
+	}
+	defer obs.stop()
+
+	samples := map[string]*podSample{} // "phase/ipam"
+	var logOff int64
+	batch := func(phase, ipam string, round, n int) error {
+		key := phase + "/" + ipam
+		if samples[key] == nil {
+			samples[key] = &podSample{}
+		}
+		s := samples[key]
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-%s-r%d-%d", phase, ipam, round, i)
+		}
+		begin := time.Now()
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i, name := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := localnode.Pod(podStartNamespace, name, "ps-"+ipam)
+				p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cl.Node.Name}
+				obs.created(name)
+				errs[i] = c.Create(ctx, p)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		timeout := 3 * time.Minute
+		if phase == "storm" {
+			timeout = 6 * time.Minute
+		}
+		notReady := obs.waitReady(ctx, names, timeout)
+		r, st := obs.times(names)
+		s.ready, s.netStatus = append(s.ready, r...), append(s.netStatus, st...)
+		s.notReady += len(notReady)
+		lines, off, err := readIPAMTimings(timerLog, logOff)
+		if err != nil {
+			return err
+		}
+		logOff = off
+		added := map[string]bool{}
+		for _, l := range lines {
+			if l.Command != "ADD" {
+				continue
+			}
+			if l.IPAM != ipam {
+				return fmt.Errorf("an ADD through %s during a %s batch: batches overlap", l.IPAM, ipam)
+			}
+			s.addWall, s.addCPU = append(s.addWall, l.WallMs), append(s.addCPU, l.CPUMs)
+			if l.Exit != 0 {
+				s.addFailures++
+			} else {
+				added[l.Container] = true
+			}
+		}
+		logf("%s %s round %d: %d pods, Ready p50 %.0f ms in %v%s", phase, ipam, round, n,
+			SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady))
+		// The next batch starts on a node that has finished this one:
+		// the pods gone and each sandbox's DEL seen.
+		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(podStartNamespace)); err != nil {
+			return err
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var list corev1.PodList
+			if err := c.List(ctx, &list, client.InNamespace(podStartNamespace)); err != nil {
+				return false, nil
+			}
+			if len(list.Items) > 0 {
+				return false, nil
+			}
+			lines, off, err := readIPAMTimings(timerLog, logOff)
+			if err != nil {
+				return false, err
+			}
+			logOff = off
+			for _, l := range lines {
+				if l.Command == "DEL" {
+					delete(added, l.Container)
+				}
+			}
+			return len(added) == 0, nil
+		}); err != nil {
+			return fmt.Errorf("%s %s round %d: pods not gone or %d DELs not seen: %w", phase, ipam, round, len(added), err)
+		}
+		return nil
+	}
+
+	// One pod per IPAM first, unmeasured: the first ADD on a network pays
+	// for cold caches and page cache, which is no IPAM's steady cost.
+	for _, ipam := range podStartIPAMs {
+		if err := batch("warmup", ipam, 0, 1); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+		delete(samples, "warmup/"+ipam)
+	}
+	rounds := 0
+	if opts.Wave > 0 {
+		rounds = (opts.Pods + opts.Wave - 1) / opts.Wave
+	}
+	for r := range rounds {
+		n := min(opts.Wave, opts.Pods-r*opts.Wave)
+		for i := range podStartIPAMs {
+			if err := batch("waves", podStartIPAMs[(r+i)%len(podStartIPAMs)], r, n); err != nil {
+				return podStartRows(samples), err
+			}
+		}
+	}
+	if opts.Storm > 0 {
+		for i := range podStartIPAMs {
+			if err := batch("storm", podStartIPAMs[(rounds+i)%len(podStartIPAMs)], 0, opts.Storm); err != nil {
+				return podStartRows(samples), err
+			}
+		}
+	}
+	return podStartRows(samples), nil
+}
+
+func notReadyNote(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d not Ready: %v", len(names), names)
+}
+
+// podStartPlugins puts the timer and whereabouts into the node's CNI
+// directory (tenure's shim is there, installed by the DaemonSet) and
+// whereabouts' CRDs into the cluster; undo removes the two files.
+func podStartPlugins(ctx context.Context, cfg *rest.Config, dir string) (undo func(), err error) {
+	var made []string
+	undo = func() {
+		for _, p := range made {
+			_ = os.Remove(p)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(devnode.HostCNIBinDir, "tenure")); err != nil {
+		return undo, fmt.Errorf("tenure's shim is not installed on the node: %w", err)
+	}
+	cache, err := controlplane.CacheDir()
+	if err != nil {
+		return undo, err
+	}
+	wa, _ := filepath.Glob(filepath.Join(cache, "whereabouts-*", "whereabouts"))
+	if len(wa) == 0 {
+		return undo, fmt.Errorf("no whereabouts in %s: make whereabouts builds it", cache)
+	}
+	waDir := filepath.Dir(wa[len(wa)-1])
+	if err := controlplane.InstallCRDs(ctx, cfg, os.DirFS(filepath.Join(waDir, "crds"))); err != nil {
+		return undo, err
+	}
+	timer, err := buildIPAMTimer(dir)
+	if err != nil {
+		return undo, err
+	}
+	for name, target := range map[string]string{ipamTimerType: timer, "whereabouts": filepath.Join(waDir, "whereabouts")} {
+		p := filepath.Join(devnode.HostCNIBinDir, name)
+		if err := os.Symlink(target, p); err != nil {
+			return undo, err
+		}
+		made = append(made, p)
+	}
+	return undo, nil
+}
+
+// podObserver records, from one watch on the namespace, when each pod
+// first showed Multus' network-status annotation and the Ready condition.
+type podObserver struct {
+	mu                        sync.Mutex
+	createdAt, statusAt, rdAt map[string]time.Time
+	changed                   chan struct{}
+	stop                      func()
+}
+
+func watchPods(ctx context.Context, cs kubernetes.Interface, ns string) (*podObserver, error) {
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	rw, err := watchtools.NewRetryWatcherWithContext(wctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	o := &podObserver{createdAt: map[string]time.Time{}, statusAt: map[string]time.Time{}, rdAt: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	o.stop = func() { cancel(); rw.Stop(); <-done }
+	go func() {
+		defer close(done)
+		for ev := range rw.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			o.mu.Lock()
+			if _, seen := o.statusAt[p.Name]; !seen && p.Annotations[nadv1.NetworkStatusAnnot] != "" {
+				o.statusAt[p.Name] = now
+			}
+			if _, seen := o.rdAt[p.Name]; !seen && podReady(p) {
+				o.rdAt[p.Name] = now
+			}
+			o.mu.Unlock()
+			select {
+			case o.changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return o, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (o *podObserver) created(name string) {
+	o.mu.Lock()
+	o.createdAt[name] = time.Now()
+	o.mu.Unlock()
+}
+
+// waitReady waits until every pod of names was seen Ready, or timeout; it
+// returns those that were not.
+func (o *podObserver) waitReady(ctx context.Context, names []string, timeout time.Duration) []string {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		var missing []string
+		o.mu.Lock()
+		for _, n := range names {
+			if _, ok := o.rdAt[n]; !ok {
+				missing = append(missing, n)
+			}
+		}
+		o.mu.Unlock()
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-o.changed:
+		case <-deadline.C:
+			return missing
+		case <-ctx.Done():
+			return missing
+		}
+	}
+}
+
+// times are the milliseconds from create to Ready and to network-status
+// of the pods of names that got there.
+func (o *podObserver) times(names []string) (ready, status []float64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, n := range names {
+		c := o.createdAt[n]
+		if t, ok := o.rdAt[n]; ok {
+			ready = append(ready, float64(t.Sub(c))/1e6)
+		}
+		if t, ok := o.statusAt[n]; ok {
+			status = append(status, float64(t.Sub(c))/1e6)
+		}
+	}
+	return ready, status
+}
+
+// podStartRows makes a row per phase and IPAM, and per phase the ratios of
+// tenure against each other IPAM.
+func podStartRows(samples map[string]*podSample) []Result {
+	var rows []Result
+	stats := map[string]map[string]float64{}
+	keys := make([]string, 0, len(samples))
+	for k := range samples {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return podStartOrder(keys[i]) < podStartOrder(keys[j]) })
+	for _, k := range keys {
+		s := samples[k]
+		rd, st, aw, ac := SummarizeMs(s.ready), SummarizeMs(s.netStatus), SummarizeMs(s.addWall), SummarizeMs(s.addCPU)
+		f := map[string]float64{
+			"pods": float64(len(s.ready) + s.notReady), "not_ready": float64(s.notReady),
+			"ready_p50_ms": round3(rd.P50), "ready_p90_ms": round3(rd.P90), "ready_p99_ms": round3(rd.P99),
+			"netstatus_p50_ms": round3(st.P50), "netstatus_p90_ms": round3(st.P90), "netstatus_p99_ms": round3(st.P99),
+			"ipam_adds": float64(aw.N), "ipam_add_failures": float64(s.addFailures),
+			"ipam_add_p50_ms": round3(aw.P50), "ipam_add_p90_ms": round3(aw.P90), "ipam_add_p99_ms": round3(aw.P99),
+			"ipam_add_cpu_ms_mean": round3(ac.Mean),
+		}
+		stats[k] = f
+		phase, ipam := splitKey(k)
+		rows = append(rows, Result{ID: "pod-start-" + phase + "-" + ipam, Name: fmt.Sprintf("pod start, %s, %s", phase, ipam),
+			Ops: int(f["pods"]), Failures: s.notReady, P50Ms: f["ready_p50_ms"], P90Ms: f["ready_p90_ms"], P99Ms: f["ready_p99_ms"], Figures: f})
+	}
+	for _, phase := range []string{"waves", "storm"} {
+		t := stats[phase+"/tenure"]
+		for _, other := range []string{"host-local", "whereabouts"} {
+			o := stats[phase+"/"+other]
+			if t == nil || o == nil {
+				continue
+			}
+			f := map[string]float64{}
+			for _, m := range []string{"ready_p50_ms", "ready_p90_ms", "ready_p99_ms", "netstatus_p50_ms", "netstatus_p90_ms", "netstatus_p99_ms", "ipam_add_p50_ms", "ipam_add_p99_ms", "ipam_add_cpu_ms_mean"} {
+				if o[m] > 0 {
+					f[m] = round3(t[m] / o[m])
+				}
+			}
+			rows = append(rows, Result{ID: "pod-start-" + phase + "-tenure/" + other, Name: fmt.Sprintf("pod start, %s, tenure / %s (ratios)", phase, other), Figures: f})
+		}
+	}
+	return rows
+}
+
+func splitKey(k string) (phase, ipam string) {
+	for i := range k {
+		if k[i] == '/' {
+			return k[:i], k[i+1:]
+		}
+	}
+	return k, ""
+}
+
+func podStartOrder(k string) int {
+	phase, ipam := splitKey(k)
+	n := 0
+	if phase == "storm" {
+		n = 10
+	}
+	for i, x := range podStartIPAMs {
+		if x == ipam {
+			return n + i
+		}
+	}
+	return n + 9
+}
+
+// The pod-start targets, ratios within one run.
+const (
+	targetWavesReadyP50 = 1.05
+	targetWavesP99      = 1.10
+	targetStormReadyP99 = 1.15
+)
+
+func podStartTargets(rep *Report) []Target {
+	var ts []Target
+	ratio := func(id, fig string) (float64, bool) {
+		r := rep.Find(id)
+		if r == nil {
+			return 0, false
+		}
+		v, ok := r.Figures[fig]
+		return v, ok
+	}
+	check := func(name, id, fig string, limit float64) {
+		v, ok := ratio(id, fig)
+		if !ok {
+			ts = append(ts, Target{Name: name, Want: fmt.Sprintf("≤ %.2f×", limit), Measured: "not run", Status: "n/a"})
+			return
+		}
+		ts = append(ts, Target{Name: name, Want: fmt.Sprintf("≤ %.2f×", limit), Measured: fmt.Sprintf("%.2f×", v), Status: status(v <= limit)})
+	}
+	const wh, sh = "pod-start-waves-tenure/host-local", "pod-start-storm-tenure/host-local"
+	check("pod start (to Ready) p50, waves, tenure / host-local", wh, "ready_p50_ms", targetWavesReadyP50)
+	check("pod start p99, waves, tenure / host-local", wh, "ready_p99_ms", targetWavesP99)
+	check("network-status p99, waves, tenure / host-local", wh, "netstatus_p99_ms", targetWavesP99)
+	check("pod start p99, storm, tenure / host-local", sh, "ready_p99_ms", targetStormReadyP99)
+	for _, id := range []string{"pod-start-waves-tenure/whereabouts", "pod-start-storm-tenure/whereabouts"} {
+		if v, ok := ratio(id, "ready_p50_ms"); ok {
+			ts = append(ts, Target{Name: "pod start p50, " + id[len("pod-start-"):], Want: "recorded", Measured: fmt.Sprintf("%.2f×", v), Status: "measured"})
+		}
+	}
+	for _, r := range rep.Scenarios {
+		if r.Scenario == "pod-start" && r.Figures["not_ready"] > 0 {
+			ts = append(ts, Target{Name: r.Name + ": every pod Ready", Want: "0 not Ready", Measured: fmt.Sprintf("%.0f not Ready", r.Figures["not_ready"]), Status: "not met"})
+		}
+	}
+	return ts
+}
+
+// runOnNode runs a real-node scenario: a control plane with controllers,
+// the real node with tenure's image (make image) rolled out by deploy/, and
+// nothing of the other scenarios' set-up (its fake nodes would draw the
+// DaemonSet's pods).
+func runOnNode(ctx context.Context, opts Options, bins testbed.Binaries, rep *Report) (*Report, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the real node needs root (containerd, the kubelet, network namespaces)")
+	}
+	rep.Mode = "scenarios " + strings.Join(opts.Scenarios, ",")
+	e := &env{log: opts.Log, bins: bins, agents: map[string]*testbed.Agent{}}
+	dir, err := os.MkdirTemp("", "tbench-node-")
+	if err != nil {
+		return nil, err
+	}
+	e.dir = dir
+	defer e.close()
+	begin := time.Now()
+	if e.cp, err = controlplane.Start(ctx, controlplane.Options{Controllers: true}); err != nil {
+		return nil, err
+	}
+	if e.c, err = kube.NewClient(e.cp.Config); err != nil {
+		return nil, err
+	}
+	img := filepath.Join(bins.Dir, "tenure-image.tar")
+	nodeDir := filepath.Join(dir, "node")
+	if err := os.Mkdir(nodeDir, 0o755); err != nil {
+		return nil, err
+	}
+	if e.node, err = localnode.Start(ctx, e.cp, localnode.Options{Dir: nodeDir, Image: img}); err != nil {
+		return nil, fmt.Errorf("the real node: %w", err)
+	}
+	e.logf("control plane and the real node with tenure rolled out in %v", time.Since(begin).Round(time.Millisecond))
+	rep.Controller = "deploy/'s Deployment on the real node"
+	if cs, err := kubernetes.NewForConfig(e.cp.Config); err == nil {
+		if v, err := cs.Discovery().ServerVersion(); err == nil {
+			rep.APIServer = "kube-apiserver " + v.GitVersion
+		}
+	}
+	for _, name := range opts.Scenarios {
+		s := scenarios[name]
+		e.logf("scenario %s: %s", name, s.Summary)
+		rs, err := s.Run(e, ctx, &ScenarioRun{Opts: opts, Rep: rep, Last: true, nets: &netAlloc{}})
+		for i := range rs {
+			rs[i].Scenario = name
+		}
+		rep.Scenarios = append(rep.Scenarios, rs...)
+		if err != nil {
+			rep.Targets = namedTargets(opts.Scenarios, rep)
+			return rep, fmt.Errorf("scenario %s: %w", name, err)
+		}
+	}
+	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.DurationS = round3(time.Since(rep.Started).Seconds())
+	rep.Targets = namedTargets(opts.Scenarios, rep)
+	rep.plots = namedPlots(opts.Scenarios, rep)
+	return rep, nil
+}

@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPodStartOptionsRefuseWhatCannotRunNamingTheField(t *testing.T) {
+	for _, tc := range []struct {
+		o    PodStartOptions
+		want string
+	}{
+		{PodStartOptions{Pods: -1}, "pod-start pods: -1"},
+		{PodStartOptions{Wave: -2}, "pod-start wave: -2"},
+		{PodStartOptions{Storm: -3}, "pod-start storm: -3"},
+		{PodStartOptions{Storm: 500}, "storm 500"},
+	} {
+		err := tc.o.withDefaults().Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want an error naming %q", tc.o, err, tc.want)
+		}
+	}
+	if err := (PodStartOptions{Pods: 3, Wave: 3, Storm: -1}).withDefaults().Validate(); err != nil {
+		t.Errorf("3 pods, waves of 3, no storm: %v", err)
+	}
+}
+
+func TestPodStartRowsRatioTenureToEachOtherIPAM(t *testing.T) {
+	samples := map[string]*podSample{
+		"waves/host-local":  {ready: []float64{100, 200}, netStatus: []float64{50}, addWall: []float64{10}, addCPU: []float64{4}},
+		"waves/tenure":      {ready: []float64{150, 300}, netStatus: []float64{100}, addWall: []float64{20}, addCPU: []float64{2}, notReady: 1},
+		"waves/whereabouts": {ready: []float64{300, 600}, netStatus: []float64{200}, addWall: []float64{40}, addCPU: []float64{40}},
+	}
+	rows := podStartRows(samples)
+	byID := map[string]Result{}
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	tn := byID["pod-start-waves-tenure"]
+	if tn.Figures["pods"] != 3 || tn.Figures["not_ready"] != 1 || tn.Figures["ready_p50_ms"] != 150 || tn.Figures["ready_p99_ms"] != 300 {
+		t.Errorf("tenure row: %v", tn.Figures)
+	}
+	h := byID["pod-start-waves-tenure/host-local"].Figures
+	if h["ready_p50_ms"] != 1.5 || h["netstatus_p50_ms"] != 2 || h["ipam_add_p50_ms"] != 2 || h["ipam_add_cpu_ms_mean"] != 0.5 {
+		t.Errorf("tenure / host-local: %v", h)
+	}
+	w := byID["pod-start-waves-tenure/whereabouts"].Figures
+	if w["ready_p50_ms"] != 0.5 || w["ipam_add_cpu_ms_mean"] != 0.05 {
+		t.Errorf("tenure / whereabouts: %v", w)
+	}
+	if _, ok := byID["pod-start-storm-tenure/host-local"]; ok {
+		t.Error("a storm ratio without a storm")
+	}
+	rep := &Report{Scenarios: rows}
+	for i := range rep.Scenarios {
+		rep.Scenarios[i].Scenario = "pod-start"
+	}
+	got := map[string]string{}
+	for _, tg := range podStartTargets(rep) {
+		got[tg.Name] = tg.Status
+	}
+	if got["pod start (to Ready) p50, waves, tenure / host-local"] != "not met" || got["pod start p99, storm, tenure / host-local"] != "n/a" ||
+		got["pod start, waves, tenure: every pod Ready"] != "not met" {
+		t.Errorf("targets: %v", got)
+	}
+}
+
+func TestSideBySideMeansPerBinaryAndTheirRatio(t *testing.T) {
+	row := func(bin string, opsPerS, shim float64) Result {
+		return Result{Command: "ADD", Binary: bin, OpsPerS: opsPerS, CPUMsPerOp: map[string]float64{"shim": shim}}
+	}
+	out := sideBySide([]Result{row(binaryBaseline, 100, 2), row(binaryNew, 120, 1), row(binaryNew, 80, 1.5), row(binaryBaseline, 60, 3)},
+		map[string]float64{binaryBaseline: 10, binaryNew: 12}, map[string]string{binaryBaseline: "old", binaryNew: "new"})
+	byID := map[string]map[string]float64{}
+	for _, r := range out {
+		byID[r.ID] = r.Figures
+	}
+	if b := byID["add-c50-n4-baseline-mean"]; b["ops_per_s"] != 80 || b["shim_cpu_ms"] != 2.5 || b["rounds"] != 2 || b["shim_binary_bytes"] != 10 {
+		t.Errorf("baseline mean: %v", b)
+	}
+	if r := byID["add-c50-n4-new/baseline"]; r["ops_per_s"] != 1.25 || r["shim_cpu_ms"] != 0.5 || r["shim_binary_bytes"] != 1.2 {
+		t.Errorf("new / baseline: %v", r)
+	}
+	if _, ok := byID["del-c50-n4-new/baseline"]; ok {
+		t.Error("a DEL ratio without DEL rows")
+	}
+}

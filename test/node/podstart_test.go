@@ -1,0 +1,75 @@
+//go:build integration
+
+package node_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-ipam/tenure/internal/dev/bench"
+)
+
+// The pod-start benchmark, small: three pods per IPAM in one wave and a
+// storm of three, host-local, tenure and whereabouts alternating on the
+// real node. Every pod must be Ready with Multus' network-status, every
+// IPAM's ADDs timed, and the ratios of tenure to the others computed; the
+// figures themselves are logged, not judged (three pods say nothing of
+// p99).
+func TestPodStartBenchRunsEveryIPAMOnTheRealNode(t *testing.T) {
+	ctx := testContext(t, 10*time.Minute)
+	rows, err := bench.PodStart(ctx, bench.PodStartCluster{Config: cp.Config, Kubeconfig: cp.KubeconfigPath, Node: node, Dir: t.TempDir()},
+		bench.PodStartOptions{Pods: 3, Wave: 3, Storm: 3}, testLog{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bench.Result{}
+	for _, r := range rows {
+		got[r.ID] = r
+		t.Logf("%s: %v", r.ID, r.Figures)
+	}
+	for _, phase := range []string{"waves", "storm"} {
+		for _, ipam := range []string{"host-local", "tenure", "whereabouts"} {
+			r, ok := got["pod-start-"+phase+"-"+ipam]
+			if !ok {
+				t.Errorf("no row for %s %s", phase, ipam)
+				continue
+			}
+			f := r.Figures
+			if f["pods"] != 3 || f["not_ready"] != 0 {
+				t.Errorf("%s %s: %v pods, %v not Ready; want 3 Ready", phase, ipam, f["pods"], f["not_ready"])
+			}
+			// At least one ADD per pod went through this IPAM and was timed.
+			if f["ipam_adds"]-f["ipam_add_failures"] < 3 || f["ipam_add_p50_ms"] <= 0 {
+				t.Errorf("%s %s: %v ADDs timed (%v failed), p50 %v ms", phase, ipam, f["ipam_adds"], f["ipam_add_failures"], f["ipam_add_p50_ms"])
+			}
+			if f["ready_p50_ms"] <= 0 || f["netstatus_p50_ms"] <= 0 || f["netstatus_p50_ms"] > f["ready_p50_ms"] {
+				t.Errorf("%s %s: Ready p50 %v ms, network-status p50 %v ms", phase, ipam, f["ready_p50_ms"], f["netstatus_p50_ms"])
+			}
+		}
+		for _, other := range []string{"host-local", "whereabouts"} {
+			r, ok := got["pod-start-"+phase+"-tenure/"+other]
+			if !ok || r.Figures["ready_p50_ms"] <= 0 || r.Figures["ipam_add_p50_ms"] <= 0 {
+				t.Errorf("%s: no ratio tenure/%s: %v", phase, other, r.Figures)
+			}
+		}
+	}
+	// What the scenario put on the host is gone again.
+	for _, p := range []string{"/opt/cni/bin/whereabouts", "/opt/cni/bin/tenure-bench-ipam-timer"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s left on the node", p)
+		}
+	}
+	// The pods' reservations are released with them.
+	if left := reservationsOf(ctx, t, "pod-start"); len(left) > 0 {
+		t.Errorf("reservations left: %v", left)
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
