@@ -53,17 +53,3 @@ func nonNegativeDuration(fs *pflag.FlagSet, p *time.Duration, name string, value
 	*p = value
 	fs.Var(boundedDuration{d: p, floor: notNegative}, name, usage+"; a `duration`, not negative")
 }
-
-// positiveDuration defines a duration flag that refuses zero and negative
-// values (timeouts and periods).
-func positiveDuration(fs *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
-	*p = value
-	fs.Var(boundedDuration{d: p, floor: positive}, name, usage+"; a positive `duration`")
-}
-
-// durationFlag defines a duration flag whose parse errors read as the flag
-// package's.
-func durationFlag(fs *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
-	*p = value
-	fs.Var(boundedDuration{d: p}, name, usage)
-}

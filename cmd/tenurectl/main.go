@@ -179,29 +179,6 @@ func hasCommand(cmd *cobra.Command, name string) bool {
 	return false
 }
 
-// group returns a command that only groups subs: without a known
-// subcommand it prints their list.
-func group(e *env, name, summary string, subs ...*cobra.Command) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:                name,
-		Short:              summary,
-		DisableFlagParsing: true,
-		Args:               cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 && isHelp(args[0]) {
-				return pflag.ErrHelp
-			}
-			if len(args) > 0 {
-				fmt.Fprintf(e.stderr, "%s: unknown subcommand %q\n\n", cmd.CommandPath(), args[0])
-			}
-			printUsage(e.stderr, cmd)
-			return errUsage
-		},
-	}
-	cmd.AddCommand(subs...)
-	return cmd
-}
-
 // noArgs refuses positional arguments.
 func noArgs(e *env) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
