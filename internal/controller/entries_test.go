@@ -225,7 +225,7 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 					t.Fatalf("%s: %v", r.Name, err)
 				}
 				got := repair.Decide(&scratch, ge.facts, policy)
-				if got.AskLive && len(repair.Twins(r, objects.byUID[r.Spec.Owner.UID])) > 1 {
+				if got.AskLive && len(repair.Duplicates(r, objects.byUID[r.Spec.Owner.UID])) > 1 {
 					// Which of a slot's reservations a pod uses is in its
 					// network-status, which only a live read gives.
 					if !want.Release {

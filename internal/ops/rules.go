@@ -283,10 +283,10 @@ func (f OwnerFacts) Facts(r *tenurev1alpha1.IPReservation, now time.Time) repair
 }
 
 // HasDuplicates reports whether r's owner holds another reservation in r's slot
-// of the same attachment (repair.Twins): what DuplicateAttachment is about.
+// of the same attachment (repair.Duplicates): what DuplicateAttachment is about.
 func (f OwnerFacts) HasDuplicates(r *tenurev1alpha1.IPReservation) bool {
 	sib := f.ByOwner[r.Spec.Owner.UID]
-	return len(sib) > 1 && len(repair.Twins(r, sib)) > 1
+	return len(sib) > 1 && len(repair.Duplicates(r, sib)) > 1
 }
 
 // orAbsent is the fact of an object that was not listed: it does not exist.
@@ -322,7 +322,7 @@ func FindOwnersGone(rs []*tenurev1alpha1.IPReservation, facts OwnerFacts, p repa
 // controller releases as surplus (repair.Decide's DuplicateAttachment),
 // naming the holder and the reservations of the slot; one finding on the
 // first by name when it releases none of them yet (it waits for the pod's
-// network-status, DuplicateSettle, or the claim's status). A holder that
+// network-status, DuplicateGrace, or the claim's status). A holder that
 // is gone is FindOwnersGone's.
 func FindDuplicateAttachments(rs []*tenurev1alpha1.IPReservation, facts OwnerFacts, p repair.Policy, now time.Time) []Finding {
 	var out []Finding
@@ -331,7 +331,7 @@ func FindDuplicateAttachments(rs []*tenurev1alpha1.IPReservation, facts OwnerFac
 		if seen[r.Name] || !facts.HasDuplicates(r) {
 			continue
 		}
-		group := repair.Twins(r, facts.ByOwner[r.Spec.Owner.UID])
+		group := repair.Duplicates(r, facts.ByOwner[r.Spec.Owner.UID])
 		var findings []Finding
 		var first repair.Decision
 		for i, g := range group {

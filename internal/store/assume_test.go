@@ -14,7 +14,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
-// The store's ledger of its own writes, on an in-memory API whose watch
+// The store's assumed writes, on an in-memory API whose watch
 // events a test can hold back: what an allocation sees between its Create
 // and the informer's report of it.
 
@@ -65,7 +65,7 @@ func TestAssumedWriteIsTakenUntilTheCacheHasIt(t *testing.T) {
 		t.Fatalf("ByAttachment before the informer reported the create: %v", got)
 	}
 	fc.Resume()
-	eventually(t, ctx, "the informer reports the create and the assumption is dropped", func() bool { return !ledgerHolds(s, s.assumed, r.Name) })
+	eventually(t, ctx, "the informer reports the create and the assumption is dropped", func() bool { return !assumedHolds(s, s.assumed, r.Name) })
 	if !s.Taken(r.Name) || len(s.ByAttachment("c-o1", "net1")) != 1 {
 		t.Fatal("after the informer took over, the reservation must still be taken and found")
 	}
@@ -104,7 +104,7 @@ func TestReleasedIsFreeBeforeTheInformerSaysSo(t *testing.T) {
 		t.Fatal("Get finds a released name")
 	}
 	fc.Resume()
-	eventually(t, ctx, "the informer reports the delete and the release record goes", func() bool { return !ledgerHolds(s, s.released, existing.Name) })
+	eventually(t, ctx, "the informer reports the delete and the release record goes", func() bool { return !assumedHolds(s, s.released, existing.Name) })
 }
 
 func TestTakenElsewhereAndAssumeOverCache(t *testing.T) {
@@ -129,7 +129,7 @@ func TestTakenElsewhereAndAssumeOverCache(t *testing.T) {
 	}
 }
 
-func TestHeldBySeesOtherNodesAsSketches(t *testing.T) {
+func TestHeldBySeesOtherNodesAsPartialReservations(t *testing.T) {
 	other := resv("10.0.0.5", "claim-1", "n2")
 	mine := resv("10.0.0.6", "claim-1", "n1")
 	s, _, ctx := startStore(t, other, mine)
@@ -154,7 +154,7 @@ func TestHeldBySeesOtherNodesAsSketches(t *testing.T) {
 		t.Fatalf("HeldBy = %v, want both nodes' reservations", got)
 	}
 	if got["10.0.0.5"].Spec.Owner.Node != "" || got["10.0.0.6"].Spec.Owner.Node != "n1" {
-		t.Fatal("another node's reservation is a sketch (metadata only), this node's is whole")
+		t.Fatal("another node's reservation is a partial reservation (metadata only), this node's is whole")
 	}
 	if err := s.Watch(ctx, "san", other.Labels[reservation.LabelBlock]); err != nil {
 		t.Fatal(err)
@@ -218,9 +218,9 @@ func TestWindowHoldsWhatItWatches(t *testing.T) {
 	}
 }
 
-// ledgerHolds reads one of the store's ledgers (assumed or released) under
+// assumedHolds reads one of the store's ledgers (assumed or released) under
 // its lock.
-func ledgerHolds[V any](s *Store, ledger map[string]V, name string) bool {
+func assumedHolds[V any](s *Store, ledger map[string]V, name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := ledger[name]

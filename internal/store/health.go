@@ -13,9 +13,9 @@ import (
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
-// health says whether the local cache (this node's reservations, what ADD
+// health says whether the node cache (this node's reservations, what ADD
 // idempotency and DEL read) can be trusted to hold every reservation of
-// the node, given the store's ledger of its own writes.
+// the node, given the store's assumed writes.
 //
 // A watch resumed after the API server went away delivers what was missed,
 // but only once the reflector gets back to it: after a restart of
@@ -33,7 +33,7 @@ type health struct {
 	verifying bool
 }
 
-// Fresh reports whether the local cache is synced and has not broken
+// Fresh reports whether the node cache is synced and has not broken
 // since it was last found whole. While it is false the agent asks the API
 // server what an attachment holds rather than the cache.
 func (s *Store) Fresh() bool {
@@ -45,7 +45,7 @@ func (s *Store) Fresh() bool {
 	return !s.health.stale
 }
 
-// watchBroke marks the local cache stale.
+// watchBroke marks the node cache stale.
 func (s *Store) watchBroke() {
 	s.health.mu.Lock()
 	defer s.health.mu.Unlock()
@@ -71,7 +71,7 @@ func (s *Store) watchOpened() {
 }
 
 // verify lists this node's reservations live and waits (a little) for the
-// local cache to hold every one of them with the same UID; then the cache
+// node cache to hold every one of them with the same UID; then the cache
 // has caught up with the API server as of a moment after the break, and
 // the open watch keeps it so.
 func (s *Store) verify(ctx context.Context) {

@@ -44,7 +44,7 @@ func (b *breakable) breakWatches() {
 	b.watches = nil
 }
 
-// TestFreshOnlyOnceTheCacheCaughtUp: a broken watch makes the local cache
+// TestFreshOnlyOnceTheCacheCaughtUp: a broken watch makes the node cache
 // stale at once; it is fresh again only once it holds what was created
 // while it could not watch.
 func TestFreshOnlyOnceTheCacheCaughtUp(t *testing.T) {

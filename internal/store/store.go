@@ -90,7 +90,7 @@ type assumedEntry struct {
 }
 
 // uncertainTTL bounds how long an unsettled Create stays set aside. Past
-// it, a committed object is long in the local cache (it carries this
+// it, a committed object is long in the node cache (it carries this
 // node's label), and a stale cache is read past by the live list the
 // agent makes while Fresh is false.
 const uncertainTTL = 10 * time.Minute
@@ -130,7 +130,7 @@ func (s *Store) confirmations() cache.ResourceEventHandler {
 	}
 }
 
-// entry is what the cluster cache keeps of a reservation: what sketch
+// entry is what the window cache keeps of a reservation: what partial reservation
 // needs and nothing else, about 0.2 KiB where a PartialObjectMetadata with
 // its label map is over 0.8 KiB.
 type entry struct {
@@ -144,7 +144,7 @@ func (e *entry) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: e.name, UID: e.uid, ResourceVersion: e.resourceVersion}
 }
 
-// toEntry is the cluster cache's transform.
+// toEntry is the window cache's transform.
 func toEntry(obj any) (any, error) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
@@ -167,7 +167,7 @@ func ownerBucket(uid string) string {
 func newMetadataList() client.ObjectList { return reservation.NewMetadataList() }
 
 // observed drops an assumption once a cache holds the object it stands for:
-// the local cache for this node's objects (what ByAttachment reads), the
+// the node cache for this node's objects (what ByAttachment reads), the
 // window for any other.
 func (s *Store) observed(obj any) {
 	name, uid, ok := nameUID(obj)
@@ -178,7 +178,7 @@ func (s *Store) observed(obj any) {
 	defer s.mu.Unlock()
 	a, ok := s.assumed[name]
 	if ok && a.uncertain {
-		// The Create committed: the local cache now holds the object
+		// The Create committed: the node cache now holds the object
 		// whole, and says whose it is.
 		if r, inLocal := s.localGet(name, uid); inLocal && reservation.SameAttachment(r, a.obj) {
 			delete(s.assumed, name)
@@ -259,7 +259,7 @@ func (s *Store) WaitForSync(ctx context.Context) error {
 func (s *Store) HasSynced() bool { return s.local.HasSynced() }
 
 // Get returns the reservation of that name as this agent knows it. For a
-// name of another node it is a sketch (see sketch), for this node's the
+// name of another node it is a partial reservation (see partial), for this node's the
 // whole object. The object is shared: callers must not modify it.
 func (s *Store) Get(name string) (*tenurev1alpha1.IPReservation, bool) {
 	s.mu.Lock()
@@ -281,13 +281,13 @@ func (s *Store) getLocked(name string) (*tenurev1alpha1.IPReservation, bool) {
 	if !ok {
 		return nil, false
 	}
-	return sketch(e), true
+	return partial(e), true
 }
 
-// sketch is what a cluster-cache entry says of a reservation: its name,
+// partial is what a window-cache entry says of a reservation: its name,
 // UID, owner UID, kind and item (decoded from the name). Spec fields beyond
 // those are empty.
-func sketch(e *entry) *tenurev1alpha1.IPReservation {
+func partial(e *entry) *tenurev1alpha1.IPReservation {
 	r := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: e.name, UID: e.uid, ResourceVersion: e.resourceVersion}}
 	r.Spec.Owner.UID = e.owner
 	if p, err := reservation.Parse(e.name); err == nil {
@@ -307,7 +307,7 @@ func (s *Store) Taken(name string) bool {
 	return s.takenLocked(name)
 }
 
-// takenLocked is getLocked without building a sketch: the allocator asks it
+// takenLocked is getLocked without building a partial reservation: the allocator asks it
 // of every candidate it passes over.
 func (s *Store) takenLocked(name string) bool {
 	if _, gone := s.released[name]; gone {
@@ -355,7 +355,7 @@ func (s *Store) Confirm(r *tenurev1alpha1.IPReservation) {
 
 // MarkUncertain keeps r's name set aside for r's owner after a Create
 // whose outcome is unknown, until a live read settles it (Settled) or the
-// local cache reports the object.
+// node cache reports the object.
 func (s *Store) MarkUncertain(r *tenurev1alpha1.IPReservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -400,7 +400,7 @@ func (s *Store) Released(name string) {
 	delete(s.assumed, name)
 	s.released[name] = time.Now()
 	s.mu.Unlock()
-	// After the unlock: a window installed meanwhile applied the ledger
+	// After the unlock: a window installed meanwhile applied the assumed writes
 	// above under the lock, and this applies to it again, harmlessly.
 	s.win.Load().held.apply(name, false)
 }
@@ -413,14 +413,14 @@ func (s *Store) ByAttachment(containerID, ifName string) []*tenurev1alpha1.IPRes
 }
 
 // ByOwnerUID returns what one pod or claim holds as this agent knows it:
-// this node's whole, and others' in the window as sketches. HeldBy asks
+// this node's whole, and others' in the window as partial reservations. HeldBy asks
 // the API server for all of it.
 func (s *Store) ByOwnerUID(uid string) []*tenurev1alpha1.IPReservation {
 	return s.collect(indexOwnerUID, uid, true, func(r *tenurev1alpha1.IPReservation) bool { return r.Spec.Owner.UID == uid })
 }
 
 // HeldBy returns what one pod or claim holds on any node: this node's
-// whole from the local cache, every other as a sketch from one list of
+// whole from the node cache, every other as a partial reservation from one list of
 // the owner's label (served from the API server's watch cache). It is
 // what a claim's ADD reads, whose items may lie in blocks no window here
 // holds.
@@ -442,7 +442,7 @@ func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPRes
 			continue
 		}
 		e, _ := toEntry(m)
-		out = append(out, sketch(e.(*entry)))
+		out = append(out, partial(e.(*entry)))
 	}
 	return out, nil
 }
@@ -452,8 +452,8 @@ func (s *Store) Local() []*tenurev1alpha1.IPReservation {
 	return s.collect("", "", false, func(r *tenurev1alpha1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.nodeLabel })
 }
 
-// collect reads index key from the local cache and, with cluster, the
-// window (as sketches where the local cache lacks the name), then
+// collect reads index key from the node cache and, with cluster, the
+// window (as partial reservations where the node cache lacks the name), then
 // lays our unconfirmed writes and releases over them.
 func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alpha1.IPReservation) bool) []*tenurev1alpha1.IPReservation {
 	var local, others []any
@@ -489,7 +489,7 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 	}
 	for _, o := range others {
 		if e := o.(*entry); !seen[e.name] && (index != indexOwnerUID || e.owner == key) {
-			add(sketch(e))
+			add(partial(e))
 		}
 	}
 	for name, a := range s.assumed {

@@ -19,7 +19,7 @@ func metadata(name, uid, owner string) *metav1.PartialObjectMetadata {
 		Labels: map[string]string{reservation.LabelOwnerUID: owner, reservation.LabelNode: "n1", reservation.LabelNetwork: "san"}}}
 }
 
-func TestSketchReadsTheName(t *testing.T) {
+func TestPartialReadsTheName(t *testing.T) {
 	for _, tc := range []struct {
 		name, kind, address string
 	}{
@@ -28,9 +28,9 @@ func TestSketchReadsTheName(t *testing.T) {
 		{"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", string(tenurev1alpha1.KindDelegatedPrefix), "2001:db8:0:100::/56"},
 	} {
 		e, _ := toEntry(metadata(tc.name, "u-"+tc.name, "owner-1"))
-		r := sketch(e.(*entry))
+		r := partial(e.(*entry))
 		if r.Name != tc.name || string(r.UID) != "u-"+tc.name || r.Spec.Owner.UID != "owner-1" || string(r.Spec.Kind) != tc.kind || r.Spec.Address != tc.address {
-			t.Errorf("sketch of %s = %+v %+v", tc.name, r.ObjectMeta, r.Spec)
+			t.Errorf("partial reservation of %s = %+v %+v", tc.name, r.ObjectMeta, r.Spec)
 		}
 	}
 }

@@ -57,7 +57,7 @@ func (w *window) byIndex(index, key string) []any {
 	return out
 }
 
-// windowIndexers index a window's entries as the local cache indexes its
+// windowIndexers index a window's entries as the node cache indexes its
 // objects, so collect reads both alike.
 func windowIndexers() cache.Indexers {
 	return cache.Indexers{

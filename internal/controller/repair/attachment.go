@@ -15,14 +15,14 @@ import (
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
-// DuplicateSettle is how long after the newest of an attachment's
+// DuplicateGrace is how long after the newest of an attachment's
 // duplicate reservations was made the DuplicateAttachment rule waits for
 // the pod's network-status to say which one the pod uses, before it falls
 // back to keeping the newest. The ADD that made it runs inside the
 // runtime's RunPodSandbox, which the kubelet gives up on after its
 // runtime-request-timeout (2 minutes by default); Multus writes
 // network-status when that ADD returns.
-const DuplicateSettle = 2 * time.Minute
+const DuplicateGrace = 2 * time.Minute
 
 // NetworkStatus is what a pod's k8s.v1.cni.cncf.io/network-status
 // annotation (written by Multus after each sandbox's ADD) lists: the IPs of
@@ -116,10 +116,10 @@ func sameAttachmentSlot(a, b *tenurev1alpha1.IPReservation) bool {
 	return false
 }
 
-// Twins returns the reservations among siblings that fill r's slot of the
+// Duplicates returns the reservations among siblings that fill r's slot of the
 // same attachment (sameAttachmentSlot), r included, sorted by name; r alone
 // when it has none.
-func Twins(r *tenurev1alpha1.IPReservation, siblings []*tenurev1alpha1.IPReservation) []*tenurev1alpha1.IPReservation {
+func Duplicates(r *tenurev1alpha1.IPReservation, siblings []*tenurev1alpha1.IPReservation) []*tenurev1alpha1.IPReservation {
 	out := []*tenurev1alpha1.IPReservation{r}
 	for _, s := range siblings {
 		if s != nil && s.Name != r.Name && sameAttachmentSlot(r, s) && !slices.ContainsFunc(out, func(o *tenurev1alpha1.IPReservation) bool { return o.Name == s.Name }) {
@@ -138,8 +138,8 @@ func NeedsClaimSiblings(r *tenurev1alpha1.IPReservation, c *ClaimFact) bool {
 	return o.Kind == tenurev1alpha1.OwnerIPAMClaim && c != nil && c.Exists && c.UID == o.UID && !c.Deleting
 }
 
-// twinsText lists a group as "ADDRESS (reservation NAME), ...".
-func twinsText(group []*tenurev1alpha1.IPReservation) string {
+// duplicatesText lists a group as "ADDRESS (reservation NAME), ...".
+func duplicatesText(group []*tenurev1alpha1.IPReservation) string {
 	parts := make([]string, len(group))
 	for i, g := range group {
 		parts[i] = fmt.Sprintf("%s (reservation %s)", g.Spec.Address, g.Name)
@@ -166,17 +166,17 @@ func familyText(r *tenurev1alpha1.IPReservation, n int) string {
 //
 // Of an attachment's reservations in one slot it keeps those the pod's
 // network-status lists for the interface; when it lists none of them, the
-// newest (Newer), once DuplicateSettle has passed since it was made.
+// newest (Newer), once DuplicateGrace has passed since it was made.
 // Without network-status facts (a cache does not keep them) it keeps r and
 // asks for the live read.
 func duplicatePod(r *tenurev1alpha1.IPReservation, f Facts) (Decision, bool) {
-	group := Twins(r, f.Siblings)
+	group := Duplicates(r, f.Siblings)
 	if len(group) < 2 {
 		return Decision{}, false
 	}
 	o := r.Spec.Owner
 	what := fmt.Sprintf("pod %s/%s interface %s (sandbox %s) holds %d %s of network %s range %s: %s",
-		o.Namespace, o.Name, o.Interface, short(o.ContainerID), len(group), familyText(r, len(group)), r.Spec.Network, r.Spec.Range, twinsText(group))
+		o.Namespace, o.Name, o.Interface, short(o.ContainerID), len(group), familyText(r, len(group)), r.Spec.Network, r.Spec.Range, duplicatesText(group))
 	ns := f.NetworkStatus
 	switch {
 	case ns == nil:
@@ -212,9 +212,9 @@ func duplicatePod(r *tenurev1alpha1.IPReservation, f Facts) (Decision, bool) {
 	if newest == r {
 		return keep("%s; %s: this, the newest, is kept", what, why), true
 	}
-	if age := f.Now.Sub(newest.CreationTimestamp.Time); age < DuplicateSettle {
-		d := keep("%s; %s yet: the newest, %s, is kept, and the rest once %s have passed since it was made", what, why, newest.Name, DuplicateSettle)
-		d.RecheckAfter = DuplicateSettle - age
+	if age := f.Now.Sub(newest.CreationTimestamp.Time); age < DuplicateGrace {
+		d := keep("%s; %s yet: the newest, %s, is kept, and the rest once %s have passed since it was made", what, why, newest.Name, DuplicateGrace)
+		d.RecheckAfter = DuplicateGrace - age
 		return d, true
 	}
 	return release(DuplicateAttachment, "%s; %s: the newest, %s (reservation %s), is kept", what, why, newest.Spec.Address, newest.Name), true
@@ -229,13 +229,13 @@ func duplicateClaim(r *tenurev1alpha1.IPReservation, f Facts) (Decision, bool) {
 	if !f.SiblingsKnown || !NeedsClaimSiblings(r, f.Claim) {
 		return Decision{}, false
 	}
-	group := Twins(r, f.Siblings)
+	group := Duplicates(r, f.Siblings)
 	if len(group) < 2 {
 		return Decision{}, false
 	}
 	o, c := r.Spec.Owner, f.Claim
 	what := fmt.Sprintf("IPAMClaim %s/%s holds %d %s of network %s range %s: %s",
-		o.Namespace, o.Name, len(group), familyText(r, len(group)), r.Spec.Network, r.Spec.Range, twinsText(group))
+		o.Namespace, o.Name, len(group), familyText(r, len(group)), r.Spec.Network, r.Spec.Range, duplicatesText(group))
 	if c.Unreadable != "" {
 		return keep("%s; which one it records is unknown: its status does not parse (%s)", what, c.Unreadable), true
 	}

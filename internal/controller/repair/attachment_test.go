@@ -51,7 +51,7 @@ func TestDecideDuplicateAttachment(t *testing.T) {
 	v6a := podRes("net.fd00--a", "fd00::a", "sandbox-2", t0.Add(-time.Minute), "120", inRange("fd00::/64"))
 	v6b := podRes("net.fd00--b", "fd00::b", "sandbox-2", t0, "121", inRange("fd00::/64"))
 
-	settled := t0.Add(DuplicateSettle)
+	settled := t0.Add(DuplicateGrace)
 	facts := func(now time.Time, ns map[string]string, rs ...*tenurev1alpha1.IPReservation) Facts {
 		f := Facts{Now: now, Pod: running, Siblings: rs, SiblingsKnown: true}
 		if ns != nil {
@@ -87,7 +87,7 @@ func TestDecideDuplicateAttachment(t *testing.T) {
 		{"network-status lists an unparsable IP: keep", a, facts(settled, networkStatus("net1", "10.0.0.300"), a, b), want{inMsg: "does not parse"}},
 		{"no network-status, settled: the older is surplus", a, facts(settled, none, a, b), want{reason: DuplicateAttachment, inMsg: "has no network-status: the newest, 10.0.0.2 (reservation net.10.0.0.2), is kept"}},
 		{"no network-status: the newest kept", b, facts(settled, none, a, b), want{inMsg: "the newest, is kept"}},
-		{"no network-status, within the settle time: wait", a, facts(t0.Add(30*time.Second), none, a, b), want{recheck: DuplicateSettle - 30*time.Second, inMsg: "once 2m0s have passed"}},
+		{"no network-status, within the settle time: wait", a, facts(t0.Add(30*time.Second), none, a, b), want{recheck: DuplicateGrace - 30*time.Second, inMsg: "once 2m0s have passed"}},
 		{"lists none, same second: resourceVersion orders", b, facts(settled, networkStatus("net1", "10.0.0.9"), b, c), want{reason: DuplicateAttachment, inMsg: "net.10.0.0.3"}},
 		{"lists none, same second, newer resourceVersion kept", c, facts(settled, networkStatus("net1", "10.0.0.9"), b, c), want{inMsg: "the newest"}},
 		{"lists none, no resourceVersion: name orders", noRV1, facts(settled, none, noRV1, noRV2), want{reason: DuplicateAttachment, inMsg: "net.10.0.0.5"}},

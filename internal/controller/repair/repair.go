@@ -22,7 +22,7 @@
 //     network, kind, family and range: a second item of one slot (an ADD
 //     whose create committed but whose reply was lost, then retried). The
 //     pod's network-status says which one it uses; the others are surplus.
-//     When it lists none of them, the newest is kept, once DuplicateSettle
+//     When it lists none of them, the newest is kept, once DuplicateGrace
 //     has passed. See duplicatePod.
 //   - NodeDeleted / NodeNotReady: the pod exists but is terminating
 //     (deletionTimestamp set) or terminal (Succeeded/Failed) on owner.node,
