@@ -61,7 +61,7 @@ import (
 
 // Field indexes on the reservation cache.
 const (
-	indexOwnerUID = "spec.owner.uid"
+	indexOwnerUID = reservation.OwnerIndex
 	indexNode     = "spec.owner.node"
 )
 
@@ -402,13 +402,6 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration, log *slog.Log
 	}
 }
 
-func unwrap(obj any) any {
-	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		return t.Obj
-	}
-	return obj
-}
-
 // enqueue adds reservation names, only while leading (Lead starts from a
 // full list anyway).
 func (c *Controller) enqueue(ns ...string) {
@@ -501,7 +494,7 @@ func (c *Controller) nodeHandler() toolscache.ResourceEventHandler {
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if n, ok := unwrap(obj).(*corev1.Node); ok {
+			if n, ok := kube.DeletedObject(obj).(*corev1.Node); ok {
 				c.enqueue(c.byIndex(indexNode, n.Name)...)
 			}
 		},
@@ -541,7 +534,7 @@ func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if cl, ok := unwrap(obj).(*ipamclaimsv1alpha1.IPAMClaim); ok {
+			if cl, ok := kube.DeletedObject(obj).(*ipamclaimsv1alpha1.IPAMClaim); ok {
 				c.enqueue(c.byIndex(indexOwnerUID, string(cl.UID))...)
 			}
 		},

@@ -13,6 +13,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
 // What nominates sticky claims for the reconciler of sticky.go: events on
@@ -28,7 +29,7 @@ const (
 
 // stickyKey returns the claim's key when it is labelled sticky.
 func stickyKey(obj any) (types.NamespacedName, bool) {
-	cl, ok := unwrap(obj).(*ipamclaimsv1alpha1.IPAMClaim)
+	cl, ok := kube.DeletedObject(obj).(*ipamclaimsv1alpha1.IPAMClaim)
 	if !ok || cl.Labels[claims.LabelSticky] != "true" {
 		return types.NamespacedName{}, false
 	}
@@ -93,7 +94,7 @@ func (c *Controller) stickyHandlers() []objectHandler {
 		return func(obj any) {
 			// meta.Accessor: pods are cached as entries, which only give
 			// their metadata on request.
-			if m, err := meta.Accessor(unwrap(obj)); err == nil {
+			if m, err := meta.Accessor(kube.DeletedObject(obj)); err == nil {
 				c.enqueueSticky(index, m.GetNamespace()+"/"+m.GetName())
 			}
 		}

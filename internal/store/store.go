@@ -41,7 +41,7 @@ import (
 
 const (
 	indexAttachment = "attachment"
-	indexOwnerUID   = "ownerUID"
+	indexOwnerUID   = reservation.OwnerIndex
 	indexNetwork    = "network"
 )
 
@@ -156,17 +156,6 @@ func toEntry(obj any) (any, error) {
 	return &entry{name: m.Name, resourceVersion: m.ResourceVersion, uid: m.UID, owner: m.Labels[reservation.LabelOwnerUID]}, nil
 }
 
-// ownerBucket is the owner-UID index key: a bucket of owners rather than
-// one owner, because a per-owner index costs a set per reservation (about
-// 0.3 KiB each), while a bucket of a few dozen names is read and filtered
-// in microseconds.
-func ownerBucket(uid string) string {
-	if len(uid) > 3 {
-		return uid[:3]
-	}
-	return uid
-}
-
 func newMetadataList() client.ObjectList { return reservation.NewMetadataList() }
 
 // observed drops an assumption once a cache holds the object it stands for:
@@ -201,10 +190,7 @@ func (s *Store) observed(obj any) {
 
 // deleted forgets a release once no cache holds the name any more.
 func (s *Store) deleted(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	name, _, ok := nameUID(obj)
+	name, _, ok := nameUID(kube.DeletedObject(obj))
 	if !ok {
 		return
 	}
@@ -481,7 +467,7 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 		if cluster {
 			ckey := key
 			if index == indexOwnerUID {
-				ckey = ownerBucket(key)
+				ckey = reservation.OwnerBucket(key)
 			}
 			others = s.win.Load().byIndex(index, ckey)
 		}
