@@ -49,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -170,6 +171,9 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 		// On shutdown the leader stops acting before it releases the
 		// Lease, however long that takes: two replicas never act at once.
 		GracefulShutdownTimeout: ptr.To(time.Duration(-1)),
+		// A controller waits for its sources however long the reservation
+		// informers take to list a large cluster.
+		Controller: config.Controller{CacheSyncTimeout: 24 * time.Hour},
 	}
 	if le := o.LeaderElection; le != nil {
 		cs, err := kubernetes.NewForConfig(cfg)
@@ -341,9 +345,6 @@ func (c *Controller) runReservationInformers(ctx context.Context) error {
 // lead runs, while leading, the sweep (first pass at once) and the pool
 // status writer; the controllers run beside it.
 func (c *Controller) lead(ctx context.Context) error {
-	c.log.Info("leading: acting")
-	leaderGauge.Set(1)
-	defer leaderGauge.Set(0)
 	// Level-triggered: start from everything, as a fresh informer would.
 	// Claims and sticky claims are each reconciled once as their
 	// controller starts. For reservations that is the first sweep, which
@@ -359,6 +360,9 @@ func (c *Controller) lead(ctx context.Context) error {
 		case <-ready:
 		}
 	}
+	c.log.Info("leading: acting")
+	leaderGauge.Set(1)
+	defer leaderGauge.Set(0)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = c.sweeper.Run(ctx, c.opts.SweepInterval, c.log) })
 	wg.Go(func() { _ = c.pools.Start(ctx) })
