@@ -251,23 +251,19 @@ func (c *Controller) Run(ctx context.Context) error { return c.mgr.Start(ctx) }
 // leads; registers the indexes and the pool status's handlers; and
 // builds the controllers.
 func (c *Controller) setup(ctx context.Context) error {
-	informers := map[client.Object]cache.Informer{}
+	var pods cache.Informer
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Node{}, &ipamclaimsv1alpha1.IPAMClaim{}, &appsv1.StatefulSet{}, &tenurev1alpha1.IPPool{}} {
 		inf, err := c.cache.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
 		}
-		informers[obj] = inf
-		if _, ok := obj.(*tenurev1alpha1.IPPool); ok {
+		switch obj.(type) {
+		case *corev1.Pod:
+			pods = inf
+		case *tenurev1alpha1.IPPool:
 			if _, err := inf.AddEventHandler(c.pools.dirtyHandler()); err != nil {
 				return err
 			}
-		}
-	}
-	var pods cache.Informer
-	for obj, inf := range informers {
-		if _, ok := obj.(*corev1.Pod); ok {
-			pods = inf
 		}
 	}
 	podIndexer, ok := pods.(toolscache.SharedIndexInformer)
