@@ -138,8 +138,9 @@ type Store interface {
 	Uncertain(name string) (*tenurev1alpha1.IPReservation, bool)
 	// MarkTakenElsewhere records a Create refused as AlreadyExists.
 	MarkTakenElsewhere(name string)
-	// Released records a delete of ours.
-	Released(name string)
+	// Released records a delete of ours of the object of uid (empty: by
+	// name, whatever held it).
+	Released(name string, uid types.UID)
 }
 
 // Factory builds allocators sharing one store, writer and per-space cursors.
@@ -774,7 +775,7 @@ func (a *allocator) Release(ctx context.Context, item netip.Prefix) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	a.f.Store.Released(name)
+	a.f.Store.Released(name, "")
 	return nil
 }
 
@@ -812,7 +813,7 @@ func ReleaseObject(ctx context.Context, w client.Client, s Store, r *tenurev1alp
 		return err
 	}
 	if s != nil {
-		s.Released(r.Name)
+		s.Released(r.Name, r.UID)
 	}
 	return nil
 }
