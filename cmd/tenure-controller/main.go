@@ -23,19 +23,14 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -222,10 +217,15 @@ func serve(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) int
 		return 1
 	}
 	defer shutdownEvents()
-	c, err := controller.New(cfg, controller.Options{
+	o := controller.Options{
 		NodeGracePeriod: f.nodeGrace, SweepInterval: f.sweepInterval, PoolStatusInterval: f.poolStatusInterval,
 		StickyReleaseAfter: f.stickyReleaseAfter, Workers: f.workers, Events: events, Logger: log,
-	})
+	}
+	if f.leaderElect {
+		o.LeaderElection = &controller.LeaderElection{Namespace: f.leNamespace, Name: f.leID, Identity: identity(),
+			LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod}
+	}
+	c, err := controller.New(cfg, o)
 	if err != nil {
 		log.Error("creating controller", "err", err)
 		return 1
@@ -257,18 +257,18 @@ func serve(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) int
 			return 1
 		}
 	}
-	if err := c.Start(ctx); err != nil {
-		if ctx.Err() != nil {
-			return 0
+	if le := o.LeaderElection; le != nil {
+		log.Info("waiting for the leader lease", "lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
+	}
+	if err := c.Run(ctx); err != nil {
+		if o.LeaderElection != nil && ctx.Err() == nil {
+			log.Error("lost the leader lease; exiting to restart as a follower", "lease", f.leNamespace+"/"+f.leID, "err", err)
+		} else {
+			log.Error("controller stopped", "err", err)
 		}
-		log.Error("starting caches", "err", err)
 		return 1
 	}
-	if !f.leaderElect {
-		c.Lead(ctx)
-		return 0
-	}
-	return elect(ctx, cfg, f, c, log)
+	return 0
 }
 
 // listen serves h on addr until ctx ends; the bound address is logged
@@ -290,79 +290,15 @@ func listen(ctx context.Context, name, addr string, h http.Handler, log *slog.Lo
 	return nil
 }
 
-// elect runs c.Lead while this process holds the Lease. On SIGTERM it
-// stops acting first and only then releases the Lease, so two replicas
-// never act at once; a leader that loses its Lease exits non-zero (as
-// controller-runtime's manager does), to restart as a follower.
-func elect(ctx context.Context, cfg *rest.Config, f flags, c *controller.Controller, log *slog.Logger) int {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		log.Error("creating clientset", "err", err)
-		return 1
-	}
-	// The pod's name where the Deployment gives it (a pod on the host
-	// network has the node's hostname, which names no replica).
+// identity is this replica's in the leader Lease: the pod's name where
+// the Deployment gives it (a pod on the host network has the node's
+// hostname, which names no replica), made unique per process.
+func identity() string {
 	host := os.Getenv("POD_NAME")
 	if host == "" {
 		host, _ = os.Hostname()
 	}
-	id := host + "_" + string(uuid.NewUUID())
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: f.leNamespace, Name: f.leID},
-		Client:     cs.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
-	var started atomic.Bool
-	leadDone := make(chan struct{})
-	electCtx, cancelElect := context.WithCancel(context.Background())
-	defer cancelElect()
-	go func() {
-		<-ctx.Done()
-		if started.Load() {
-			<-leadDone
-		}
-		cancelElect()
-	}()
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            f.leID,
-		LeaseDuration:   f.leaseDuration,
-		RenewDeadline:   f.renewDeadline,
-		RetryPeriod:     f.retryPeriod,
-		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				started.Store(true)
-				defer close(leadDone)
-				leadCtx, cancel := context.WithCancel(lctx)
-				defer cancel()
-				stopAfter := context.AfterFunc(ctx, cancel)
-				defer stopAfter()
-				log.Info("acquired the leader lease", "lease", f.leNamespace+"/"+f.leID, "identity", id)
-				c.Lead(leadCtx)
-			},
-			OnStoppedLeading: func() {},
-			OnNewLeader: func(identity string) {
-				if identity != id {
-					log.Info("following", "leader", identity, "lease", f.leNamespace+"/"+f.leID)
-				}
-			},
-		},
-	})
-	if err != nil {
-		log.Error("leader election", "err", err)
-		return 2
-	}
-	log.Info("waiting for the leader lease", "lease", f.leNamespace+"/"+f.leID, "identity", id)
-	le.Run(electCtx)
-	if started.Load() {
-		<-leadDone
-	}
-	if ctx.Err() == nil {
-		log.Error("lost the leader lease; exiting to restart as a follower", "lease", f.leNamespace+"/"+f.leID)
-		return 1
-	}
-	return 0
+	return host + "_" + string(uuid.NewUUID())
 }
 
 func envOr(name, def string) string {

@@ -625,7 +625,7 @@ func (f *Factory) Release(ctx context.Context, r *tenurev1alpha1.IPReservation) 
 		return err
 	}
 	if f.Store != nil {
-		f.Store.Released(r.Name)
+		f.Store.Released(r.Name, r.UID)
 	}
 	return nil
 }

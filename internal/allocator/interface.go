@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/types"
 	"net/netip"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -114,8 +115,9 @@ type Store interface {
 	Uncertain(name string) (*tenurev1alpha1.IPReservation, bool)
 	// MarkTakenElsewhere records a Create refused as AlreadyExists.
 	MarkTakenElsewhere(name string)
-	// Released records a delete of ours.
-	Released(name string)
+	// Released records a delete of ours of the object of uid (empty: by
+	// name, whatever held it).
+	Released(name string, uid types.UID)
 
 	// Watching reports whether the window holds every reservation of that
 	// block or of that whole network (reservation.LabelBlock and

@@ -188,7 +188,12 @@ func (cf *claimFinalizer) release(ctx context.Context, c *ipamclaimsv1alpha1.IPA
 			return released, nil
 		}
 	}
-	if err != nil && !apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) {
+		// Gone: an earlier pass removed the finalizer and logged the
+		// release; this one worked from a copy that still had it.
+		return released, nil
+	}
+	if err != nil {
 		return released, fmt.Errorf("removing finalizer %s from IPAMClaim %s/%s: %w", ClaimFinalizer, c.Namespace, c.Name, err)
 	}
 	cf.rel.log().Info("released IPAMClaim", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "reservations", released)

@@ -5,27 +5,22 @@
 // status, and exports Events and metrics.
 //
 // Shape, after Kubernetes' ipallocator repair controller and
-// controller-runtime's examples: level-triggered, idempotent reconcilers
-// keyed by reservation name and by claim, fed by informers on
-// IPReservations, Pods, Nodes and IPAMClaims, which keep of reservations
-// and pods only what the rules read (entries.go); a periodic full sweep
-// over those caches as a backstop; one pure decision (package repair) used
-// everywhere; and one release path (Releaser) that decides again on live
-// reads before a delete carrying the reservation's UID and resourceVersion.
-// A cache only ever nominates candidates; it never decides a release.
+// cluster-api's in-cluster IPAM provider: controller-runtime controllers,
+// one level-triggered, idempotent Reconcile per kind (reservations by
+// name, claims' finalizer, sticky claims), fed by informers on
+// IPReservations, Pods, Nodes, IPAMClaims and StatefulSets, which keep of
+// reservations and pods only what the rules read (entries.go); a periodic
+// full sweep over those caches as a backstop; one pure decision (package
+// repair) used everywhere; and one release path (Releaser) that decides
+// again on live reads before a delete carrying the reservation's UID and
+// resourceVersion. A cache only ever nominates candidates; it never
+// decides a release.
 //
-// The caches run on every replica (a new leader acts at once); the queues'
-// workers, the sweep and the pool status writer run only while Lead runs,
-// which the command calls when it holds the leader Lease.
-//
-// Built from client-go's leaderelection and workqueue and
-// controller-runtime's informer cache rather than controller-runtime's
-// manager: the manager (and its controller package) pull in modules the
-// module does not require (fsnotify for certwatcher, gomodules.xyz/jsonpatch
-// for webhooks), and what it would add here is small: a Lease elector, a
-// metrics and a health endpoint, and queue workers. Metrics still go to
+// controller-runtime's manager runs it: the caches on every replica (a new
+// leader acts at once); the controllers, the sweep and the pool status
+// writer only while this replica holds the leader Lease. Metrics go to
 // controller-runtime's registry, which carries client-go's workqueue, REST
-// client and leader-election metrics.
+// client and leader-election metrics and the controllers' own.
 package controller
 
 import (
@@ -38,17 +33,31 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	crsource "sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -61,7 +70,7 @@ import (
 
 // Field indexes on the reservation cache.
 const (
-	indexOwnerUID = "spec.owner.uid"
+	indexOwnerUID = reservation.OwnerIndex
 	indexNode     = "spec.owner.node"
 )
 
@@ -70,7 +79,8 @@ type Options struct {
 	// NodeGracePeriod: how long a node is NotReady before terminating pods
 	// on it lose their addresses.
 	NodeGracePeriod time.Duration
-	// SweepInterval between full sweeps; the first runs when Lead starts.
+	// SweepInterval between full sweeps; the first runs when the replica
+	// starts leading.
 	SweepInterval time.Duration
 	// PoolStatusInterval bounds how often pool status is written.
 	PoolStatusInterval time.Duration
@@ -80,19 +90,31 @@ type Options struct {
 	StickyReleaseAfter time.Duration
 	// Workers reconcile reservations concurrently.
 	Workers int
-	Events  EventRecorder
-	Logger  *slog.Logger
+	// LeaderElection, when set, makes the replica act only while it holds
+	// that Lease; nil acts at once.
+	LeaderElection *LeaderElection
+	Events         EventRecorder
+	Logger         *slog.Logger
+}
+
+// LeaderElection names the leader Lease and its timing.
+type LeaderElection struct {
+	Namespace, Name string
+	// Identity of this replica in the Lease; unique per process.
+	Identity                                  string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
 // Controller is the watch-driven release, the sweep and the pool status.
 type Controller struct {
 	opts  Options
 	log   *slog.Logger
+	mgr   manager.Manager
 	cache cache.Cache
 	// reservations: the informers of the reservations whose metadata
 	// describes them (protobuf) and of the older ones (whole, JSON).
 	reservations []toolscache.SharedIndexInformer
-	idx          *index // the reservation and pod informers' stores, set by Start
+	idx          *index // the reservation and pod informers' stores
 	live         client.Client
 	rel          *Releaser
 	cf           *claimFinalizer
@@ -100,17 +122,19 @@ type Controller struct {
 	pools        *poolStatus
 	sticky       *stickyReleaser
 
-	resQ    workqueue.TypedRateLimitingInterface[string]
-	claimQ  workqueue.TypedRateLimitingInterface[types.NamespacedName]
-	stickyQ workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	// resQ is the reservation controller's queue, which the sweep hands
+	// what to look at again; set once that controller starts.
+	resQ      atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
+	resQReady chan struct{}
+	resQOnce  sync.Once
 
-	leading atomic.Bool
-	synced  atomic.Bool
+	synced   atomic.Bool
+	syncedCh chan struct{}
 }
 
-// New builds the controller on cfg: a live client and an informer cache
-// (pods and nodes trimmed to what the decision reads). Call Start, then
-// Lead while holding the lease.
+// New builds the controller on cfg: a live client, a manager whose cache
+// trims pods and nodes to what the decision reads, the reservation
+// informers and the three controllers. Run runs it.
 func New(cfg *rest.Config, o Options) (*Controller, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -131,46 +155,64 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch, err := cache.New(cfg, cache.Options{
-		Scheme:           kube.Scheme,
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:         {Transform: transformEntries},
-			&corev1.Node{}:        {Transform: transformTrim},
-			&appsv1.StatefulSet{}: {Transform: trimStatefulSet},
+	mopts := manager.Options{
+		Scheme: kube.Scheme,
+		Logger: logr.FromSlogHandler(o.Logger.Handler()),
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}:         {Transform: transformEntries},
+				&corev1.Node{}:        {Transform: transformTrim},
+				&appsv1.StatefulSet{}: {Transform: trimStatefulSet},
+			},
 		},
-	})
+		// The command serves the metrics and health endpoints.
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		// On shutdown the leader stops acting before it releases the
+		// Lease, however long that takes: two replicas never act at once.
+		GracefulShutdownTimeout: ptr.To(time.Duration(-1)),
+		// A controller waits for its sources however long the reservation
+		// informers take to list a large cluster.
+		Controller: config.Controller{CacheSyncTimeout: 24 * time.Hour},
+	}
+	if le := o.LeaderElection; le != nil {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		mopts.LeaderElection, mopts.LeaderElectionID, mopts.LeaderElectionNamespace = true, le.Name, le.Namespace
+		mopts.LeaderElectionResourceLockInterface = &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
+			Client:     cs.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+		}
+		mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &le.LeaseDuration, &le.RenewDeadline, &le.RetryPeriod
+		mopts.LeaderElectionReleaseOnCancel = true
+	}
+	mgr, err := manager.New(cfg, mopts)
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: o, log: o.Logger, cache: ch, live: live, reservations: reservationInformers(live)}
+	c := &Controller{opts: o, log: o.Logger, mgr: mgr, cache: mgr.GetCache(), live: live, reservations: reservationInformers(live),
+		resQReady: make(chan struct{}), syncedCh: make(chan struct{})}
 	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Policy: repair.Policy{NodeGracePeriod: o.NodeGracePeriod}, Log: o.Logger}
 	c.cf = &claimFinalizer{live: live, writer: live, rel: c.rel, cached: func(_ context.Context, uid string) []string {
 		return c.idx.names(indexOwnerUID, uid)
 	}}
-	c.sweeper = &Sweeper{Live: live, Releaser: c.rel, claims: c.cf, view: c.cachedSnapshot, recheck: func(name string, after time.Duration) {
-		if after > 0 {
-			c.resQ.AddAfter(name, after)
-		} else {
-			c.resQ.Add(name)
-		}
-	}}
-	c.pools = &poolStatus{counts: &reservationCounts{}, cache: ch, writer: live, interval: o.PoolStatusInterval, log: o.Logger}
-	c.sticky = &stickyReleaser{cache: ch, live: live, writer: live, policy: sticky.Policy{ReleaseAfter: o.StickyReleaseAfter},
+	c.sweeper = &Sweeper{Live: live, Releaser: c.rel, claims: c.cf, view: c.cachedSnapshot, recheck: c.requeue}
+	c.pools = &poolStatus{counts: &reservationCounts{}, cache: c.cache, writer: live, interval: o.PoolStatusInterval, log: o.Logger}
+	c.sticky = &stickyReleaser{cache: c.cache, live: live, writer: live, policy: sticky.Policy{ReleaseAfter: o.StickyReleaseAfter},
 		events: o.Events, log: o.Logger, now: time.Now, cachedPod: func(ns, name string) bool { return c.idx.pod(ns, name).Exists }}
-	c.resQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipreservation_release"})
-	c.claimQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
-		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "ipamclaim_finalizer"})
-	c.stickyQ = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
-		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "sticky_claim_release"})
+	if err := c.setup(context.Background()); err != nil {
+		return nil, err
+	}
 	initMetrics()
 	leaderGauge.Set(0)
 	return c, nil
 }
 
 // reservationInformers are the reservations' informers, outside the
-// informer cache, which keeps one informer per type: reservations that
+// manager's cache, which keeps one informer per type: reservations that
 // carry the spec summary are watched as metadata, which travels as
 // protobuf, where a whole custom resource travels as JSON (at 100,000
 // reservations decoding them whole was most of the start-up's CPU); those
@@ -199,19 +241,39 @@ func summarySelectors() (summarized, whole client.MatchingLabelsSelector) {
 // Ready reports whether the caches have synced.
 func (c *Controller) Ready() bool { return c.synced.Load() }
 
-// Start registers indexes and event handlers, starts the caches and waits
-// for them to sync. The caches run until ctx ends.
-func (c *Controller) Start(ctx context.Context) error {
-	idx, err := c.entryIndex(ctx)
-	if err != nil {
-		return err
+// Run runs the caches, and while leading the controllers, the sweep and
+// the pool status writer, until ctx ends. A replica that loses the Lease
+// returns an error (to exit and restart as a follower).
+func (c *Controller) Run(ctx context.Context) error { return c.mgr.Start(ctx) }
+
+// setup creates, before the manager starts, every informer the
+// controllers read, so that each replica keeps them synced before it
+// leads; registers the indexes and the pool status's handlers; and
+// builds the controllers.
+func (c *Controller) setup(ctx context.Context) error {
+	var pods cache.Informer
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Node{}, &ipamclaimsv1alpha1.IPAMClaim{}, &appsv1.StatefulSet{}, &tenurev1alpha1.IPPool{}} {
+		inf, err := c.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("informer for %T: %w", obj, err)
+		}
+		switch obj.(type) {
+		case *corev1.Pod:
+			pods = inf
+		case *tenurev1alpha1.IPPool:
+			if _, err := inf.AddEventHandler(c.pools.dirtyHandler()); err != nil {
+				return err
+			}
+		}
 	}
-	c.idx = idx
-	if err := c.indexSticky(ctx); err != nil {
-		return err
+	podIndexer, ok := pods.(toolscache.SharedIndexInformer)
+	if !ok {
+		return fmt.Errorf("informer for pods is a %T, not a SharedIndexInformer", pods)
 	}
+	c.idx = &index{pods: podIndexer.GetIndexer()}
 	for _, inf := range c.reservations {
-		for _, h := range []toolscache.ResourceEventHandler{c.reservationHandler(), c.pools.counts.Handler()} {
+		c.idx.reservations = append(c.idx.reservations, inf.GetIndexer())
+		for _, h := range []toolscache.ResourceEventHandler{c.pools.dirtyHandler(), c.pools.counts.Handler()} {
 			if _, err := inf.AddEventHandler(h); err != nil {
 				return err
 			}
@@ -220,162 +282,91 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := watchRangeUsage(c.reservations, c.cache, c.log); err != nil {
 		return err
 	}
-	handlers := []objectHandler{
-		{&corev1.Pod{}, c.podHandler()},
-		{&corev1.Node{}, c.nodeHandler()},
-		{&ipamclaimsv1alpha1.IPAMClaim{}, c.claimHandler()},
-		{&tenurev1alpha1.IPPool{}, toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.pools.markDirty() },
-			UpdateFunc: func(any, any) { c.pools.markDirty() },
-			DeleteFunc: func(any) { c.pools.markDirty() },
-		}},
+	if err := c.indexSticky(ctx); err != nil {
+		return err
 	}
-	handlers = append(handlers, c.stickyHandlers()...)
-	for _, h := range handlers {
-		inf, err := c.cache.GetInformer(ctx, h.obj)
-		if err != nil {
-			return fmt.Errorf("informer for %T: %w", h.obj, err)
-		}
-		if _, err := inf.AddEventHandler(h.h); err != nil {
-			return err
-		}
+	if err := c.mgr.Add(everyReplica(c.runReservationInformers)); err != nil {
+		return err
 	}
+	reservations := informerSource{name: "ipreservations", informers: eventInformers(c.reservations)}
+	podSource := informerSource{name: "pods", informers: []eventInformer{pods}}
+	err := builder.ControllerManagedBy(c.mgr).Named("ipreservation_release").
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: c.opts.Workers}).
+		WatchesRawSource(reservations.with(c.reservationEvents, c.setResQ)).
+		WatchesRawSource(podSource.with(c.podEvents, nil)).
+		Watches(&corev1.Node{}, c.nodeEvents()).
+		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, c.claimReservationEvents()).
+		Complete(reconcile.Func(c.reconcileReservation))
+	if err != nil {
+		return err
+	}
+	err = builder.ControllerManagedBy(c.mgr).Named("ipamclaim_finalizer").
+		For(&ipamclaimsv1alpha1.IPAMClaim{}).
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 2}).
+		WatchesRawSource(reservations.with(c.reservationClaimEvents, nil)).
+		Complete(reconcile.Func(c.reconcileClaim))
+	if err != nil {
+		return err
+	}
+	err = builder.ControllerManagedBy(c.mgr).Named("sticky_claim_release").
+		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[claims.LabelSticky] == "true"
+		}))).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(c.stickyClaimsOf(indexStickyStatefulSet))).
+		WatchesRawSource(podSource.with(c.stickyPodEvents, nil)).
+		WatchesRawSource(every(c.opts.SweepInterval, c.enqueueAllSticky)).
+		Complete(reconcile.Func(c.reconcileSticky))
+	if err != nil {
+		return err
+	}
+	return c.mgr.Add(manager.RunnableFunc(c.lead))
+}
+
+// runReservationInformers runs the reservation informers on every replica
+// and marks the controller ready once they and the manager's cache have
+// synced.
+func (c *Controller) runReservationInformers(ctx context.Context) error {
 	synced := make([]toolscache.InformerSynced, len(c.reservations))
 	for i, inf := range c.reservations {
 		go inf.RunWithContext(ctx)
 		synced[i] = inf.HasSynced
 	}
-	go func() {
-		if err := c.cache.Start(ctx); err != nil {
-			c.log.Error("cache stopped", "err", err)
-		}
-	}()
 	if !c.cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("caches did not sync: %w", ctx.Err())
+		return nil
 	}
 	c.synced.Store(true)
+	close(c.syncedCh)
 	c.log.Info("caches synced")
+	<-ctx.Done()
 	return nil
 }
 
-// entryIndex returns the reservation and pod informers' stores, which
-// hold entries (see entries.go).
-func (c *Controller) entryIndex(ctx context.Context) (*index, error) {
-	inf, err := c.cache.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return nil, fmt.Errorf("informer for pods: %w", err)
+// lead runs, while leading, the sweep (first pass at once) and the pool
+// status writer; the controllers run beside it.
+func (c *Controller) lead(ctx context.Context) error {
+	// Level-triggered: start from everything, as a fresh informer would.
+	// Claims and sticky claims are each reconciled once as their
+	// controller starts. For reservations that is the first sweep, which
+	// makes the same nomination from the same caches and hands the queue
+	// what the clock may change and what failed, so the reservation
+	// source skips the informers' initial list. (Reconciling every name as
+	// well did all of that twice at once: at 100,000 reservations half the
+	// start-up's CPU and most of its garbage.)
+	for _, ready := range []chan struct{}{c.syncedCh, c.resQReady} {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ready:
+		}
 	}
-	pods, ok := inf.(toolscache.SharedIndexInformer)
-	if !ok {
-		return nil, fmt.Errorf("informer for pods is a %T, not a SharedIndexInformer", inf)
-	}
-	idx := &index{pods: pods.GetIndexer()}
-	for _, r := range c.reservations {
-		idx.reservations = append(idx.reservations, r.GetIndexer())
-	}
-	return idx, nil
-}
-
-// cachedSnapshot is the running controller's sweep view: the caches.
-func (c *Controller) cachedSnapshot(ctx context.Context) (*snapshot, error) {
-	snap := &snapshot{idx: c.idx, nodes: map[string]*corev1.Node{}, claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{}}
-	nodes := &corev1.NodeList{}
-	if err := c.cache.List(ctx, nodes); err != nil {
-		return nil, err
-	}
-	for i := range nodes.Items {
-		snap.nodes[nodes.Items[i].Name] = &nodes.Items[i]
-	}
-	claims := &ipamclaimsv1alpha1.IPAMClaimList{}
-	if err := c.cache.List(ctx, claims); err != nil {
-		return nil, err
-	}
-	for i := range claims.Items {
-		cl := &claims.Items[i]
-		snap.claims[types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}] = cl
-	}
-	return snap, nil
-}
-
-// objectHandler is an event handler for the informer of obj's type.
-type objectHandler struct {
-	obj client.Object
-	h   toolscache.ResourceEventHandler
-}
-
-// Lead acts until ctx ends: reservation and claim workers, the sweep
-// (first pass at once) and the pool status writer. Call it only while
-// holding the leader lease, once per process.
-func (c *Controller) Lead(ctx context.Context) {
 	c.log.Info("leading: acting")
 	leaderGauge.Set(1)
 	defer leaderGauge.Set(0)
-	c.leading.Store(true)
-	defer c.leading.Store(false)
-	// Level-triggered: start from everything, as a fresh informer would.
-	// For reservations that is the first sweep, which starts at once and
-	// makes the same nomination from the same caches; it hands the queue
-	// what the clock may change and what failed. (Enqueueing every name as
-	// well did all of that twice at once: at 100,000 reservations half the
-	// start-up's CPU and most of its garbage.)
-	claims := &ipamclaimsv1alpha1.IPAMClaimList{}
-	if err := c.cache.List(ctx, claims); err == nil {
-		for _, cl := range claims.Items {
-			c.claimQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
-		}
-	}
-	c.enqueueAllSticky(ctx)
 	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() { work(ctx, c.resQ, c.reconcileReservation, c.log) })
-	}
-	for range 2 {
-		wg.Go(func() { work(ctx, c.claimQ, c.reconcileClaim, c.log) })
-	}
-	wg.Go(func() { work(ctx, c.stickyQ, c.sticky.reconcile, c.log) })
 	wg.Go(func() { _ = c.sweeper.Run(ctx, c.opts.SweepInterval, c.log) })
-	// The sweep's backstop for sticky claims: look at each again.
-	wg.Go(func() {
-		t := time.NewTicker(c.opts.SweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.enqueueAllSticky(ctx)
-			}
-		}
-	})
 	wg.Go(func() { _ = c.pools.Start(ctx) })
-	<-ctx.Done()
-	c.resQ.ShutDown()
-	c.claimQ.ShutDown()
-	c.stickyQ.ShutDown()
 	wg.Wait()
-}
-
-// work runs one queue worker: errors are retried with the queue's
-// rate-limited backoff, a positive RequeueAfter re-adds later.
-func work[K comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[K], reconcile func(context.Context, K) (time.Duration, error), log *slog.Logger) {
-	for {
-		key, shutdown := q.Get()
-		if shutdown {
-			return
-		}
-		after, err := reconcile(ctx, key)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Info("reconcile failed; retrying", "key", key, "err", err)
-			q.AddRateLimited(key)
-		case after > 0:
-			q.Forget(key)
-			q.AddAfter(key, after)
-		default:
-			q.Forget(key)
-		}
-		q.Done(key)
-	}
+	return nil
 }
 
 // Run sweeps now and then every interval until ctx ends.
@@ -405,161 +396,181 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration, log *slog.Log
 	}
 }
 
-func unwrap(obj any) any {
-	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		return t.Obj
+// cachedSnapshot is the running controller's sweep view: the caches.
+func (c *Controller) cachedSnapshot(ctx context.Context) (*snapshot, error) {
+	snap := &snapshot{idx: c.idx, nodes: map[string]*corev1.Node{}, claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{}}
+	nodes := &corev1.NodeList{}
+	if err := c.cache.List(ctx, nodes); err != nil {
+		return nil, err
 	}
-	return obj
+	for i := range nodes.Items {
+		snap.nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	claims := &ipamclaimsv1alpha1.IPAMClaimList{}
+	if err := c.cache.List(ctx, claims); err != nil {
+		return nil, err
+	}
+	for i := range claims.Items {
+		cl := &claims.Items[i]
+		snap.claims[types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}] = cl
+	}
+	return snap, nil
 }
 
-// enqueue adds reservation names, only while leading (Lead starts from a
-// full list anyway).
-func (c *Controller) enqueue(ns ...string) {
-	if !c.leading.Load() {
+// queue is a controller's work queue, as its sources get it.
+type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+func (c *Controller) setResQ(q queue) {
+	c.resQOnce.Do(func() {
+		c.resQ.Store(&q)
+		close(c.resQReady)
+	})
+}
+
+// requeue hands a reservation to the reservation controller: after the
+// given time, or at once (0).
+func (c *Controller) requeue(name string, after time.Duration) {
+	q := c.resQ.Load()
+	if q == nil {
 		return
 	}
-	for _, n := range ns {
-		c.resQ.Add(n)
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
+	if after > 0 {
+		(*q).AddAfter(req, after)
+	} else {
+		(*q).Add(req)
+	}
+}
+
+func enqueue(q queue, names ...string) {
+	for _, n := range names {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
 	}
 }
 
 func (c *Controller) byIndex(index, key string) []string {
-	if !c.leading.Load() || key == "" {
+	if key == "" {
 		return nil
 	}
 	return c.idx.names(index, key)
 }
 
-// reservationHandler enqueues the reservation, and on creation its
-// siblings (same owner UID): a new sandbox's reservation is what makes an
-// earlier sandbox's reservation an orphan. Claim-owned reservations also
-// nominate their claim for the finalizer.
-func (c *Controller) reservationHandler() toolscache.ResourceEventHandler {
-	claimOf := func(e *resEntry) {
-		if e.owner.kind == tenurev1alpha1.OwnerIPAMClaim && c.leading.Load() {
-			c.claimQ.Add(types.NamespacedName{Namespace: e.owner.namespace, Name: e.owner.name})
-		}
-	}
+// reservationEvents: a reservation's changes reconcile it, and its
+// creation its siblings (same owner UID): a new sandbox's reservation is
+// what makes an earlier sandbox's reservation an orphan.
+func (c *Controller) reservationEvents(q queue) toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, isInInitialList bool) {
-			c.pools.markDirty()
-			e, ok := obj.(*resEntry)
-			if !ok {
-				return
+			// The initial list is the first sweep's (see lead).
+			if e, ok := obj.(*resEntry); ok && !isInInitialList {
+				enqueue(q, e.name)
+				if e.owner.kind == tenurev1alpha1.OwnerPod {
+					enqueue(q, c.byIndex(indexOwnerUID, e.owner.uid)...)
+				}
 			}
-			c.enqueue(e.name)
-			// Siblings matter only for a reservation made while we watch; at
-			// start-up every reservation is enqueued once anyway, and
-			// enqueueing each one's siblings would cost O(n x siblings).
-			if e.owner.kind == tenurev1alpha1.OwnerPod && !isInInitialList {
-				c.enqueue(c.byIndex(indexOwnerUID, e.owner.uid)...)
-			}
-			claimOf(e)
 		},
 		UpdateFunc: func(_, obj any) {
-			c.pools.markDirty()
 			if e, ok := obj.(*resEntry); ok {
-				c.enqueue(e.name)
-				claimOf(e)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			c.pools.markDirty()
-			if e, ok := unwrapEntry[*resEntry](obj); ok {
-				claimOf(e)
+				enqueue(q, e.name)
 			}
 		},
 	}
 }
 
-// podHandler enqueues a pod's reservations when it is deleted, starts
+// reservationClaimEvents: claim-owned reservations nominate their claim
+// for the finalizer.
+func (c *Controller) reservationClaimEvents(q queue) toolscache.ResourceEventHandler {
+	claimOf := func(obj any) {
+		if e, ok := unwrapEntry[*resEntry](obj); ok && e.owner.kind == tenurev1alpha1.OwnerIPAMClaim {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.owner.namespace, Name: e.owner.name}})
+		}
+	}
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
+			if !isInInitialList { // every claim is reconciled as the controller starts
+				claimOf(obj)
+			}
+		},
+		UpdateFunc: func(_, obj any) { claimOf(obj) },
+		DeleteFunc: claimOf,
+	}
+}
+
+// podEvents reconcile a pod's reservations when it is deleted, starts
 // terminating or reaches a terminal phase.
-func (c *Controller) podHandler() toolscache.ResourceEventHandler {
+func (c *Controller) podEvents(q queue) toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, obj any) {
 			o, ok1 := oldObj.(*podEntry)
 			n, ok2 := obj.(*podEntry)
 			if ok1 && ok2 && ((!o.fact.Terminating && n.fact.Terminating) || (!o.fact.Terminal && n.fact.Terminal)) {
-				c.enqueue(c.byIndex(indexOwnerUID, n.fact.UID)...)
+				enqueue(q, c.byIndex(indexOwnerUID, n.fact.UID)...)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if p, ok := unwrapEntry[*podEntry](obj); ok {
-				c.enqueue(c.byIndex(indexOwnerUID, p.fact.UID)...)
+				enqueue(q, c.byIndex(indexOwnerUID, p.fact.UID)...)
 			}
 		},
 	}
 }
 
-// nodeHandler enqueues the reservations made on a node when it is deleted
+// nodeEvents reconcile the reservations made on a node when it is deleted
 // or its readiness changes.
-func (c *Controller) nodeHandler() toolscache.ResourceEventHandler {
-	ready := func(n *corev1.Node) bool { return repair.NodeFactOf(n).Ready }
-	return toolscache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(oldObj, obj any) {
-			o, ok1 := oldObj.(*corev1.Node)
-			n, ok2 := obj.(*corev1.Node)
-			if ok1 && ok2 && ready(o) != ready(n) {
-				c.enqueue(c.byIndex(indexNode, n.Name)...)
+func (c *Controller) nodeEvents() handler.EventHandler {
+	ready := func(o client.Object) bool {
+		n, ok := o.(*corev1.Node)
+		return ok && repair.NodeFactOf(n).Ready
+	}
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
+			if ready(e.ObjectOld) != ready(e.ObjectNew) {
+				enqueue(q, c.byIndex(indexNode, e.ObjectNew.GetName())...)
 			}
 		},
-		DeleteFunc: func(obj any) {
-			if n, ok := unwrap(obj).(*corev1.Node); ok {
-				c.enqueue(c.byIndex(indexNode, n.Name)...)
-			}
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q queue) {
+			enqueue(q, c.byIndex(indexNode, e.Object.GetName())...)
 		},
 	}
 }
 
-// claimHandler nominates a claim for the finalizer, and its reservations
-// when it is deleted or starts terminating with nothing else holding it.
-func (c *Controller) claimHandler() toolscache.ResourceEventHandler {
-	key := func(cl *ipamclaimsv1alpha1.IPAMClaim) {
-		if c.leading.Load() {
-			c.claimQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
-		}
-	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if cl, ok := obj.(*ipamclaimsv1alpha1.IPAMClaim); ok {
-				key(cl)
-			}
-		},
-		UpdateFunc: func(oldObj, obj any) {
-			o, ok1 := oldObj.(*ipamclaimsv1alpha1.IPAMClaim)
-			n, ok2 := obj.(*ipamclaimsv1alpha1.IPAMClaim)
+// claimReservationEvents reconcile a claim's reservations when it is
+// deleted or starts terminating with nothing else holding it, and when
+// its status changes.
+func (c *Controller) claimReservationEvents() handler.EventHandler {
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
+			o, ok1 := e.ObjectOld.(*ipamclaimsv1alpha1.IPAMClaim)
+			n, ok2 := e.ObjectNew.(*ipamclaimsv1alpha1.IPAMClaim)
 			if !ok1 || !ok2 {
 				return
 			}
-			key(n)
 			// Its reservations are released once nothing but tenure's
 			// finalizer holds it (claims.Held).
 			if n.DeletionTimestamp != nil && !claims.Held(n) && (o.DeletionTimestamp == nil || claims.Held(o)) {
-				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
+				enqueue(q, c.byIndex(indexOwnerUID, string(n.UID))...)
 			}
 			// What the status records decides which of two items of one
 			// slot is surplus (DuplicateAttachment).
 			if !slices.Equal(o.Status.IPs, n.Status.IPs) || !slices.Equal(o.Status.DelegatedPrefixes, n.Status.DelegatedPrefixes) {
-				c.enqueue(c.byIndex(indexOwnerUID, string(n.UID))...)
+				enqueue(q, c.byIndex(indexOwnerUID, string(n.UID))...)
 			}
 		},
-		DeleteFunc: func(obj any) {
-			if cl, ok := unwrap(obj).(*ipamclaimsv1alpha1.IPAMClaim); ok {
-				c.enqueue(c.byIndex(indexOwnerUID, string(cl.UID))...)
-			}
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q queue) {
+			enqueue(q, c.byIndex(indexOwnerUID, string(e.Object.GetUID()))...)
 		},
 	}
 }
 
 // reconcileReservation nominates from the cache and releases through the
 // Releaser, which decides again on live reads.
-func (c *Controller) reconcileReservation(ctx context.Context, name string) (time.Duration, error) {
-	e := c.idx.reservation(name)
+func (c *Controller) reconcileReservation(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	e := c.idx.reservation(req.Name)
 	if e == nil {
-		return 0, nil
+		return reconcile.Result{}, nil
 	}
 	after, _, err := nominate(ctx, cachedSource{idx: c.idx, cache: c.cache}, c.rel, e.reservation(), e.opaque, c.log)
-	return after, err
+	return reconcile.Result{RequeueAfter: after}, err
 }
 
 // nominate decides on src (a cache) whether r looks like an orphan, and if
@@ -599,16 +610,112 @@ func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.
 
 // reconcileClaim adds the finalizer to a claim that holds something and
 // honours it on deletion.
-func (c *Controller) reconcileClaim(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
+func (c *Controller) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	cl := &ipamclaimsv1alpha1.IPAMClaim{}
-	if err := c.cache.Get(ctx, key, cl); err != nil {
-		return 0, client.IgnoreNotFound(err)
+	if err := c.cache.Get(ctx, req.NamespacedName, cl); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	cl = cl.DeepCopy()
 	if cl.DeletionTimestamp != nil {
 		_, _, err := c.cf.finalize(ctx, cl)
-		return 0, err
+		return reconcile.Result{}, err
 	}
 	_, err := c.cf.ensure(ctx, cl, c.idx.holds(string(cl.UID)))
-	return 0, err
+	return reconcile.Result{}, err
+}
+
+// reconcileSticky decides and acts on one sticky claim.
+func (c *Controller) reconcileSticky(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	after, err := c.sticky.reconcile(ctx, req.NamespacedName)
+	return reconcile.Result{RequeueAfter: after}, err
+}
+
+// everyReplica is a manager runnable that runs whether or not the replica
+// leads.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
+
+// eventInformer is what a source needs of an informer: the reservation
+// informers and the manager cache's alike.
+type eventInformer interface {
+	AddEventHandler(toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error)
+	RemoveEventHandler(toolscache.ResourceEventHandlerRegistration) error
+	HasSynced() bool
+}
+
+func eventInformers(infs []toolscache.SharedIndexInformer) []eventInformer {
+	out := make([]eventInformer, len(infs))
+	for i, inf := range infs {
+		out[i] = inf
+	}
+	return out
+}
+
+// informerSource is a controller's source on informers whose objects are
+// entries (entries.go), which controller-runtime's own sources cannot
+// hand to an event handler (they require a client.Object): handler turns
+// the informers' events into requests on the controller's queue.
+type informerSource struct {
+	name      string
+	informers []eventInformer
+	handler   func(queue) toolscache.ResourceEventHandler
+	// started, when set, is told the queue as the source starts.
+	started func(queue)
+}
+
+func (s informerSource) with(h func(queue) toolscache.ResourceEventHandler, started func(queue)) informerSource {
+	s.handler, s.started = h, started
+	return s
+}
+
+func (s informerSource) String() string { return s.name }
+
+// Start registers the handler until ctx ends.
+func (s informerSource) Start(ctx context.Context, q queue) error {
+	h := s.handler(q)
+	for _, inf := range s.informers {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
+			return err
+		}
+		context.AfterFunc(ctx, func() { _ = inf.RemoveEventHandler(reg) })
+	}
+	if s.started != nil {
+		s.started(q)
+	}
+	return nil
+}
+
+// WaitForSync returns once the informers have synced.
+func (s informerSource) WaitForSync(ctx context.Context) error {
+	synced := make([]toolscache.InformerSynced, len(s.informers))
+	for i, inf := range s.informers {
+		synced[i] = inf.HasSynced
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("%s did not sync: %w", s.name, context.Cause(ctx))
+	}
+	return nil
+}
+
+// every is a source that calls f every interval: the sweep's backstop for
+// a controller whose objects no sweep covers.
+func every(interval time.Duration, f func(context.Context, queue)) crsource.Func {
+	return func(ctx context.Context, q queue) error {
+		go func() {
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					f(ctx, q)
+				}
+			}
+		}()
+		return nil
+	}
 }

@@ -289,6 +289,42 @@ func TestClaimFinalizer(t *testing.T) {
 	}
 }
 
+// A released claim is logged once: the deletes of its reservations
+// nominate it again, from a cache that still holds it Terminating with the
+// finalizer, and that second pass finds the claim gone.
+func TestClaimReleaseLoggedOnce(t *testing.T) {
+	ctx := context.Background()
+	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "claim-uid",
+		Finalizers: []string{ClaimFinalizer}},
+		Spec:   ipamclaimsv1alpha1.IPAMClaimSpec{Network: "n", Interface: "net1"},
+		Status: ipamclaimsv1alpha1.IPAMClaimStatus{IPs: []string{"10.0.0.7/24"}}}
+	owner := tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: "ns", Name: "vm", UID: "claim-uid"}
+	c := newFake(claim, reservationOf("n.a", "10.0.0.7", owner))
+	var logs strings.Builder
+	rel := &Releaser{Live: c, Writer: c, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	cf := &claimFinalizer{live: c, writer: c, rel: rel}
+	cur := &ipamclaimsv1alpha1.IPAMClaim{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "vm"}, cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "vm"}, cur); err != nil {
+		t.Fatal(err)
+	}
+	cached := cur.DeepCopy()
+	if n, done, err := cf.finalize(ctx, cur); err != nil || n != 1 || !done {
+		t.Fatalf("finalize: released %d, done %v, %v", n, done, err)
+	}
+	if _, _, err := cf.finalize(ctx, cached); err != nil {
+		t.Fatalf("finalize again from the cache's copy: %v", err)
+	}
+	if got := strings.Count(logs.String(), "msg=\"released IPAMClaim\""); got != 1 {
+		t.Fatalf("released IPAMClaim logged %d times, want once:\n%s", got, logs.String())
+	}
+}
+
 // TestClaimFinalizerWaitsForOtherFinalizers: a claim deleted while
 // KubeVirt's finalizer is on it keeps its reservations, says so in its
 // condition, and is released once that finalizer is removed.

@@ -11,6 +11,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -175,26 +176,16 @@ func transformEntries(obj any) (any, error) {
 }
 
 func unwrapEntry[T any](obj any) (T, bool) {
-	e, ok := unwrap(obj).(T)
+	e, ok := kube.DeletedObject(obj).(T)
 	return e, ok
 }
 
-// ownerBucketLen is how much of an owner UID the owner index keys on. An
-// index keeps a set per key, 0.25 KiB for a set of one: keyed on whole
-// UIDs it was a third of what a reservation costs the controller. UIDs
-// are random hex, so 3 characters make 4,096 buckets, a few dozen names
-// each at 100,000 reservations, which a lookup filters in microseconds
-// (as the agent's cache does).
-const ownerBucketLen = 3
-
-func ownerBucket(uid string) string { return uid[:min(len(uid), ownerBucketLen)] }
-
-// Indexes on the reservation entries: indexOwnerUID by owner bucket (see
-// byIndex), indexNode by owner node.
+// Indexes on the reservation entries: indexOwnerUID by owner bucket
+// (reservation.OwnerBucket), indexNode by owner node.
 var resIndexers = toolscache.Indexers{
 	indexOwnerUID: func(obj any) ([]string, error) {
 		if e, ok := obj.(*resEntry); ok && e.owner.uid != "" {
-			return []string{ownerBucket(e.owner.uid)}, nil
+			return []string{reservation.OwnerBucket(e.owner.uid)}, nil
 		}
 		return nil, nil
 	},
@@ -258,7 +249,7 @@ func (x *index) list() []*resEntry {
 func (x *index) byIndex(name, value string) []*resEntry {
 	key := value
 	if name == indexOwnerUID {
-		key = ownerBucket(value)
+		key = reservation.OwnerBucket(value)
 	}
 	var out []*resEntry
 	for _, s := range x.reservations {

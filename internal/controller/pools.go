@@ -116,6 +116,15 @@ type poolStatus struct {
 
 func (p *poolStatus) markDirty() { p.dirty.Store(true) }
 
+// dirtyHandler marks the status to write on any event of the informer.
+func (p *poolStatus) dirtyHandler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.markDirty() },
+		UpdateFunc: func(any, any) { p.markDirty() },
+		DeleteFunc: func(any) { p.markDirty() },
+	}
+}
+
 // Start runs until ctx ends; it runs on the leader only.
 func (p *poolStatus) Start(ctx context.Context) error {
 	p.dirty.Store(true)

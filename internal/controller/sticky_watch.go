@@ -4,20 +4,23 @@ import (
 	"context"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
 // What nominates sticky claims for the reconciler of sticky.go: events on
 // the claims, on the StatefulSets and pods of their names (found through
-// two indexes on the claim cache), and the StatefulSet cache's transform.
+// two indexes on the claim cache), and a tick every sweep interval; and
+// the StatefulSet cache's transform.
 
 // Field indexes on the claim cache: the StatefulSet and the pod a sticky
 // claim is for, as namespace/name.
@@ -25,15 +28,6 @@ const (
 	indexStickyStatefulSet = "sticky.statefulset"
 	indexStickyPod         = "sticky.pod"
 )
-
-// stickyKey returns the claim's key when it is labelled sticky.
-func stickyKey(obj any) (types.NamespacedName, bool) {
-	cl, ok := unwrap(obj).(*ipamclaimsv1alpha1.IPAMClaim)
-	if !ok || cl.Labels[claims.LabelSticky] != "true" {
-		return types.NamespacedName{}, false
-	}
-	return types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}, true
-}
 
 // indexSticky registers the claim cache's indexes by StatefulSet and pod.
 func (c *Controller) indexSticky(ctx context.Context) error {
@@ -55,58 +49,54 @@ func (c *Controller) indexSticky(ctx context.Context) error {
 	return nil
 }
 
-// enqueueSticky adds the sticky claims of one index key, only while
-// leading (Lead starts from every sticky claim anyway).
-func (c *Controller) enqueueSticky(index, key string) {
-	if !c.leading.Load() {
-		return
+// stickyClaimsOf maps an object to the sticky claims of its
+// namespace/name by index.
+func (c *Controller) stickyClaimsOf(index string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		list := &ipamclaimsv1alpha1.IPAMClaimList{}
+		if err := c.cache.List(ctx, list, client.MatchingFields{index: o.GetNamespace() + "/" + o.GetName()}); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, len(list.Items))
+		for i, cl := range list.Items {
+			out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}}
+		}
+		return out
 	}
-	list := &ipamclaimsv1alpha1.IPAMClaimList{}
-	if err := c.cache.List(context.Background(), list, client.MatchingFields{index: key}); err != nil {
-		return
+}
+
+// stickyPodEvents: a pod's coming and going reconciles the sticky claims
+// of its name. Pods are cached as entries, which give their metadata
+// only through meta.Accessor.
+func (c *Controller) stickyPodEvents(q queue) toolscache.ResourceEventHandler {
+	claimsOf := c.stickyClaimsOf(indexStickyPod)
+	f := func(obj any) {
+		m, err := meta.Accessor(kube.DeletedObject(obj))
+		if err != nil {
+			return
+		}
+		for _, r := range claimsOf(context.Background(), &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: m.GetNamespace(), Name: m.GetName()}}) {
+			q.Add(r)
+		}
 	}
-	for _, cl := range list.Items {
-		c.stickyQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
+			if !isInInitialList { // every sticky claim is reconciled as the controller starts
+				f(obj)
+			}
+		},
+		DeleteFunc: f,
 	}
 }
 
 // enqueueAllSticky adds every sticky claim the cache holds.
-func (c *Controller) enqueueAllSticky(ctx context.Context) {
+func (c *Controller) enqueueAllSticky(ctx context.Context, q queue) {
 	list := &ipamclaimsv1alpha1.IPAMClaimList{}
 	if err := c.cache.List(ctx, list, client.MatchingLabels{claims.LabelSticky: "true"}); err != nil {
 		return
 	}
 	for _, cl := range list.Items {
-		c.stickyQ.Add(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name})
-	}
-}
-
-// stickyHandlers are the event handlers that nominate sticky claims: the
-// claim itself, the StatefulSet of its name, the pod of its name.
-func (c *Controller) stickyHandlers() []objectHandler {
-	claim := func(obj any) {
-		if key, ok := stickyKey(obj); ok && c.leading.Load() {
-			c.stickyQ.Add(key)
-		}
-	}
-	by := func(index string) func(obj any) {
-		return func(obj any) {
-			// meta.Accessor: pods are cached as entries, which only give
-			// their metadata on request.
-			if m, err := meta.Accessor(unwrap(obj)); err == nil {
-				c.enqueueSticky(index, m.GetNamespace()+"/"+m.GetName())
-			}
-		}
-	}
-	handler := func(f func(any)) toolscache.ResourceEventHandler {
-		return toolscache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, obj any) { f(obj) }, DeleteFunc: f}
-	}
-	return []objectHandler{
-		{&ipamclaimsv1alpha1.IPAMClaim{}, handler(claim)},
-		{&appsv1.StatefulSet{}, handler(by(indexStickyStatefulSet))},
-		{&corev1.Pod{}, toolscache.ResourceEventHandlerFuncs{ // a pod's existence is what matters
-			AddFunc: by(indexStickyPod), DeleteFunc: by(indexStickyPod),
-		}},
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}})
 	}
 }
 

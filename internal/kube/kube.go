@@ -84,3 +84,13 @@ func StripManagedFields(obj any) (any, error) {
 	}
 	return obj, nil
 }
+
+// DeletedObject is the object of an informer's delete event: the event
+// carries a cache.DeletedFinalStateUnknown, holding the last state the
+// informer knew, when a relist found the object gone without its delete.
+func DeletedObject(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}

@@ -96,7 +96,7 @@ func TestReleasedIsFreeBeforeTheInformerSaysSo(t *testing.T) {
 	if err := fc.Delete(ctx, existing); err != nil {
 		t.Fatal(err)
 	}
-	s.Released(existing.Name)
+	s.Released(existing.Name, existing.UID)
 	if s.Taken(existing.Name) || len(s.ByAttachment("c-o1", "net1")) != 0 || len(s.Local()) != 0 {
 		t.Fatal("a released name must be free at once, whatever the informer still holds")
 	}
@@ -291,7 +291,7 @@ func TestANewWindowKeepsOurReleases(t *testing.T) {
 	r := resv("10.0.0.5", "o1", "n2")
 	s, _, ctx := startStore(t, r)
 	// As if the list raced our delete: the object is still in the API.
-	s.Released(r.Name)
+	s.Released(r.Name, r.UID)
 	if err := s.Watch(ctx, "san", r.Labels[reservation.LabelBlock]); err != nil {
 		t.Fatal(err)
 	}
@@ -301,4 +301,50 @@ func TestANewWindowKeepsOurReleases(t *testing.T) {
 	if s.Taken(r.Name) {
 		t.Fatal("our released name is taken")
 	}
+}
+
+// TestALateReleaseHidesOnlyWhatItDeleted: a DEL's delete of a reservation
+// and an ADD's create of its name on the same node overlap (the informer
+// reports the delete before the DEL's call has its reply, and the ADD takes
+// the name it sees free): the release recorded after the create must not
+// hide the new reservation, which a CHECK reads and the allocator must see
+// taken.
+func TestALateReleaseHidesOnlyWhatItDeleted(t *testing.T) {
+	old := resv("10.0.0.9", "o1", "n1")
+	s, fc, ctx := startStore(t)
+	if err := fc.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the informer reports the first holder's reservation", func() bool { return s.Taken(old.Name) })
+	if err := fc.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the informer reports the delete", func() bool { return !s.Taken(old.Name) })
+	mine := resv("10.0.0.9", "o2", "n1")
+	if !s.TryAssume(mine) {
+		t.Fatal("TryAssume of the freed name: false")
+	}
+	if err := fc.Create(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	s.Confirm(mine)
+	s.Released(old.Name, old.UID) // the DEL's reply, processed only now
+	check := func(when string) {
+		t.Helper()
+		if got := s.ByAttachment("c-o2", "net1"); len(got) != 1 || got[0].UID != mine.UID {
+			t.Fatalf("%s: ByAttachment of the new holder = %v, want its reservation %s", when, got, mine.UID)
+		}
+		if !s.Taken(mine.Name) {
+			t.Fatalf("%s: the re-created name is free", when)
+		}
+		if r, ok := s.Get(mine.Name); !ok || r.UID != mine.UID {
+			t.Fatalf("%s: Get = %v, %v; want the new reservation", when, r, ok)
+		}
+	}
+	check("before the informer reports the create")
+	eventually(t, ctx, "the informer reports the create", func() bool {
+		_, ok, _ := s.local.GetIndexer().GetByKey(mine.Name)
+		return ok && !assumedHolds(s, s.assumed, mine.Name)
+	})
+	check("after the informer reports the create")
 }

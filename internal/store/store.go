@@ -41,7 +41,7 @@ import (
 
 const (
 	indexAttachment = "attachment"
-	indexOwnerUID   = "ownerUID"
+	indexOwnerUID   = reservation.OwnerIndex
 	indexNetwork    = "network"
 )
 
@@ -71,7 +71,7 @@ type Store struct {
 	// assumed: created by us, not yet seen by the informers.
 	assumed map[string]assumedEntry
 	// released: deleted by us, an informer may still hold them.
-	released map[string]time.Time
+	released map[string]releasedEntry
 
 	// clusterAdded is told each name the window adds (benchmarks time the
 	// fan-out with it); set before Run.
@@ -98,7 +98,7 @@ const uncertainTTL = 10 * time.Minute
 // New builds the store of node on a watching client. Call Run, then
 // WaitForSync.
 func New(c client.WithWatch, node string) *Store {
-	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]time.Time{}, wanted: map[string]time.Time{}}
+	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]releasedEntry{}, wanted: map[string]time.Time{}}
 	s.win.Store(&window{held: &heldIndex{}, cancel: func() {}})
 	s.local = kube.NewInformer(&trackedClient{WithWatch: c, s: s}, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
 		indexAttachment: func(obj any) ([]string, error) {
@@ -153,17 +153,6 @@ func toEntry(obj any) (any, error) {
 	return &entry{name: m.Name, resourceVersion: m.ResourceVersion, uid: m.UID, owner: m.Labels[reservation.LabelOwnerUID]}, nil
 }
 
-// ownerBucket is the owner-UID index key: a bucket of owners rather than
-// one owner, because a per-owner index costs a set per reservation (about
-// 0.3 KiB each), while a bucket of a few dozen names is read and filtered
-// in microseconds.
-func ownerBucket(uid string) string {
-	if len(uid) > 3 {
-		return uid[:3]
-	}
-	return uid
-}
-
 func newMetadataList() client.ObjectList { return reservation.NewMetadataList() }
 
 // observed drops an assumption once a cache holds the object it stands for:
@@ -198,10 +187,7 @@ func (s *Store) observed(obj any) {
 
 // deleted forgets a release once no cache holds the name any more.
 func (s *Store) deleted(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	name, _, ok := nameUID(obj)
+	name, _, ok := nameUID(kube.DeletedObject(obj))
 	if !ok {
 		return
 	}
@@ -268,20 +254,32 @@ func (s *Store) Get(name string) (*tenurev1alpha1.IPReservation, bool) {
 }
 
 func (s *Store) getLocked(name string) (*tenurev1alpha1.IPReservation, bool) {
-	if _, gone := s.released[name]; gone {
-		return nil, false
-	}
-	if a, ok := s.assumed[name]; ok {
+	if a, ok := s.assumed[name]; ok && !s.hiddenLocked(name, a.obj.UID) {
 		return a.obj, true
 	}
-	if r, ok := s.localGet(name, ""); ok {
+	if r, ok := s.localGet(name, ""); ok && !s.hiddenLocked(name, r.UID) {
 		return r, true
 	}
 	e, ok := s.win.Load().get(name)
-	if !ok {
+	if !ok || s.hiddenLocked(name, e.uid) {
 		return nil, false
 	}
 	return partial(e), true
+}
+
+// releasedEntry records one of our deletes: when, and of which object.
+type releasedEntry struct {
+	at  time.Time
+	uid types.UID // empty: deleted by name, whatever held it
+}
+
+// hiddenLocked reports whether our release of name hides the object of
+// uid: a release hides the object it deleted, never one created under the
+// name since (a DEL's reply can arrive after an ADD on this node re-created
+// the name the informer had already reported free).
+func (s *Store) hiddenLocked(name string, uid types.UID) bool {
+	e, ok := s.released[name]
+	return ok && (e.uid == "" || uid == "" || e.uid == uid)
 }
 
 // partial is what a window-cache entry says of a reservation: its name,
@@ -310,16 +308,17 @@ func (s *Store) Taken(name string) bool {
 // takenLocked is getLocked without building a partial reservation: the allocator asks it
 // of every candidate it passes over.
 func (s *Store) takenLocked(name string) bool {
-	if _, gone := s.released[name]; gone {
-		return false
+	if _, released := s.released[name]; !released {
+		if _, ok := s.assumed[name]; ok {
+			return true
+		}
+		if _, ok, _ := s.local.GetIndexer().GetByKey(name); ok {
+			return true
+		}
+		_, ok := s.win.Load().get(name)
+		return ok
 	}
-	if _, ok := s.assumed[name]; ok {
-		return true
-	}
-	if _, ok, _ := s.local.GetIndexer().GetByKey(name); ok {
-		return true
-	}
-	_, ok := s.win.Load().get(name)
+	_, ok := s.getLocked(name)
 	return ok
 }
 
@@ -392,13 +391,20 @@ func (s *Store) MarkTakenElsewhere(name string) {
 	s.assumed[name] = assumedEntry{obj: &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: name}}, at: time.Now()}
 }
 
-// Released records a successful delete of ours. The held index forgets
+// Released records a successful delete of ours, of the object of uid
+// (empty: whatever held the name). The held index forgets
 // the address at once, so the next search on this node finds it before the
 // informer reports the delete.
-func (s *Store) Released(name string) {
+func (s *Store) Released(name string, uid types.UID) {
 	s.mu.Lock()
+	if a, ok := s.assumed[name]; ok && uid != "" && a.obj.Spec.Owner.UID != "" && a.obj.UID != uid {
+		// Our create of the name, sent after the informer reported this
+		// delete: the release is of an object gone before it.
+		s.mu.Unlock()
+		return
+	}
 	delete(s.assumed, name)
-	s.released[name] = time.Now()
+	s.released[name] = releasedEntry{at: time.Now(), uid: uid}
 	s.mu.Unlock()
 	// After the unlock: a window installed meanwhile applied the assumed writes
 	// above under the lock, and this applies to it again, harmlessly.
@@ -438,7 +444,7 @@ func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPRes
 	defer s.mu.Unlock()
 	for i := range list.Items {
 		m := &list.Items[i]
-		if _, gone := s.released[m.Name]; gone || known[m.Name] {
+		if s.hiddenLocked(m.Name, m.UID) || known[m.Name] {
 			continue
 		}
 		e, _ := toEntry(m)
@@ -464,7 +470,7 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 		if cluster {
 			ckey := key
 			if index == indexOwnerUID {
-				ckey = ownerBucket(key)
+				ckey = reservation.OwnerBucket(key)
 			}
 			others = s.win.Load().byIndex(index, ckey)
 		}
@@ -475,7 +481,7 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 	out := make([]*tenurev1alpha1.IPReservation, 0, len(local)+len(others))
 	seen := make(map[string]bool, len(local)+len(others))
 	add := func(r *tenurev1alpha1.IPReservation) {
-		if _, gone := s.released[r.Name]; gone || seen[r.Name] {
+		if s.hiddenLocked(r.Name, r.UID) || seen[r.Name] {
 			return
 		}
 		if a, ok := s.assumed[r.Name]; ok && a.obj.Spec.Owner.UID != "" && a.obj.UID != r.UID {
@@ -511,8 +517,8 @@ func (s *Store) expireLocked() {
 			delete(s.assumed, name)
 		}
 	}
-	for name, at := range s.released {
-		if now.Sub(at) > assumedTTL {
+	for name, e := range s.released {
+		if now.Sub(e.at) > assumedTTL {
 			delete(s.released, name)
 		}
 	}

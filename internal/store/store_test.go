@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,7 +54,7 @@ func TestEntryKeysLikeTheObject(t *testing.T) {
 func TestOwnerBucketsAreFilteredToTheOwner(t *testing.T) {
 	win := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, windowIndexers())
 	s := &Store{local: cache.NewSharedIndexInformer(nil, &tenurev1alpha1.IPReservation{}, 0, cache.Indexers{indexOwnerUID: cache.MetaNamespaceIndexFunc}),
-		assumed: map[string]assumedEntry{}, released: map[string]time.Time{}}
+		assumed: map[string]assumedEntry{}, released: map[string]releasedEntry{}}
 	s.win.Store(&window{infs: []cache.SharedIndexInformer{win}, held: &heldIndex{}})
 	// Same bucket ("abc"), different owners.
 	for i, owner := range []string{"abc-1", "abc-2", "abc-1"} {
@@ -68,7 +67,7 @@ func TestOwnerBucketsAreFilteredToTheOwner(t *testing.T) {
 	if len(got) != 2 || got[0].Spec.Owner.UID != "abc-1" || got[1].Spec.Owner.UID != "abc-1" {
 		t.Fatalf("ByOwnerUID(abc-1) = %d reservations: %v", len(got), got)
 	}
-	s.Released("san.10.0.0.1")
+	s.Released("san.10.0.0.1", "")
 	if got := s.ByOwnerUID("abc-1"); len(got) != 1 || got[0].Name != "san.10.0.0.3" {
 		t.Fatalf("after releasing .1, ByOwnerUID(abc-1) = %v", got)
 	}

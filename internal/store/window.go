@@ -61,7 +61,7 @@ func (w *window) byIndex(index, key string) []any {
 // objects, so collect reads both alike.
 func windowIndexers() cache.Indexers {
 	return cache.Indexers{
-		indexOwnerUID: func(obj any) ([]string, error) { return []string{ownerBucket(obj.(*entry).owner)}, nil },
+		indexOwnerUID: func(obj any) ([]string, error) { return []string{reservation.OwnerBucket(obj.(*entry).owner)}, nil },
 		indexNetwork:  func(obj any) ([]string, error) { return []string{reservation.ScopeLabelOf(obj.(*entry).name)}, nil },
 	}
 }
@@ -238,10 +238,7 @@ func (s *Store) indexing(held *heldIndex) cache.ResourceEventHandler {
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if name, _, ok := nameUID(obj); ok {
+			if name, _, ok := nameUID(kube.DeletedObject(obj)); ok {
 				held.apply(name, false)
 			}
 		},

@@ -189,7 +189,8 @@ func TestChaos(t *testing.T) {
 		seq      int
 		// holds is every holder's answered address, by holder (a pod's
 		// sandbox, a claim, a sticky StatefulSet's claim): a holder stays
-		// in it while workers CHECK or DEL it, until its hold ends.
+		// in it while workers CHECK it, until its hold ends (its DEL
+		// begins, or the deletion of what it is bound to is asked).
 		holds = map[string]string{}
 		// delOK: the sandboxes whose DEL answered success.
 		delOK = map[string]bool{}
@@ -263,14 +264,17 @@ func TestChaos(t *testing.T) {
 	}
 	// teardown DELs a sandbox until the agent answers (the runtime retries
 	// a failed DEL for as long as it takes). A DEL that answered success
-	// must have left nothing of the sandbox: a live read says so.
+	// must have left nothing of the sandbox: a live read says so. The
+	// sandbox's hold ends as its DEL begins: the runtime DELs a sandbox
+	// that no longer uses its address, and the agent frees the address
+	// before its answer gets back, so another ADD may be answered it first.
 	teardown := func(p *livePod, deadline time.Time) bool {
+		unhold(podHolder(p))
 		for time.Now().Before(deadline) {
 			if _, err := call("DEL", p); err == nil {
 				mu.Lock()
 				delOK[p.sandbox] = true
 				mu.Unlock()
-				unhold(podHolder(p))
 				if left, ok := sandboxReservations(p); ok && len(left) > 0 {
 					violation("DEL of %s answered success and left %v", podHolder(p), left)
 				}
@@ -295,11 +299,12 @@ func TestChaos(t *testing.T) {
 			violation("pod %s could not be deleted: %v", name, err)
 		}
 	}
-	// gone ends a pod's holds once its object is deleted: the controller
-	// may then release what it held.
+	// gone deletes a pod's object; its holds end as the deletion is
+	// asked, since the controller may release what it held, and another
+	// ADD be answered it, before the delete call returns.
 	gone := func(p *livePod) {
-		deletePod(p.name)
 		unhold(podHolder(p))
+		deletePod(p.name)
 	}
 	pickLive := func() *livePod {
 		mu.Lock()
