@@ -768,20 +768,26 @@ func (d *guestDhclient) waitLease(ctx context.Context) guestLease {
 func (d *guestDhclient) waitRenewed(ctx context.Context, addr netip.Addr, prefix netip.Prefix, what string) {
 	t := d.t
 	t.Helper()
-	renewed := func() int {
-		n := 0
+	// dhclient reports the address and the prefix in calls of their own.
+	renewed := func() (a, p int) {
 		for _, l := range d.scriptCalls() {
-			if strings.HasPrefix(l, "reason=RENEW6 ") && strings.Contains(l, " address="+addr.String()+"/") && strings.HasSuffix(l, " prefix="+prefix.String()) {
-				n++
+			if !strings.HasPrefix(l, "reason=RENEW6 ") {
+				continue
+			}
+			if strings.Contains(l, " address="+addr.String()+"/") {
+				a++
+			}
+			if strings.HasSuffix(l, " prefix="+prefix.String()) {
+				p++
 			}
 		}
-		return n
+		return a, p
 	}
-	n0 := renewed()
+	a0, p0 := renewed()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for wctx.Err() == nil {
-		if renewed() > n0 {
+		if a, p := renewed(); a > a0 && p > p0 {
 			return
 		}
 		select {
