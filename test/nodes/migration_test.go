@@ -94,10 +94,9 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 	src := vm.launcher(ctx, t, n1.Name, "")
 	vm.running(ctx, t, src)
 	wantIPs := claimOf(ctx, t, ns, vm.claim).Status.IPs
+	slices.Sort(wantIPs)
 	wantAddr, wantPrefix := claimV6(ctx, t, ns, vm.claim)
-	if got := attachmentIPs(t, src); !slices.Equal(got, ipsOnly(wantIPs)) {
-		t.Fatalf("launcher %s on %s: Multus recorded %v, the claim holds %v", src.Name, src.Spec.NodeName, got, wantIPs)
-	}
+	onlyClaimHolds(ctx, t, ns, vm.claim, src)
 	waitClaimOwner(ctx, t, ns, vm.claim, src.Name)
 
 	guest := plugGuestOnSAN(ctx, t)
@@ -124,9 +123,7 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 	// stays on node 1.
 	failed := kvMigrationRun{uid: "migration-failed", src: src}
 	failed.dst = vm.launcher(ctx, t, n2.Name, failed.uid)
-	if got := attachmentIPs(t, failed.dst); !slices.Equal(got, ipsOnly(wantIPs)) {
-		t.Fatalf("target launcher %s on %s: Multus recorded %v, the claim holds %v", failed.dst.Name, n2.Name, got, wantIPs)
-	}
+	onlyClaimHolds(ctx, t, ns, vm.claim, failed.dst)
 	vm.migrationStart(ctx, t, failed)
 	waitAgentLog(ctx, t, n2.Name, "runs on node "+n1.Name+"; this node is its migration target")
 	renewedBy(1, "during the migration that fails")
@@ -140,13 +137,12 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 	if a, p := claimV6(ctx, t, ns, vm.claim); a != wantAddr || p != wantPrefix {
 		t.Fatalf("after the failed migration the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
 	}
+	onlyClaimHolds(ctx, t, ns, vm.claim, src)
 
 	// A migration to node 2 that completes.
 	m := kvMigrationRun{uid: "migration-ok", src: src}
 	m.dst = vm.launcher(ctx, t, n2.Name, m.uid)
-	if got := attachmentIPs(t, m.dst); !slices.Equal(got, ipsOnly(wantIPs)) {
-		t.Fatalf("target launcher %s on %s: Multus recorded %v, the claim holds %v", m.dst.Name, n2.Name, got, wantIPs)
-	}
+	onlyClaimHolds(ctx, t, ns, vm.claim, m.dst)
 	vm.migrationStart(ctx, t, m)
 	waitAgentLog(ctx, t, n2.Name, "runs on node "+n1.Name+"; this node is its migration target")
 	renewedBy(1, "during the migration, before the switchover")
@@ -170,6 +166,10 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 	noPrefixRoute(ctx, t, ns1, wantPrefix)
 	if a, p := claimV6(ctx, t, ns, vm.claim); a != wantAddr || p != wantPrefix {
 		t.Fatalf("after the migration the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
+	}
+	onlyClaimHolds(ctx, t, ns, vm.claim, m.dst)
+	if got := claimOf(ctx, t, ns, vm.claim).Status.IPs; !slices.Equal(ipsOnly(got), ipsOnly(wantIPs)) {
+		t.Errorf("after the migration the claim holds %v, before it %v", got, wantIPs)
 	}
 	if got := dhc.leasedAddrs(); len(got) != 1 || got[0] != wantAddr.String() {
 		t.Errorf("the guest was given %v over the whole run, want only %s\n%s", got, wantAddr, dhc.dump())
@@ -509,6 +509,34 @@ func waitClaimOwner(ctx context.Context, t *testing.T, ns, claim, pod string) {
 		}
 		return nil
 	})
+}
+
+// onlyClaimHolds checks that the namespace's reservations are exactly the
+// claim's: its addresses and its prefix, each owned by the claim, and that
+// the launcher p has those addresses on its interface, as Multus recorded.
+func onlyClaimHolds(ctx context.Context, t *testing.T, ns, claim string, p *corev1.Pod) {
+	t.Helper()
+	c := claimOf(ctx, t, ns, claim)
+	want := append(ipsOnly(c.Status.IPs), c.Status.DelegatedPrefixes...)
+	slices.Sort(want)
+	var got []string
+	for _, r := range reservationsOf(ctx, t, ns) {
+		if r.Spec.Owner.UID != string(c.UID) {
+			t.Errorf("reservation of %s owned by %s %s, not the claim", r.Spec.Address, r.Spec.Owner.Kind, r.Spec.Owner.Name)
+		}
+		got = append(got, r.Spec.Address)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) || len(want) != 3 {
+		t.Errorf("the namespace's reservations hold %v, the claim records %v; want its IPv4 and IPv6 address and /56", got, want)
+	}
+	if rec := attachmentIPs(t, p); !slices.Equal(rec, ipsOnly(c.Status.IPs)) {
+		t.Errorf("launcher %s on %s: Multus recorded %v, the claim holds %v", p.Name, p.Spec.NodeName, rec, c.Status.IPs)
+	}
+	inside, _ := addrsIn(t, podNetns(t, p), launcherIface(migNetwork))
+	if in := ipsOnly(inside); !slices.Equal(in, ipsOnly(c.Status.IPs)) {
+		t.Errorf("launcher %s on %s: its interface holds %v, the claim %v", p.Name, p.Spec.NodeName, in, c.Status.IPs)
+	}
 }
 
 // ipsOnly drops the prefix lengths of a claim's status.ips.
