@@ -16,7 +16,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -102,8 +102,8 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 	guest := plugGuestOnSAN(ctx, t)
 	dhc := startGuestDhclient(t, guest)
 	lease := dhc.waitLease(ctx)
-	if lease.addr != wantAddr || lease.prefix != wantPrefix {
-		t.Fatalf("the guest leased %s and %s, the claim holds %s and %s", lease.addr, lease.prefix, wantAddr, wantPrefix)
+	if lease.Addr != wantAddr || lease.Prefix != wantPrefix {
+		t.Fatalf("the guest leased %s and %s, the claim holds %s and %s", lease.Addr, lease.Prefix, wantAddr, wantPrefix)
 	}
 	wantRoute := fmt.Sprintf("%s via %s dev %s", wantPrefix, wantAddr, devnode.SANLink)
 	waitPrefixRoute(ctx, t, ns1, wantPrefix, wantRoute)
@@ -172,20 +172,17 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 		t.Errorf("after the migration the claim holds %v, before it %v", got, wantIPs)
 	}
 	if got := dhc.leasedAddrs(); len(got) != 1 || got[0] != wantAddr.String() {
-		t.Errorf("the guest was given %v over the whole run, want only %s\n%s", got, wantAddr, dhc.dump())
+		t.Errorf("the guest was given %v over the whole run, want only %s\n%s", got, wantAddr, dhc.Dump())
 	}
 
 	// The VM is deleted: its dependents go with it (the garbage collector),
 	// ipam-extensions lets the claim go, and the claim's items are released.
-	dhc.stop()
+	dhc.Stop()
 	if err := cl.Delete(ctx, vm.object(), client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
 		t.Fatal(err)
 	}
-	c := claimOf(ctx, t, ns, vm.claim)
-	if controllerutil.RemoveFinalizer(c, kubevirtClaimFinalizer) {
-		if err := cl.Update(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+	if err := releaseClaim(ctx, ns, vm.claim); err != nil {
+		t.Fatal(err)
 	}
 	poll(ctx, t, "the VM's pods gone and its reservations released", func() error {
 		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
@@ -291,13 +288,24 @@ func createMigVM(ctx context.Context, t *testing.T, ns, name string) *migVM {
 	}
 	// Were the part to fail, the namespace's deletion must not wait on
 	// ipam-extensions, which does not run here.
-	t.Cleanup(func() {
-		var c ipamclaimsv1alpha1.IPAMClaim
-		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: v.claim}, &c); err == nil && controllerutil.RemoveFinalizer(&c, kubevirtClaimFinalizer) {
-			_ = cl.Update(context.Background(), &c)
-		}
-	})
+	t.Cleanup(func() { _ = releaseClaim(context.Background(), ns, v.claim) })
 	return v
+}
+
+// releaseClaim is ipam-extensions' removal of its finalizer from a VM's
+// claim, read fresh and retried on a conflict (the agents and the
+// controller write the claim too).
+func releaseClaim(ctx context.Context, ns, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var c ipamclaimsv1alpha1.IPAMClaim
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if !controllerutil.RemoveFinalizer(&c, kubevirtClaimFinalizer) {
+			return nil
+		}
+		return cl.Update(ctx, &c)
+	})
 }
 
 func migVMISpec() map[string]any {
@@ -664,102 +672,29 @@ func renewReplies(ctx context.Context, t *testing.T, i int) float64 {
 	return v
 }
 
-// guestDhclient is an ISC dhclient in the guest namespace asking for an
-// address and a prefix (-N -P) with a DUID-LL, as test/e2e runs it; its
-// script records every call and installs the address, as a guest's
-// would.
+// guestDhclient is a testbed.Dhclient in the guest, stopped when the part
+// ends.
 type guestDhclient struct {
-	t        *testing.T
-	ns, dir  string
-	cmd      *exec.Cmd
-	done     chan error
-	stopped  bool
-	leaseLog string
+	t *testing.T
+	*testbed.Dhclient
 }
 
-type guestLease struct {
-	addr   netip.Addr
-	prefix netip.Prefix
-}
-
-var (
-	reIAAddr   = regexp.MustCompile(`iaaddr ([0-9a-fA-F:]+) \{`)
-	reIAPrefix = regexp.MustCompile(`iaprefix ([0-9a-fA-F:]+/[0-9]+) \{`)
-	reAddress  = regexp.MustCompile(` address=([0-9a-fA-F:]+)/`)
-)
+var reAddress = regexp.MustCompile(` address=([0-9a-fA-F:]+)/`)
 
 func startGuestDhclient(t *testing.T, ns string) *guestDhclient {
 	t.Helper()
-	dir := t.TempDir()
-	ipBin, err := exec.LookPath("ip")
+	d, err := testbed.StartDhclient(ns, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(dir, "script")
-	if err := os.WriteFile(script, []byte(`#!/bin/sh
-echo "reason=$reason address=$new_ip6_address/$new_ip6_prefixlen prefix=$new_ip6_prefix" >> "`+dir+`/script.log"
-case "$reason" in
-BOUND6|RENEW6|REBIND6|REBOOT6)
-	if [ -n "$new_ip6_address" ]; then
-		`+ipBin+` -6 addr replace "$new_ip6_address/${new_ip6_prefixlen:-128}" dev "$interface" nodad
-	fi ;;
-esac
-exit 0
-`), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(dir, "dhclient.conf")
-	if err := os.WriteFile(conf, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(dir, "dhclient.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	leases := filepath.Join(dir, "dhclient6.leases")
-	cmd := exec.Command("ip", "netns", "exec", ns, "dhclient", "-6", "-N", "-P", "-D", "LL", "-d", "-v",
-		"-cf", conf, "-lf", leases, "-pf", filepath.Join(dir, "dhclient.pid"), "-sf", script, "eth0")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &guestDhclient{t: t, ns: ns, dir: dir, cmd: cmd, done: make(chan error, 1), leaseLog: leases}
-	go func() { d.done <- cmd.Wait() }()
-	t.Cleanup(d.stop)
-	return d
-}
-
-func (d *guestDhclient) stop() {
-	if d.stopped {
-		return
-	}
-	d.stopped = true
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(5 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	}
-}
-
-func (d *guestDhclient) dump() string {
-	l, _ := os.ReadFile(filepath.Join(d.dir, "dhclient.log"))
-	s, _ := os.ReadFile(filepath.Join(d.dir, "script.log"))
-	return fmt.Sprintf("dhclient log:\n%s\nscript log:\n%s", l, s)
-}
-
-func (d *guestDhclient) scriptCalls() []string {
-	b, _ := os.ReadFile(filepath.Join(d.dir, "script.log"))
-	return strings.Split(strings.TrimSpace(string(b)), "\n")
+	t.Cleanup(d.Stop)
+	return &guestDhclient{t: t, Dhclient: d}
 }
 
 // leasedAddrs lists every distinct address the client script was given.
 func (d *guestDhclient) leasedAddrs() []string {
 	var out []string
-	for _, l := range d.scriptCalls() {
+	for _, l := range d.ScriptCalls() {
 		if m := reAddress.FindStringSubmatch(l); m != nil && !slices.Contains(out, m[1]) {
 			out = append(out, m[1])
 		}
@@ -769,53 +704,38 @@ func (d *guestDhclient) leasedAddrs() []string {
 
 // waitLease waits until the lease file holds an address and a prefix and
 // the script has installed the address.
-func (d *guestDhclient) waitLease(ctx context.Context) guestLease {
+func (d *guestDhclient) waitLease(ctx context.Context) testbed.DhclientLease {
 	t := d.t
 	t.Helper()
-	var lease guestLease
+	var lease testbed.DhclientLease
 	poll(ctx, t, "the guest's dhclient to lease an address and a prefix", func() error {
-		b, _ := os.ReadFile(d.leaseLog)
-		a, p := reIAAddr.FindSubmatch(b), reIAPrefix.FindSubmatch(b)
-		if a == nil || p == nil {
-			return fmt.Errorf("no lease yet\n%s", d.dump())
+		var ok bool
+		if lease, ok = d.Lease(); !ok {
+			if exited, err := d.Exited(); exited {
+				t.Fatalf("dhclient exited (%v) without a lease\n%s", err, d.Dump())
+			}
+			return fmt.Errorf("no lease yet")
 		}
-		lease.addr, _ = netip.ParseAddr(string(a[1]))
-		lease.prefix, _ = netip.ParsePrefix(string(p[1]))
-		out, _ := testbed.IPIn(d.ns, "-6", "addr", "show", "dev", "eth0")
-		if !strings.Contains(out, lease.addr.String()+"/") {
-			return fmt.Errorf("%s not on eth0 yet", lease.addr)
+		out, _ := testbed.IPIn(d.Netns, "-6", "addr", "show", "dev", "eth0")
+		if !strings.Contains(out, lease.Addr.String()+"/") {
+			return fmt.Errorf("%s not on eth0 yet", lease.Addr)
 		}
 		return nil
 	})
-	t.Logf("the guest's dhclient: %s and %s", lease.addr, lease.prefix)
+	t.Logf("the guest's dhclient: %s and %s", lease.Addr, lease.Prefix)
 	return lease
 }
 
-// waitRenewed waits for the client to report a Renew answered (RENEW6)
-// with addr and prefix, after every one it had reported when called.
+// waitRenewed waits for the client to report a Renew answered with addr
+// and prefix, after every one it had reported when called.
 func (d *guestDhclient) waitRenewed(ctx context.Context, addr netip.Addr, prefix netip.Prefix, what string) {
 	t := d.t
 	t.Helper()
-	// dhclient reports the address and the prefix in calls of their own.
-	renewed := func() (a, p int) {
-		for _, l := range d.scriptCalls() {
-			if !strings.HasPrefix(l, "reason=RENEW6 ") {
-				continue
-			}
-			if strings.Contains(l, " address="+addr.String()+"/") {
-				a++
-			}
-			if strings.HasSuffix(l, " prefix="+prefix.String()) {
-				p++
-			}
-		}
-		return a, p
-	}
-	a0, p0 := renewed()
+	a0, p0 := d.Renewals(addr, prefix)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for wctx.Err() == nil {
-		if a, p := renewed(); a > a0 && p > p0 {
+		if a, p := d.Renewals(addr, prefix); a > a0 && p > p0 {
 			return
 		}
 		select {
@@ -823,5 +743,5 @@ func (d *guestDhclient) waitRenewed(ctx context.Context, addr netip.Addr, prefix
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	t.Fatalf("no Renew of %s and %s answered %s within 30s\n%s", addr, prefix, what, d.dump())
+	t.Fatalf("no Renew of %s and %s answered %s within 30s\n%s", addr, prefix, what, d.Dump())
 }
