@@ -582,20 +582,7 @@ func waitOwner(t *testing.T, ctx context.Context, c client.Client, ns, claim, po
 // reported when called.
 func waitRenewed(t *testing.T, ctx context.Context, d *dhclientRun, addr netip.Addr, prefix netip.Prefix, what string) {
 	t.Helper()
-	renewed := func() (a, p int) {
-		for _, l := range d.scriptCalls() {
-			if !strings.HasPrefix(l, "reason=RENEW6 ") {
-				continue
-			}
-			if strings.Contains(l, " address="+addr.String()+"/") {
-				a++
-			}
-			if strings.HasSuffix(l, " prefix="+prefix.String()) {
-				p++
-			}
-		}
-		return a, p
-	}
+	renewed := func() (a, p int) { return d.Renewals(addr, prefix) }
 	a0, p0 := renewed()
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, false, func(context.Context) (bool, error) {
 		a, p := renewed()

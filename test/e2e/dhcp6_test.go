@@ -13,11 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -319,17 +316,8 @@ type dhcpLease struct {
 	serverID string
 }
 
-var (
-	reIAAddr   = regexp.MustCompile(`iaaddr ([0-9a-fA-F:]+) \{`)
-	reIAPrefix = regexp.MustCompile(`iaprefix ([0-9a-fA-F:]+/[0-9]+) \{`)
-	reDUID     = regexp.MustCompile(`default-duid "([^"]*)";`)
-	reServerID = regexp.MustCompile(`option dhcp6\.server-id ([^;]+);`)
-)
-
-// runDhclient runs ISC dhclient in ns on eth0 asking for an address and a
-// prefix (-N -P) with a DUID-LL (-D LL) until its lease file holds both,
-// then stops it. The client script records its calls and installs the
-// address on eth0, as a guest's would.
+// runDhclient runs ISC dhclient in ns (testbed.Dhclient) until its lease
+// file holds an address and a prefix, then stops it.
 func runDhclient(t *testing.T, ctx context.Context, ns string) dhcpLease {
 	t.Helper()
 	d := startDhclient(t, ns)
@@ -337,92 +325,28 @@ func runDhclient(t *testing.T, ctx context.Context, ns string) dhcpLease {
 	return d.waitLease(ctx)
 }
 
-// dhclientRun is an ISC dhclient running in a namespace until stop (or the
-// test's end).
+// dhclientRun is a testbed.Dhclient of one test, stopped when it ends.
 type dhclientRun struct {
-	t               *testing.T
-	ns, dir, leases string
-	cmd             *exec.Cmd
-	done            chan error
-	stopOnce        sync.Once
+	t  *testing.T
+	ns string
+	*testbed.Dhclient
 }
 
-// startDhclient starts dhclient in ns as runDhclient describes; it keeps
-// running, renewing at the T1 the server gives, until stop.
+// startDhclient starts dhclient in ns; it keeps running, renewing at the
+// T1 the server gives, until stop.
 func startDhclient(t *testing.T, ns string) *dhclientRun {
 	t.Helper()
-	dir := t.TempDir()
-	ipBin, err := exec.LookPath("ip")
+	d, err := testbed.StartDhclient(ns, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(dir, "script")
-	if err := os.WriteFile(script, []byte(`#!/bin/sh
-echo "reason=$reason address=$new_ip6_address/$new_ip6_prefixlen prefix=$new_ip6_prefix" >> "`+dir+`/script.log"
-case "$reason" in
-BOUND6|RENEW6|REBIND6|REBOOT6)
-	if [ -n "$new_ip6_address" ]; then
-		`+ipBin+` -6 addr replace "$new_ip6_address/${new_ip6_prefixlen:-128}" dev "$interface" nodad
-	fi ;;
-esac
-exit 0
-`), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(dir, "dhclient.conf")
-	if err := os.WriteFile(conf, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	leases := filepath.Join(dir, "dhclient6.leases")
-	logf, err := os.Create(filepath.Join(dir, "dhclient.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command("ip", "netns", "exec", ns, "dhclient", "-6", "-N", "-P", "-D", "LL", "-d", "-v",
-		"-cf", conf, "-lf", leases, "-pf", filepath.Join(dir, "dhclient.pid"), "-sf", script, "eth0")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &dhclientRun{t: t, ns: ns, dir: dir, leases: leases, cmd: cmd, done: make(chan error, 1)}
-	go func() { d.done <- cmd.Wait() }()
-	t.Cleanup(d.stop)
-	return d
+	t.Cleanup(d.Stop)
+	return &dhclientRun{t: t, ns: ns, Dhclient: d}
 }
 
-func (d *dhclientRun) stop() {
-	d.stopOnce.Do(func() {
-		select {
-		case err := <-d.done:
-			d.done <- err
-			return
-		default:
-		}
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-d.done:
-			d.done <- err
-		case <-time.After(5 * time.Second):
-			_ = d.cmd.Process.Kill()
-			d.done <- <-d.done
-		}
-	})
-}
-
-func (d *dhclientRun) dump() string {
-	l, _ := os.ReadFile(filepath.Join(d.dir, "dhclient.log"))
-	s, _ := os.ReadFile(filepath.Join(d.dir, "script.log"))
-	f, _ := os.ReadFile(d.leases)
-	return fmt.Sprintf("dhclient log:\n%s\nscript log:\n%s\nlease file:\n%s", l, s, f)
-}
-
-// scriptCalls returns the lines the client script logged, one per call.
-func (d *dhclientRun) scriptCalls() []string {
-	b, _ := os.ReadFile(filepath.Join(d.dir, "script.log"))
-	return strings.Split(strings.TrimSpace(string(b)), "\n")
-}
+func (d *dhclientRun) stop()                 { d.Stop() }
+func (d *dhclientRun) dump() string          { return d.Dump() }
+func (d *dhclientRun) scriptCalls() []string { return d.ScriptCalls() }
 
 // waitLease waits until the lease file holds an address and a prefix.
 func (d *dhclientRun) waitLease(ctx context.Context) dhcpLease {
@@ -430,26 +354,14 @@ func (d *dhclientRun) waitLease(ctx context.Context) dhcpLease {
 	t.Helper()
 	var lease dhcpLease
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		b, _ := os.ReadFile(d.leases)
-		a, p := reIAAddr.FindSubmatch(b), reIAPrefix.FindSubmatch(b)
-		if a != nil && p != nil {
-			lease.addr, _ = netip.ParseAddr(string(a[1]))
-			lease.prefix, _ = netip.ParsePrefix(string(p[1]))
-			if m := reDUID.FindSubmatch(b); m != nil {
-				lease.duid = string(m[1])
-			}
-			if m := reServerID.FindSubmatch(b); m != nil {
-				lease.serverID = string(m[1])
-			}
+		if l, ok := d.Lease(); ok {
+			lease = dhcpLease{addr: l.Addr, prefix: l.Prefix, duid: l.DUID, serverID: l.ServerID}
 			return true, nil
 		}
-		select {
-		case exitErr := <-d.done:
-			d.done <- exitErr
+		if exited, exitErr := d.Exited(); exited {
 			return false, fmt.Errorf("dhclient in %s exited (%v) without a lease", d.ns, exitErr)
-		default:
-			return false, nil
 		}
+		return false, nil
 	})
 	if wait.Interrupted(err) {
 		err = fmt.Errorf("dhclient in %s got no lease with an address and a prefix within 30s", d.ns)

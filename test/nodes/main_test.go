@@ -4,8 +4,9 @@
 // this machine (devnode.Cluster): each node's kubelet and containerd in
 // namespaces of their own, joined by a fabric and a SAN bridge, deploy/
 // applied through the local overlay. The promises that span nodes are
-// checked here on real kubelets: addresses across nodes, and a node lost
-// hard.
+// checked here on real kubelets: addresses across nodes, a VM migrating
+// between two nodes with its DHCPv6 service and prefix route, and a node
+// lost hard.
 //
 // One cluster serves the suite, and TestThreeNodes runs its parts in a
 // fixed order (the node loss last: it takes a node away for a while).
@@ -144,6 +145,7 @@ func TestThreeNodes(t *testing.T) {
 		{"Slash29SANAcrossNodesFillsUpAndTheWaitingPodStartsWhenOneLeaves", slash29SANAcrossNodes},
 		{"NodeOnesAgentIsRefusedNodeTwosReservationsAndClaims", nodeOnesAgentIsRefusedNodeTwosObjects},
 		{"RollingTheAgentAcrossNodesWhilePodsStart", rollingTheAgentAcrossNodes},
+		{"VMMigratesBetweenTwoNodesWithItsAddressesPrefixAndDHCPv6", vmMigratesBetweenTwoNodes},
 		// Last: it takes a node away.
 		{"LostNodeOfThreeIsEvictedReleasedAndRescheduled", lostNodeOfThree},
 	} {

@@ -439,6 +439,16 @@ func (c *clusterLayout) startNode(ctx context.Context, opts ClusterOptions, admi
 // Stop stops the cluster; see StopCluster.
 func (cl *Cluster) Stop() error { return StopCluster(cl.Dir) }
 
+// FabricNetns is the path of the fabric's network namespace, where the
+// SAN bridge san0 is: a guest plugged into san0 there is on the SAN.
+func (cl *Cluster) FabricNetns() (string, error) {
+	c, err := loadCluster(filepath.Join(cl.Dir, ClusterStateFile))
+	if err != nil {
+		return "", err
+	}
+	return c.FabricNetns, nil
+}
+
 // StopCluster stops the cluster recorded in dir: every node, the proxy,
 // the namespaces (their links and bridges go with them), the mount points
 // and the sysctls. Crashed, half-started or never started, it leaves

@@ -1,0 +1,747 @@
+//go:build integration
+
+package nodes_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/internal/kubevirt"
+)
+
+const (
+	// migVMMAC is the guest's MAC: the launcher pods' network-selection
+	// element carries it, and the guest namespace's eth0 has it.
+	migVMMAC = "02:00:00:00:97:01"
+	// migNetwork is the VM spec's network name, migNAD its NAD and CNI
+	// network name (the claim's spec.network).
+	migNetwork = "blue"
+	migNAD     = "vm-san"
+	// kubevirtClaimFinalizer is ipam-extensions' finalizer on a VM's claim.
+	kubevirtClaimFinalizer = "kubevirt.io/persistent-ipam"
+)
+
+var vmGVK = schema.GroupVersionKind{Group: kubevirt.Group, Version: "v1", Kind: "VirtualMachine"}
+
+// A VM migrates between two real nodes, KubeVirt's part played by writing
+// its objects (the VirtualMachine, its VirtualMachineInstance and claim,
+// the virt-launcher pods) as its controllers do, against KubeVirt's own
+// CRDs. The launcher pods present the VM's claim on a macvlan network over
+// the SAN whose tenure config delegates /56s and serves DHCPv6 on each
+// node's SAN leg; the guest is a network namespace plugged into the SAN
+// bridge, where an ISC dhclient renews every 2 s (preferred_lifetime 4)
+// throughout.
+//   - The launcher pods on node 1 and node 2, run by their kubelets, get
+//     the claim's addresses; the guest leases the claim's IPv6 address and
+//     /56, node 1 routes the /56 to it and answers its Renews.
+//   - A migration to node 2 that fails (target pod Running, the VMI's
+//     migrationState failed, the target pod deleted) keeps the route, the
+//     Renew answers and ownerPod on node 1.
+//   - A migration to node 2: until the target's virt-handler writes
+//     targetNodeDomainReadyTimestamp, node 1 serves and routes; from then
+//     on node 2 does, node 1 does neither, and ownerPod moves to the
+//     target pod. The guest keeps its address and prefix all along.
+func vmMigratesBetweenTwoNodes(t *testing.T) {
+	ctx := testContext(t, 8*time.Minute)
+	if _, err := exec.LookPath("dhclient"); err != nil {
+		t.Fatal("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient); make test does (hack/test-deps.sh)")
+	}
+	n1, n2 := cluster.Nodes[0], cluster.Nodes[1]
+	ns1, ns2 := filepath.Base(n1.Netns()), filepath.Base(n2.Netns())
+	installKubeVirtCRDs(ctx, t)
+	for i := range 2 {
+		waitAgentLog(ctx, t, cluster.Nodes[i].Name, "KubeVirt VirtualMachineInstances are served")
+	}
+
+	ns := namespace(ctx, t, "mig3")
+	nad(ctx, t, ns, migNAD, `{
+		"cniVersion": "1.0.0", "name": "`+migNAD+`", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
+		"ipam": {"type": "tenure", "ipRanges": [{"range": "10.102.0.0/24"}, {"range": "fd00:102::/64"}],
+			"prefix_delegation": {"range": "fd00:1020::/40", "prefix_length": 56}, "network_name": "vmsan",
+			"dhcpv6": {"interfaces": ["`+devnode.SANLink+`"], "preferred_lifetime": 4, "valid_lifetime": 60}}}`)
+	vm := createMigVM(ctx, t, ns, "vm1")
+	vm.start(ctx, t)
+	src := vm.launcher(ctx, t, n1.Name, "")
+	vm.running(ctx, t, src)
+	wantIPs := claimOf(ctx, t, ns, vm.claim).Status.IPs
+	slices.Sort(wantIPs)
+	wantAddr, wantPrefix := claimV6(ctx, t, ns, vm.claim)
+	onlyClaimHolds(ctx, t, ns, vm.claim, src)
+	waitClaimOwner(ctx, t, ns, vm.claim, src.Name)
+
+	guest := plugGuestOnSAN(ctx, t)
+	dhc := startGuestDhclient(t, guest)
+	lease := dhc.waitLease(ctx)
+	if lease.Addr != wantAddr || lease.Prefix != wantPrefix {
+		t.Fatalf("the guest leased %s and %s, the claim holds %s and %s", lease.Addr, lease.Prefix, wantAddr, wantPrefix)
+	}
+	wantRoute := fmt.Sprintf("%s via %s dev %s", wantPrefix, wantAddr, devnode.SANLink)
+	waitPrefixRoute(ctx, t, ns1, wantPrefix, wantRoute)
+	noPrefixRoute(ctx, t, ns2, wantPrefix)
+	renewedBy := func(node int, what string) {
+		t.Helper()
+		before := renewReplies(ctx, t, node)
+		dhc.waitRenewed(ctx, wantAddr, wantPrefix, what)
+		if n := renewReplies(ctx, t, node); n <= before {
+			t.Fatalf("node-%d answered %v Renews, %v before: the guest's Renew %s was not answered there", node, n, before, what)
+		}
+	}
+	renewedBy(1, "before any migration")
+
+	// A migration to node 2 that fails before the target's domain is ready:
+	// the target pod runs and gets the claim's addresses, but everything
+	// stays on node 1.
+	failed := kvMigrationRun{uid: "migration-failed", src: src}
+	failed.dst = vm.launcher(ctx, t, n2.Name, failed.uid)
+	onlyClaimHolds(ctx, t, ns, vm.claim, failed.dst)
+	vm.migrationStart(ctx, t, failed)
+	waitAgentLog(ctx, t, n2.Name, "runs on node "+n1.Name+"; this node is its migration target")
+	renewedBy(1, "during the migration that fails")
+	noPrefixRoute(ctx, t, ns2, wantPrefix)
+	vm.migrationEnd(ctx, t, failed, true)
+	deletePod(ctx, t, failed.dst)
+	renewedBy(1, "after the failed migration")
+	waitPrefixRoute(ctx, t, ns1, wantPrefix, wantRoute)
+	noPrefixRoute(ctx, t, ns2, wantPrefix)
+	waitClaimOwner(ctx, t, ns, vm.claim, src.Name)
+	if a, p := claimV6(ctx, t, ns, vm.claim); a != wantAddr || p != wantPrefix {
+		t.Fatalf("after the failed migration the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
+	}
+	onlyClaimHolds(ctx, t, ns, vm.claim, src)
+
+	// A migration to node 2 that completes.
+	m := kvMigrationRun{uid: "migration-ok", src: src}
+	m.dst = vm.launcher(ctx, t, n2.Name, m.uid)
+	onlyClaimHolds(ctx, t, ns, vm.claim, m.dst)
+	vm.migrationStart(ctx, t, m)
+	waitAgentLog(ctx, t, n2.Name, "runs on node "+n1.Name+"; this node is its migration target")
+	renewedBy(1, "during the migration, before the switchover")
+	noPrefixRoute(ctx, t, ns2, wantPrefix)
+	waitClaimOwner(ctx, t, ns, vm.claim, src.Name)
+
+	signalled := vm.domainReady(ctx, t)
+	waitPrefixRoute(ctx, t, ns2, wantPrefix, wantRoute)
+	t.Logf("switchover: the prefix route on node-2 %v after targetNodeDomainReadyTimestamp was written", time.Since(signalled).Round(time.Millisecond))
+	noPrefixRoute(ctx, t, ns1, wantPrefix)
+	waitClaimOwner(ctx, t, ns, vm.claim, m.dst.Name)
+	before1 := renewReplies(ctx, t, 1)
+	renewedBy(2, "after the switchover")
+	if n := renewReplies(ctx, t, 1); n != before1 {
+		t.Errorf("node-1 answered %v Renews after the switchover, %v before", n, before1)
+	}
+	vm.migrationEnd(ctx, t, m, false)
+	deletePod(ctx, t, src)
+	renewedBy(2, "after the migration completed and the source pod left")
+	waitPrefixRoute(ctx, t, ns2, wantPrefix, wantRoute)
+	noPrefixRoute(ctx, t, ns1, wantPrefix)
+	if a, p := claimV6(ctx, t, ns, vm.claim); a != wantAddr || p != wantPrefix {
+		t.Fatalf("after the migration the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
+	}
+	onlyClaimHolds(ctx, t, ns, vm.claim, m.dst)
+	if got := claimOf(ctx, t, ns, vm.claim).Status.IPs; !slices.Equal(ipsOnly(got), ipsOnly(wantIPs)) {
+		t.Errorf("after the migration the claim holds %v, before it %v", got, wantIPs)
+	}
+	if got := dhc.leasedAddrs(); len(got) != 1 || got[0] != wantAddr.String() {
+		t.Errorf("the guest was given %v over the whole run, want only %s\n%s", got, wantAddr, dhc.Dump())
+	}
+
+	// The VM is deleted: its dependents go with it (the garbage collector),
+	// ipam-extensions lets the claim go, and the claim's items are released.
+	dhc.Stop()
+	if err := cl.Delete(ctx, vm.object(), client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		t.Fatal(err)
+	}
+	if err := releaseClaim(ctx, ns, vm.claim); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "the VM's pods gone and its reservations released", func() error {
+		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
+			return fmt.Errorf("%d left, e.g. %s", len(left), left[0].Spec.Address)
+		}
+		var pods corev1.PodList
+		if err := cl.List(ctx, &pods, client.InNamespace(ns)); err != nil || len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods left (%v)", len(pods.Items), err)
+		}
+		return nil
+	})
+	noPrefixRoute(ctx, t, ns2, wantPrefix)
+}
+
+// installKubeVirtCRDs creates KubeVirt's VirtualMachine and
+// VirtualMachineInstance CRDs (test/e2e's copies) and deletes them when
+// the part ends.
+func installKubeVirtCRDs(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := controlplane.InstallCRDs(ctx, cp.Config, os.DirFS(filepath.Join("..", "e2e", "testdata", "kubevirt"))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cs, err := apiextensionsclient.NewForConfig(cp.Config)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, name := range []string{kubevirt.CRDName, "virtualmachines.kubevirt.io"} {
+			if err := cs.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting CRD %s: %v", name, err)
+			}
+		}
+	})
+}
+
+// waitAgentLog waits until the agent pod on node has logged substr, read
+// as kubectl logs does.
+func waitAgentLog(ctx context.Context, t *testing.T, node, substr string) {
+	t.Helper()
+	poll(ctx, t, fmt.Sprintf("the agent on %s to log %q", node, substr), func() error {
+		var pods corev1.PodList
+		if err := cl.List(ctx, &pods, client.InNamespace(localnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "tenure-agent"}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
+				continue
+			}
+			b, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "agent"}).DoRaw(ctx)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(string(b), substr) {
+				return nil
+			}
+		}
+		return fmt.Errorf("not logged")
+	})
+}
+
+// migVM is one VirtualMachine and what KubeVirt made of it.
+type migVM struct {
+	ns, name, claim string
+	uid             string
+	vmi             *unstructured.Unstructured
+}
+
+// createMigVM creates a VirtualMachine with one bridge interface on the
+// Multus network migNAD, and its claim as ipam-extensions creates it:
+// owned by the VM, held by its finalizer.
+func createMigVM(ctx context.Context, t *testing.T, ns, name string) *migVM {
+	t.Helper()
+	vm := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"namespace": ns, "name": name},
+		"spec": map[string]any{
+			"runStrategy": "Always",
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"kubevirt.io/vm": name}},
+				"spec":     migVMISpec(),
+			},
+		},
+	}}
+	vm.SetGroupVersionKind(vmGVK)
+	if err := cl.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	v := &migVM{ns: ns, name: name, uid: string(vm.GetUID()), claim: name + "." + migNetwork}
+	c := &ipamclaimsv1alpha1.IPAMClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: v.claim,
+			Finalizers: []string{kubevirtClaimFinalizer},
+			Labels:     map[string]string{"kubevirt.io/vm": name},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: name, UID: vm.GetUID(),
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: migNAD},
+	}
+	if err := cl.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	// Were the part to fail, the namespace's deletion must not wait on
+	// ipam-extensions, which does not run here.
+	t.Cleanup(func() { _ = releaseClaim(context.Background(), ns, v.claim) })
+	return v
+}
+
+// releaseClaim is ipam-extensions' removal of its finalizer from a VM's
+// claim, read fresh and retried on a conflict (the agents and the
+// controller write the claim too).
+func releaseClaim(ctx context.Context, ns, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var c ipamclaimsv1alpha1.IPAMClaim
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if !controllerutil.RemoveFinalizer(&c, kubevirtClaimFinalizer) {
+			return nil
+		}
+		return cl.Update(ctx, &c)
+	})
+}
+
+func migVMISpec() map[string]any {
+	return map[string]any{
+		"domain": map[string]any{
+			"devices": map[string]any{"interfaces": []any{
+				map[string]any{"name": migNetwork, "bridge": map[string]any{}, "macAddress": migVMMAC},
+			}},
+			"memory": map[string]any{"guest": "128Mi"},
+		},
+		"networks": []any{map[string]any{"name": migNetwork, "multus": map[string]any{"networkName": migNAD}}},
+	}
+}
+
+func (v *migVM) object() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(vmGVK)
+	u.SetNamespace(v.ns)
+	u.SetName(v.name)
+	return u
+}
+
+// start creates the VM's VirtualMachineInstance as virt-controller does:
+// owned by the VM, not scheduled yet.
+func (v *migVM) start(ctx context.Context, t *testing.T) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"namespace": v.ns, "name": v.name, "labels": map[string]any{"kubevirt.io/vm": v.name}},
+		"spec":     migVMISpec(),
+		"status":   map[string]any{"phase": "Pending"},
+	}}
+	u.SetGroupVersionKind(kubevirt.VMIKind)
+	u.SetOwnerReferences([]metav1.OwnerReference{{
+		APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: v.name, UID: k8stypes.UID(v.uid),
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}})
+	if err := cl.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	v.vmi = u
+}
+
+// launcherIface is the pod interface virt-controller names for a
+// secondary Multus network (namescheme.GenerateHashedInterfaceName).
+func launcherIface(network string) string {
+	return fmt.Sprintf("pod%x", sha256.Sum256([]byte(network)))[:14]
+}
+
+// launcher creates a virt-launcher pod of the VM's VMI on node (a
+// migration target carries the migration's UID) and waits for its kubelet
+// to run it.
+func (v *migVM) launcher(ctx context.Context, t *testing.T, node, migrationUID string) *corev1.Pod {
+	t.Helper()
+	labels := map[string]string{
+		"kubevirt.io":            "virt-launcher",
+		"kubevirt.io/created-by": string(v.vmi.GetUID()),
+		"vm.kubevirt.io/name":    v.name,
+	}
+	name := "virt-launcher-" + v.name + "-" + strings.TrimPrefix(node, "tenure-dev-")
+	if migrationUID != "" {
+		labels["kubevirt.io/migrationJobUID"] = migrationUID
+		name += "-" + migrationUID
+	}
+	p := localnode.Pod(v.ns, name, fmt.Sprintf(`[{"name":%q,"namespace":%q,"interface":%q,"mac":%q,"ipam-claim-reference":%q}]`,
+		migNAD, v.ns, launcherIface(migNetwork), migVMMAC, v.claim))
+	p.Labels = labels
+	p.Annotations["kubevirt.io/domain"] = v.name
+	p.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: v.name, UID: v.vmi.GetUID(),
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}}
+	p.Spec.NodeName = node
+	if err := cl.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	return waitRunning(ctx, t, v.ns, name)
+}
+
+// status writes the VMI's status as KubeVirt does: the whole object, read
+// fresh and updated with its resourceVersion (no status subresource).
+func (v *migVM) status(ctx context.Context, t *testing.T, mutate func(status map[string]any)) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(kubevirt.VMIKind)
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: v.ns, Name: v.name}, u); err != nil {
+		t.Fatal(err)
+	}
+	st, _, _ := unstructured.NestedMap(u.Object, "status")
+	if st == nil {
+		st = map[string]any{}
+	}
+	mutate(st)
+	if err := unstructured.SetNestedMap(u.Object, st, "status"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	v.vmi = u
+}
+
+// running is virt-controller's write once the launcher pod p runs.
+func (v *migVM) running(ctx context.Context, t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	v.status(ctx, t, func(st map[string]any) {
+		st["phase"] = "Running"
+		st["nodeName"] = p.Spec.NodeName
+		st["activePods"] = map[string]any{string(p.UID): p.Spec.NodeName}
+	})
+}
+
+// kvMigrationRun is one live migration from src to dst.
+type kvMigrationRun struct {
+	uid      string
+	src, dst *corev1.Pod
+}
+
+// migrationStart is virt-controller's write once the target pod runs.
+func (v *migVM) migrationStart(ctx context.Context, t *testing.T, m kvMigrationRun) {
+	t.Helper()
+	v.status(ctx, t, func(st map[string]any) {
+		st["activePods"] = map[string]any{string(m.src.UID): m.src.Spec.NodeName, string(m.dst.UID): m.dst.Spec.NodeName}
+		st["migrationState"] = map[string]any{
+			"migrationUid": m.uid,
+			"sourceNode":   m.src.Spec.NodeName, "sourcePod": m.src.Name,
+			"targetNode": m.dst.Spec.NodeName, "targetPod": m.dst.Name,
+			"startTimestamp": kvNow(),
+		}
+	})
+}
+
+// domainReady is the target virt-handler's write once the domain runs on
+// the target node; it returns when it was written.
+func (v *migVM) domainReady(ctx context.Context, t *testing.T) time.Time {
+	t.Helper()
+	at := time.Now()
+	v.status(ctx, t, func(st map[string]any) {
+		ms, _ := st["migrationState"].(map[string]any)
+		ms["targetNodeDomainDetected"] = true
+		ms["targetNodeDomainReadyTimestamp"] = kvNow()
+	})
+	return at
+}
+
+// migrationEnd is the source virt-handler's write at the end, then
+// virt-controller's: a completed migration moves nodeName to the target,
+// a failed one drops the target pod from activePods.
+func (v *migVM) migrationEnd(ctx context.Context, t *testing.T, m kvMigrationRun, failed bool) {
+	t.Helper()
+	v.status(ctx, t, func(st map[string]any) {
+		ms, _ := st["migrationState"].(map[string]any)
+		ms["completed"] = true
+		ms["endTimestamp"] = kvNow()
+		if failed {
+			ms["failed"] = true
+			ms["failureReason"] = "the test failed it"
+		}
+	})
+	v.status(ctx, t, func(st map[string]any) {
+		keep := m.dst
+		if failed {
+			keep = m.src
+		}
+		st["nodeName"] = keep.Spec.NodeName
+		st["activePods"] = map[string]any{string(keep.UID): keep.Spec.NodeName}
+	})
+}
+
+func kvNow() string { return metav1.Now().UTC().Format(time.RFC3339) }
+
+func deletePod(ctx context.Context, t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	if err := cl.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(ctx, t, p.Namespace, p.Name)
+}
+
+func claimOf(ctx context.Context, t *testing.T, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
+	t.Helper()
+	var c ipamclaimsv1alpha1.IPAMClaim
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// claimV6 returns the claim's IPv6 address and its one delegated prefix.
+func claimV6(ctx context.Context, t *testing.T, ns, name string) (netip.Addr, netip.Prefix) {
+	t.Helper()
+	c := claimOf(ctx, t, ns, name)
+	var addr netip.Addr
+	for _, s := range c.Status.IPs {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() {
+			addr = p.Addr()
+		}
+	}
+	if !addr.IsValid() || len(c.Status.DelegatedPrefixes) != 1 {
+		t.Fatalf("claim status %+v: want an IPv6 address and one prefix", c.Status)
+	}
+	return addr, netip.MustParsePrefix(c.Status.DelegatedPrefixes[0])
+}
+
+func waitClaimOwner(ctx context.Context, t *testing.T, ns, claim, pod string) {
+	t.Helper()
+	poll(ctx, t, fmt.Sprintf("claim %s/%s ownerPod %s", ns, claim, pod), func() error {
+		if c := claimOf(ctx, t, ns, claim); c.Status.OwnerPod == nil || c.Status.OwnerPod.Name != pod {
+			return fmt.Errorf("ownerPod %+v", c.Status.OwnerPod)
+		}
+		return nil
+	})
+}
+
+// onlyClaimHolds checks that the namespace's reservations are exactly the
+// claim's: its addresses and its prefix, each owned by the claim, and that
+// the launcher p has those addresses on its interface, as Multus recorded.
+func onlyClaimHolds(ctx context.Context, t *testing.T, ns, claim string, p *corev1.Pod) {
+	t.Helper()
+	c := claimOf(ctx, t, ns, claim)
+	want := append(ipsOnly(c.Status.IPs), c.Status.DelegatedPrefixes...)
+	slices.Sort(want)
+	var got []string
+	for _, r := range reservationsOf(ctx, t, ns) {
+		if r.Spec.Owner.UID != string(c.UID) {
+			t.Errorf("reservation of %s owned by %s %s, not the claim", r.Spec.Address, r.Spec.Owner.Kind, r.Spec.Owner.Name)
+		}
+		got = append(got, r.Spec.Address)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) || len(want) != 3 {
+		t.Errorf("the namespace's reservations hold %v, the claim records %v; want its IPv4 and IPv6 address and /56", got, want)
+	}
+	if rec := attachmentIPs(t, p); !slices.Equal(rec, ipsOnly(c.Status.IPs)) {
+		t.Errorf("launcher %s on %s: Multus recorded %v, the claim holds %v", p.Name, p.Spec.NodeName, rec, c.Status.IPs)
+	}
+	inside, _ := addrsIn(t, podNetns(t, p), launcherIface(migNetwork))
+	if in := ipsOnly(inside); !slices.Equal(in, ipsOnly(c.Status.IPs)) {
+		t.Errorf("launcher %s on %s: its interface holds %v, the claim %v", p.Name, p.Spec.NodeName, in, c.Status.IPs)
+	}
+}
+
+// ipsOnly drops the prefix lengths of a claim's status.ips.
+func ipsOnly(cidrs []string) []string {
+	var out []string
+	for _, s := range cidrs {
+		out = append(out, strings.SplitN(s, "/", 2)[0])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// attachmentIPs is what Multus recorded for the launcher's interface.
+func attachmentIPs(t *testing.T, p *corev1.Pod) []string {
+	t.Helper()
+	ips, err := localnode.AttachmentIPs(p, launcherIface(migNetwork))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ips)
+	return ips
+}
+
+// plugGuestOnSAN makes the guest: a network namespace whose eth0, with the
+// VM's MAC, is a veth plugged into the SAN bridge in the fabric's
+// namespace.
+func plugGuestOnSAN(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	fabricPath, err := cluster.FabricNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fabric := filepath.Base(fabricPath)
+	guest := fmt.Sprintf("tenure-guest-%d", os.Getpid()%100000)
+	if _, remove, err := testbed.AddNetns(guest); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Cleanup(remove)
+	}
+	out, err := exec.Command("ip", "netns", "exec", guest, "sh", "-c",
+		"echo 0 > /proc/sys/net/ipv6/conf/all/accept_dad && echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad").CombinedOutput()
+	if err != nil {
+		t.Fatalf("disabling DAD in %s: %v: %s", guest, err, out)
+	}
+	for _, c := range []struct {
+		ns   string
+		args []string
+	}{
+		{fabric, []string{"link", "add", "san-guest", "type", "veth", "peer", "name", "eth0", "netns", guest}},
+		{fabric, []string{"link", "set", "san-guest", "master", "san0", "up"}},
+		{guest, []string{"link", "set", "eth0", "address", migVMMAC, "up"}},
+	} {
+		if out, err := testbed.IPIn(c.ns, c.args...); err != nil {
+			t.Fatalf("ip -n %s %s: %v: %s", c.ns, strings.Join(c.args, " "), err, out)
+		}
+	}
+	poll(ctx, t, "a link-local address on the guest's eth0", func() error {
+		out, _ := testbed.IPIn(guest, "-6", "addr", "show", "dev", "eth0", "scope", "link")
+		if strings.Contains(out, "fe80::") && !strings.Contains(out, "tentative") {
+			return nil
+		}
+		return fmt.Errorf("%q", out)
+	})
+	return guest
+}
+
+// waitPrefixRoute waits until the node namespace ns routes prefix as want
+// (on-link, to the guest's address).
+func waitPrefixRoute(ctx context.Context, t *testing.T, ns string, prefix netip.Prefix, want string) {
+	t.Helper()
+	poll(ctx, t, fmt.Sprintf("route %q in %s", want, ns), func() error {
+		out, _ := testbed.IPIn(ns, "-6", "route", "show", prefix.String())
+		if strings.Contains(out, want) && strings.Contains(out, "onlink") {
+			return nil
+		}
+		return fmt.Errorf("route: %q", out)
+	})
+}
+
+// noPrefixRoute waits until the node namespace ns has no route to prefix.
+func noPrefixRoute(ctx context.Context, t *testing.T, ns string, prefix netip.Prefix) {
+	t.Helper()
+	poll(ctx, t, fmt.Sprintf("no route to %s in %s", prefix, ns), func() error {
+		if out, _ := testbed.IPIn(ns, "-6", "route", "show", prefix.String()); out != "" {
+			return fmt.Errorf("route: %q", out)
+		}
+		return nil
+	})
+}
+
+// renewReplies is tenure_dhcpv6_messages_total{type="renew",
+// outcome="reply"} of node i's agent (from 1), scraped from inside that
+// node's network namespace, where the agent's metrics port is.
+func renewReplies(ctx context.Context, t *testing.T, i int) float64 {
+	t.Helper()
+	ns := filepath.Base(cluster.Nodes[i-1].Netns())
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var conn net.Conn
+		err := testbed.InNetns(ns, func() error {
+			var err error
+			conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return conn, err
+	}}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(devnode.NodeIP(i), "9467")+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("node-%d's agent metrics: %v", i, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("node-%d's agent metrics: %v %s", i, err, resp.Status)
+	}
+	m, err := testbed.ParseMetrics(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := m.Sum("tenure_dhcpv6_messages_total", `type="renew"`, `outcome="reply"`)
+	return v
+}
+
+// guestDhclient is a testbed.Dhclient in the guest, stopped when the part
+// ends.
+type guestDhclient struct {
+	t *testing.T
+	*testbed.Dhclient
+}
+
+var reAddress = regexp.MustCompile(` address=([0-9a-fA-F:]+)/`)
+
+func startGuestDhclient(t *testing.T, ns string) *guestDhclient {
+	t.Helper()
+	d, err := testbed.StartDhclient(ns, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return &guestDhclient{t: t, Dhclient: d}
+}
+
+// leasedAddrs lists every distinct address the client script was given.
+func (d *guestDhclient) leasedAddrs() []string {
+	var out []string
+	for _, l := range d.ScriptCalls() {
+		if m := reAddress.FindStringSubmatch(l); m != nil && !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// waitLease waits until the lease file holds an address and a prefix and
+// the script has installed the address.
+func (d *guestDhclient) waitLease(ctx context.Context) testbed.DhclientLease {
+	t := d.t
+	t.Helper()
+	var lease testbed.DhclientLease
+	poll(ctx, t, "the guest's dhclient to lease an address and a prefix", func() error {
+		var ok bool
+		if lease, ok = d.Lease(); !ok {
+			if exited, err := d.Exited(); exited {
+				t.Fatalf("dhclient exited (%v) without a lease\n%s", err, d.Dump())
+			}
+			return fmt.Errorf("no lease yet")
+		}
+		out, _ := testbed.IPIn(d.Netns, "-6", "addr", "show", "dev", "eth0")
+		if !strings.Contains(out, lease.Addr.String()+"/") {
+			return fmt.Errorf("%s not on eth0 yet", lease.Addr)
+		}
+		return nil
+	})
+	t.Logf("the guest's dhclient: %s and %s", lease.Addr, lease.Prefix)
+	return lease
+}
+
+// waitRenewed waits for the client to report a Renew answered with addr
+// and prefix, after every one it had reported when called.
+func (d *guestDhclient) waitRenewed(ctx context.Context, addr netip.Addr, prefix netip.Prefix, what string) {
+	t := d.t
+	t.Helper()
+	a0, p0 := d.Renewals(addr, prefix)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for wctx.Err() == nil {
+		if a, p := d.Renewals(addr, prefix); a > a0 && p > p0 {
+			return
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no Renew of %s and %s answered %s within 30s\n%s", addr, prefix, what, d.Dump())
+}
