@@ -95,7 +95,7 @@ const maxWiden = 4
 // without finding a free candidate.
 var errWidened = errors.New("window widened maxWiden times")
 
-// For returns the allocator of space on network (a reservation.NetworkKey).
+// For returns the allocator of space on network (a reservation.Scope).
 func (f *Factory) For(network string, space Space) Interface {
 	return &allocator{f: f, network: network, label: reservation.ScopeLabel(network), space: space}
 }

@@ -39,10 +39,10 @@ const PluginType = "tenure"
 // MaxFlatFileSize bounds the flat configuration file the installer writes.
 const MaxFlatFileSize = 1 << 20
 
-// maxNetworkKey is the MaxLength of IPReservation spec.network
+// maxScopeLen is the MaxLength of IPReservation spec.network
 // (api/v1alpha1 IPReservationSpec.Network), which holds
-// reservation.NetworkKey: the API refuses every reservation of a longer key.
-const maxNetworkKey = 253
+// reservation.Scope: the API refuses every reservation of a longer key.
+const maxScopeLen = 253
 
 // maxSocketPath is the longest path a unix socket address holds (sun_path is
 // 108 bytes with its terminating NUL).
@@ -534,7 +534,7 @@ func (c *Config) finish(built []builtRange, src sources) error {
 			}
 		}
 	}
-	if err := c.checkNetworkKeys(built, src); err != nil {
+	if err := c.checkScopeLengths(built, src); err != nil {
 		return err
 	}
 	switch c.CNIVersion {
@@ -563,7 +563,7 @@ func (c *Config) finish(built []builtRange, src sources) error {
 
 // checkDisjointRanges refuses, with enable_overlapping_ranges false, two
 // ranges that can both hand out one address. Each range is then a scope of
-// its own (reservation.NetworkKey), so nothing stops the address shared by
+// its own (reservation.Scope), so nothing stops the address shared by
 // both from going to one attachment twice, or to two attachments of the
 // network at once. With the default (true) the ranges share one scope, and
 // an address is reserved once whichever range it came from: whereabouts
@@ -608,12 +608,12 @@ func sharedAddr(a, b addrspace.Range) (netip.Addr, bool) {
 	return both.At(off), true
 }
 
-// checkNetworkKeys refuses a network_name that makes a reservation's
-// spec.network (reservation.NetworkKey, as the agent computes it for each
+// checkScopeLengths refuses a network_name that makes a reservation's
+// spec.network (reservation.Scope, as the agent computes it for each
 // range and the delegation pool) longer than the API accepts: with
 // enable_overlapping_ranges false the key is the name, "/" and the range,
 // and a name valid on its own would fail every ADD.
-func (c *Config) checkNetworkKeys(built []builtRange, src sources) error {
+func (c *Config) checkScopeLengths(built []builtRange, src sources) error {
 	type scope struct {
 		spec string
 		f    field
@@ -627,14 +627,14 @@ func (c *Config) checkNetworkKeys(built []builtRange, src sources) error {
 	}
 	for _, sc := range scopes {
 		key := c.scope(sc.spec)
-		if len(key) <= maxNetworkKey {
+		if len(key) <= maxScopeLen {
 			continue
 		}
 		// Only a set network_name can make the key this long: "default"
 		// and a range are far shorter.
 		suffix := len(key) - len(c.NetworkName)
 		return src.networkNameKey.errorf("is %d bytes, too long with enable_overlapping_ranges false: the spec.network of the reservations of %s %s is the name, \"/\" and %q, %d bytes, over the API's limit of %d; use a name of at most %d bytes",
-			len(c.NetworkName), sc.f.path, sc.f.show(), sc.spec, len(key), maxNetworkKey, maxNetworkKey-suffix)
+			len(c.NetworkName), sc.f.path, sc.f.show(), sc.spec, len(key), maxScopeLen, maxScopeLen-suffix)
 	}
 	return nil
 }

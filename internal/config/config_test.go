@@ -917,14 +917,14 @@ func TestNetworkNameFitsTheReservations(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if key := reservation.Scope(c.NetworkName, c.Ranges[0].String(), c.OverlappingRanges); len(key) > maxNetworkKey {
-			t.Errorf("accepted a network key of %d bytes", len(key))
+		if key := reservation.Scope(c.NetworkName, c.Ranges[0].String(), c.OverlappingRanges); len(key) > maxScopeLen {
+			t.Errorf("accepted an allocation scope of %d bytes", len(key))
 		}
 	}
 }
 
-// maxNetworkKey must be what the CRD the API server enforces says.
-func TestMaxNetworkKeyIsTheCRDs(t *testing.T) {
+// maxScopeLen must be what the CRD the API server enforces says.
+func TestMaxScopeLenIsTheCRDs(t *testing.T) {
 	b, err := deploy.CRDs.ReadFile("crds/ipam.tenure.dev_ipreservations.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -935,8 +935,8 @@ func TestMaxNetworkKeyIsTheCRDs(t *testing.T) {
 	}
 	for _, v := range crd.Spec.Versions {
 		network := v.Schema.OpenAPIV3Schema.Properties["spec"].Properties["network"]
-		if network.MaxLength == nil || *network.MaxLength != maxNetworkKey {
-			t.Errorf("CRD %s spec.network maxLength = %v, config checks %d", v.Name, network.MaxLength, maxNetworkKey)
+		if network.MaxLength == nil || *network.MaxLength != maxScopeLen {
+			t.Errorf("CRD %s spec.network maxLength = %v, config checks %d", v.Name, network.MaxLength, maxScopeLen)
 		}
 	}
 }

@@ -149,7 +149,7 @@ func (r *Report) Count(a Action) int {
 // target is one range of one configuration that a whereabouts pool name
 // maps to.
 type target struct {
-	network    string // reservation.NetworkKey, as the agent computes it
+	network    string // reservation.Scope, as the agent computes it
 	rng        addrspace.Range
 	cniNetwork string
 	source     string
