@@ -105,55 +105,63 @@ var allKeys = func() []string {
 // key. For a config naming a pool, Ranges stays empty and the checks that
 // need ranges wait for ApplyPool.
 //
-// The steps run in a fixed order, so a config with several faults always
-// reports the same one.
+// Parse decodes the whole config first (decodeConfig), then checks the
+// decoded keys; both steps run in a fixed order, so a config with several
+// faults always reports the same one.
 func Parse(netconf []byte, flat []byte) (*Config, error) {
-	c := &Config{OverlappingRanges: true, AgentSocket: cniwire.DefaultSocket}
-	ipamFields, err := c.parseNetconf(netconf)
+	d, err := decodeConfig(netconf, flat)
 	if err != nil {
 		return nil, err
 	}
-	fields, ignored, err := mergeFlatFile(ipamFields, flat)
-	if err != nil {
+	c := &Config{CNIVersion: d.top.CNIVersion.get(), Name: d.top.Name.get(), Ignored: d.ignored,
+		OverlappingRanges: true, AgentSocket: cniwire.DefaultSocket}
+	k := &d.ipam
+	if c.own.requested, err = parseRequested(d.top.RuntimeConfig.get()); err != nil {
 		return nil, err
 	}
-	var k ipamKeys
-	if err := decodeMembers(fields, reflect.ValueOf(&k).Elem(), false); err != nil {
-		return nil, err
+	if !k.Type.ok() {
+		return nil, &Error{Key: "ipam.type", Reason: fmt.Sprintf("is required (%q)", PluginType)}
 	}
-	if c.Ignored, err = checkKnownKeys(fields, ignored); err != nil {
-		return nil, err
+	if k.Type.get() != PluginType {
+		return nil, k.Type.errorf("must be %q", PluginType)
 	}
-	if err := checkType(&k); err != nil {
-		return nil, err
-	}
-	if err := c.parsePool(&k); err != nil {
-		return nil, err
-	}
-	built, err := parseRanges(c, &k)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.parseResultKeys(&k); err != nil {
-		return nil, err
-	}
-	if err := c.parseAgentKeys(&k); err != nil {
-		return nil, err
-	}
-	if err := c.parseDelegationKeys(&k); err != nil {
-		return nil, err
-	}
-	if c.Pool == "" {
-		if err := c.finish(built, c.own); err != nil {
-			return nil, err
+	if k.Pool.ok() {
+		if c.Pool = k.Pool.get(); !validName(c.Pool) {
+			return nil, k.Pool.errorf("must be the name of an IPPool (a lowercase RFC 1123 subdomain)")
 		}
+		c.own.pool = k.Pool.field
+	}
+	built, err := parseRanges(c, k)
+	if err == nil {
+		err = c.parseResultKeys(k)
+	}
+	if err == nil {
+		err = c.parseAgentKeys(k)
+	}
+	if err == nil {
+		err = c.parseDelegationKeys(k)
+	}
+	if err == nil && c.Pool == "" {
+		err = c.finish(built, c.own)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-// parseNetconf reads the top level of the network config: cniVersion, name
-// and the ipam object, whose members it returns.
-func (c *Config) parseNetconf(netconf []byte) (objectMembers, error) {
+// decodedConfig is a config's keys, decoded: the network config's top
+// level, its ipam section merged over the flat file, and the whereabouts
+// keys present that tenure ignores (sorted).
+type decodedConfig struct {
+	top     netconfKeys
+	ipam    ipamKeys
+	ignored []string
+}
+
+// decodeConfig decodes netconf and flat into their keys; every error in
+// the JSON (syntax, a value's type, an unknown key) is reported here.
+func decodeConfig(netconf, flat []byte) (*decodedConfig, error) {
 	if !json.Valid(netconf) {
 		err := json.Unmarshal(netconf, new(any))
 		return nil, &Error{Key: "netconf", Reason: fmt.Sprintf("not valid JSON: %v", err)}
@@ -161,26 +169,25 @@ func (c *Config) parseNetconf(netconf []byte) (objectMembers, error) {
 	if k := kindOf(netconf); k != kindObject {
 		return nil, &Error{Key: "netconf", Value: show(netconf), Reason: fmt.Sprintf("must be a JSON object, not %s", k)}
 	}
-	var top netconfKeys
-	if err := decode(field{raw: netconf}, reflect.ValueOf(&top).Elem(), false); err != nil {
-		return nil, err
-	}
+	d := &decodedConfig{}
 	var err error
-	if c.CNIVersion, err = top.CNIVersion.get(); err != nil {
+	if d.top, err = decodeKeys[netconfKeys](field{raw: netconf}); err != nil {
 		return nil, err
 	}
-	if c.Name, err = top.Name.get(); err != nil {
-		return nil, err
-	}
-	if top.RuntimeConfig.ok() {
-		if c.own.requested, err = parseRequested(top.RuntimeConfig); err != nil {
-			return nil, err
-		}
-	}
-	if !top.IPAM.ok() {
+	if !d.top.IPAM.ok() {
 		return nil, &Error{Key: "ipam", Reason: "is required"}
 	}
-	return top.IPAM.get()
+	fields, ignored, err := mergeFlatFile(d.top.IPAM.get(), flat)
+	if err != nil {
+		return nil, err
+	}
+	if d.ignored, err = checkKnownKeys(fields, ignored); err != nil {
+		return nil, err
+	}
+	if err := decodeMembers(fields, reflect.ValueOf(&d.ipam).Elem()); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // mergeFlatFile lays the ipam section's keys over the flat file's. The
@@ -218,16 +225,16 @@ func mergeFlatFile(ipamFields objectMembers, flat []byte) (fields map[string]fie
 	return fields, ignored, nil
 }
 
-// checkKnownKeys refuses unknown keys, checks the types of the whereabouts
-// keys tenure ignores, and returns the ignored keys present (sorted), with
-// those the flat-file merge already set aside.
+// checkKnownKeys refuses unknown keys, decodes the whereabouts keys tenure
+// ignores, and returns the ignored keys present (sorted), with those the
+// flat-file merge already set aside.
 func checkKnownKeys(fields map[string]field, ignored map[string]bool) ([]string, error) {
 	var w whereaboutsKeys
 	wv := reflect.ValueOf(&w).Elem()
 	tenure, whereabouts := keysOf(reflect.TypeFor[ipamKeys]()), keysOf(wv.Type())
 	for _, k := range sortedKeys(fields) {
 		if i := slices.Index(whereabouts, k); i >= 0 {
-			if err := decode(fields[k], wv.Field(i), true); err != nil {
+			if err := decode(fields[k], wv.Field(i)); err != nil {
 				return nil, err
 			}
 			ignored[k] = true
@@ -243,62 +250,21 @@ func checkKnownKeys(fields map[string]field, ignored map[string]bool) ([]string,
 	return out, nil
 }
 
-func checkType(k *ipamKeys) error {
-	if !k.Type.ok() {
-		return &Error{Key: "ipam.type", Reason: fmt.Sprintf("is required (%q)", PluginType)}
-	}
-	typ, err := k.Type.get()
-	if err != nil {
-		return err
-	}
-	if typ != PluginType {
-		return k.Type.errorf("must be %q", PluginType)
-	}
-	return nil
-}
-
-func (c *Config) parsePool(k *ipamKeys) error {
-	if !k.Pool.ok() {
-		return nil
-	}
-	var err error
-	if c.Pool, err = k.Pool.get(); err != nil {
-		return err
-	}
-	if !validName(c.Pool) {
-		return k.Pool.errorf("must be the name of an IPPool (a lowercase RFC 1123 subdomain)")
-	}
-	c.own.pool = k.Pool.field
-	return nil
-}
-
 // parseResultKeys reads what goes into the CNI result besides the
 // addresses: gateway, routes and dns.
 func (c *Config) parseResultKeys(k *ipamKeys) error {
 	var err error
-	if k.Gateway.ok() {
-		s, err := k.Gateway.get()
-		if err != nil {
+	if k.Gateway.get() != "" { // whereabouts treats "" as unset
+		if c.Gateway, err = k.Gateway.addr(); err != nil {
 			return err
 		}
-		if s != "" { // whereabouts treats "" as unset
-			if c.Gateway, err = k.Gateway.addr(); err != nil {
-				return err
-			}
-			c.own.gateway, c.own.gatewayKey = c.Gateway, k.Gateway.field
-		}
+		c.own.gateway, c.own.gatewayKey = c.Gateway, k.Gateway.field
 	}
-	if k.Routes.ok() {
-		if c.Routes, err = parseRoutes(k.Routes); err != nil {
-			return err
-		}
+	if c.Routes, err = parseRoutes(k.Routes); err != nil {
+		return err
 	}
-	if k.DNS.ok() {
-		if c.DNS, err = parseDNS(k.DNS); err != nil {
-			return err
-		}
-	}
-	return nil
+	c.DNS, err = parseDNS(k.DNS.get())
+	return err
 }
 
 // parseAgentKeys reads how the agent names and reaches the network:
@@ -306,44 +272,29 @@ func (c *Config) parseResultKeys(k *ipamKeys) error {
 // sticky_statefulsets, and checks configuration_path, which the shim has
 // already acted on.
 func (c *Config) parseAgentKeys(k *ipamKeys) error {
-	var err error
 	if k.NetworkName.ok() {
+		var err error
 		if c.NetworkName, err = networkName(k.NetworkName.field); err != nil {
 			return err
 		}
 		c.own.networkName, c.own.networkNameKey = c.NetworkName, k.NetworkName.field
 	}
 	if k.EnableOverlappingRanges.ok() {
-		if c.OverlappingRanges, err = k.EnableOverlappingRanges.get(); err != nil {
-			return err
-		}
+		c.OverlappingRanges = k.EnableOverlappingRanges.get()
 	}
 	if k.AgentSocket.ok() {
-		s, err := k.AgentSocket.get()
-		if err != nil {
-			return err
-		}
+		s := k.AgentSocket.get()
 		if !filepath.IsAbs(s) || len(s) > maxSocketPath || strings.IndexByte(s, 0) >= 0 {
 			return k.AgentSocket.errorf("must be an absolute path of at most %d bytes", maxSocketPath)
 		}
 		c.AgentSocket = s
 	}
-	if k.ConfigurationPath.ok() {
-		// "" is unset. The shim reads the file it names; the agent only
-		// gets the file's bytes.
-		s, err := k.ConfigurationPath.get()
-		if err != nil {
-			return err
-		}
-		if s != "" && !filepath.IsAbs(s) {
-			return k.ConfigurationPath.errorf("must be an absolute path")
-		}
+	// "" is unset. The shim reads the file configuration_path names; the
+	// agent only gets the file's bytes.
+	if s := k.ConfigurationPath.get(); s != "" && !filepath.IsAbs(s) {
+		return k.ConfigurationPath.errorf("must be an absolute path")
 	}
-	if k.StickyStatefulSets.ok() {
-		if c.StickyStatefulSets, err = k.StickyStatefulSets.get(); err != nil {
-			return err
-		}
-	}
+	c.StickyStatefulSets = k.StickyStatefulSets.get()
 	return nil
 }
 
@@ -357,41 +308,27 @@ func (c *Config) parseDelegationKeys(k *ipamKeys) error {
 		c.own.pd = c.PrefixDelegation
 	}
 	if k.DHCPv6.ok() {
-		if c.DHCPv6, err = parseDHCPv6(k.DHCPv6); err != nil {
-			return err
-		}
+		c.DHCPv6, err = parseDHCPv6(k.DHCPv6)
 	}
-	return nil
-}
-
-// present reports whether a range key is set: whereabouts tests them
-// against their zero value, so "" and [] are unset.
-func present(f field) (bool, error) {
-	switch kindOf(f.raw) {
-	case kindNull:
-		return false, nil
-	case kindString:
-		s, err := f.str()
-		return s != "", err
-	case kindArray:
-		elems, err := f.array()
-		return len(elems) > 0, err
-	}
-	return true, nil
+	return err
 }
 
 // parseRanges handles range, range_start, range_end, exclude, ipRanges and
 // their contradictions with pool. Like whereabouts, the top-level range is
-// the first entry, before the ipRanges entries.
+// the first entry, before the ipRanges entries. Whereabouts tests these
+// keys against their zero value, so "" and [] are unset.
 func parseRanges(c *Config, k *ipamKeys) ([]builtRange, error) {
 	var set [5]*field // range, range_start, range_end, exclude, ipRanges
-	for i, f := range [...]*field{&k.Range.field, &k.RangeStart.field, &k.RangeEnd.field, &k.Exclude.field, &k.IPRanges.field} {
-		ok, err := present(*f)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			set[i] = f
+	for i, f := range [...]struct {
+		f  *field
+		ok bool
+	}{
+		{&k.Range.field, k.Range.get() != ""}, {&k.RangeStart.field, k.RangeStart.get() != ""},
+		{&k.RangeEnd.field, k.RangeEnd.get() != ""}, {&k.Exclude.field, len(k.Exclude.get()) > 0},
+		{&k.IPRanges.field, len(k.IPRanges.get()) > 0},
+	} {
+		if f.ok {
+			set[i] = f.f
 		}
 	}
 	rng, start, end, exclude, ipRanges := set[0], set[1], set[2], set[3], set[4]
@@ -408,11 +345,7 @@ func parseRanges(c *Config, k *ipamKeys) ([]builtRange, error) {
 	}
 	var topExclude []field
 	if exclude != nil {
-		elems, err := k.Exclude.get()
-		if err != nil {
-			return nil, err
-		}
-		topExclude = fieldsOf(elems)
+		topExclude = fieldsOf(k.Exclude.get())
 	}
 	var built []builtRange
 	if rng != nil {
@@ -431,25 +364,19 @@ func parseRanges(c *Config, k *ipamKeys) ([]builtRange, error) {
 			}
 		}
 	}
-	if ipRanges != nil {
-		entries, err := k.IPRanges.get()
+	for _, e := range k.IPRanges.get() {
+		// whereabouts drops a top-level exclude when there is no
+		// top-level range; tenure applies it to every entry rather
+		// than silently hand out addresses the user excluded.
+		var inherited []field
+		if rng == nil {
+			inherited = topExclude
+		}
+		b, err := ipRangesEntry(e, inherited)
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range entries {
-			// whereabouts drops a top-level exclude when there is no
-			// top-level range; tenure applies it to every entry rather
-			// than silently hand out addresses the user excluded.
-			var inherited []field
-			if rng == nil {
-				inherited = topExclude
-			}
-			b, err := ipRangesEntry(e, inherited)
-			if err != nil {
-				return nil, err
-			}
-			built = append(built, b)
-		}
+		built = append(built, b)
 	}
 	return built, nil
 }
@@ -457,32 +384,17 @@ func parseRanges(c *Config, k *ipamKeys) ([]builtRange, error) {
 // ipRangesEntry builds the range of one ipRanges entry; inherited excludes
 // follow the entry's own.
 func ipRangesEntry(e val[rangeKeys], inherited []field) (builtRange, error) {
-	m, err := e.get()
-	if err != nil {
-		return builtRange{}, err
-	}
+	m := e.get()
 	if !m.Range.ok() {
 		return builtRange{}, &Error{Key: e.path + ".range", Reason: "is required"}
 	}
-	in := rangeInput{rng: m.Range.field}
-	for _, b := range []struct {
-		f   *field
-		dst **field
-	}{{&m.RangeStart.field, &in.start}, {&m.RangeEnd.field, &in.end}} {
-		if ok, err := present(*b.f); err != nil {
-			return builtRange{}, err
-		} else if ok {
-			*b.dst = b.f
-		}
+	in := rangeInput{rng: m.Range.field, exclude: append(fieldsOf(m.Exclude.get()), inherited...)}
+	if m.RangeStart.get() != "" {
+		in.start = &m.RangeStart.field
 	}
-	if m.Exclude.ok() {
-		elems, err := m.Exclude.get()
-		if err != nil {
-			return builtRange{}, err
-		}
-		in.exclude = fieldsOf(elems)
+	if m.RangeEnd.get() != "" {
+		in.end = &m.RangeEnd.field
 	}
-	in.exclude = append(in.exclude, inherited...)
 	return buildRange(in)
 }
 
@@ -765,9 +677,9 @@ func (src sources) withPool(prefix string, spec v1alpha1.IPPoolSpec) (sources, e
 }
 
 func networkName(f field) (string, error) {
-	s, err := f.str()
-	if err != nil || s == "" {
-		return "", err
+	s := f.text
+	if s == "" {
+		return "", nil
 	}
 	if !validName(s) {
 		return "", f.errorf("must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.'; at most 253 bytes), as it names Kubernetes objects")
@@ -793,25 +705,17 @@ func validName(s string) bool {
 }
 
 func parseRoutes(v val[[]val[routeKeys]]) ([]*types.Route, error) {
-	elems, err := v.get()
-	if err != nil {
-		return nil, err
+	if !v.ok() {
+		return nil, nil
 	}
-	routes := make([]*types.Route, 0, len(elems))
-	for _, e := range elems {
-		m, err := e.get()
-		if err != nil {
-			return nil, err
-		}
+	routes := make([]*types.Route, 0, len(v.get()))
+	for _, e := range v.get() {
+		m := e.get()
 		if !m.Dst.ok() {
 			return nil, &Error{Key: e.path + ".dst", Reason: "is required"}
 		}
-		s, err := m.Dst.get()
-		if err != nil {
-			return nil, err
-		}
 		df := m.Dst.field
-		p, err := parsePrefix(strings.TrimSpace(s))
+		p, err := parsePrefix(strings.TrimSpace(m.Dst.get()))
 		if err != nil {
 			return nil, df.errorf("not a CIDR: %v", err)
 		}
@@ -843,10 +747,7 @@ func parseRoutes(v val[[]val[routeKeys]]) ([]*types.Route, error) {
 			if !n.v.ok() {
 				continue
 			}
-			i, err := n.v.get()
-			if err != nil {
-				return nil, err
-			}
+			i := n.v.get()
 			if i < 0 || i > 1<<32-1 {
 				return nil, n.v.errorf("must be from 0 to %d", int64(1<<32-1))
 			}
@@ -860,42 +761,14 @@ func parseRoutes(v val[[]val[routeKeys]]) ([]*types.Route, error) {
 	return routes, nil
 }
 
-func parseDNS(v val[dnsKeys]) (types.DNS, error) {
-	var d types.DNS
-	m, err := v.get()
-	if err != nil {
-		return d, err
-	}
-	if m.Nameservers.ok() {
-		elems, err := m.Nameservers.get()
-		if err != nil {
-			return d, err
+func parseDNS(m dnsKeys) (types.DNS, error) {
+	d := types.DNS{Domain: m.Domain.get(), Search: m.Search.get(), Options: m.Options.get()}
+	for _, e := range m.Nameservers.get() {
+		s := e.get()
+		if _, err := netip.ParseAddr(s); err != nil { // zones allowed: fe80::1%eth0
+			return d, e.errorf("not an IP address: %v", err)
 		}
-		for _, e := range elems {
-			s, err := e.get()
-			if err != nil {
-				return d, err
-			}
-			if _, err := netip.ParseAddr(s); err != nil { // zones allowed: fe80::1%eth0
-				return d, e.errorf("not an IP address: %v", err)
-			}
-			d.Nameservers = append(d.Nameservers, s)
-		}
-	}
-	if m.Domain.ok() {
-		if d.Domain, err = m.Domain.get(); err != nil {
-			return d, err
-		}
-	}
-	if m.Search.ok() {
-		if d.Search, err = m.Search.get(); err != nil {
-			return d, err
-		}
-	}
-	if m.Options.ok() {
-		if d.Options, err = m.Options.get(); err != nil {
-			return d, err
-		}
+		d.Nameservers = append(d.Nameservers, s)
 	}
 	return d, nil
 }

@@ -10,18 +10,21 @@ import (
 	"sync"
 )
 
-// val is the value of one key, as encoding/json split it out of its object
-// or array, with the path of the key: messages quote it as written. get
-// decodes it as T; an unset key (absent or null) is T's zero value.
+// val is the value of one key, decoded as T, with the key's path and its
+// value as written: messages quote both. An unset key (absent or null) is
+// T's zero value.
 //
 // T is a string, a bool, an int64, a number, an objectMembers, a slice (a
 // JSON array: each element decoded as the slice's element type) or a
 // struct (a JSON object: the members its fields' json tags name, spelt
 // exactly; any other member is an unknown key unless the struct is an
-// openObject). A val inside T is only split out, not decoded: get decodes
-// one level, so Parse meets the faults in the order it checks the keys, and
-// of several faults always reports the same one.
-type val[T any] struct{ field }
+// openObject). decodeKeys decodes a whole config into these in one pass,
+// visiting members in key order, so of several faults it always reports
+// the same one; validation then only reads the decoded values.
+type val[T any] struct {
+	field
+	v T
+}
 
 // number is a JSON number that must be an integer, for keys whose messages
 // ask for "a number" (whereabouts' ints).
@@ -34,45 +37,40 @@ type objectMembers map[string]field
 // other plugins.
 type openObject interface{ open() }
 
-type setter interface{ set(field) }
+type setter interface{ set(field) error }
 
-type checker interface{ check() error }
-
-func (v *val[T]) set(f field) { v.field = f }
-
-// ok reports whether the key is set to something other than null.
-func (v *val[T]) ok() bool { return v.raw != nil }
-
-func (v *val[T]) get() (T, error) {
-	var t T
+// set decodes f, and every value inside it, as T.
+func (v *val[T]) set(f field) error {
+	v.field = f
 	if !v.ok() {
-		return t, nil // unset: the zero value
+		return nil // unset: the zero value
 	}
 	var err error
-	switch p := any(&t).(type) { // the common cases, without reflection
+	switch p := any(&v.v).(type) { // the common cases, without reflection
 	case *string:
 		*p, err = v.str()
+		v.text = *p
 	case *bool:
 		*p, err = v.boolean()
 	case *int64:
 		*p, err = v.integer()
 	default:
-		return decodeAs[T](v.field)
+		err = decode(f, reflect.ValueOf(&v.v).Elem())
 	}
-	return t, err
+	return err
 }
 
-func decodeAs[T any](f field) (T, error) {
-	var t T
-	err := decode(f, reflect.ValueOf(&t).Elem(), false)
-	return t, err
-}
+// ok reports whether the key is set to something other than null.
+func (v *val[T]) ok() bool { return v.raw != nil }
 
-// check decodes the value and every value inside it, for keys that are
-// only checked.
-func (v *val[T]) check() error {
+// get returns the decoded value.
+func (v *val[T]) get() T { return v.v }
+
+// decodeKeys decodes f into a new T, the whole of it.
+func decodeKeys[T any](f field) (T, error) {
 	var t T
-	return decode(v.field, reflect.ValueOf(&t).Elem(), true)
+	err := decode(f, reflect.ValueOf(&t).Elem())
+	return t, err
 }
 
 var (
@@ -81,15 +79,10 @@ var (
 	openType          = reflect.TypeFor[openObject]()
 )
 
-// decode decodes f into dst (addressable). A val is only split out, unless
-// deep.
-func decode(f field, dst reflect.Value, deep bool) error {
+// decode decodes f into dst (addressable).
+func decode(f field, dst reflect.Value) error {
 	if s, ok := dst.Addr().Interface().(setter); ok {
-		s.set(f)
-		if deep {
-			return dst.Addr().Interface().(checker).check()
-		}
-		return nil
+		return s.set(f)
 	}
 	switch {
 	case dst.Type() == numberType:
@@ -124,7 +117,7 @@ func decode(f field, dst reflect.Value, deep bool) error {
 		}
 		dst.Set(reflect.MakeSlice(dst.Type(), len(elems), len(elems)))
 		for i, e := range elems {
-			if err := decode(e, dst.Index(i), deep); err != nil {
+			if err := decode(e, dst.Index(i)); err != nil {
 				return err
 			}
 		}
@@ -134,7 +127,7 @@ func decode(f field, dst reflect.Value, deep bool) error {
 		if err != nil {
 			return err
 		}
-		return decodeMembers(m, dst, deep)
+		return decodeMembers(m, dst)
 	}
 	panic("config: cannot decode into " + dst.Type().String())
 }
@@ -142,7 +135,7 @@ func decode(f field, dst reflect.Value, deep bool) error {
 // decodeMembers sets dst's fields from the members their json tags name;
 // with dst not open, a member no field names is an unknown key. Members are
 // checked in key order, so the first fault reported is always the same.
-func decodeMembers(m map[string]field, dst reflect.Value, deep bool) error {
+func decodeMembers(m map[string]field, dst reflect.Value) error {
 	keys := keysOf(dst.Type())
 	if !dst.Type().Implements(openType) {
 		if err := checkKeys(m, keys); err != nil {
@@ -151,7 +144,7 @@ func decodeMembers(m map[string]field, dst reflect.Value, deep bool) error {
 	}
 	for i, k := range keys {
 		if f, ok := m[k]; ok {
-			if err := decode(f, dst.Field(i), deep); err != nil {
+			if err := decode(f, dst.Field(i)); err != nil {
 				return err
 			}
 		}

@@ -59,30 +59,19 @@ const maxLifetime = math.MaxUint32
 // parsePrefixDelegation reads prefix_delegation; it returns the range's
 // key too, for messages.
 func parsePrefixDelegation(v val[pdKeys]) (*addrspace.PrefixDelegation, field, error) {
-	m, err := v.get()
-	if err != nil {
-		return nil, field{}, err
-	}
+	m := v.get()
 	if !m.Range.ok() {
 		return nil, field{}, &Error{Key: v.path + ".range", Reason: "is required"}
 	}
 	if !m.PrefixLength.ok() {
 		return nil, field{}, &Error{Key: v.path + ".prefix_length", Reason: "is required"}
 	}
-	n, err := m.PrefixLength.get()
-	if err != nil {
-		return nil, field{}, err
-	}
-	pd, err := buildPrefixDelegation(m.Range.field, m.PrefixLength.field, n)
+	pd, err := buildPrefixDelegation(m.Range.field, m.PrefixLength.field, m.PrefixLength.get())
 	return pd, m.Range.field, err
 }
 
 func buildPrefixDelegation(rf, lf field, n int64) (*addrspace.PrefixDelegation, error) {
-	s, err := rf.str()
-	if err != nil {
-		return nil, err
-	}
-	p, err := parsePrefix(strings.TrimSpace(s))
+	p, err := parsePrefix(strings.TrimSpace(rf.text))
 	if err != nil {
 		return nil, rf.errorf("not a CIDR: %v", err)
 	}
@@ -101,32 +90,21 @@ func buildPrefixDelegation(rf, lf field, n int64) (*addrspace.PrefixDelegation, 
 }
 
 func parseDHCPv6(v val[dhcpv6Keys]) (*DHCPv6, error) {
-	m, err := v.get()
-	if err != nil {
-		return nil, err
-	}
+	m := v.get()
+	var err error
 	d := &DHCPv6{Enabled: true, PreferredLifetime: DefaultPreferredLifetime, ValidLifetime: DefaultValidLifetime, InstallRoutes: true}
 	for _, b := range []struct {
 		v   *val[bool]
 		dst *bool
 	}{{&m.Enabled, &d.Enabled}, {&m.InstallRoutes, &d.InstallRoutes}, {&m.RouterAdvertisements, &d.RouterAdvertisements}} {
 		if b.v.ok() {
-			if *b.dst, err = b.v.get(); err != nil {
-				return nil, err
-			}
+			*b.dst = b.v.get()
 		}
 	}
 	if m.Interfaces.ok() {
-		elems, err := m.Interfaces.get()
-		if err != nil {
-			return nil, err
-		}
 		seen := map[string]string{}
-		for _, e := range elems {
-			name, err := e.get()
-			if err != nil {
-				return nil, err
-			}
+		for _, e := range m.Interfaces.get() {
+			name := e.get()
 			if !validIfName(name) {
 				return nil, e.errorf("not a valid interface name (1-15 bytes, no '/', ':', whitespace, not \".\" or \"..\")")
 			}
@@ -170,43 +148,27 @@ func parseDHCPv6(v val[dhcpv6Keys]) (*DHCPv6, error) {
 // the dhcpv6 interfaces and has a unicast MAC, and an IPv6 unicast address
 // if any.
 func parseTrustedRelays(v val[[]val[relayKeys]], interfacesPath string, interfaces []string) ([]TrustedRelay, error) {
-	elems, err := v.get()
-	if err != nil {
-		return nil, err
-	}
 	var out []TrustedRelay
 	seen := map[string]string{}
-	for _, e := range elems {
-		m, err := e.get()
-		if err != nil {
-			return nil, err
-		}
+	for _, e := range v.get() {
+		m := e.get()
 		var r TrustedRelay
 		if !m.Interface.ok() {
 			return nil, &Error{Key: e.path + ".interface", Reason: "is required"}
 		}
-		if r.Interface, err = m.Interface.get(); err != nil {
-			return nil, err
-		}
+		r.Interface = m.Interface.get()
 		if !slices.Contains(interfaces, r.Interface) {
 			return nil, m.Interface.errorf("is not one of %s %q", interfacesPath, interfaces)
 		}
 		if !m.MAC.ok() {
 			return nil, &Error{Key: e.path + ".mac", Reason: "is required: the bridge ties a MAC, not an IP address, to one sender"}
 		}
-		s, err := m.MAC.get()
-		if err != nil {
-			return nil, err
-		}
-		if r.MAC, err = net.ParseMAC(s); err != nil || len(r.MAC) != 6 || r.MAC[0]&1 != 0 || isZeroMAC(r.MAC) {
+		var err error
+		if r.MAC, err = net.ParseMAC(m.MAC.get()); err != nil || len(r.MAC) != 6 || r.MAC[0]&1 != 0 || isZeroMAC(r.MAC) {
 			return nil, m.MAC.errorf("not a unicast Ethernet MAC address")
 		}
 		if m.Address.ok() {
-			s, err := m.Address.get()
-			if err != nil {
-				return nil, err
-			}
-			a, err := netip.ParseAddr(s)
+			a, err := netip.ParseAddr(m.Address.get())
 			if err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
 				return nil, m.Address.errorf("not an IPv6 unicast address")
 			}
@@ -232,10 +194,7 @@ func isZeroMAC(mac net.HardwareAddr) bool {
 }
 
 func lifetime(v *val[int64]) (time.Duration, error) {
-	n, err := v.get()
-	if err != nil {
-		return 0, err
-	}
+	n := v.get()
 	if n <= 0 || n > maxLifetime {
 		return 0, v.errorf("must be a number of seconds from 1 to %d", int64(maxLifetime))
 	}

@@ -57,6 +57,7 @@ func quote(s string) string { return truncate(strconv.Quote(s)) }
 type field struct {
 	path string
 	raw  json.RawMessage
+	text string // the decoded string, for a string value
 }
 
 func (f field) errorf(format string, args ...any) *Error {
@@ -68,7 +69,7 @@ func (f field) show() string { return show(f.raw) }
 // jsonString makes a field from a Go string (used for IPPool specs).
 func jsonString(path, s string) field {
 	raw, _ := json.Marshal(s)
-	return field{path: path, raw: raw}
+	return field{path: path, raw: raw, text: s}
 }
 
 // unknownKey reports a key that is not allowed at this place, with a

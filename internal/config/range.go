@@ -93,11 +93,7 @@ func familyName(is4 bool) string {
 }
 
 func (f field) addr() (netip.Addr, error) {
-	s, err := f.str()
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	a, err := parseAddr(s)
+	a, err := parseAddr(f.text)
 	if err != nil {
 		return netip.Addr{}, f.errorf("not an IP address: %v", err)
 	}
@@ -107,10 +103,7 @@ func (f field) addr() (netip.Addr, error) {
 // excludePrefix parses an exclude entry: a CIDR (masked, as whereabouts
 // does: 10.0.0.5/30 excludes 10.0.0.4-10.0.0.7) or a single address.
 func (f field) excludePrefix() (netip.Prefix, error) {
-	s, err := f.str()
-	if err != nil {
-		return netip.Prefix{}, err
-	}
+	s := f.text
 	if strings.Contains(s, "/") {
 		p, err := parsePrefix(s)
 		if err != nil {
@@ -128,10 +121,7 @@ func (f field) excludePrefix() (netip.Prefix, error) {
 // buildRange parses and validates one range. Excludes are parsed but not yet
 // normalized; the gateway is not yet applied (see finishRanges).
 func buildRange(in rangeInput) (builtRange, error) {
-	spec, err := in.rng.str()
-	if err != nil {
-		return builtRange{}, err
-	}
+	spec := in.rng.text
 	if spec == "" {
 		return builtRange{}, in.rng.errorf("is required")
 	}

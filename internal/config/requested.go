@@ -17,21 +17,10 @@ type requestedIP struct {
 // from the network-selection element's "ips". Entries are CIDRs
 // ("10.0.0.5/24") or bare addresses, as host-local accepts them, at most one
 // per family. Other runtimeConfig keys belong to other plugins.
-func parseRequested(v val[runtimeConfig]) ([]requestedIP, error) {
-	m, err := v.get()
-	if err != nil || !m.IPs.ok() {
-		return nil, err
-	}
-	elems, err := m.IPs.get()
-	if err != nil {
-		return nil, err
-	}
+func parseRequested(m runtimeConfig) ([]requestedIP, error) {
 	var out []requestedIP
-	for _, e := range elems {
-		s, err := e.get()
-		if err != nil {
-			return nil, err
-		}
+	for _, e := range m.IPs.get() {
+		s := e.get()
 		q := requestedIP{bits: -1, f: e.field}
 		if strings.Contains(s, "/") {
 			p, err := parsePrefix(strings.TrimSpace(s))
@@ -39,8 +28,12 @@ func parseRequested(v val[runtimeConfig]) ([]requestedIP, error) {
 				return nil, e.errorf("not an IP address or CIDR: %v", err)
 			}
 			q.addr, q.bits = p.Addr(), p.Bits()
-		} else if q.addr, err = parseAddr(strings.TrimSpace(s)); err != nil {
-			return nil, e.errorf("not an IP address or CIDR: %v", err)
+		} else {
+			a, err := parseAddr(strings.TrimSpace(s))
+			if err != nil {
+				return nil, e.errorf("not an IP address or CIDR: %v", err)
+			}
+			q.addr = a
 		}
 		for _, prev := range out {
 			if prev.addr.Is4() == q.addr.Is4() {
