@@ -1,8 +1,8 @@
 package config
 
 // The keys of a config, as their structs decode them (val). A new key is a
-// field here and its check in Parse. Field order is the order "did you
-// mean" suggests from.
+// field here and its check in Parse. Field order is the order decoding
+// visits the keys and "did you mean" suggests from.
 
 // netconfKeys is the top level of a CNI network config; its other keys
 // belong to the runtime and to other plugins.
@@ -24,9 +24,11 @@ type runtimeConfig struct {
 func (runtimeConfig) open() {}
 
 // ipamKeys are the ipam keys tenure acts on, in the ipam section or the
-// flat file.
+// flat file, in the order Parse checks them, so the first fault decoding
+// meets is the first a check would (suggestions come from allKeys, sorted).
 type ipamKeys struct {
 	Type                    val[string]           `json:"type"`
+	Pool                    val[string]           `json:"pool"`
 	Range                   val[string]           `json:"range"`
 	RangeStart              val[string]           `json:"range_start"`
 	RangeEnd                val[string]           `json:"range_end"`
@@ -37,12 +39,11 @@ type ipamKeys struct {
 	DNS                     val[dnsKeys]          `json:"dns"`
 	NetworkName             val[string]           `json:"network_name"`
 	EnableOverlappingRanges val[bool]             `json:"enable_overlapping_ranges"`
-	ConfigurationPath       val[string]           `json:"configuration_path"`
-	Pool                    val[string]           `json:"pool"`
 	AgentSocket             val[string]           `json:"agent_socket"`
+	ConfigurationPath       val[string]           `json:"configuration_path"`
+	StickyStatefulSets      val[bool]             `json:"sticky_statefulsets"`
 	PrefixDelegation        val[pdKeys]           `json:"prefix_delegation"`
 	DHCPv6                  val[dhcpv6Keys]       `json:"dhcpv6"`
-	StickyStatefulSets      val[bool]             `json:"sticky_statefulsets"`
 }
 
 func (ipamKeys) open() {} // with whereaboutsKeys: checkKnownKeys
