@@ -8,9 +8,11 @@
 // accepted and listed in Config.Ignored. Any other unknown key is an error.
 // Every error is a *Error naming the key and the value.
 //
-// The keys are structs with json tags (keys.go) that encoding/json fills
-// with each key's value as written; Parse then checks and converts the
-// values, in a fixed order.
+// The keys are structs with json tags (keys.go). Parse decodes the whole
+// config into them first, with encoding/json splitting out each key's value
+// as written, so every fault in the JSON (syntax, a value's type, an
+// unknown key) is reported there; it then checks and converts the decoded
+// values, in a fixed order, without decoding anything more.
 package config
 
 import (
