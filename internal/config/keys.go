@@ -29,10 +29,10 @@ func (runtimeConfig) open() {}
 type ipamKeys struct {
 	Type                    val[string]           `json:"type"`
 	Pool                    val[string]           `json:"pool"`
+	Exclude                 val[[]val[string]]    `json:"exclude"`
 	Range                   val[string]           `json:"range"`
 	RangeStart              val[string]           `json:"range_start"`
 	RangeEnd                val[string]           `json:"range_end"`
-	Exclude                 val[[]val[string]]    `json:"exclude"`
 	IPRanges                val[[]val[rangeKeys]] `json:"ipRanges"`
 	Gateway                 val[string]           `json:"gateway"`
 	Routes                  val[[]val[routeKeys]] `json:"routes"`
