@@ -18,9 +18,9 @@ import (
 // JSON array: each element decoded as the slice's element type) or a
 // struct (a JSON object: the members its fields' json tags name, spelt
 // exactly; any other member is an unknown key unless the struct is an
-// openObject). decodeKeys decodes a whole config into these in one pass,
-// visiting members in key order, so of several faults it always reports
-// the same one; validation then only reads the decoded values.
+// openObject). decodeConfig decodes a whole config into these in one pass,
+// visiting each struct's members in field order, so of several faults it
+// always reports the same one; the checks then only read decoded values.
 type val[T any] struct {
 	field
 	v T
