@@ -43,7 +43,10 @@ func freeAddr(t *testing.T) string {
 
 // ctlStart starts tenure-controller against the test control plane with its
 // own Lease (lease), waits until its caches have synced, and stops it when
-// the test ends (its log is printed if the test failed).
+// the test ends (its log is printed if the test failed). The renew deadline
+// is long enough that a machine busy with the other test packages does not
+// cost the leader its Lease; failover in these tests is a graceful stop,
+// which releases the Lease at once.
 func ctlStart(t *testing.T, ctx context.Context, lease string, extra ...string) *ctl {
 	t.Helper()
 	if bins.Controller == "" {
@@ -54,7 +57,7 @@ func ctlStart(t *testing.T, ctx context.Context, lease string, extra ...string) 
 		"--kubeconfig", cptest.Current().KubeconfigPath,
 		"--metrics-addr", maddr, "--health-addr", haddr,
 		"--leader-election-id", lease,
-		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "250ms",
+		"--leader-election-lease-duration", "10s", "--leader-election-renew-deadline", "8s", "--leader-election-retry-period", "250ms",
 		"--pool-status-interval", "500ms",
 	}, extra...)
 	log := filepath.Join(t.TempDir(), "controller.log")

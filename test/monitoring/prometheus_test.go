@@ -264,7 +264,7 @@ func TestPrometheusRangeFullFiresAndResolves(t *testing.T) {
 	ctlLog := filepath.Join(dir, "controller.log")
 	ctl, err := testbed.StartProcess("controller", bins.Controller, ctlLog, "--kubeconfig", cp.KubeconfigPath,
 		"--metrics-addr", ctlAddr, "--health-addr", loopbackAddr(t), "--leader-election-id", "tenure-monitoring",
-		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "250ms")
+		"--leader-election-lease-duration", "10s", "--leader-election-renew-deadline", "8s", "--leader-election-retry-period", "250ms")
 	if err != nil {
 		t.Fatal(err)
 	}
