@@ -30,10 +30,6 @@ import (
 	"github.com/tenure-ipam/tenure/internal/ops"
 )
 
-// kubevirtFinalizer is the finalizer KubeVirt's ipam-extensions puts on
-// every IPAMClaim it creates and removes once the VM's VMI is gone.
-const kubevirtFinalizer = "kubevirt.io/persistent-ipam"
-
 // createKubeVirtClaim creates the claim as KubeVirt's ipam-extensions
 // (pkg/vminetworkscontroller) does for a VM's network: named
 // <vm>.<logical network>, owned by the VirtualMachine (controller, blocking
@@ -50,7 +46,7 @@ func createKubeVirtClaim(t *testing.T, ctx context.Context, c client.Client, ns,
 			Namespace: ns, Name: vm + "." + logicalNetwork,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: vm,
 				UID: k8stypes.UID("8a3c5d1e-0000-4000-8000-" + strings.Repeat("0", 12-len(vm)) + vm), Controller: &yes, BlockOwnerDeletion: &yes}},
-			Finalizers: []string{kubevirtFinalizer},
+			Finalizers: []string{testbed.ClaimFinalizer},
 			Labels:     map[string]string{"kubevirt.io/vm": vm},
 		},
 		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: network},
@@ -113,7 +109,7 @@ func TestTerminatingKubeVirtClaimKeepsItsAddresses(t *testing.T) {
 		t.Fatalf("claim status %+v: want two addresses and a prefix", recorded.Status)
 	}
 	ctlPoll(t, ctx, "tenure's finalizer beside KubeVirt's", func() (bool, error) {
-		return slices.Equal(getClaim(t, ctx, c, ns, claim.Name).Finalizers, []string{kubevirtFinalizer, controller.ClaimFinalizer}), nil
+		return slices.Equal(getClaim(t, ctx, c, ns, claim.Name).Finalizers, []string{testbed.ClaimFinalizer, controller.ClaimFinalizer}), nil
 	})
 	held := claimReservations(t, ctx, string(claim.UID))
 	var items []string
@@ -133,7 +129,7 @@ func TestTerminatingKubeVirtClaimKeepsItsAddresses(t *testing.T) {
 	if getClaim(t, ctx, c, ns, claim.Name).DeletionTimestamp == nil {
 		t.Fatal("the claim has no deletionTimestamp: KubeVirt's finalizer must keep it")
 	}
-	wantMsg := "claim is being deleted; waiting for finalizer " + kubevirtFinalizer + " before releasing " + strings.Join(items, ", ")
+	wantMsg := "claim is being deleted; waiting for finalizer " + testbed.ClaimFinalizer + " before releasing " + strings.Join(items, ", ")
 	ctlPoll(t, ctx, "condition Released=False WaitingForFinalizers", func() (bool, error) {
 		cond := meta.FindStatusCondition(getClaim(t, ctx, c, ns, claim.Name).Status.Conditions, claims.ConditionReleased)
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == claims.ReasonWaitingForFinalizers && cond.Message == wantMsg, nil
@@ -205,7 +201,7 @@ func TestTerminatingKubeVirtClaimKeepsItsAddresses(t *testing.T) {
 	}
 	before, _ := ctrl.metric(t, "tenure_releases_total", `reason="ClaimDeleted"`)
 	cur := getClaim(t, ctx, c, ns, claim.Name)
-	controllerutil.RemoveFinalizer(cur, kubevirtFinalizer)
+	controllerutil.RemoveFinalizer(cur, testbed.ClaimFinalizer)
 	if err := c.Update(ctx, cur); err != nil {
 		t.Fatal(err)
 	}

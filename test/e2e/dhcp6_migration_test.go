@@ -90,17 +90,17 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	ctrl.waitLeading(t, ctx)
 
 	vm := createVM(t, ctx, c, "dhcp6mig", "vm1", dhcpVMMAC)
-	vm.start(t, ctx, c)
-	podA := vm.launcher(t, ctx, c, "mig-a", "")
+	vm.Start(ctx, t, c)
+	podA := launcher(t, ctx, c, vm, "mig-a", "")
 	if _, err := add(ctx, podA, confA); err != nil {
 		t.Fatalf("ADD of the source pod: %v", err)
 	}
-	vm.running(t, ctx, c, podA)
-	wantAddr, wantPrefix := claimHolds(t, ctx, c, vm.ns, vm.claim)
-	wantOwner(t, ctx, c, vm.ns, vm.claim, podA.name)
-	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podA.name)
+	vm.Running(ctx, t, c, podA.launcher())
+	wantAddr, wantPrefix := claimHolds(t, ctx, c, vm.Namespace, vm.Claim)
+	wantOwner(t, ctx, c, vm.Namespace, vm.Claim, podA.name)
+	wantConditionNames(t, ctx, c, vm.Namespace, vm.Claim, podA.name)
 	ctlPoll(t, ctx, "tenure's finalizer beside KubeVirt's", func() (bool, error) {
-		return slices.Equal(getClaim(t, ctx, c, vm.ns, vm.claim).Finalizers, []string{kubevirtFinalizer, controller.ClaimFinalizer}), nil
+		return slices.Equal(getClaim(t, ctx, c, vm.Namespace, vm.Claim).Finalizers, []string{testbed.ClaimFinalizer, controller.ClaimFinalizer}), nil
 	})
 
 	dhc := startDhclient(t, guest)
@@ -115,14 +115,14 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	// node-b, its ADD runs, and the VMI records the migration; the VM still
 	// runs on node-a.
 	m1 := kvMigration{uid: "migration-1", src: podA}
-	m1.dst = vm.launcher(t, ctx, c, "mig-b", m1.uid)
+	m1.dst = launcher(t, ctx, c, vm, "mig-b", m1.uid)
 	podB := m1.dst
 	if _, err := add(ctx, podB, confB); err != nil {
 		t.Fatalf("ADD of the target pod: %v", err)
 	}
-	wantOwner(t, ctx, c, vm.ns, vm.claim, podA.name)
-	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podA.name)
-	vm.migrationStart(t, ctx, c, m1)
+	wantOwner(t, ctx, c, vm.Namespace, vm.Claim, podA.name)
+	wantConditionNames(t, ctx, c, vm.Namespace, vm.Claim, podA.name)
+	vm.MigrationStart(ctx, t, c, m1.kv())
 	// Node-b's agent has computed its bindings from this state when it
 	// logs why its pod is not served.
 	waitAgentLog(t, ctx, agentB, "this node is its migration target")
@@ -135,14 +135,14 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	if n := counter(t, scrape(t, metricsA), "renew", "reply"); n <= renewsA {
 		t.Fatalf("node-a answered %v Renews, %v before: the guest's Renew was not answered by the source", n, renewsA)
 	}
-	wantOwner(t, ctx, c, vm.ns, vm.claim, podA.name)
+	wantOwner(t, ctx, c, vm.Namespace, vm.Claim, podA.name)
 
 	// Switchover: the guest's traffic now reaches node-b's bridge, and the
 	// target's virt-handler writes targetNodeDomainReadyTimestamp. Nothing
 	// says completed yet.
 	mustIP(t, nodeA, "link", "set", "vg", "netns", nodeB)
 	mustIP(t, nodeB, "link", "set", "vg", "master", "br0", "up")
-	signalled := vm.domainReady(t, ctx, c)
+	signalled := vm.DomainReady(ctx, t, c)
 	waitRoute(t, ctx, nodeB, wantPrefix, wantRoute, true)
 	t.Logf("switchover: the prefix route on the target %v after targetNodeDomainReadyTimestamp was written", time.Since(signalled).Round(time.Millisecond))
 	waitRoute(t, ctx, nodeA, wantPrefix, "", false)
@@ -151,8 +151,8 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	if n := counter(t, scrape(t, metricsB), "renew", "reply"); n <= renewsB {
 		t.Fatalf("node-b answered %v Renews, %v before the switchover", n, renewsB)
 	}
-	waitOwner(t, ctx, c, vm.ns, vm.claim, podB.name)
-	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podB.name)
+	waitOwner(t, ctx, c, vm.Namespace, vm.Claim, podB.name)
+	wantConditionNames(t, ctx, c, vm.Namespace, vm.Claim, podB.name)
 	mb := scrape(t, metricsB)
 	if n := metricValue(t, mb, "tenure_kubevirt_switchovers_total", `outcome="target"`); n != 1 {
 		t.Fatalf("node-b counted %v switchovers to it, want 1", n)
@@ -161,11 +161,11 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 		t.Fatalf("node-b timed %v switchovers, want 1", n)
 	}
 	t.Logf("node-b's agent: switchover gap %vs after the signal (one-second resolution)", metricValue(t, mb, "tenure_kubevirt_switchover_route_seconds_sum"))
-	vm.migrationEnd(t, ctx, c, m1, false)
+	vm.MigrationEnd(ctx, t, c, m1.kv(), false)
 	if err := del(ctx, podA, confA); err != nil {
 		t.Fatalf("DEL of the source pod: %v", err)
 	}
-	if err := testbed.ForceDeletePod(ctx, c, vm.ns, podA.name); err != nil {
+	if err := testbed.ForceDeletePod(ctx, c, vm.Namespace, podA.name); err != nil {
 		t.Fatal(err)
 	}
 	// Node-a no longer answers the VM's identity: a client with the VM's MAC
@@ -178,17 +178,17 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	// A migration back to node-a starts, and fails: the VMI says failed and
 	// virt-controller deletes the target pod. The VM never left node-b.
 	m2 := kvMigration{uid: "migration-2", src: podB}
-	m2.dst = vm.launcher(t, ctx, c, "mig-a", m2.uid)
+	m2.dst = launcher(t, ctx, c, vm, "mig-a", m2.uid)
 	if _, err := add(ctx, m2.dst, confA); err != nil {
 		t.Fatalf("ADD of the second migration's target pod: %v", err)
 	}
-	vm.migrationStart(t, ctx, c, m2)
+	vm.MigrationStart(ctx, t, c, m2.kv())
 	waitAgentLog(t, ctx, agentA, "runs on node mig-b; this node is its migration target")
-	vm.migrationEnd(t, ctx, c, m2, true)
+	vm.MigrationEnd(ctx, t, c, m2.kv(), true)
 	if err := del(ctx, m2.dst, confA); err != nil {
 		t.Fatalf("DEL of the failed migration's target pod: %v", err)
 	}
-	if err := testbed.ForceDeletePod(ctx, c, vm.ns, m2.dst.name); err != nil {
+	if err := testbed.ForceDeletePod(ctx, c, vm.Namespace, m2.dst.name); err != nil {
 		t.Fatal(err)
 	}
 	renewsB = counter(t, scrape(t, metricsB), "renew", "reply")
@@ -203,39 +203,39 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	if adv, err := solicit(t, probe, 3*time.Second); !errors.Is(err, nclient6.ErrNoResponse) {
 		t.Fatalf("node-a after the failed migration: advertise %v, err %v; want no response", adv, err)
 	}
-	wantOwner(t, ctx, c, vm.ns, vm.claim, podB.name)
-	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podB.name)
+	wantOwner(t, ctx, c, vm.Namespace, vm.Claim, podB.name)
+	wantConditionNames(t, ctx, c, vm.Namespace, vm.Claim, podB.name)
 
 	// Stop: the VMI and its pod go; the claim stays with its addresses and
 	// prefix, and ownerPod names the last pod that served the VM.
 	if err := del(ctx, podB, confB); err != nil {
 		t.Fatalf("DEL of the stopped VM's pod: %v", err)
 	}
-	if err := testbed.ForceDeletePod(ctx, c, vm.ns, podB.name); err != nil {
+	if err := testbed.ForceDeletePod(ctx, c, vm.Namespace, podB.name); err != nil {
 		t.Fatal(err)
 	}
-	vm.stop(t, ctx, c)
+	vm.Stop(ctx, t, c)
 	waitRoute(t, ctx, nodeB, wantPrefix, "", false)
-	if a, p := claimHolds(t, ctx, c, vm.ns, vm.claim); a != wantAddr || p != wantPrefix {
+	if a, p := claimHolds(t, ctx, c, vm.Namespace, vm.Claim); a != wantAddr || p != wantPrefix {
 		t.Fatalf("the stopped VM's claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
 	}
-	wantOwner(t, ctx, c, vm.ns, vm.claim, podB.name)
+	wantOwner(t, ctx, c, vm.Namespace, vm.Claim, podB.name)
 
 	// Start, on node-a: the new pod's ADD gets the same address and
 	// prefix, ownerPod moves to it, and node-a serves the guest.
 	mustIP(t, nodeB, "link", "set", "vg", "netns", nodeA)
 	mustIP(t, nodeA, "link", "set", "vg", "master", "br0", "up")
-	vm.start(t, ctx, c)
-	podD := vm.launcher(t, ctx, c, "mig-a", "")
+	vm.Start(ctx, t, c)
+	podD := launcher(t, ctx, c, vm, "mig-a", "")
 	if _, err := add(ctx, podD, confA); err != nil {
 		t.Fatalf("ADD of the restarted VM's pod: %v", err)
 	}
-	vm.running(t, ctx, c, podD)
-	if a, p := claimHolds(t, ctx, c, vm.ns, vm.claim); a != wantAddr || p != wantPrefix {
+	vm.Running(ctx, t, c, podD.launcher())
+	if a, p := claimHolds(t, ctx, c, vm.Namespace, vm.Claim); a != wantAddr || p != wantPrefix {
 		t.Fatalf("the restarted VM's claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
 	}
-	wantOwner(t, ctx, c, vm.ns, vm.claim, podD.name)
-	wantConditionNames(t, ctx, c, vm.ns, vm.claim, podD.name)
+	wantOwner(t, ctx, c, vm.Namespace, vm.Claim, podD.name)
+	wantConditionNames(t, ctx, c, vm.Namespace, vm.Claim, podD.name)
 	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
 	waitRenewed(t, ctx, dhc, wantAddr, wantPrefix, "from node-a after the VM restarted there")
 
@@ -248,7 +248,7 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	// and the VMI's dependent, the launcher pod (gracefully: with no kubelet
 	// it stays terminating). KubeVirt's finalizer holds the claim while the
 	// guest still runs and shuts down.
-	cl := getClaim(t, ctx, c, vm.ns, vm.claim)
+	cl := getClaim(t, ctx, c, vm.Namespace, vm.Claim)
 	claimUID := string(cl.UID)
 	var wantItems []string
 	for _, s := range cl.Status.IPs {
@@ -261,7 +261,7 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 		t.Fatalf("before the delete the claim's reservations hold %v, its status records %v; want the same IPv4 and IPv6 address and /56", items, wantItems)
 	}
 	releasedBefore, _ := ctrl.metric(t, "tenure_releases_total", `reason="ClaimDeleted"`)
-	vmObj := vm.object()
+	vmObj := vm.Object()
 	if err := c.Delete(ctx, vmObj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
 		t.Fatal(err)
 	}
@@ -273,16 +273,16 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	vmiObj := vm.vmi.DeepCopy()
+	vmiObj := vm.VMI.DeepCopy()
 	if err := c.Delete(ctx, vmiObj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: vm.ns, Name: podD.name}}); err != nil {
+	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: podD.name}}); err != nil {
 		t.Fatal(err)
 	}
-	if cl = getClaim(t, ctx, c, vm.ns, vm.claim); cl.DeletionTimestamp == nil || !slices.Equal(cl.Finalizers, []string{kubevirtFinalizer, controller.ClaimFinalizer}) {
+	if cl = getClaim(t, ctx, c, vm.Namespace, vm.Claim); cl.DeletionTimestamp == nil || !slices.Equal(cl.Finalizers, []string{testbed.ClaimFinalizer, controller.ClaimFinalizer}) {
 		t.Fatalf("the claim after the VM's delete: deletionTimestamp %v, finalizers %v; want it deleting, held by %s and %s",
-			cl.DeletionTimestamp, cl.Finalizers, kubevirtFinalizer, controller.ClaimFinalizer)
+			cl.DeletionTimestamp, cl.Finalizers, testbed.ClaimFinalizer, controller.ClaimFinalizer)
 	}
 	// While the guest runs: node-a answers its Renews with the same address
 	// and prefix and keeps the route, and two full sweeps of the controller
@@ -308,7 +308,7 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	if err := del(ctx, podD, confA); err != nil {
 		t.Fatalf("DEL of the deleted VM's pod: %v", err)
 	}
-	if err := testbed.ForceDeletePod(ctx, c, vm.ns, podD.name); err != nil {
+	if err := testbed.ForceDeletePod(ctx, c, vm.Namespace, podD.name); err != nil {
 		t.Fatal(err)
 	}
 	removeFinalizer(t, ctx, c, vmiObj, metav1.FinalizerDeleteDependents)
@@ -319,8 +319,8 @@ func TestDHCPv6FollowsTheVMThroughMigration(t *testing.T) {
 	// is gone, so it removes its finalizer from the VM's claims
 	// (pkg/vmnetworkscontroller, claims.Cleanup); then everything of the
 	// claim is released within seconds and the claim is gone.
-	cl = getClaim(t, ctx, c, vm.ns, vm.claim)
-	controllerutil.RemoveFinalizer(cl, kubevirtFinalizer)
+	cl = getClaim(t, ctx, c, vm.Namespace, vm.Claim)
+	controllerutil.RemoveFinalizer(cl, testbed.ClaimFinalizer)
 	if err := c.Update(ctx, cl); err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ func createVMI(t *testing.T, ctx context.Context, c client.Client, ns, vm, node 
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"namespace": ns, "name": vm},
-		"spec":     vmiSpec(dhcpVMMAC),
+		"spec":     (&testbed.VM{Network: kvNetwork, NAD: kvNAD, MAC: dhcpVMMAC}).VMISpec(),
 		"status":   map[string]any{"nodeName": node, "phase": "Running"},
 	}}
 	u.SetGroupVersionKind(kubevirt.VMIKind)

@@ -52,13 +52,13 @@ func TestKubeVirtMigrationsBackAndForthWithTheSourcePaused(t *testing.T) {
 	}
 
 	vm := createVM(t, ctx, c, "kvbackforth", "vm1", dhcpVMMAC)
-	vm.start(t, ctx, c)
-	cur := vm.launcher(t, ctx, c, "bf-a", "")
+	vm.Start(ctx, t, c)
+	cur := launcher(t, ctx, c, vm, "bf-a", "")
 	if _, err := add(ctx, cur, sides["bf-a"].conf); err != nil {
 		t.Fatalf("ADD of the first pod: %v", err)
 	}
-	vm.running(t, ctx, c, cur)
-	wantAddr, wantPrefix := claimHolds(t, ctx, c, vm.ns, vm.claim)
+	vm.Running(ctx, t, c, cur.launcher())
+	wantAddr, wantPrefix := claimHolds(t, ctx, c, vm.Namespace, vm.Claim)
 	wantRoute := fmt.Sprintf("%s via %s dev br0", wantPrefix, wantAddr)
 	dhc := startDhclient(t, guest)
 	if l := dhc.waitLease(ctx); l.addr != wantAddr || l.prefix != wantPrefix {
@@ -66,7 +66,7 @@ func TestKubeVirtMigrationsBackAndForthWithTheSourcePaused(t *testing.T) {
 	}
 	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
 
-	owners := watchOwnerPod(t, ctx, c, vm.ns, vm.claim)
+	owners := watchOwnerPod(t, ctx, c, vm.Namespace, vm.Claim)
 	owners.waitFor(t, ctx, 1)
 	if got := owners.values(); got[0] != cur.name {
 		t.Fatalf("ownerPod %v, want %s", got, cur.name)
@@ -82,19 +82,19 @@ func TestKubeVirtMigrationsBackAndForthWithTheSourcePaused(t *testing.T) {
 		}
 		dst := sides[dstNode]
 		m := kvMigration{uid: fmt.Sprintf("migration-%d", i), src: cur}
-		m.dst = vm.launcher(t, ctx, c, dstNode, m.uid)
+		m.dst = launcher(t, ctx, c, vm, dstNode, m.uid)
 		if _, err := add(ctx, m.dst, dst.conf); err != nil {
 			t.Fatalf("migration %d: ADD of the target pod: %v", i, err)
 		}
-		vm.migrationStart(t, ctx, c, m)
+		vm.MigrationStart(ctx, t, c, m.kv())
 
 		pause(t, src.agent)
 		mustIP(t, src.netns, "link", "set", "vg", "netns", dst.netns)
 		mustIP(t, dst.netns, "link", "set", "vg", "master", "br0", "up")
-		signalled := vm.domainReady(t, ctx, c)
+		signalled := vm.DomainReady(ctx, t, c)
 		waitRoute(t, ctx, dst.netns, wantPrefix, wantRoute, true)
 		gaps = append(gaps, time.Since(signalled))
-		vm.migrationEnd(t, ctx, c, m, false)
+		vm.MigrationEnd(ctx, t, c, m.kv(), false)
 		want = append(want, m.dst.name)
 		owners.waitFor(t, ctx, len(want))
 		// The target answers the guest's next Renew with the same address
@@ -106,7 +106,7 @@ func TestKubeVirtMigrationsBackAndForthWithTheSourcePaused(t *testing.T) {
 		if err := del(ctx, m.src, src.conf); err != nil {
 			t.Fatalf("migration %d: DEL of the source pod: %v", i, err)
 		}
-		if err := testbed.ForceDeletePod(ctx, c, vm.ns, m.src.name); err != nil {
+		if err := testbed.ForceDeletePod(ctx, c, vm.Namespace, m.src.name); err != nil {
 			t.Fatal(err)
 		}
 		// The woken source agent removed the route: its VMI cache has
@@ -138,12 +138,12 @@ func TestKubeVirtMigrationsBackAndForthWithTheSourcePaused(t *testing.T) {
 		forward[fmt.Sprintf("status.ownerPod moved from %s to %s:", want[i-1], want[i])] = true
 	}
 	var events corev1.EventList
-	if err := c.List(ctx, &events, client.InNamespace(vm.ns)); err != nil {
+	if err := c.List(ctx, &events, client.InNamespace(vm.Namespace)); err != nil {
 		t.Fatal(err)
 	}
 	moves := 0
 	for _, e := range events.Items {
-		if e.Reason != agent.EventOwnerPodFollowsVM || e.InvolvedObject.Name != vm.claim {
+		if e.Reason != agent.EventOwnerPodFollowsVM || e.InvolvedObject.Name != vm.Claim {
 			continue
 		}
 		moves++

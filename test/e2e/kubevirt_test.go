@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,10 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -50,7 +45,6 @@ import (
 //     nodeName, activePods, migrationState).
 
 var (
-	vmGVK = schema.GroupVersionKind{Group: kubevirt.Group, Version: "v1", Kind: "VirtualMachine"}
 	vmCRD = "virtualmachines.kubevirt.io"
 )
 
@@ -60,12 +54,6 @@ const (
 	kvNetwork = "blue"
 	kvNAD     = "tenant-blue"
 )
-
-// podIfaceName is the pod interface virt-controller names for a secondary
-// Multus network of the VM spec (namescheme.GenerateHashedInterfaceName).
-func podIfaceName(network string) string {
-	return fmt.Sprintf("pod%x", sha256.Sum256([]byte(network)))[:14]
-}
 
 // installKubeVirtCRDs creates KubeVirt's VirtualMachine and
 // VirtualMachineInstance CRDs and deletes them when the test ends: other
@@ -86,105 +74,15 @@ func installKubeVirtCRDs(t *testing.T, ctx context.Context) {
 	})
 }
 
-// kvVM is one VirtualMachine and what KubeVirt made of it.
-type kvVM struct {
-	ns, name string
-	uid      k8stypes.UID
-	mac      string
-	vmi      *unstructured.Unstructured // nil while stopped
-	claim    string
-}
-
 // createVM creates a VirtualMachine with one bridge interface on the
 // Multus network kvNetwork (NAD kvNAD), and its claim as ipam-extensions
 // creates it.
-func createVM(t *testing.T, ctx context.Context, c client.Client, ns, name, mac string) *kvVM {
+func createVM(t *testing.T, ctx context.Context, c client.Client, ns, name, mac string) *testbed.VM {
 	t.Helper()
 	if err := testbed.EnsureNamespace(ctx, c, ns); err != nil {
 		t.Fatal(err)
 	}
-	vm := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"namespace": ns, "name": name},
-		"spec": map[string]any{
-			"runStrategy": "Always",
-			"template": map[string]any{
-				"metadata": map[string]any{"labels": map[string]any{"kubevirt.io/vm": name}},
-				"spec":     vmiSpec(mac),
-			},
-		},
-	}}
-	vm.SetGroupVersionKind(vmGVK)
-	if err := c.Create(ctx, vm); err != nil {
-		t.Fatal(err)
-	}
-	v := &kvVM{ns: ns, name: name, uid: vm.GetUID(), mac: mac, claim: name + "." + kvNetwork}
-	cl := &ipamclaimsv1alpha1.IPAMClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: v.claim,
-			Finalizers: []string{"kubevirt.io/persistent-ipam"},
-			Labels:     map[string]string{"kubevirt.io/vm": name},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: name, UID: v.uid,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "dhcpnet"},
-	}
-	if err := c.Create(ctx, cl); err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func vmiSpec(mac string) map[string]any {
-	return map[string]any{
-		"domain": map[string]any{
-			"devices": map[string]any{"interfaces": []any{
-				map[string]any{"name": kvNetwork, "bridge": map[string]any{}, "macAddress": mac},
-			}},
-			"memory": map[string]any{"guest": "128Mi"},
-		},
-		"networks": []any{map[string]any{"name": kvNetwork, "multus": map[string]any{"networkName": kvNAD}}},
-	}
-}
-
-// start creates the VM's VirtualMachineInstance, as virt-controller does
-// for a VM to run: owned by the VM, not scheduled yet.
-func (v *kvVM) start(t *testing.T, ctx context.Context, c client.Client) {
-	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"namespace": v.ns, "name": v.name, "labels": map[string]any{"kubevirt.io/vm": v.name}},
-		"spec":     vmiSpec(v.mac),
-		"status":   map[string]any{"phase": "Pending"},
-	}}
-	u.SetGroupVersionKind(kubevirt.VMIKind)
-	u.SetOwnerReferences([]metav1.OwnerReference{{
-		APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: v.name, UID: v.uid,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-	}})
-	if err := c.Create(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	v.vmi = u
-}
-
-// stop deletes the VMI (the VM's runStrategy became Halted); the claim
-// stays, as ipam-extensions keeps it while the VM exists.
-func (v *kvVM) stop(t *testing.T, ctx context.Context, c client.Client) {
-	t.Helper()
-	if err := c.Delete(ctx, v.vmi); err != nil {
-		t.Fatal(err)
-	}
-	v.vmi = nil
-}
-
-// object is the VirtualMachine, to delete it.
-func (v *kvVM) object() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(vmGVK)
-	u.SetNamespace(v.ns)
-	u.SetName(v.name)
-	return u
+	return testbed.CreateVM(ctx, t, c, testbed.VM{Namespace: ns, Name: name, Network: kvNetwork, NAD: kvNAD, MAC: mac}, "dhcpnet")
 }
 
 // removeFinalizer is the garbage collector's or a controller's update of
@@ -211,75 +109,27 @@ func removeFinalizer(t *testing.T, ctx context.Context, c client.Client, obj cli
 
 // launcher creates a virt-launcher pod of the VM's VMI on node; a
 // migration target carries the migration's UID.
-func (v *kvVM) launcher(t *testing.T, ctx context.Context, c client.Client, node, migrationUID string) pod {
+func launcher(t *testing.T, ctx context.Context, c client.Client, v *testbed.VM, node, migrationUID string) pod {
 	t.Helper()
 	n := podSeq.Add(1)
-	labels := map[string]string{
-		"kubevirt.io":            "virt-launcher",
-		"kubevirt.io/created-by": string(v.vmi.GetUID()),
-		"vm.kubevirt.io/name":    v.name,
-	}
-	if migrationUID != "" {
-		labels["kubevirt.io/migrationJobUID"] = migrationUID
-	}
-	ifName := podIfaceName(kvNetwork)
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: v.ns, Name: fmt.Sprintf("virt-launcher-%s-%05x", v.name, n), Labels: labels,
-			Annotations: map[string]string{
-				"kubevirt.io/domain": v.name,
-				"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"namespace":%q,"interface":%q,"mac":%q,"ipam-claim-reference":%q}]`,
-					kvNAD, v.ns, ifName, v.mac, v.claim),
-			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: v.name, UID: v.vmi.GetUID(),
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
+		ObjectMeta: metav1.ObjectMeta{Namespace: v.Namespace, Name: fmt.Sprintf("virt-launcher-%s-%05x", v.Name, n)},
 		Spec: corev1.PodSpec{
 			NodeName:   node,
 			Containers: []corev1.Container{{Name: "compute", Image: "quay.io/kubevirt/virt-launcher:v1.9.0"}},
 		},
 	}
+	v.DressLauncher(p, migrationUID)
 	if err := c.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	return pod{ns: v.ns, name: p.Name, uid: string(p.UID), node: node, ifName: ifName,
+	return pod{ns: v.Namespace, name: p.Name, uid: string(p.UID), node: node, ifName: testbed.LauncherInterface(v.Network),
 		containerID: fmt.Sprintf("sandbox-%d-%s", n, p.UID)}
 }
 
-// status writes the VMI's status as KubeVirt does: the whole object,
-// read fresh and updated with its resourceVersion (no status subresource).
-func (v *kvVM) status(t *testing.T, ctx context.Context, c client.Client, mutate func(status map[string]any)) {
-	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(kubevirt.VMIKind)
-	if err := c.Get(ctx, client.ObjectKey{Namespace: v.ns, Name: v.name}, u); err != nil {
-		t.Fatal(err)
-	}
-	st, _, _ := unstructured.NestedMap(u.Object, "status")
-	if st == nil {
-		st = map[string]any{}
-	}
-	mutate(st)
-	if err := unstructured.SetNestedMap(u.Object, st, "status"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Update(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	v.vmi = u
-}
-
-// running is virt-controller's write once the launcher pod p runs: phase
-// Running on p's node, p the only active pod.
-func (v *kvVM) running(t *testing.T, ctx context.Context, c client.Client, p pod) {
-	t.Helper()
-	v.status(t, ctx, c, func(st map[string]any) {
-		st["phase"] = "Running"
-		st["nodeName"] = p.node
-		st["activePods"] = map[string]any{p.uid: p.node}
-	})
+// launcher is p as a VMI's status names it.
+func (p pod) launcher() testbed.Launcher {
+	return testbed.Launcher{Name: p.name, UID: p.uid, Node: p.node}
 }
 
 // kvMigration is one live migration from src to dst.
@@ -288,61 +138,10 @@ type kvMigration struct {
 	src, dst pod
 }
 
-// migrationStart is virt-controller's write when the target pod exists:
-// both pods active, the migration's nodes and pods, its start.
-func (v *kvVM) migrationStart(t *testing.T, ctx context.Context, c client.Client, m kvMigration) {
-	t.Helper()
-	v.status(t, ctx, c, func(st map[string]any) {
-		st["activePods"] = map[string]any{m.src.uid: m.src.node, m.dst.uid: m.dst.node}
-		st["migrationState"] = map[string]any{
-			"migrationUid": m.uid,
-			"sourceNode":   m.src.node, "sourcePod": m.src.name,
-			"targetNode": m.dst.node, "targetPod": m.dst.name,
-			"startTimestamp": kvNow(),
-		}
-	})
+// kv is m as KubeVirt's writers take it.
+func (m kvMigration) kv() testbed.Migration {
+	return testbed.Migration{UID: m.uid, Src: m.src.launcher(), Dst: m.dst.launcher()}
 }
-
-// domainReady is the target virt-handler's write once the domain runs on
-// the target node; it returns when it was written.
-func (v *kvVM) domainReady(t *testing.T, ctx context.Context, c client.Client) time.Time {
-	t.Helper()
-	at := time.Now()
-	v.status(t, ctx, c, func(st map[string]any) {
-		ms, _ := st["migrationState"].(map[string]any)
-		ms["targetNodeDomainDetected"] = true
-		ms["targetNodeDomainReadyTimestamp"] = kvNow()
-	})
-	return at
-}
-
-// migrationEnd is the source virt-handler's write at the end: completed
-// (and failed, if it did) with the end time; then virt-controller's: a
-// completed migration moves nodeName to the target and the source pod
-// leaves activePods, a failed one drops the target pod.
-func (v *kvVM) migrationEnd(t *testing.T, ctx context.Context, c client.Client, m kvMigration, failed bool) {
-	t.Helper()
-	v.status(t, ctx, c, func(st map[string]any) {
-		ms, _ := st["migrationState"].(map[string]any)
-		ms["completed"] = true
-		ms["endTimestamp"] = kvNow()
-		if failed {
-			ms["failed"] = true
-			ms["failureReason"] = "the test failed it"
-		}
-	})
-	v.status(t, ctx, c, func(st map[string]any) {
-		keep := m.dst
-		if failed {
-			keep = m.src
-		}
-		st["nodeName"] = keep.node
-		st["activePods"] = map[string]any{keep.uid: keep.node}
-	})
-}
-
-// kvNow is a metav1.Time as KubeVirt serializes it (RFC 3339, seconds).
-func kvNow() string { return metav1.Now().UTC().Format(time.RFC3339) }
 
 // metricValue reads one series of an agent's scrape: name, then the label
 // matchers ("outcome=\"target\""); -1 when it is missing.

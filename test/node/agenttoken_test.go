@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/admission"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -36,7 +36,7 @@ import (
 // served by the deployed controller), and lets it write its own node's
 // objects.
 func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
+	ctx := nodetest.Context(t, 2*time.Minute)
 	agent := podOf(t, "app.kubernetes.io/name=tenure-agent")
 	var self corev1.Node
 	if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, &self); err != nil {
@@ -44,16 +44,7 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 	}
 
 	// The kubelet's projected service-account token of the agent pod.
-	glob := filepath.Join(node.Dir, "kubelet", "root", "pods", string(agent.UID), "volumes", "kubernetes.io~projected", "kube-api-access-*", "token")
-	files, err := filepath.Glob(glob)
-	if err != nil || len(files) != 1 {
-		t.Fatalf("the agent pod's projected token %s: %v %v", glob, files, err)
-	}
-	raw, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := strings.TrimSpace(string(raw))
+	token, file := nodetest.ProjectedToken(t, filepath.Join(node.Dir, "kubelet", "root"), string(agent.UID))
 
 	// Bound to that pod on this node: in its claims, and as the API server
 	// authenticates it.
@@ -74,7 +65,7 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 		strings.Join(u.Extra["authentication.kubernetes.io/node-name"], ",") != node.Name {
 		t.Fatalf("TokenReview of the agent's token: authenticated %v, %+v (error %q)", tr.Status.Authenticated, u, tr.Status.Error)
 	}
-	t.Logf("the agent pod %s's token (%s): %s, pod uid %s, node %s, expires %s", agent.Name, files[0], u.Username, k.Pod.UID, k.Node.Name,
+	t.Logf("the agent pod %s's token (%s): %s, pod uid %s, node %s, expires %s", agent.Name, file, u.Username, k.Pod.UID, k.Node.Name,
 		time.Unix(claims.Exp, 0).UTC().Format(time.RFC3339))
 	agentCfg := testbed.WithToken(cp.Config, token)
 	ac, err := kube.NewClient(agentCfg)
@@ -86,7 +77,7 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 	// B's that presents a VM's claim, and the claim's status naming it.
 	// No kubelet serves B: the pods stay Pending, bound to it.
 	const network, other = "agent-token-net", "agent-token-node-b"
-	ns := namespace(ctx, t, "agent-token")
+	ns := kc.Namespace(ctx, t, "agent-token")
 	claimB := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm-b"},
 		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: network, Interface: "net1"}}
 	if err := cl.Create(ctx, claimB); err != nil {
@@ -103,57 +94,32 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	owner := func(p *corev1.Pod, nodeName string) tenurev1alpha1.ReservationOwner {
-		return tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
-			PodName: p.Name, PodUID: string(p.UID), ContainerID: "sandbox-" + string(p.UID), Interface: "net1", Node: nodeName}
-	}
 	held := func(addr string, o tenurev1alpha1.ReservationOwner) *tenurev1alpha1.IPReservation {
 		return reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix(addr + "/32"),
 			Range: "10.93.0.0/24", CNINetwork: network, Owner: o})
 	}
 	// B's reservation: labelled and owned as node B's agent makes it.
-	resB := held("10.93.0.1", owner(launcherB, other))
+	resB := held("10.93.0.1", testbed.PodOwner(launcherB, other))
 	if got := resB.Labels[reservation.LabelNode]; got != reservation.NodeLabel(other) || resB.Spec.Owner.Node != other {
 		t.Fatalf("reservation of node B: label %s=%q, spec.owner.node %q", reservation.LabelNode, got, resB.Spec.Owner.Node)
 	}
 	// The agent's own: a reservation for its own pod on this node, then its
 	// release (what a DEL does).
-	ownRes := held("10.93.0.10", owner(agent, node.Name))
+	ownRes := held("10.93.0.10", testbed.PodOwner(agent, node.Name))
 
-	type row struct {
-		target, resource, verb, what string
-		do                           func() error
-		rule                         string // "" = must be allowed
-	}
-	rows := []row{
-		{"B's pod's reservation", "ipreservations", "create", "reserve an address as node B",
-			func() error { return ac.Create(ctx, resB.DeepCopy()) }, "reservation-create-own-node"},
-		{"claim of B's VM", "ipamclaims/status", "update", "hole 1: point ownerPod at its own pod",
-			func() error {
-				c := &ipamclaimsv1alpha1.IPAMClaim{}
-				if err := ac.Get(ctx, client.ObjectKeyFromObject(claimB), c); err != nil {
-					return err
-				}
-				c.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: agent.Name}
-				return ac.Status().Update(ctx, c)
-			}, admission.RuleClaimStatusPresented},
-		{"its own pod", "ipreservations", "create", "reserve for its pod",
-			func() error { return ac.Create(ctx, ownRes.DeepCopy()) }, ""},
-		{"its own pod", "ipreservations", "delete", "release its pod's address",
-			func() error { return ac.Delete(ctx, ownRes.DeepCopy()) }, ""},
+	rows := []testbed.Attempt{
+		testbed.Try("B's pod's reservation", "ipreservations", "create", "reserve an address as node B",
+			func() error { return ac.Create(ctx, resB.DeepCopy()) }, "reservation-create-own-node"),
+		testbed.Try("claim of B's VM", "ipamclaims/status", "update", "hole 1: point ownerPod at its own pod",
+			func() error { return testbed.PresentClaim(ctx, ac, client.ObjectKeyFromObject(claimB), agent.Name) }, admission.RuleClaimStatusPresented),
+		testbed.Try("its own pod", "ipreservations", "create", "reserve for its pod",
+			func() error { return ac.Create(ctx, ownRes.DeepCopy()) }, ""),
+		testbed.Try("its own pod", "ipreservations", "delete", "release its pod's address",
+			func() error { return ac.Delete(ctx, ownRes.DeepCopy()) }, ""),
 	}
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), ownRes.DeepCopy()) })
-	var table strings.Builder
-	table.WriteString(testbed.MatrixHeader("node B's unless its own"))
-	for i, r := range rows {
-		got := testbed.RefusalRule(r.do())
-		line, ok := testbed.MatrixRow(i+1, r.target, r.resource, r.verb, r.what, r.rule, got)
-		if !ok {
-			t.Errorf("row %d: %s", i+1, strings.TrimSpace(line))
-		}
-		table.WriteString(line)
-	}
-	t.Logf("the DaemonSet agent's kubelet-minted token (node %s) against node %s:\n%s", node.Name, other, table.String())
+	table := testbed.RunMatrix(t, "node B's unless its own", rows)
+	t.Logf("the DaemonSet agent's kubelet-minted token (node %s) against node %s:\n%s", node.Name, other, table)
 
 	// What remains: nothing of B's was written, B's claim names B's pod,
 	// and the agent's own reservation is gone again.
@@ -162,7 +128,7 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 			t.Errorf("reservation %s: %v, want not found", name, err)
 		}
 	}
-	if st := getClaim(ctx, t, ns, claimB.Name).Status; st.OwnerPod == nil || st.OwnerPod.Name != launcherB.Name {
+	if st := kc.Claim(ctx, t, ns, claimB.Name).Status; st.OwnerPod == nil || st.OwnerPod.Name != launcherB.Name {
 		t.Errorf("B's VM's claim's ownerPod: %+v, want %s", st.OwnerPod, launcherB.Name)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // Two pods on the node presenting one IPAMClaim (a
@@ -21,10 +22,10 @@ import (
 // addresses, IPv4 and IPv6, and the claim one delegated prefix; deleting
 // the source releases nothing; deleting the claim releases everything.
 func TestTwoPodsOfOneClaimShareItsAddressesAndPrefix(t *testing.T) {
-	ctx := testContext(t, 4*time.Minute)
-	ns := namespace(ctx, t, "vms")
+	ctx := nodetest.Context(t, 4*time.Minute)
+	ns := kc.Namespace(ctx, t, "vms")
 	hostLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "tnvm0"}})
-	nad(ctx, t, ns, "vm-net", `{
+	kc.NAD(ctx, t, ns, "vm-net", `{
 		"cniVersion": "1.0.0", "name": "vm-net", "type": "bridge", "bridge": "tnvm0", "allowPersistentIPs": true,
 		"ipam": {"type": "tenure",
 			"ipRanges": [{"range": "10.200.0.0/22", "range_start": "10.200.0.10"}, {"range": "2001:db8:200::/64"}],
@@ -41,11 +42,11 @@ func TestTwoPodsOfOneClaimShareItsAddressesAndPrefix(t *testing.T) {
 	if err := cl.Create(ctx, podSpecOn(ns, "virt-launcher-vm-a-source", nets)); err != nil {
 		t.Fatal(err)
 	}
-	source := waitRunning(ctx, t, ns, "virt-launcher-vm-a-source")
+	source := kc.WaitRunning(ctx, t, ns, "virt-launcher-vm-a-source")
 	if err := cl.Create(ctx, podSpecOn(ns, "virt-launcher-vm-a-target", nets)); err != nil {
 		t.Fatal(err)
 	}
-	target := waitRunning(ctx, t, ns, "virt-launcher-vm-a-target")
+	target := kc.WaitRunning(ctx, t, ns, "virt-launcher-vm-a-target")
 
 	srcAddrs, tgtAddrs := sorted(interfaceAddrs(t, source, "net1")), sorted(interfaceAddrs(t, target, "net1"))
 	if len(srcAddrs) != 2 || !slices.Equal(srcAddrs, tgtAddrs) {
@@ -54,7 +55,7 @@ func TestTwoPodsOfOneClaimShareItsAddressesAndPrefix(t *testing.T) {
 	if got := sorted(networkStatus(t, target, "net1")); !slices.Equal(got, sorted(ipsOf(srcAddrs))) {
 		t.Errorf("Multus recorded %v for the target, want %v", got, ipsOf(srcAddrs))
 	}
-	status := getClaim(ctx, t, ns, claim.Name).Status
+	status := kc.Claim(ctx, t, ns, claim.Name).Status
 	if got := sorted(status.IPs); !slices.Equal(got, srcAddrs) {
 		t.Errorf("claim status.ips %v, want %v", got, srcAddrs)
 	}
@@ -72,11 +73,11 @@ func TestTwoPodsOfOneClaimShareItsAddressesAndPrefix(t *testing.T) {
 
 	// The migration ends: the source goes, the claim keeps everything.
 	deletePod(ctx, t, ns, source.Name)
-	waitGone(ctx, t, ns, source.Name)
+	kc.WaitGone(ctx, t, ns, source.Name)
 	if after := claimReservations(t, ns); !slices.Equal(after, held) {
 		t.Errorf("after the source's DEL the claim holds %v, want %v", after, held)
 	}
-	if after := getClaim(ctx, t, ns, claim.Name).Status; !slices.Equal(sorted(after.IPs), srcAddrs) || !slices.Equal(after.DelegatedPrefixes, status.DelegatedPrefixes) {
+	if after := kc.Claim(ctx, t, ns, claim.Name).Status; !slices.Equal(sorted(after.IPs), srcAddrs) || !slices.Equal(after.DelegatedPrefixes, status.DelegatedPrefixes) {
 		t.Errorf("after the source's DEL the claim's status is %+v, want %+v", after, status)
 	}
 	if got := sorted(interfaceAddrs(t, target, "net1")); !slices.Equal(got, srcAddrs) {
@@ -85,15 +86,15 @@ func TestTwoPodsOfOneClaimShareItsAddressesAndPrefix(t *testing.T) {
 
 	// The VM is deleted: the controller releases what the claim held.
 	deletePod(ctx, t, ns, target.Name)
-	waitGone(ctx, t, ns, target.Name)
+	kc.WaitGone(ctx, t, ns, target.Name)
 	if after := claimReservations(t, ns); !slices.Equal(after, held) {
 		t.Errorf("after the target's DEL the claim holds %v, want %v", after, held)
 	}
 	if err := cl.Delete(ctx, claim); err != nil {
 		t.Fatal(err)
 	}
-	poll(ctx, t, "the deleted claim's reservations to be released", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
+	kc.Poll(ctx, t, "the deleted claim's reservations to be released", func() error {
+		if left := kc.Reservations(ctx, t, ns); len(left) > 0 {
 			return fmt.Errorf("%d left", len(left))
 		}
 		return nil
@@ -104,7 +105,7 @@ func TestTwoPodsOfOneClaimShareItsAddressesAndPrefix(t *testing.T) {
 func claimReservations(t *testing.T, ns string) []string {
 	t.Helper()
 	var out []string
-	for _, r := range reservationsOf(testContext(t, 30*time.Second), t, ns) {
+	for _, r := range kc.Reservations(nodetest.Context(t, 30*time.Second), t, ns) {
 		if r.Spec.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim {
 			t.Errorf("reservation %s of %s is owned by %s %s", r.Name, r.Spec.Address, r.Spec.Owner.Kind, r.Spec.Owner.Name)
 		}

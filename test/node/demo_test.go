@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/dev/demo"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // `tenurectl demo --node` plays the demo's story on
 // the real node, and what it prints is true.
 func TestDemoOnTheRealNodeTellsTheTruth(t *testing.T) {
-	ctx := testContext(t, 6*time.Minute)
+	ctx := nodetest.Context(t, 6*time.Minute)
 	var out bytes.Buffer
 	rep, err := demo.RunOnNode(ctx, demo.NodeOptions{Out: &out, Client: cl, Node: node})
 	t.Log("\n" + out.String())
@@ -39,8 +40,8 @@ func TestDemoOnTheRealNodeTellsTheTruth(t *testing.T) {
 		t.Errorf("lost node: addresses %v released after %v", rep.LostAddresses, rep.ReleasedAfter)
 	}
 	// The demo deleted its namespace: the controller releases the claim's.
-	poll(ctx, t, "the demo's reservations to be released", func() error {
-		if left := reservationsOf(ctx, t, "demo"); len(left) > 0 {
+	kc.Poll(ctx, t, "the demo's reservations to be released", func() error {
+		if left := kc.Reservations(ctx, t, "demo"); len(left) > 0 {
 			return errorf("%d left", len(left))
 		}
 		return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // The DaemonSet's pod runs on the node, its init
@@ -25,7 +26,7 @@ import (
 // agent is Ready through its own probes; the controller runs, Ready, and
 // holds the leader Lease.
 func TestDeployedTenureRunsOnTheNode(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
+	ctx := nodetest.Context(t, 2*time.Minute)
 
 	agent := podOf(t, "app.kubernetes.io/name=tenure-agent")
 	if agent.Spec.NodeName != node.Name {
@@ -72,7 +73,7 @@ func TestDeployedTenureRunsOnTheNode(t *testing.T) {
 	controller := podOf(t, "app.kubernetes.io/name=tenure-controller")
 	checkReady(t, controller)
 	var lease coordinationv1.Lease
-	poll(ctx, t, "the controller to hold its Lease", func() error {
+	kc.Poll(ctx, t, "the controller to hold its Lease", func() error {
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: localnode.Namespace, Name: "tenure-controller"}, &lease); err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func podOf(t *testing.T, sel string) *corev1.Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.List(testContext(t, 30*time.Second), &pods, client.InNamespace(localnode.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+	if err := cl.List(nodetest.Context(t, 30*time.Second), &pods, client.InNamespace(localnode.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		t.Fatal(err)
 	}
 	var live []corev1.Pod

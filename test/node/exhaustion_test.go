@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // A storage SAN as in deploy/examples (macvlan, here
@@ -24,12 +25,12 @@ import (
 // events. Once one running pod is deleted, the runtime's DEL releases its
 // reservation and the seventh starts on the kubelet's own retry.
 func TestSlash29SANFillsUpAndTheWaitingPodStartsWhenOneLeaves(t *testing.T) {
-	ctx := testContext(t, 5*time.Minute)
-	ns := namespace(ctx, t, "san")
+	ctx := nodetest.Context(t, 5*time.Minute)
+	ns := kc.Namespace(ctx, t, "san")
 	// This kernel has no dummy links; the master is a veth whose peer
 	// stays on the host, down-to-earth as a NIC with no cable.
 	hostLink(t, &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "tnsan0"}, PeerName: "tnsan0p"})
-	nad(ctx, t, ns, "storage-san", `{
+	kc.NAD(ctx, t, ns, "storage-san", `{
 		"cniVersion": "1.0.0", "name": "storage-san", "type": "macvlan", "master": "tnsan0", "mode": "bridge",
 		"ipam": {"type": "tenure", "range": "10.100.0.0/29"}}`)
 	san := netip.MustParsePrefix("10.100.0.0/29")
@@ -44,28 +45,8 @@ func TestSlash29SANFillsUpAndTheWaitingPodStartsWhenOneLeaves(t *testing.T) {
 	}
 
 	// Six run, one waits with tenure's answer.
-	var running []*corev1.Pod
-	var waiting string
-	poll(ctx, t, "six pods running and one refused for a full range", func() error {
-		running, waiting = nil, ""
-		for _, n := range names {
-			p, err := getPod(ctx, ns, n)
-			if err != nil {
-				return err
-			}
-			if p.Status.Phase == corev1.PodRunning {
-				running = append(running, p)
-			} else if strings.Contains(eventsOf(ctx, ns, n), "is full") {
-				waiting = n
-			}
-		}
-		if len(running) != 6 || waiting == "" {
-			return fmt.Errorf("%d running, waiting pod with the exhaustion event: %q", len(running), waiting)
-		}
-		return nil
-	})
-	t.Logf("%s waits: %s", waiting, eventsOf(ctx, ns, waiting))
-	if p, _ := getPod(ctx, ns, waiting); p.Status.Phase != corev1.PodPending {
+	running, waiting := kc.FullRange(ctx, t, ns, names)
+	if p, _ := kc.Pod(ctx, ns, waiting); p.Status.Phase != corev1.PodPending {
 		t.Errorf("%s is %s, want Pending (ContainerCreating)", waiting, p.Status.Phase)
 	}
 
@@ -83,13 +64,13 @@ func TestSlash29SANFillsUpAndTheWaitingPodStartsWhenOneLeaves(t *testing.T) {
 	if err := cl.Delete(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(ctx, t, ns, gone.Name)
-	started := waitRunning(ctx, t, ns, waiting)
+	kc.WaitGone(ctx, t, ns, gone.Name)
+	started := kc.WaitRunning(ctx, t, ns, waiting)
 	addr := checkNet1(ctx, t, started, san)
 	if seen[addr] != gone.Name {
 		t.Errorf("%s got %s, want %s, the address %s gave back", waiting, addr, addrOf(seen, gone.Name), gone.Name)
 	}
-	if n := len(reservationsOf(ctx, t, ns)); n != 6 {
+	if n := len(kc.Reservations(ctx, t, ns)); n != 6 {
 		t.Errorf("%d reservations for the namespace, want 6", n)
 	}
 	for _, n := range names {
@@ -97,12 +78,7 @@ func TestSlash29SANFillsUpAndTheWaitingPodStartsWhenOneLeaves(t *testing.T) {
 			deletePod(ctx, t, ns, n)
 		}
 	}
-	poll(ctx, t, "every reservation of the namespace to be released", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
-			return fmt.Errorf("%d left, e.g. %s", len(left), left[0].Spec.Address)
-		}
-		return nil
-	})
+	kc.WaitReleased(ctx, t, ns)
 }
 
 // checkNet1 checks that the pod's net1 holds one address of want, that
@@ -120,7 +96,7 @@ func checkNet1(ctx context.Context, t *testing.T, p *corev1.Pod, want netip.Pref
 		t.Errorf("pod %s: net1 holds %s, want an address of %s", p.Name, got, want)
 	}
 	var mine []string
-	for _, r := range reservationsOf(ctx, t, p.Namespace) {
+	for _, r := range kc.Reservations(ctx, t, p.Namespace) {
 		if r.Spec.Owner.UID == string(p.UID) {
 			mine = append(mine, r.Spec.Address)
 		}
@@ -142,7 +118,7 @@ func addrOf(seen map[string]string, pod string) string {
 
 func deletePod(ctx context.Context, t *testing.T, ns, name string) {
 	t.Helper()
-	p, err := getPod(ctx, ns, name)
+	p, err := kc.Pod(ctx, ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}

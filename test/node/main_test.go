@@ -14,12 +14,9 @@ package node_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,13 +25,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
-	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
 // The cluster every test uses, made by TestMain.
@@ -43,6 +38,7 @@ var (
 	node *devnode.Node
 	cl   client.WithWatch
 	cs   kubernetes.Interface
+	kc   = &nodetest.Kube{Diagnose: func() string { return node.LogTail("kubelet") }}
 	// binDir holds tenure's binaries and bin/tenure-image.tar.
 	binDir string
 )
@@ -58,61 +54,29 @@ var lastTests = []testing.InternalTest{
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(nodetest.Suite{Name: "test/node", SetUp: setUp, Last: lastTests, After: noPolicyRefusals}.Run(m))
 }
 
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	teardown, err := setUp(ctx)
-	if err != nil {
-		// Not a skip: a missing tool on a fresh machine is a failure of
-		// the set-up (`make test` builds and installs everything).
-		fmt.Fprintln(os.Stderr, "test/node: setting up the cluster:", err)
-		if teardown != nil {
-			_ = teardown()
-		}
-		return 1
-	}
-	code := m.Run()
-	// Last, whatever the files are called: these take the node away.
-	if !testing.RunTests(func(pat, name string) (bool, error) { return regexp.MatchString(pat, name) }, lastTests) {
-		code = 1
-	}
-	// deploy/'s node-restriction policy is in force here (the DaemonSet's
-	// pod-bound token names the node): the agents must never have been
-	// refused by it.
+// noPolicyRefusals: deploy/'s node-restriction policy is in force here
+// (the DaemonSet's pod-bound token names the node), and must never have
+// refused the agent.
+func noPolicyRefusals() error {
 	if refusals := agentPolicyRefusals(); len(refusals) > 0 {
-		fmt.Fprintln(os.Stderr, "test/node: the node-restriction policy refused the agent:\n"+strings.Join(refusals, "\n"))
-		code = 1
+		return fmt.Errorf("the node-restriction policy refused the agent:\n%s", strings.Join(refusals, "\n"))
 	}
-	if err := teardown(); err != nil {
-		// The node must leave nothing on the host, whatever the tests did.
-		fmt.Fprintln(os.Stderr, "test/node: tearing down:", err)
-		return 1
-	}
-	return code
+	return nil
 }
 
 func setUp(ctx context.Context) (teardown func() error, err error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("needs root (containerd, the kubelet, network namespaces)")
 	}
-	binDir = os.Getenv("TENURE_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "bin")
-	}
-	if binDir, err = filepath.Abs(binDir); err != nil {
+	binDir, err = nodetest.BinDir()
+	if err != nil {
 		return nil, err
 	}
-	var undo []func() error
-	teardown = func() error {
-		var errs []error
-		for i := len(undo) - 1; i >= 0; i-- {
-			errs = append(errs, undo[i]())
-		}
-		return errors.Join(errs...)
-	}
+	var undo nodetest.Undo
+	teardown = undo.Run
 	defer func() {
 		if err != nil {
 			_ = teardown()
@@ -125,34 +89,25 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, cp.Stop)
+	undo.Push(cp.Stop)
 	cpReady := time.Since(begin)
 
 	dir, err := os.MkdirTemp("", "tenure-node-")
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, func() error { return os.RemoveAll(dir) })
+	undo.Push(func() error { return os.RemoveAll(dir) })
 	node, err = localnode.Start(ctx, cp, localnode.Options{
 		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"), Mutate: localnode.ControllerNodeGrace(controllerNodeGrace),
 	})
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, func() error {
-		if err := node.Stop(); err != nil {
-			return err
-		}
-		left, err := devnode.Leftovers(node.Dir)
-		if err == nil && len(left) > 0 {
-			err = fmt.Errorf("the node left behind: %s", strings.Join(left, "; "))
-		}
-		return err
-	})
-	if cl, err = kube.NewClient(cp.Config); err != nil {
+	undo.Push(nodetest.Checked("node", node.Stop, func() ([]string, error) { return devnode.Leftovers(node.Dir) }))
+	if err := kc.Connect(cp.Config); err != nil {
 		return teardown, err
 	}
-	cs = kubernetes.NewForConfigOrDie(cp.Config)
+	cl, cs = kc.Client, kc.Clientset
 	fmt.Fprintf(os.Stderr, "test/node: control plane ready in %v, tenure rolled out on the node at %v\n",
 		cpReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 	return teardown, nil
@@ -166,40 +121,6 @@ func agentPolicyRefusals() []string {
 		out = append(out, testbed.PolicyRefusals(l)...)
 	}
 	return out
-}
-
-func testContext(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// reservationsOf lists the reservations owned by pods in namespace ns, or
-// by the claims there.
-func reservationsOf(ctx context.Context, t *testing.T, ns string) []tenurev1alpha1.IPReservation {
-	t.Helper()
-	var list tenurev1alpha1.IPReservationList
-	if err := cl.List(ctx, &list); err != nil {
-		t.Fatal(err)
-	}
-	var out []tenurev1alpha1.IPReservation
-	for _, r := range list.Items {
-		if r.Spec.Owner.Namespace == ns {
-			out = append(out, r)
-		}
-	}
-	slices.SortFunc(out, func(a, b tenurev1alpha1.IPReservation) int { return strings.Compare(a.Spec.Address, b.Spec.Address) })
-	return out
-}
-
-func getClaim(ctx context.Context, t *testing.T, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
-	t.Helper()
-	var c ipamclaimsv1alpha1.IPAMClaim
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
-		t.Fatal(err)
-	}
-	return &c
 }
 
 // podSpecOn is localnode.Pod: a pause pod attached to nets, evicted at

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // The node is lost hard (kubelet and containerd
@@ -24,10 +26,10 @@ import (
 //
 // TestMain runs it after every other test: the node is gone for a while.
 func lostNodeReleasesItsPodsAddresses(t *testing.T) {
-	ctx := testContext(t, 6*time.Minute)
-	ns := namespace(ctx, t, "lost")
+	ctx := nodetest.Context(t, 6*time.Minute)
+	ns := kc.Namespace(ctx, t, "lost")
 	hostLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "tnlost0"}})
-	nad(ctx, t, ns, "lost-net", `{"cniVersion": "1.0.0", "name": "lost-net", "type": "bridge", "bridge": "tnlost0",
+	kc.NAD(ctx, t, ns, "lost-net", `{"cniVersion": "1.0.0", "name": "lost-net", "type": "bridge", "bridge": "tnlost0",
 		"ipam": {"type": "tenure", "range": "10.220.0.0/24"}}`)
 	const pods = 3
 	for i := range pods {
@@ -36,9 +38,9 @@ func lostNodeReleasesItsPodsAddresses(t *testing.T) {
 		}
 	}
 	for i := range pods {
-		waitRunning(ctx, t, ns, fmt.Sprintf("lost-%d", i))
+		kc.WaitRunning(ctx, t, ns, fmt.Sprintf("lost-%d", i))
 	}
-	if n := len(reservationsOf(ctx, t, ns)); n != pods {
+	if n := len(kc.Reservations(ctx, t, ns)); n != pods {
 		t.Fatalf("%d reservations for %d pods", n, pods)
 	}
 
@@ -54,7 +56,7 @@ func lostNodeReleasesItsPodsAddresses(t *testing.T) {
 			}
 		}
 	})
-	poll(ctx, t, "the node to be marked not Ready", func() error {
+	kc.Poll(ctx, t, "the node to be marked not Ready", func() error {
 		var n corev1.Node
 		if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, &n); err != nil {
 			return err
@@ -75,7 +77,7 @@ func lostNodeReleasesItsPodsAddresses(t *testing.T) {
 	evictCtx, cancelEvict := context.WithTimeout(ctx, time.Minute)
 	evictedAll := wait.PollUntilContextCancel(evictCtx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		for i := range pods {
-			p, err := getPod(ctx, ns, fmt.Sprintf("lost-%d", i))
+			p, err := kc.Pod(ctx, ns, fmt.Sprintf("lost-%d", i))
 			if err != nil || p.DeletionTimestamp == nil {
 				return false, nil
 			}
@@ -90,8 +92,8 @@ func lostNodeReleasesItsPodsAddresses(t *testing.T) {
 		}
 	}
 	evicted := time.Since(lost)
-	poll(ctx, t, "the tenure controller to release the evicted pods' reservations", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
+	kc.Poll(ctx, t, "the tenure controller to release the evicted pods' reservations", func() error {
+		if left := kc.Reservations(ctx, t, ns); len(left) > 0 {
 			return fmt.Errorf("%d left", len(left))
 		}
 		return nil
@@ -99,7 +101,7 @@ func lostNodeReleasesItsPodsAddresses(t *testing.T) {
 	t.Logf("after the node was lost: NotReady at %v, pods evicted at %v, reservations released at %v",
 		notReady.Round(time.Second), evicted.Round(time.Second), time.Since(lost).Round(time.Second))
 	for i := range pods {
-		if _, err := getPod(ctx, ns, fmt.Sprintf("lost-%d", i)); err != nil {
+		if _, err := kc.Pod(ctx, ns, fmt.Sprintf("lost-%d", i)); err != nil {
 			t.Errorf("lost-%d: %v: its deletion should wait for the kubelet, and the release did not", i, err)
 		}
 	}
@@ -109,15 +111,15 @@ func lostNodeReleasesItsPodsAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range pods {
-		waitGone(ctx, t, ns, fmt.Sprintf("lost-%d", i))
+		kc.WaitGone(ctx, t, ns, fmt.Sprintf("lost-%d", i))
 	}
 	if err := cl.Create(ctx, podSpecOn(ns, "after", "lost-net")); err != nil {
 		t.Fatal(err)
 	}
-	p := waitRunning(ctx, t, ns, "after")
+	p := kc.WaitRunning(ctx, t, ns, "after")
 	if addrs := interfaceAddrs(t, p, "net1"); len(addrs) != 1 {
 		t.Errorf("the pod after the node's return has net1 %v", addrs)
 	}
 	deletePod(ctx, t, ns, "after")
-	waitGone(ctx, t, ns, "after")
+	kc.WaitGone(ctx, t, ns, "after")
 }

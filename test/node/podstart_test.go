@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/dev/bench"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // The pod-start benchmark, small: three pods per IPAM in one wave and a
@@ -18,7 +19,7 @@ import (
 // figures themselves are logged, not judged (three pods say nothing of
 // p99).
 func TestPodStartBenchRunsEveryIPAMOnTheRealNode(t *testing.T) {
-	ctx := testContext(t, 10*time.Minute)
+	ctx := nodetest.Context(t, 10*time.Minute)
 	rows, err := bench.PodStart(ctx, bench.PodStartCluster{Config: cp.Config, Kubeconfig: cp.KubeconfigPath, Node: node, Dir: t.TempDir()},
 		bench.PodStartOptions{Pods: 3, Wave: 3, Storm: 3}, testLog{t})
 	if err != nil {
@@ -62,7 +63,7 @@ func TestPodStartBenchRunsEveryIPAMOnTheRealNode(t *testing.T) {
 		}
 	}
 	// The pods' reservations are released with them.
-	if left := reservationsOf(ctx, t, "pod-start"); len(left) > 0 {
+	if left := kc.Reservations(ctx, t, "pod-start"); len(left) > 0 {
 		t.Errorf("reservations left: %v", left)
 	}
 }

@@ -12,10 +12,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // The agent DaemonSet is rolled to a second image while
@@ -23,10 +23,10 @@ import (
 // serves the socket, the kubelet retries, and every pod gets an address:
 // none twice, none leaked once the pods are gone.
 func TestRollingTheAgentWhilePodsStart(t *testing.T) {
-	ctx := testContext(t, 6*time.Minute)
-	ns := namespace(ctx, t, "roll")
+	ctx := nodetest.Context(t, 6*time.Minute)
+	ns := kc.Namespace(ctx, t, "roll")
 	hostLink(t, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "tnroll0"}})
-	nad(ctx, t, ns, "roll-net", `{"cniVersion": "1.0.0", "name": "roll-net", "type": "bridge", "bridge": "tnroll0",
+	kc.NAD(ctx, t, ns, "roll-net", `{"cniVersion": "1.0.0", "name": "roll-net", "type": "bridge", "bridge": "tnroll0",
 		"ipam": {"type": "tenure", "range": "10.210.0.0/24"}}`)
 
 	var ds appsv1.DaemonSet
@@ -57,7 +57,7 @@ func TestRollingTheAgentWhilePodsStart(t *testing.T) {
 			time.Sleep(250 * time.Millisecond) // a stream of pods, not a burst
 		}
 	}()
-	setAgentImage(ctx, t, newImage)
+	kc.SetAgentImage(ctx, t, newImage)
 	wg.Wait()
 	select {
 	case err := <-createErr:
@@ -74,7 +74,7 @@ func TestRollingTheAgentWhilePodsStart(t *testing.T) {
 	// Put the shipped image back for the tests after this one.
 	t.Cleanup(func() {
 		ctx := context.Background()
-		setAgentImage(ctx, t, oldImage)
+		kc.SetAgentImage(ctx, t, oldImage)
 		if err := localnode.WaitRollout(ctx, cl); err != nil {
 			t.Error(err)
 		}
@@ -84,7 +84,7 @@ func TestRollingTheAgentWhilePodsStart(t *testing.T) {
 	retried := 0
 	for i := range pods {
 		name := fmt.Sprintf("roll-%d", i)
-		p := waitRunning(ctx, t, ns, name)
+		p := kc.WaitRunning(ctx, t, ns, name)
 		addrs := interfaceAddrs(t, p, "net1")
 		if len(addrs) != 1 {
 			t.Fatalf("pod %s: net1 holds %v", name, addrs)
@@ -93,39 +93,16 @@ func TestRollingTheAgentWhilePodsStart(t *testing.T) {
 			t.Errorf("%s and %s both hold %s", name, other, addrs[0])
 		}
 		seen[addrs[0]] = name
-		if strings.Contains(eventsOf(ctx, ns, name), "FailedCreatePodSandBox") {
+		if strings.Contains(kc.Events(ctx, ns, name), "FailedCreatePodSandBox") {
 			retried++
 		}
 	}
 	t.Logf("%d of %d pods were retried by the kubelet while the agent was away", retried, pods)
-	if n := len(reservationsOf(ctx, t, ns)); n != pods {
+	if n := len(kc.Reservations(ctx, t, ns)); n != pods {
 		t.Errorf("%d reservations for %d pods", n, pods)
 	}
 	for i := range pods {
 		deletePod(ctx, t, ns, fmt.Sprintf("roll-%d", i))
 	}
-	poll(ctx, t, "every reservation of the namespace to be released", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
-			return fmt.Errorf("%d left", len(left))
-		}
-		return nil
-	})
-}
-
-// setAgentImage points both of the agent DaemonSet's containers at image.
-func setAgentImage(ctx context.Context, t *testing.T, image string) {
-	t.Helper()
-	var ds appsv1.DaemonSet
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: localnode.Namespace, Name: localnode.AgentDaemonSet}, &ds); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(ds.DeepCopy())
-	for _, cs := range [][]corev1.Container{ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers} {
-		for i := range cs {
-			cs[i].Image = image
-		}
-	}
-	if err := cl.Patch(ctx, &ds, patch); err != nil {
-		t.Fatal(err)
-	}
+	kc.WaitReleased(ctx, t, ns)
 }

@@ -6,9 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/admission"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -33,27 +32,19 @@ import (
 // controller). It may write its own node's. Node 2's objects remain as
 // node 2's agent left them.
 func nodeOnesAgentIsRefusedNodeTwosObjects(t *testing.T) {
-	ctx := testContext(t, 4*time.Minute)
+	ctx := nodetest.Context(t, 4*time.Minute)
 	one, two := cluster.Nodes[0], cluster.Nodes[1]
 	agents := agentsByNode(ctx, t)
 	agent := agents[one.Name]
-	glob := filepath.Join(one.Path(one.Dir), "kubelet", "root", "pods", string(agent.UID), "volumes", "kubernetes.io~projected", "kube-api-access-*", "token")
-	files, err := filepath.Glob(glob)
-	if err != nil || len(files) != 1 {
-		t.Fatalf("node 1's agent's projected token %s: %v %v", glob, files, err)
-	}
-	raw, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac, err := kube.NewClient(testbed.WithToken(cp.Config, strings.TrimSpace(string(raw))))
+	token, _ := nodetest.ProjectedToken(t, filepath.Join(one.Path(one.Dir), "kubelet", "root"), string(agent.UID))
+	ac, err := kube.NewClient(testbed.WithToken(cp.Config, token))
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	const network = "authz-san"
-	ns := namespace(ctx, t, "authz3")
-	nad(ctx, t, ns, network, `{
+	ns := kc.Namespace(ctx, t, "authz3")
+	kc.NAD(ctx, t, ns, network, `{
 		"cniVersion": "1.0.0", "name": "`+network+`", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
 		"ipam": {"type": "tenure", "range": "10.103.0.0/24"}}`)
 	// Node 2's: a pod, and a VM's claim presented by its launcher.
@@ -68,10 +59,10 @@ func nodeOnesAgentIsRefusedNodeTwosObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	podB = waitRunning(ctx, t, ns, podB.Name)
-	launcherB = waitRunning(ctx, t, ns, launcherB.Name)
+	podB = kc.WaitRunning(ctx, t, ns, podB.Name)
+	launcherB = kc.WaitRunning(ctx, t, ns, launcherB.Name)
 	var resPodB, resClaimB *tenurev1alpha1.IPReservation
-	for _, r := range reservationsOf(ctx, t, ns) {
+	for _, r := range kc.Reservations(ctx, t, ns) {
 		switch {
 		case r.Spec.Owner.UID == string(podB.UID):
 			resPodB = r.DeepCopy()
@@ -87,52 +78,29 @@ func nodeOnesAgentIsRefusedNodeTwosObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	owner := func(p *corev1.Pod, nodeName string) tenurev1alpha1.ReservationOwner {
-		return tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
-			PodName: p.Name, PodUID: string(p.UID), ContainerID: "sandbox-" + string(p.UID), Interface: "net1", Node: nodeName}
-	}
 	held := func(addr string, o tenurev1alpha1.ReservationOwner) *tenurev1alpha1.IPReservation {
 		return reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix(addr + "/32"),
 			Range: "10.103.0.0/24", CNINetwork: network, Owner: o})
 	}
-	asB := held("10.103.0.200", owner(podB, two.Name))
-	own := held("10.103.0.201", owner(&agent, one.Name))
+	asB := held("10.103.0.200", testbed.PodOwner(podB, two.Name))
+	own := held("10.103.0.201", testbed.PodOwner(&agent, one.Name))
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), own.DeepCopy()) })
-	rows := []struct {
-		target, resource, verb, what string
-		do                           func() error
-		rule                         string // "" = must be allowed
-	}{
-		{"node 2's pod", "ipreservations", "create", "reserve an address as node 2",
-			func() error { return ac.Create(ctx, asB.DeepCopy()) }, "reservation-create-own-node"},
-		{"node 2's pod's reservation", "ipreservations", "delete", "release node 2's pod's address",
-			func() error { return ac.Delete(ctx, resPodB.DeepCopy()) }, "reservation-delete-own-node"},
-		{"node 2's VM's claim's reservation", "ipreservations", "delete", "release node 2's VM's address",
-			func() error { return ac.Delete(ctx, resClaimB.DeepCopy()) }, "reservation-delete-claim-owned"},
-		{"node 2's VM's claim", "ipamclaims/status", "update", "point ownerPod at its own pod",
-			func() error {
-				c := &ipamclaimsv1alpha1.IPAMClaim{}
-				if err := ac.Get(ctx, client.ObjectKeyFromObject(claimB), c); err != nil {
-					return err
-				}
-				c.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: agent.Name}
-				return ac.Status().Update(ctx, c)
-			}, admission.RuleClaimStatusPresented},
-		{"its own pod", "ipreservations", "create", "reserve for its pod",
-			func() error { return ac.Create(ctx, own.DeepCopy()) }, ""},
-		{"its own pod", "ipreservations", "delete", "release its pod's address",
-			func() error { return ac.Delete(ctx, own.DeepCopy()) }, ""},
+	rows := []testbed.Attempt{
+		testbed.Try("node 2's pod", "ipreservations", "create", "reserve an address as node 2",
+			func() error { return ac.Create(ctx, asB.DeepCopy()) }, "reservation-create-own-node"),
+		testbed.Try("node 2's pod's reservation", "ipreservations", "delete", "release node 2's pod's address",
+			func() error { return ac.Delete(ctx, resPodB.DeepCopy()) }, "reservation-delete-own-node"),
+		testbed.Try("node 2's VM's claim's reservation", "ipreservations", "delete", "release node 2's VM's address",
+			func() error { return ac.Delete(ctx, resClaimB.DeepCopy()) }, "reservation-delete-claim-owned"),
+		testbed.Try("node 2's VM's claim", "ipamclaims/status", "update", "point ownerPod at its own pod",
+			func() error { return testbed.PresentClaim(ctx, ac, client.ObjectKeyFromObject(claimB), agent.Name) }, admission.RuleClaimStatusPresented),
+		testbed.Try("its own pod", "ipreservations", "create", "reserve for its pod",
+			func() error { return ac.Create(ctx, own.DeepCopy()) }, ""),
+		testbed.Try("its own pod", "ipreservations", "delete", "release its pod's address",
+			func() error { return ac.Delete(ctx, own.DeepCopy()) }, ""),
 	}
-	var table strings.Builder
-	table.WriteString(testbed.MatrixHeader("node 2's unless its own"))
-	for i, r := range rows {
-		line, ok := testbed.MatrixRow(i+1, r.target, r.resource, r.verb, r.what, r.rule, testbed.RefusalRule(r.do()))
-		if !ok {
-			t.Errorf("row %d: %s", i+1, strings.TrimSpace(line))
-		}
-		table.WriteString(line)
-	}
-	t.Logf("node 1's agent's kubelet-minted token against node 2's objects:\n%s", table.String())
+	table := testbed.RunMatrix(t, "node 2's unless its own", rows)
+	t.Logf("node 1's agent's kubelet-minted token against node 2's objects:\n%s", table)
 
 	// What remains: node 2's reservations, the same objects; its claim
 	// as node 2's agent wrote it; nothing of node 1's attempts.
@@ -162,10 +130,5 @@ func nodeOnesAgentIsRefusedNodeTwosObjects(t *testing.T) {
 	if err := cl.Delete(ctx, claimB); err != nil {
 		t.Fatal(err)
 	}
-	poll(ctx, t, "every reservation of the namespace to be released", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
-			return fmt.Errorf("%d left, e.g. %s", len(left), left[0].Spec.Address)
-		}
-		return nil
-	})
+	kc.WaitReleased(ctx, t, ns)
 }

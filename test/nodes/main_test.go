@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +29,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
-	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 var (
@@ -38,6 +37,7 @@ var (
 	cluster *devnode.Cluster
 	cl      client.WithWatch
 	cs      kubernetes.Interface
+	kc      = &nodetest.Kube{}
 )
 
 // controllerNodeGrace is the tenure controller's --node-grace-period here.
@@ -45,47 +45,19 @@ const controllerNodeGrace = 5 * time.Second
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	teardown, err := setUp(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/nodes: setting up the cluster:", err)
-		if teardown != nil {
-			_ = teardown()
-		}
-		return 1
-	}
-	code := m.Run()
-	if err := teardown(); err != nil {
-		fmt.Fprintln(os.Stderr, "test/nodes: tearing down:", err)
-		return 1
-	}
-	return code
+	os.Exit(nodetest.Suite{Name: "test/nodes", SetUp: setUp}.Run(m))
 }
 
 func setUp(ctx context.Context) (teardown func() error, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("needs root (containerd, the kubelet, namespaces)")
 	}
-	binDir := os.Getenv("TENURE_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "bin")
-	}
-	if binDir, err = filepath.Abs(binDir); err != nil {
+	binDir, err := nodetest.BinDir()
+	if err != nil {
 		return nil, err
 	}
-	var undo []func() error
-	teardown = func() error {
-		var errs []error
-		for i := len(undo) - 1; i >= 0; i-- {
-			errs = append(errs, undo[i]())
-		}
-		return errors.Join(errs...)
-	}
+	var undo nodetest.Undo
+	teardown = undo.Run
 	defer func() {
 		if err != nil {
 			_ = teardown()
@@ -97,7 +69,7 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, func() error { return os.RemoveAll(dir) })
+	undo.Push(func() error { return os.RemoveAll(dir) })
 	clusterDir := filepath.Join(dir, "cluster")
 
 	begin := time.Now()
@@ -105,7 +77,7 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, cp.Stop)
+	undo.Push(cp.Stop)
 	cpReady := time.Since(begin)
 	cluster, err = localnode.StartCluster(ctx, cp, localnode.ClusterOptions{
 		Dir: clusterDir, Nodes: 3, Image: filepath.Join(binDir, "tenure-image.tar"),
@@ -115,20 +87,11 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 	if err != nil {
 		return teardown, err
 	}
-	undo = append(undo, func() error {
-		if err := cluster.Stop(); err != nil {
-			return err
-		}
-		left, err := devnode.ClusterLeftovers(clusterDir)
-		if err == nil && len(left) > 0 {
-			err = fmt.Errorf("the cluster left behind: %s", strings.Join(left, "; "))
-		}
-		return err
-	})
-	if cl, err = kube.NewClient(cp.Config); err != nil {
+	undo.Push(nodetest.Checked("cluster", cluster.Stop, func() ([]string, error) { return devnode.ClusterLeftovers(clusterDir) }))
+	if err := kc.Connect(cp.Config); err != nil {
 		return teardown, err
 	}
-	cs = kubernetes.NewForConfigOrDie(cp.Config)
+	cl, cs = kc.Client, kc.Clientset
 	fmt.Fprintf(os.Stderr, "test/nodes: control plane ready in %v, 3 nodes Ready and tenure rolled out at %v\n",
 		cpReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 	return teardown, nil

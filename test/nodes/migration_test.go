@@ -4,7 +4,6 @@ package nodes_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -23,11 +22,7 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -35,6 +30,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
@@ -47,11 +43,7 @@ const (
 	// network name (the claim's spec.network).
 	migNetwork = "blue"
 	migNAD     = "vm-san"
-	// kubevirtClaimFinalizer is ipam-extensions' finalizer on a VM's claim.
-	kubevirtClaimFinalizer = "kubevirt.io/persistent-ipam"
 )
-
-var vmGVK = schema.GroupVersionKind{Group: kubevirt.Group, Version: "v1", Kind: "VirtualMachine"}
 
 // A VM migrates between two real nodes, KubeVirt's part played by writing
 // its objects (the VirtualMachine, its VirtualMachineInstance and claim,
@@ -72,7 +64,7 @@ var vmGVK = schema.GroupVersionKind{Group: kubevirt.Group, Version: "v1", Kind: 
 //     on node 2 does, node 1 does neither, and ownerPod moves to the
 //     target pod. The guest keeps its address and prefix all along.
 func vmMigratesBetweenTwoNodes(t *testing.T) {
-	ctx := testContext(t, 8*time.Minute)
+	ctx := nodetest.Context(t, 8*time.Minute)
 	if _, err := exec.LookPath("dhclient"); err != nil {
 		t.Fatal("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient); make test does (hack/test-deps.sh)")
 	}
@@ -83,21 +75,21 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 		waitAgentLog(ctx, t, cluster.Nodes[i].Name, "KubeVirt VirtualMachineInstances are served")
 	}
 
-	ns := namespace(ctx, t, "mig3")
-	nad(ctx, t, ns, migNAD, `{
+	ns := kc.Namespace(ctx, t, "mig3")
+	kc.NAD(ctx, t, ns, migNAD, `{
 		"cniVersion": "1.0.0", "name": "`+migNAD+`", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
 		"ipam": {"type": "tenure", "ipRanges": [{"range": "10.102.0.0/24"}, {"range": "fd00:102::/64"}],
 			"prefix_delegation": {"range": "fd00:1020::/40", "prefix_length": 56}, "network_name": "vmsan",
 			"dhcpv6": {"interfaces": ["`+devnode.SANLink+`"], "preferred_lifetime": 4, "valid_lifetime": 60}}}`)
 	vm := createMigVM(ctx, t, ns, "vm1")
-	vm.start(ctx, t)
-	src := vm.launcher(ctx, t, n1.Name, "")
-	vm.running(ctx, t, src)
-	wantIPs := claimOf(ctx, t, ns, vm.claim).Status.IPs
+	vm.Start(ctx, t, cl)
+	src := launcher(ctx, t, vm, n1.Name, "")
+	vm.Running(ctx, t, cl, testbed.LauncherOf(src))
+	wantIPs := claimOf(ctx, t, ns, vm.Claim).Status.IPs
 	slices.Sort(wantIPs)
-	wantAddr, wantPrefix := claimV6(ctx, t, ns, vm.claim)
-	onlyClaimHolds(ctx, t, ns, vm.claim, src)
-	waitClaimOwner(ctx, t, ns, vm.claim, src.Name)
+	wantAddr, wantPrefix := claimV6(ctx, t, ns, vm.Claim)
+	onlyClaimHolds(ctx, t, ns, vm.Claim, src)
+	waitClaimOwner(ctx, t, ns, vm.Claim, src.Name)
 
 	guest := plugGuestOnSAN(ctx, t)
 	dhc := startGuestDhclient(t, guest)
@@ -121,54 +113,54 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 	// A migration to node 2 that fails before the target's domain is ready:
 	// the target pod runs and gets the claim's addresses, but everything
 	// stays on node 1.
-	failed := kvMigrationRun{uid: "migration-failed", src: src}
-	failed.dst = vm.launcher(ctx, t, n2.Name, failed.uid)
-	onlyClaimHolds(ctx, t, ns, vm.claim, failed.dst)
-	vm.migrationStart(ctx, t, failed)
+	failedDst := launcher(ctx, t, vm, n2.Name, "migration-failed")
+	failed := migration("migration-failed", src, failedDst)
+	onlyClaimHolds(ctx, t, ns, vm.Claim, failedDst)
+	vm.MigrationStart(ctx, t, cl, failed)
 	waitAgentLog(ctx, t, n2.Name, "runs on node "+n1.Name+"; this node is its migration target")
 	renewedBy(1, "during the migration that fails")
 	noPrefixRoute(ctx, t, ns2, wantPrefix)
-	vm.migrationEnd(ctx, t, failed, true)
-	deletePod(ctx, t, failed.dst)
+	vm.MigrationEnd(ctx, t, cl, failed, true)
+	deletePod(ctx, t, failedDst)
 	renewedBy(1, "after the failed migration")
 	waitPrefixRoute(ctx, t, ns1, wantPrefix, wantRoute)
 	noPrefixRoute(ctx, t, ns2, wantPrefix)
-	waitClaimOwner(ctx, t, ns, vm.claim, src.Name)
-	if a, p := claimV6(ctx, t, ns, vm.claim); a != wantAddr || p != wantPrefix {
+	waitClaimOwner(ctx, t, ns, vm.Claim, src.Name)
+	if a, p := claimV6(ctx, t, ns, vm.Claim); a != wantAddr || p != wantPrefix {
 		t.Fatalf("after the failed migration the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
 	}
-	onlyClaimHolds(ctx, t, ns, vm.claim, src)
+	onlyClaimHolds(ctx, t, ns, vm.Claim, src)
 
 	// A migration to node 2 that completes.
-	m := kvMigrationRun{uid: "migration-ok", src: src}
-	m.dst = vm.launcher(ctx, t, n2.Name, m.uid)
-	onlyClaimHolds(ctx, t, ns, vm.claim, m.dst)
-	vm.migrationStart(ctx, t, m)
+	dst := launcher(ctx, t, vm, n2.Name, "migration-ok")
+	m := migration("migration-ok", src, dst)
+	onlyClaimHolds(ctx, t, ns, vm.Claim, dst)
+	vm.MigrationStart(ctx, t, cl, m)
 	waitAgentLog(ctx, t, n2.Name, "runs on node "+n1.Name+"; this node is its migration target")
 	renewedBy(1, "during the migration, before the switchover")
 	noPrefixRoute(ctx, t, ns2, wantPrefix)
-	waitClaimOwner(ctx, t, ns, vm.claim, src.Name)
+	waitClaimOwner(ctx, t, ns, vm.Claim, src.Name)
 
-	signalled := vm.domainReady(ctx, t)
+	signalled := vm.DomainReady(ctx, t, cl)
 	waitPrefixRoute(ctx, t, ns2, wantPrefix, wantRoute)
 	t.Logf("switchover: the prefix route on node-2 %v after targetNodeDomainReadyTimestamp was written", time.Since(signalled).Round(time.Millisecond))
 	noPrefixRoute(ctx, t, ns1, wantPrefix)
-	waitClaimOwner(ctx, t, ns, vm.claim, m.dst.Name)
+	waitClaimOwner(ctx, t, ns, vm.Claim, dst.Name)
 	before1 := renewReplies(ctx, t, 1)
 	renewedBy(2, "after the switchover")
 	if n := renewReplies(ctx, t, 1); n != before1 {
 		t.Errorf("node-1 answered %v Renews after the switchover, %v before", n, before1)
 	}
-	vm.migrationEnd(ctx, t, m, false)
+	vm.MigrationEnd(ctx, t, cl, m, false)
 	deletePod(ctx, t, src)
 	renewedBy(2, "after the migration completed and the source pod left")
 	waitPrefixRoute(ctx, t, ns2, wantPrefix, wantRoute)
 	noPrefixRoute(ctx, t, ns1, wantPrefix)
-	if a, p := claimV6(ctx, t, ns, vm.claim); a != wantAddr || p != wantPrefix {
+	if a, p := claimV6(ctx, t, ns, vm.Claim); a != wantAddr || p != wantPrefix {
 		t.Fatalf("after the migration the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
 	}
-	onlyClaimHolds(ctx, t, ns, vm.claim, m.dst)
-	if got := claimOf(ctx, t, ns, vm.claim).Status.IPs; !slices.Equal(ipsOnly(got), ipsOnly(wantIPs)) {
+	onlyClaimHolds(ctx, t, ns, vm.Claim, dst)
+	if got := claimOf(ctx, t, ns, vm.Claim).Status.IPs; !slices.Equal(ipsOnly(got), ipsOnly(wantIPs)) {
 		t.Errorf("after the migration the claim holds %v, before it %v", got, wantIPs)
 	}
 	if got := dhc.leasedAddrs(); len(got) != 1 || got[0] != wantAddr.String() {
@@ -178,14 +170,14 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 	// The VM is deleted: its dependents go with it (the garbage collector),
 	// ipam-extensions lets the claim go, and the claim's items are released.
 	dhc.Stop()
-	if err := cl.Delete(ctx, vm.object(), client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+	if err := cl.Delete(ctx, vm.Object(), client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
 		t.Fatal(err)
 	}
-	if err := releaseClaim(ctx, ns, vm.claim); err != nil {
+	if err := releaseClaim(ctx, ns, vm.Claim); err != nil {
 		t.Fatal(err)
 	}
-	poll(ctx, t, "the VM's pods gone and its reservations released", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
+	kc.Poll(ctx, t, "the VM's pods gone and its reservations released", func() error {
+		if left := kc.Reservations(ctx, t, ns); len(left) > 0 {
 			return fmt.Errorf("%d left, e.g. %s", len(left), left[0].Spec.Address)
 		}
 		var pods corev1.PodList
@@ -223,7 +215,7 @@ func installKubeVirtCRDs(ctx context.Context, t *testing.T) {
 // as kubectl logs does.
 func waitAgentLog(ctx context.Context, t *testing.T, node, substr string) {
 	t.Helper()
-	poll(ctx, t, fmt.Sprintf("the agent on %s to log %q", node, substr), func() error {
+	kc.Poll(ctx, t, fmt.Sprintf("the agent on %s to log %q", node, substr), func() error {
 		var pods corev1.PodList
 		if err := cl.List(ctx, &pods, client.InNamespace(localnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "tenure-agent"}); err != nil {
 			return err
@@ -244,51 +236,14 @@ func waitAgentLog(ctx context.Context, t *testing.T, node, substr string) {
 	})
 }
 
-// migVM is one VirtualMachine and what KubeVirt made of it.
-type migVM struct {
-	ns, name, claim string
-	uid             string
-	vmi             *unstructured.Unstructured
-}
-
 // createMigVM creates a VirtualMachine with one bridge interface on the
-// Multus network migNAD, and its claim as ipam-extensions creates it:
-// owned by the VM, held by its finalizer.
-func createMigVM(ctx context.Context, t *testing.T, ns, name string) *migVM {
+// Multus network migNAD, and its claim as ipam-extensions creates it.
+func createMigVM(ctx context.Context, t *testing.T, ns, name string) *testbed.VM {
 	t.Helper()
-	vm := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"namespace": ns, "name": name},
-		"spec": map[string]any{
-			"runStrategy": "Always",
-			"template": map[string]any{
-				"metadata": map[string]any{"labels": map[string]any{"kubevirt.io/vm": name}},
-				"spec":     migVMISpec(),
-			},
-		},
-	}}
-	vm.SetGroupVersionKind(vmGVK)
-	if err := cl.Create(ctx, vm); err != nil {
-		t.Fatal(err)
-	}
-	v := &migVM{ns: ns, name: name, uid: string(vm.GetUID()), claim: name + "." + migNetwork}
-	c := &ipamclaimsv1alpha1.IPAMClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: v.claim,
-			Finalizers: []string{kubevirtClaimFinalizer},
-			Labels:     map[string]string{"kubevirt.io/vm": name},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: name, UID: vm.GetUID(),
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: migNAD},
-	}
-	if err := cl.Create(ctx, c); err != nil {
-		t.Fatal(err)
-	}
+	v := testbed.CreateVM(ctx, t, cl, testbed.VM{Namespace: ns, Name: name, Network: migNetwork, NAD: migNAD, MAC: migVMMAC}, migNAD)
 	// Were the part to fail, the namespace's deletion must not wait on
 	// ipam-extensions, which does not run here.
-	t.Cleanup(func() { _ = releaseClaim(context.Background(), ns, v.claim) })
+	t.Cleanup(func() { _ = releaseClaim(context.Background(), ns, v.Claim) })
 	return v
 }
 
@@ -301,187 +256,43 @@ func releaseClaim(ctx context.Context, ns, name string) error {
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		if !controllerutil.RemoveFinalizer(&c, kubevirtClaimFinalizer) {
+		if !controllerutil.RemoveFinalizer(&c, testbed.ClaimFinalizer) {
 			return nil
 		}
 		return cl.Update(ctx, &c)
 	})
 }
 
-func migVMISpec() map[string]any {
-	return map[string]any{
-		"domain": map[string]any{
-			"devices": map[string]any{"interfaces": []any{
-				map[string]any{"name": migNetwork, "bridge": map[string]any{}, "macAddress": migVMMAC},
-			}},
-			"memory": map[string]any{"guest": "128Mi"},
-		},
-		"networks": []any{map[string]any{"name": migNetwork, "multus": map[string]any{"networkName": migNAD}}},
-	}
-}
-
-func (v *migVM) object() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(vmGVK)
-	u.SetNamespace(v.ns)
-	u.SetName(v.name)
-	return u
-}
-
-// start creates the VM's VirtualMachineInstance as virt-controller does:
-// owned by the VM, not scheduled yet.
-func (v *migVM) start(ctx context.Context, t *testing.T) {
-	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"namespace": v.ns, "name": v.name, "labels": map[string]any{"kubevirt.io/vm": v.name}},
-		"spec":     migVMISpec(),
-		"status":   map[string]any{"phase": "Pending"},
-	}}
-	u.SetGroupVersionKind(kubevirt.VMIKind)
-	u.SetOwnerReferences([]metav1.OwnerReference{{
-		APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: v.name, UID: k8stypes.UID(v.uid),
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-	}})
-	if err := cl.Create(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	v.vmi = u
-}
-
-// launcherIface is the pod interface virt-controller names for a
-// secondary Multus network (namescheme.GenerateHashedInterfaceName).
-func launcherIface(network string) string {
-	return fmt.Sprintf("pod%x", sha256.Sum256([]byte(network)))[:14]
-}
-
 // launcher creates a virt-launcher pod of the VM's VMI on node (a
 // migration target carries the migration's UID) and waits for its kubelet
 // to run it.
-func (v *migVM) launcher(ctx context.Context, t *testing.T, node, migrationUID string) *corev1.Pod {
+func launcher(ctx context.Context, t *testing.T, v *testbed.VM, node, migrationUID string) *corev1.Pod {
 	t.Helper()
-	labels := map[string]string{
-		"kubevirt.io":            "virt-launcher",
-		"kubevirt.io/created-by": string(v.vmi.GetUID()),
-		"vm.kubevirt.io/name":    v.name,
-	}
-	name := "virt-launcher-" + v.name + "-" + strings.TrimPrefix(node, "tenure-dev-")
+	name := "virt-launcher-" + v.Name + "-" + strings.TrimPrefix(node, "tenure-dev-")
 	if migrationUID != "" {
-		labels["kubevirt.io/migrationJobUID"] = migrationUID
 		name += "-" + migrationUID
 	}
-	p := localnode.Pod(v.ns, name, fmt.Sprintf(`[{"name":%q,"namespace":%q,"interface":%q,"mac":%q,"ipam-claim-reference":%q}]`,
-		migNAD, v.ns, launcherIface(migNetwork), migVMMAC, v.claim))
-	p.Labels = labels
-	p.Annotations["kubevirt.io/domain"] = v.name
-	p.OwnerReferences = []metav1.OwnerReference{{
-		APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: v.name, UID: v.vmi.GetUID(),
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-	}}
+	p := localnode.Pod(v.Namespace, name, "")
+	v.DressLauncher(p, migrationUID)
 	p.Spec.NodeName = node
 	if err := cl.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	return waitRunning(ctx, t, v.ns, name)
+	return kc.WaitRunning(ctx, t, v.Namespace, name)
 }
 
-// status writes the VMI's status as KubeVirt does: the whole object, read
-// fresh and updated with its resourceVersion (no status subresource).
-func (v *migVM) status(ctx context.Context, t *testing.T, mutate func(status map[string]any)) {
-	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(kubevirt.VMIKind)
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: v.ns, Name: v.name}, u); err != nil {
-		t.Fatal(err)
-	}
-	st, _, _ := unstructured.NestedMap(u.Object, "status")
-	if st == nil {
-		st = map[string]any{}
-	}
-	mutate(st)
-	if err := unstructured.SetNestedMap(u.Object, st, "status"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.Update(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	v.vmi = u
+// migration is one live migration from src to dst, as KubeVirt's
+// writers take it.
+func migration(uid string, src, dst *corev1.Pod) testbed.Migration {
+	return testbed.Migration{UID: uid, Src: testbed.LauncherOf(src), Dst: testbed.LauncherOf(dst)}
 }
-
-// running is virt-controller's write once the launcher pod p runs.
-func (v *migVM) running(ctx context.Context, t *testing.T, p *corev1.Pod) {
-	t.Helper()
-	v.status(ctx, t, func(st map[string]any) {
-		st["phase"] = "Running"
-		st["nodeName"] = p.Spec.NodeName
-		st["activePods"] = map[string]any{string(p.UID): p.Spec.NodeName}
-	})
-}
-
-// kvMigrationRun is one live migration from src to dst.
-type kvMigrationRun struct {
-	uid      string
-	src, dst *corev1.Pod
-}
-
-// migrationStart is virt-controller's write once the target pod runs.
-func (v *migVM) migrationStart(ctx context.Context, t *testing.T, m kvMigrationRun) {
-	t.Helper()
-	v.status(ctx, t, func(st map[string]any) {
-		st["activePods"] = map[string]any{string(m.src.UID): m.src.Spec.NodeName, string(m.dst.UID): m.dst.Spec.NodeName}
-		st["migrationState"] = map[string]any{
-			"migrationUid": m.uid,
-			"sourceNode":   m.src.Spec.NodeName, "sourcePod": m.src.Name,
-			"targetNode": m.dst.Spec.NodeName, "targetPod": m.dst.Name,
-			"startTimestamp": kvNow(),
-		}
-	})
-}
-
-// domainReady is the target virt-handler's write once the domain runs on
-// the target node; it returns when it was written.
-func (v *migVM) domainReady(ctx context.Context, t *testing.T) time.Time {
-	t.Helper()
-	at := time.Now()
-	v.status(ctx, t, func(st map[string]any) {
-		ms, _ := st["migrationState"].(map[string]any)
-		ms["targetNodeDomainDetected"] = true
-		ms["targetNodeDomainReadyTimestamp"] = kvNow()
-	})
-	return at
-}
-
-// migrationEnd is the source virt-handler's write at the end, then
-// virt-controller's: a completed migration moves nodeName to the target,
-// a failed one drops the target pod from activePods.
-func (v *migVM) migrationEnd(ctx context.Context, t *testing.T, m kvMigrationRun, failed bool) {
-	t.Helper()
-	v.status(ctx, t, func(st map[string]any) {
-		ms, _ := st["migrationState"].(map[string]any)
-		ms["completed"] = true
-		ms["endTimestamp"] = kvNow()
-		if failed {
-			ms["failed"] = true
-			ms["failureReason"] = "the test failed it"
-		}
-	})
-	v.status(ctx, t, func(st map[string]any) {
-		keep := m.dst
-		if failed {
-			keep = m.src
-		}
-		st["nodeName"] = keep.Spec.NodeName
-		st["activePods"] = map[string]any{string(keep.UID): keep.Spec.NodeName}
-	})
-}
-
-func kvNow() string { return metav1.Now().UTC().Format(time.RFC3339) }
 
 func deletePod(ctx context.Context, t *testing.T, p *corev1.Pod) {
 	t.Helper()
 	if err := cl.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(ctx, t, p.Namespace, p.Name)
+	kc.WaitGone(ctx, t, p.Namespace, p.Name)
 }
 
 func claimOf(ctx context.Context, t *testing.T, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
@@ -511,7 +322,7 @@ func claimV6(ctx context.Context, t *testing.T, ns, name string) (netip.Addr, ne
 
 func waitClaimOwner(ctx context.Context, t *testing.T, ns, claim, pod string) {
 	t.Helper()
-	poll(ctx, t, fmt.Sprintf("claim %s/%s ownerPod %s", ns, claim, pod), func() error {
+	kc.Poll(ctx, t, fmt.Sprintf("claim %s/%s ownerPod %s", ns, claim, pod), func() error {
 		if c := claimOf(ctx, t, ns, claim); c.Status.OwnerPod == nil || c.Status.OwnerPod.Name != pod {
 			return fmt.Errorf("ownerPod %+v", c.Status.OwnerPod)
 		}
@@ -528,7 +339,7 @@ func onlyClaimHolds(ctx context.Context, t *testing.T, ns, claim string, p *core
 	want := append(ipsOnly(c.Status.IPs), c.Status.DelegatedPrefixes...)
 	slices.Sort(want)
 	var got []string
-	for _, r := range reservationsOf(ctx, t, ns) {
+	for _, r := range kc.Reservations(ctx, t, ns) {
 		if r.Spec.Owner.UID != string(c.UID) {
 			t.Errorf("reservation of %s owned by %s %s, not the claim", r.Spec.Address, r.Spec.Owner.Kind, r.Spec.Owner.Name)
 		}
@@ -541,7 +352,7 @@ func onlyClaimHolds(ctx context.Context, t *testing.T, ns, claim string, p *core
 	if rec := attachmentIPs(t, p); !slices.Equal(rec, ipsOnly(c.Status.IPs)) {
 		t.Errorf("launcher %s on %s: Multus recorded %v, the claim holds %v", p.Name, p.Spec.NodeName, rec, c.Status.IPs)
 	}
-	inside, _ := addrsIn(t, podNetns(t, p), launcherIface(migNetwork))
+	inside, _ := nodetest.AddrsIn(t, podNetns(t, p), testbed.LauncherInterface(migNetwork))
 	if in := ipsOnly(inside); !slices.Equal(in, ipsOnly(c.Status.IPs)) {
 		t.Errorf("launcher %s on %s: its interface holds %v, the claim %v", p.Name, p.Spec.NodeName, in, c.Status.IPs)
 	}
@@ -560,7 +371,7 @@ func ipsOnly(cidrs []string) []string {
 // attachmentIPs is what Multus recorded for the launcher's interface.
 func attachmentIPs(t *testing.T, p *corev1.Pod) []string {
 	t.Helper()
-	ips, err := localnode.AttachmentIPs(p, launcherIface(migNetwork))
+	ips, err := localnode.AttachmentIPs(p, testbed.LauncherInterface(migNetwork))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +412,7 @@ func plugGuestOnSAN(ctx context.Context, t *testing.T) string {
 			t.Fatalf("ip -n %s %s: %v: %s", c.ns, strings.Join(c.args, " "), err, out)
 		}
 	}
-	poll(ctx, t, "a link-local address on the guest's eth0", func() error {
+	kc.Poll(ctx, t, "a link-local address on the guest's eth0", func() error {
 		out, _ := testbed.IPIn(guest, "-6", "addr", "show", "dev", "eth0", "scope", "link")
 		if strings.Contains(out, "fe80::") && !strings.Contains(out, "tentative") {
 			return nil
@@ -615,7 +426,7 @@ func plugGuestOnSAN(ctx context.Context, t *testing.T) string {
 // (on-link, to the guest's address).
 func waitPrefixRoute(ctx context.Context, t *testing.T, ns string, prefix netip.Prefix, want string) {
 	t.Helper()
-	poll(ctx, t, fmt.Sprintf("route %q in %s", want, ns), func() error {
+	kc.Poll(ctx, t, fmt.Sprintf("route %q in %s", want, ns), func() error {
 		out, _ := testbed.IPIn(ns, "-6", "route", "show", prefix.String())
 		if strings.Contains(out, want) && strings.Contains(out, "onlink") {
 			return nil
@@ -627,7 +438,7 @@ func waitPrefixRoute(ctx context.Context, t *testing.T, ns string, prefix netip.
 // noPrefixRoute waits until the node namespace ns has no route to prefix.
 func noPrefixRoute(ctx context.Context, t *testing.T, ns string, prefix netip.Prefix) {
 	t.Helper()
-	poll(ctx, t, fmt.Sprintf("no route to %s in %s", prefix, ns), func() error {
+	kc.Poll(ctx, t, fmt.Sprintf("no route to %s in %s", prefix, ns), func() error {
 		if out, _ := testbed.IPIn(ns, "-6", "route", "show", prefix.String()); out != "" {
 			return fmt.Errorf("route: %q", out)
 		}
@@ -708,7 +519,7 @@ func (d *guestDhclient) waitLease(ctx context.Context) testbed.DhclientLease {
 	t := d.t
 	t.Helper()
 	var lease testbed.DhclientLease
-	poll(ctx, t, "the guest's dhclient to lease an address and a prefix", func() error {
+	kc.Poll(ctx, t, "the guest's dhclient to lease an address and a prefix", func() error {
 		var ok bool
 		if lease, ok = d.Lease(); !ok {
 			if exited, err := d.Exited(); exited {

@@ -22,13 +22,14 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // The agent DaemonSet runs one Ready pod on each of the three nodes, on
 // that node's host network (its address), and the controller holds its
 // Lease under its pod's name.
 func daemonSetReadyOnEveryNode(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
+	ctx := nodetest.Context(t, 2*time.Minute)
 	var ds appsv1.DaemonSet
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: localnode.Namespace, Name: localnode.AgentDaemonSet}, &ds); err != nil {
 		t.Fatal(err)
@@ -77,9 +78,9 @@ func daemonSetReadyOnEveryNode(t *testing.T) {
 // is deleted, and the waiting pod starts on the kubelet's retry with the
 // freed address.
 func slash29SANAcrossNodes(t *testing.T) {
-	ctx := testContext(t, 6*time.Minute)
-	ns := namespace(ctx, t, "san3")
-	nad(ctx, t, ns, "storage-san", `{
+	ctx := nodetest.Context(t, 6*time.Minute)
+	ns := kc.Namespace(ctx, t, "san3")
+	kc.NAD(ctx, t, ns, "storage-san", `{
 		"cniVersion": "1.0.0", "name": "storage-san", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
 		"ipam": {"type": "tenure", "range": "10.100.0.0/29"}}`)
 	var names []string
@@ -92,27 +93,7 @@ func slash29SANAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var running []*corev1.Pod
-	var waiting string
-	poll(ctx, t, "six pods running and one refused for a full range", func() error {
-		running, waiting = nil, ""
-		for _, n := range names {
-			p, err := getPod(ctx, ns, n)
-			if err != nil {
-				return err
-			}
-			if p.Status.Phase == corev1.PodRunning {
-				running = append(running, p)
-			} else if strings.Contains(eventsOf(ctx, ns, n), "is full") {
-				waiting = n
-			}
-		}
-		if len(running) != 6 || waiting == "" {
-			return fmt.Errorf("%d running, waiting pod with the exhaustion event: %q", len(running), waiting)
-		}
-		return nil
-	})
-	t.Logf("%s waits: %s", waiting, eventsOf(ctx, ns, waiting))
+	running, waiting := kc.FullRange(ctx, t, ns, names)
 	addr := map[string]string{} // pod -> net1 address
 	holder := map[string]string{}
 	for _, p := range running {
@@ -130,14 +111,14 @@ func slash29SANAcrossNodes(t *testing.T) {
 				continue
 			}
 			crossed++
-			if err := ping(path, addr[to.Name]); err != nil {
+			if err := nodetest.Ping(path, addr[to.Name]); err != nil {
 				t.Errorf("%s (%s) -> %s (%s, %s): %v", from.Name, from.Spec.NodeName, to.Name, to.Spec.NodeName, addr[to.Name], err)
 			}
 		}
 	}
 	t.Logf("%d pings across nodes over the SAN", crossed)
 
-	w, err := getPod(ctx, ns, waiting)
+	w, err := kc.Pod(ctx, ns, waiting)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,24 +127,19 @@ func slash29SANAcrossNodes(t *testing.T) {
 	if err := cl.Delete(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(ctx, t, ns, gone.Name)
-	started := waitRunning(ctx, t, ns, waiting)
+	kc.WaitGone(ctx, t, ns, gone.Name)
+	started := kc.WaitRunning(ctx, t, ns, waiting)
 	if a := net1Of(ctx, t, started); a != addr[gone.Name] {
 		t.Errorf("%s on %s got %s, want %s, which %s on %s gave back", waiting, started.Spec.NodeName, a, addr[gone.Name], gone.Name, gone.Spec.NodeName)
 	}
 	for _, n := range names {
 		if n != gone.Name {
-			if p, err := getPod(ctx, ns, n); err == nil {
+			if p, err := kc.Pod(ctx, ns, n); err == nil {
 				_ = cl.Delete(ctx, p)
 			}
 		}
 	}
-	poll(ctx, t, "every reservation of the namespace to be released", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
-			return fmt.Errorf("%d left, e.g. %s", len(left), left[0].Spec.Address)
-		}
-		return nil
-	})
+	kc.WaitReleased(ctx, t, ns)
 }
 
 // holders watches the reservations of a namespace and records any
@@ -224,9 +200,9 @@ func (h *holders) check(t *testing.T) {
 // on the two other nodes with addresses, and no address is held by two
 // owners at any point. The node then returns.
 func lostNodeOfThree(t *testing.T) {
-	ctx := testContext(t, 8*time.Minute)
-	ns := namespace(ctx, t, "lost3")
-	nad(ctx, t, ns, "lost-san", `{
+	ctx := nodetest.Context(t, 8*time.Minute)
+	ns := kc.Namespace(ctx, t, "lost3")
+	kc.NAD(ctx, t, ns, "lost-san", `{
 		"cniVersion": "1.0.0", "name": "lost-san", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
 		"ipam": {"type": "tenure", "range": "10.101.0.0/28"}}`)
 	held := watchHolders(ctx, t, ns)
@@ -263,7 +239,7 @@ func lostNodeOfThree(t *testing.T) {
 		return out, nil
 	}
 	var before []corev1.Pod
-	poll(ctx, t, "six replicas running", func() error {
+	kc.Poll(ctx, t, "six replicas running", func() error {
 		var err error
 		before, err = runningPods()
 		if err == nil && len(before) != 6 {
@@ -311,7 +287,7 @@ func lostNodeOfThree(t *testing.T) {
 			_ = lostNode.Return(context.Background())
 		}
 	}()
-	poll(ctx, t, "the node to be marked not Ready", func() error {
+	kc.Poll(ctx, t, "the node to be marked not Ready", func() error {
 		var n corev1.Node
 		if err := cl.Get(ctx, client.ObjectKey{Name: lostNode.Name}, &n); err != nil {
 			return err
@@ -324,9 +300,9 @@ func lostNodeOfThree(t *testing.T) {
 		return fmt.Errorf("still Ready")
 	})
 	notReady := time.Since(lost)
-	poll(ctx, t, "the controller-manager to evict the lost node's pods", func() error {
+	kc.Poll(ctx, t, "the controller-manager to evict the lost node's pods", func() error {
 		for _, lp := range lostPods {
-			p, err := getPod(ctx, ns, lp.Name)
+			p, err := kc.Pod(ctx, ns, lp.Name)
 			if err == nil && p.DeletionTimestamp == nil {
 				return fmt.Errorf("%s not evicted", p.Name)
 			}
@@ -334,8 +310,8 @@ func lostNodeOfThree(t *testing.T) {
 		return nil
 	})
 	evicted := time.Since(lost)
-	poll(ctx, t, "the tenure controller to release the lost pods' reservations", func() error {
-		for _, r := range reservationsOf(ctx, t, ns) {
+	kc.Poll(ctx, t, "the tenure controller to release the lost pods' reservations", func() error {
+		for _, r := range kc.Reservations(ctx, t, ns) {
 			for _, lp := range lostPods {
 				if r.Spec.Owner.UID == string(lp.UID) {
 					return fmt.Errorf("%s still held by %s", r.Spec.Address, lp.Name)
@@ -346,7 +322,7 @@ func lostNodeOfThree(t *testing.T) {
 	})
 	released := time.Since(lost)
 	var after []corev1.Pod
-	poll(ctx, t, "six replicas running on the two other nodes", func() error {
+	kc.Poll(ctx, t, "six replicas running on the two other nodes", func() error {
 		var err error
 		after, err = runningPods()
 		if err != nil {
@@ -385,16 +361,11 @@ func lostNodeOfThree(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, lp := range lostPods {
-		waitGone(ctx, t, ns, lp.Name)
+		kc.WaitGone(ctx, t, ns, lp.Name)
 	}
 	if err := cl.Delete(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	poll(ctx, t, "every reservation of the namespace to be released", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
-			return fmt.Errorf("%d left", len(left))
-		}
-		return nil
-	})
+	kc.WaitReleased(ctx, t, ns)
 	held.check(t)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
 // The agent DaemonSet is rolled to a second image across the three nodes
@@ -23,9 +24,9 @@ import (
 // away; every pod gets an address, no address is held by two owners at
 // any point, and none is left once the pods are gone.
 func rollingTheAgentAcrossNodes(t *testing.T) {
-	ctx := testContext(t, 8*time.Minute)
-	ns := namespace(ctx, t, "roll3")
-	nad(ctx, t, ns, "roll-san", `{
+	ctx := nodetest.Context(t, 8*time.Minute)
+	ns := kc.Namespace(ctx, t, "roll3")
+	kc.NAD(ctx, t, ns, "roll-san", `{
 		"cniVersion": "1.0.0", "name": "roll-san", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
 		"ipam": {"type": "tenure", "range": "10.102.0.0/24"}}`)
 	held := watchHolders(ctx, t, ns)
@@ -64,7 +65,7 @@ func rollingTheAgentAcrossNodes(t *testing.T) {
 		}
 		created <- nil
 	}()
-	setAgentImage(ctx, t, newImage)
+	kc.SetAgentImage(ctx, t, newImage)
 	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func rollingTheAgentAcrossNodes(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		setAgentImage(ctx, t, oldImage)
+		kc.SetAgentImage(ctx, t, oldImage)
 		if err := localnode.WaitRollout(ctx, cl); err != nil {
 			t.Error(err)
 		}
@@ -88,30 +89,25 @@ func rollingTheAgentAcrossNodes(t *testing.T) {
 	retried := 0
 	for i := range pods {
 		name := fmt.Sprintf("roll-%d", i)
-		p := waitRunning(ctx, t, ns, name)
+		p := kc.WaitRunning(ctx, t, ns, name)
 		a := net1Of(ctx, t, p)
 		if other, dup := seen[a]; dup {
 			t.Errorf("%s and %s both hold %s", name, other, a)
 		}
 		seen[a] = name
-		if strings.Contains(eventsOf(ctx, ns, name), "FailedCreatePodSandBox") {
+		if strings.Contains(kc.Events(ctx, ns, name), "FailedCreatePodSandBox") {
 			retried++
 		}
 	}
 	t.Logf("%d of %d pods were retried by the kubelet while their node's agent was away", retried, pods)
 	for i := range pods {
-		if p, err := getPod(ctx, ns, fmt.Sprintf("roll-%d", i)); err == nil {
+		if p, err := kc.Pod(ctx, ns, fmt.Sprintf("roll-%d", i)); err == nil {
 			if err := cl.Delete(ctx, p); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	poll(ctx, t, "every reservation of the namespace to be released", func() error {
-		if left := reservationsOf(ctx, t, ns); len(left) > 0 {
-			return fmt.Errorf("%d left, e.g. %s", len(left), left[0].Spec.Address)
-		}
-		return nil
-	})
+	kc.WaitReleased(ctx, t, ns)
 	held.check(t)
 }
 
@@ -131,22 +127,4 @@ func agentsByNode(ctx context.Context, t *testing.T) map[string]corev1.Pod {
 		t.Fatalf("agents on %d nodes, want 3", len(out))
 	}
 	return out
-}
-
-// setAgentImage points both of the agent DaemonSet's containers at image.
-func setAgentImage(ctx context.Context, t *testing.T, image string) {
-	t.Helper()
-	var ds appsv1.DaemonSet
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: localnode.Namespace, Name: localnode.AgentDaemonSet}, &ds); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(ds.DeepCopy())
-	for _, cs := range [][]corev1.Container{ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers} {
-		for i := range cs {
-			cs[i].Image = image
-		}
-	}
-	if err := cl.Patch(ctx, &ds, patch); err != nil {
-		t.Fatal(err)
-	}
 }
