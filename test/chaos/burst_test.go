@@ -9,8 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -27,7 +25,6 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
-	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -67,30 +64,7 @@ func TestKillDuringBurst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(*burstRuns)*4*time.Minute+2*time.Minute)
 	defer cancel()
 
-	dir, err := os.MkdirTemp("", "tenure-burst-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	// A control plane of its own: this test kills its kube-apiserver.
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "cp")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
-	if err := installTenure(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
-	c, err := kube.NewClient(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, cp, c := ownControlPlane(ctx, t, "tenure-burst-")
 	proxy := newProxy(t, cp.Config, s, 0, 0)
 	var agents []*testbed.Agent
 	for i := range burstAgents {

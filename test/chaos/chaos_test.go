@@ -87,30 +87,7 @@ func TestChaos(t *testing.T) {
 		return rnd.IntN(n)
 	}
 
-	// Kept when the run fails: the agents' and the controller's logs.
-	dir, err := os.MkdirTemp("", "tenure-chaos-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "cp")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
-	if err := installTenure(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
-	c, err := kube.NewClient(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, cp, c := ownControlPlane(ctx, t, "tenure-chaos-")
 	if err := testbed.EnsureNamespace(ctx, c, "chaos"); err != nil {
 		t.Fatal(err)
 	}
@@ -854,4 +831,35 @@ func installTenure(ctx context.Context, cp *controlplane.ControlPlane) error {
 	}
 	_, err = testbed.InstallAgentAccess(ctx, cp.Config)
 	return err
+}
+
+// ownControlPlane starts a control plane of the test's own (a chaos test
+// kills its kube-apiserver) with tenure's CRDs and policy installed, in a
+// directory named for prefix that is kept, with the logs in it, when the
+// test fails.
+func ownControlPlane(ctx context.Context, t *testing.T, prefix string) (dir string, cp *controlplane.ControlPlane, c client.WithWatch) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	cp, err = controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "cp")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	if err := installTenure(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = kube.NewClient(cp.Config); err != nil {
+		t.Fatal(err)
+	}
+	return dir, cp, c
 }

@@ -12,15 +12,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/go-logr/logr"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"

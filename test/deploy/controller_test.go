@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,16 +22,6 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
-
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestControllerRunsAsDeployed runs tenure-controller with the Deployment's
 // arguments (the listen addresses moved to free loopback ports) and nothing
@@ -72,9 +61,9 @@ func TestControllerRunsAsDeployed(t *testing.T) {
 	for _, a := range ctr.Args {
 		switch k, _, _ := strings.Cut(a, "="); k {
 		case "--metrics-addr", "--webhook-addr":
-			a = k + "=" + freeLoopbackAddr(t)
+			a = k + "=" + testbed.FreeLoopbackAddr(t)
 		case "--health-addr":
-			healthAddr = freeLoopbackAddr(t)
+			healthAddr = testbed.FreeLoopbackAddr(t)
 			a = k + "=" + healthAddr
 		}
 		// The kubelet's expansion of the downward API's namespace.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -31,16 +30,6 @@ type ctl struct {
 	metrics, health string // base URLs
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // ctlStart starts tenure-controller against the test control plane with its
 // own Lease (lease), waits until its caches have synced, and stops it when
 // the test ends (its log is printed if the test failed). The renew deadline
@@ -52,7 +41,7 @@ func ctlStart(t *testing.T, ctx context.Context, lease string, extra ...string) 
 	if bins.Controller == "" {
 		t.Fatal("tenure-controller was not built")
 	}
-	maddr, haddr := freeAddr(t), freeAddr(t)
+	maddr, haddr := testbed.FreeLoopbackAddr(t), testbed.FreeLoopbackAddr(t)
 	args := append([]string{
 		"--kubeconfig", cptest.Current().KubeconfigPath,
 		"--metrics-addr", maddr, "--health-addr", haddr,

@@ -11,9 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,15 +47,8 @@ func TestMain(m *testing.M) {
 	code := cptest.Main(m, func(cp *controlplane.ControlPlane) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if _, err := testbed.InstallAgentAccess(ctx, cp.Config); err != nil {
-			return err
-		}
-		f, err := os.Create(filepath.Join(cp.Dir, "webhook.log"))
-		if err != nil {
-			return err
-		}
-		agentWebhook, err = testbed.StartAgentWebhook(ctx, cp.Config, filepath.Join(cp.Dir, "webhook-probe"),
-			slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		var err error
+		agentWebhook, err = testbed.StartNodeRestriction(ctx, cp.Config, cp.Dir)
 		return err
 	})
 	if agentWebhook != nil {

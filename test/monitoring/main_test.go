@@ -5,9 +5,7 @@ package monitoring_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -34,18 +32,11 @@ func TestMain(m *testing.M) {
 	code := cptest.Main(m, func(cp *controlplane.ControlPlane) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if _, err := testbed.InstallAgentAccess(ctx, cp.Config); err != nil {
-			return err
-		}
 		if err := controlplane.InstallCRDs(ctx, cp.Config, localnode.MultusCRDs()); err != nil {
 			return err
 		}
-		f, err := os.Create(filepath.Join(cp.Dir, "webhook.log"))
-		if err != nil {
-			return err
-		}
-		agentWebhook, err = testbed.StartAgentWebhook(ctx, cp.Config, filepath.Join(cp.Dir, "webhook-probe"),
-			slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		var err error
+		agentWebhook, err = testbed.StartNodeRestriction(ctx, cp.Config, cp.Dir)
 		return err
 	})
 	if agentWebhook != nil {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -28,16 +27,6 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
-
-func loopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // prometheus is Debian's Prometheus server on loopback, scraping every
 // second and evaluating tenure's rules every second.
@@ -84,7 +73,7 @@ func startPrometheus(t *testing.T, ctx context.Context, agents []string, control
 			t.Fatal(err)
 		}
 	}
-	addr := loopbackAddr(t)
+	addr := testbed.FreeLoopbackAddr(t)
 	log := filepath.Join(dir, "prometheus.log")
 	p, err := testbed.StartProcess("prometheus", bin, log, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
@@ -251,7 +240,7 @@ func TestPrometheusRangeFullFiresAndResolves(t *testing.T) {
 	agents := map[string]*testbed.Agent{}
 	var agentAddrs []string
 	for _, n := range nodes {
-		addr := loopbackAddr(t)
+		addr := testbed.FreeLoopbackAddr(t)
 		a, err := testbed.StartNodeAgent(ctx, bins, dir, cp.Config, n, "--metrics-addr", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -260,10 +249,10 @@ func TestPrometheusRangeFullFiresAndResolves(t *testing.T) {
 		agents[n] = a
 		agentAddrs = append(agentAddrs, addr)
 	}
-	ctlAddr := loopbackAddr(t)
+	ctlAddr := testbed.FreeLoopbackAddr(t)
 	ctlLog := filepath.Join(dir, "controller.log")
 	ctl, err := testbed.StartProcess("controller", bins.Controller, ctlLog, "--kubeconfig", cp.KubeconfigPath,
-		"--metrics-addr", ctlAddr, "--health-addr", loopbackAddr(t), "--leader-election-id", "tenure-monitoring",
+		"--metrics-addr", ctlAddr, "--health-addr", testbed.FreeLoopbackAddr(t), "--leader-election-id", "tenure-monitoring",
 		"--leader-election-lease-duration", "10s", "--leader-election-renew-deadline", "8s", "--leader-election-retry-period", "250ms")
 	if err != nil {
 		t.Fatal(err)

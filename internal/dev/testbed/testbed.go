@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -280,4 +282,16 @@ func ExecShim(ctx context.Context, shim string, c CNICall) ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("shim %s: %v: stdout %q stderr %q", c.Command, err, stdout.String(), strings.TrimSpace(stderr.String()))
+}
+
+// FreeLoopbackAddr is a 127.0.0.1 address with a port nothing listens on
+// now, for a process the test starts to listen on.
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -132,4 +134,21 @@ func webhookConfig(url string) (*admissionregistrationv1.ValidatingWebhookConfig
 		vwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
 	}
 	return vwc, nil
+}
+
+// StartNodeRestriction puts the node restriction in force on the control
+// plane whose admin config and directory are given, as deploy/ does: the
+// agents' RBAC from deploy/rbac, the policy of deploy/policy, and the
+// webhook of deploy/webhook served here as a controller replica serves it,
+// logging to webhook.log in dir.
+func StartNodeRestriction(ctx context.Context, admin *rest.Config, dir string) (*AgentWebhook, error) {
+	if _, err := InstallAgentAccess(ctx, admin); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "webhook.log"))
+	if err != nil {
+		return nil, err
+	}
+	return StartAgentWebhook(ctx, admin, filepath.Join(dir, "webhook-probe"),
+		slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
 }
