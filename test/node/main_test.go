@@ -67,50 +67,39 @@ func noPolicyRefusals() error {
 	return nil
 }
 
-func setUp(ctx context.Context) (teardown func() error, err error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("needs root (containerd, the kubelet, network namespaces)")
-	}
+func setUp(ctx context.Context, undo *nodetest.Undo) (err error) {
 	binDir, err = nodetest.BinDir()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var undo nodetest.Undo
-	teardown = undo.Run
-	defer func() {
-		if err != nil {
-			_ = teardown()
-			teardown = nil
-		}
-	}()
 
 	begin := time.Now()
 	cp, err = controlplane.Start(ctx, controlplane.Options{Controllers: true})
 	if err != nil {
-		return teardown, err
+		return err
 	}
 	undo.Push(cp.Stop)
 	cpReady := time.Since(begin)
 
 	dir, err := os.MkdirTemp("", "tenure-node-")
 	if err != nil {
-		return teardown, err
+		return err
 	}
 	undo.Push(func() error { return os.RemoveAll(dir) })
 	node, err = localnode.Start(ctx, cp, localnode.Options{
 		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"), Mutate: localnode.ControllerNodeGrace(controllerNodeGrace),
 	})
 	if err != nil {
-		return teardown, err
+		return err
 	}
 	undo.Push(nodetest.Checked("node", node.Stop, func() ([]string, error) { return devnode.Leftovers(node.Dir) }))
 	if err := kc.Connect(cp.Config); err != nil {
-		return teardown, err
+		return err
 	}
 	cl, cs = kc.Client, kc.Clientset
 	fmt.Fprintf(os.Stderr, "test/node: control plane ready in %v, tenure rolled out on the node at %v\n",
 		cpReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
-	return teardown, nil
+	return nil
 }
 
 // agentPolicyRefusals reads every agent container's log the kubelet kept.

@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
@@ -56,18 +54,7 @@ func lostNodeReleasesItsPodsAddresses(t *testing.T) {
 			}
 		}
 	})
-	kc.Poll(ctx, t, "the node to be marked not Ready", func() error {
-		var n corev1.Node
-		if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, &n); err != nil {
-			return err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("still Ready")
-	})
+	kc.WaitNotReady(ctx, t, node.Name)
 	notReady := time.Since(lost)
 	// The taint manager evicts them (1 s tolerations). But with one node,
 	// every node is NotReady, and the lifecycle controller may take that

@@ -14,7 +14,6 @@ package nodes_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,26 +47,15 @@ func TestMain(m *testing.M) {
 	os.Exit(nodetest.Suite{Name: "test/nodes", SetUp: setUp}.Run(m))
 }
 
-func setUp(ctx context.Context) (teardown func() error, err error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("needs root (containerd, the kubelet, namespaces)")
-	}
+func setUp(ctx context.Context, undo *nodetest.Undo) (err error) {
 	binDir, err := nodetest.BinDir()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var undo nodetest.Undo
-	teardown = undo.Run
-	defer func() {
-		if err != nil {
-			_ = teardown()
-			teardown = nil
-		}
-	}()
 	// Short: containerd's sockets live under it.
 	dir, err := os.MkdirTemp("", "tns-")
 	if err != nil {
-		return teardown, err
+		return err
 	}
 	undo.Push(func() error { return os.RemoveAll(dir) })
 	clusterDir := filepath.Join(dir, "cluster")
@@ -75,7 +63,7 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 	begin := time.Now()
 	cp, err = controlplane.Start(ctx, controlplane.Options{Controllers: true, Nodes: localnode.NodeAccess(clusterDir)})
 	if err != nil {
-		return teardown, err
+		return err
 	}
 	undo.Push(cp.Stop)
 	cpReady := time.Since(begin)
@@ -85,16 +73,16 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 		Mutate:       localnode.ControllerNodeGrace(controllerNodeGrace),
 	})
 	if err != nil {
-		return teardown, err
+		return err
 	}
 	undo.Push(nodetest.Checked("cluster", cluster.Stop, func() ([]string, error) { return devnode.ClusterLeftovers(clusterDir) }))
 	if err := kc.Connect(cp.Config); err != nil {
-		return teardown, err
+		return err
 	}
 	cl, cs = kc.Client, kc.Clientset
 	fmt.Fprintf(os.Stderr, "test/nodes: control plane ready in %v, 3 nodes Ready and tenure rolled out at %v\n",
 		cpReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
-	return teardown, nil
+	return nil
 }
 
 // TestThreeNodes runs the suite's parts in this order, each on the

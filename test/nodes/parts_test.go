@@ -287,18 +287,7 @@ func lostNodeOfThree(t *testing.T) {
 			_ = lostNode.Return(context.Background())
 		}
 	}()
-	kc.Poll(ctx, t, "the node to be marked not Ready", func() error {
-		var n corev1.Node
-		if err := cl.Get(ctx, client.ObjectKey{Name: lostNode.Name}, &n); err != nil {
-			return err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("still Ready")
-	})
+	kc.WaitNotReady(ctx, t, lostNode.Name)
 	notReady := time.Since(lost)
 	kc.Poll(ctx, t, "the controller-manager to evict the lost node's pods", func() error {
 		for _, lp := range lostPods {

@@ -292,3 +292,20 @@ func Checked(what string, stop func() error, leftovers func() ([]string, error))
 		return err
 	}
 }
+
+// WaitNotReady waits until the node's Ready condition is no longer True.
+func (k *Kube) WaitNotReady(ctx context.Context, t *testing.T, node string) {
+	t.Helper()
+	k.Poll(ctx, t, "node "+node+" to be marked not Ready", func() error {
+		var n corev1.Node
+		if err := k.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("still Ready")
+	})
+}

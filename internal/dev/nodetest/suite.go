@@ -2,6 +2,7 @@ package nodetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -13,9 +14,9 @@ import (
 type Suite struct {
 	// Name prefixes what the suite prints, e.g. "test/node".
 	Name string
-	// SetUp makes the cluster within ctx. Its teardown runs on a failed
-	// set-up too, as far as it got.
-	SetUp func(ctx context.Context) (teardown func() error, err error)
+	// SetUp makes the cluster within ctx, pushing on undo what takes each
+	// step back; undo runs on a failed set-up too, as far as it got.
+	SetUp func(ctx context.Context, undo *Undo) error
 	// Last are run after every other test, in this order, as -test.run
 	// selects them: tests that take a node away.
 	Last []testing.InternalTest
@@ -32,12 +33,14 @@ type Suite struct {
 func (s Suite) Run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	teardown, err := s.SetUp(ctx)
+	var undo Undo
+	err := errors.New("needs root (containerd, the kubelet, namespaces)")
+	if os.Geteuid() == 0 {
+		err = s.SetUp(ctx, &undo)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: setting up the cluster: %v\n", s.Name, err)
-		if teardown != nil {
-			_ = teardown()
-		}
+		_ = undo.Run()
 		return 1
 	}
 	code := m.Run()
@@ -50,7 +53,7 @@ func (s Suite) Run(m *testing.M) int {
 			code = 1
 		}
 	}
-	if err := teardown(); err != nil {
+	if err := undo.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: tearing down: %v\n", s.Name, err)
 		return 1
 	}
