@@ -92,6 +92,8 @@ type ClusterOptions struct {
 	ProxyCommand []string
 	// BinDir and CNIBinDir as in Options.
 	BinDir, CNIBinDir string
+	// Multus as in Options, for every node.
+	Multus MultusMode
 }
 
 // Cluster is a running cluster.
@@ -138,7 +140,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 	if opts.Dir == "" || opts.Kubeconfig == "" || opts.CAFile == "" || opts.IssueClientCert == nil || len(opts.ProxyCommand) == 0 {
 		return nil, errors.New("devnode: ClusterOptions: Dir, Kubeconfig, CAFile, IssueClientCert and ProxyCommand are required")
 	}
-	if err := checkOptions(Options{Dir: opts.Dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir}); err != nil {
+	if err := checkOptions(Options{Dir: opts.Dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir, Multus: opts.Multus}); err != nil {
 		return nil, err
 	}
 	dir, err := filepath.Abs(opts.Dir)
@@ -424,7 +426,7 @@ func (c *clusterLayout) startNode(ctx context.Context, opts ClusterOptions, admi
 		return nil, err
 	}
 	return Start(ctx, Options{
-		Dir: dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir, NodeName: name,
+		Dir: dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir, NodeName: name, Multus: opts.Multus,
 		// A range per node, as a cluster's IPAM gives: pod IPs stay unique.
 		PodCIDR: fmt.Sprintf("10.244.%d.0/24", i+1),
 		Net: &NodeNet{

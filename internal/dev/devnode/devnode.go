@@ -67,7 +67,40 @@ type Options struct {
 	// client of the API server with its own certificate. Without it the
 	// node runs on the host's namespaces, alone on the host.
 	Net *NodeNet
+	// Multus is how Multus runs on the node: MultusThin (the default) or
+	// MultusThick. Thin: the multus plugin and its configuration are
+	// installed with the node. Thick: the node starts with its cluster
+	// network alone, and Multus' DaemonSet (internal/dev/localnode)
+	// installs multus-shim and its configuration.
+	Multus MultusMode
 }
+
+// MultusMode is how Multus runs on a node: its thin plugin, or its thick
+// plugin (multus-daemon, and multus-shim as the CNI plugin).
+type MultusMode string
+
+const (
+	MultusThin  MultusMode = "thin"
+	MultusThick MultusMode = "thick"
+)
+
+// ParseMultusMode reads a MultusMode; empty is MultusThin.
+func ParseMultusMode(s string) (MultusMode, error) {
+	switch m := MultusMode(s); m {
+	case "", MultusThin:
+		return MultusThin, nil
+	case MultusThick:
+		return m, nil
+	}
+	return "", fmt.Errorf("multus mode %q: %q or %q", s, MultusThin, MultusThick)
+}
+
+// ClusterNetworkConfFile is the name of the node's cluster network
+// configuration in HostCNIConfDir, as a cluster's primary network installs
+// its own. Containerd reads only the first file (Multus' 00-multus.conf
+// sorts first); Multus' thick configuration names this file as its
+// clusterNetwork.
+const ClusterNetworkConfFile = "10-cluster-network.conflist"
 
 // NodeNet is where a Cluster's node lives and how it reaches the API
 // server.
@@ -174,6 +207,7 @@ var privateHostPaths = []string{
 	"/var/lib/cni",     // libcni's cache
 	"/var/log/pods", "/var/log/containers",
 	"/run/tenure", // deploy/'s agent socket
+	"/run/multus", // Multus' thick daemon's socket
 }
 
 // hostPath is where the node's view of the host path p lives, seen from
@@ -227,6 +261,8 @@ var hardCodedHostDirs = []string{
 	"/var/lib/cni",        // libcni's cache of ADD results, in containerd
 	sharedShimSocketDir,   // the runc shims' sockets, whatever containerd's state dir is
 	"/run/tenure",         // deploy/'s agent socket (a hostPath the kubelet creates)
+	"/run/multus",         // Multus' thick daemon's socket (a hostPath)
+	"/var/lib/cni/multus", // Multus' thick daemon's cache (a hostPath)
 }
 
 // sharedShimSocketDir holds every containerd's shim sockets (s/<hash>):
@@ -282,6 +318,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 func checkOptions(opts Options) error {
 	if opts.Dir == "" || opts.Kubeconfig == "" || opts.BinDir == "" || opts.CNIBinDir == "" {
 		return errors.New("devnode: Dir, Kubeconfig, BinDir and CNIBinDir are required")
+	}
+	if _, err := ParseMultusMode(string(opts.Multus)); err != nil {
+		return fmt.Errorf("devnode: Multus: %w", err)
 	}
 	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause", "multus"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
@@ -445,11 +484,16 @@ func (node *Node) startRuntime(ctx context.Context, opts Options) error {
 }
 
 // installCNI does what Multus' DaemonSet and a cluster network's would:
-// the plugins into HostCNIBinDir (links to the built ones), and Multus'
-// configuration, delegating to the cluster network, into HostCNIConfDir.
+// the plugins into HostCNIBinDir (links to the built ones), the cluster
+// network's configuration into HostCNIConfDir as ClusterNetworkConfFile,
+// and, for thin Multus, Multus' configuration delegating to it. Thick
+// Multus' DaemonSet installs its shim and configuration itself.
 func (node *Node) installCNI(opts Options) error {
 	n := node.layout
-	links := map[string]string{"multus": filepath.Join(opts.BinDir, "multus")}
+	links := map[string]string{}
+	if opts.Multus != MultusThick {
+		links["multus"] = filepath.Join(opts.BinDir, "multus")
+	}
 	for _, p := range nodeCNIPlugins {
 		links[p] = filepath.Join(opts.CNIBinDir, p)
 	}
@@ -465,6 +509,12 @@ func (node *Node) installCNI(opts Options) error {
 	cluster, err := n.cniConfList(n.Bridge, opts.PodCIDR)
 	if err != nil {
 		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.hostPath(HostCNIConfDir), ClusterNetworkConfFile), cluster, 0o644); err != nil {
+		return err
+	}
+	if opts.Multus == MultusThick {
+		return nil
 	}
 	// Multus reads the API with its own copy of the credential, as its
 	// DaemonSet writes one for it.
@@ -590,6 +640,23 @@ func (node *Node) Lose() error {
 		return fmt.Errorf("devnode: found %d of kubelet and containerd to kill (pids %v)", len(killed), killed)
 	}
 	return nil
+}
+
+// Processes lists the pids of the node's processes (kubelet, containerd,
+// the shims, every container's) whose command name is comm.
+func (node *Node) Processes(comm string) ([]int, error) {
+	hs, err := hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, pid := range cgroupProcs(node.layout.cgroupDirs(hs)) {
+		c, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err == nil && strings.TrimSpace(string(c)) == comm {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }
 
 // Return restarts containerd and the kubelet after Lose and waits for the
