@@ -255,7 +255,9 @@ func devUpNode(ctx context.Context, e *env, dir, image string, nodes int, multus
 		return fmt.Errorf("a control plane without a node is recorded in %s: tenurectl dev down --dir %s first", dir, dir)
 	}
 
-	if nodes > 1 {
+	// Thick Multus runs only on a Cluster's nodes (devnode.Options.Multus),
+	// one node too.
+	if nodes > 1 || multus == devnode.MultusThick {
 		return devUpCluster(ctx, e, dir, image, nodes, multus)
 	}
 	begin := time.Now()
@@ -264,15 +266,15 @@ func devUpNode(ctx context.Context, e *env, dir, image string, nodes int, multus
 		return err
 	}
 	cpReady := time.Since(begin)
-	node, err := localnode.Start(ctx, cp, localnode.Options{Dir: nodeDir(dir), Image: image, Multus: multus})
+	node, err := localnode.Start(ctx, cp, localnode.Options{Dir: nodeDir(dir), Image: image})
 	if err != nil {
 		if serr := cp.Stop(); serr != nil {
 			err = errors.Join(err, serr)
 		}
 		return err
 	}
-	fmt.Fprintf(e.stderr, "tenure dev cluster up at %s: control plane with controller-manager and scheduler ready in %v; node %s Ready (Multus %s) and tenure rolled out on it in %v (logs in %s and %s)\n",
-		cp.URL, cpReady.Round(time.Millisecond), node.Name, multus, (time.Since(begin) - cpReady).Round(time.Millisecond), dir, filepath.Join(node.Dir, "logs"))
+	fmt.Fprintf(e.stderr, "tenure dev cluster up at %s: control plane with controller-manager and scheduler ready in %v; node %s Ready and tenure rolled out on it in %v (logs in %s and %s)\n",
+		cp.URL, cpReady.Round(time.Millisecond), node.Name, (time.Since(begin) - cpReady).Round(time.Millisecond), dir, filepath.Join(node.Dir, "logs"))
 	printKubeconfig(e, cp.KubeconfigPath)
 	return nil
 }

@@ -69,9 +69,10 @@ type Options struct {
 	Net *NodeNet
 	// Multus is how Multus runs on the node: MultusThin (the default) or
 	// MultusThick. Thin: the multus plugin and its configuration are
-	// installed with the node. Thick: the node starts with its cluster
-	// network alone, and Multus' DaemonSet (internal/dev/localnode)
-	// installs multus-shim and its configuration.
+	// installed with the node. Thick (a Cluster's node only): the node
+	// starts with its cluster network alone, and Multus' DaemonSet
+	// (internal/dev/localnode) installs multus-shim and its
+	// configuration.
 	Multus MultusMode
 }
 
@@ -261,8 +262,6 @@ var hardCodedHostDirs = []string{
 	"/var/lib/cni",        // libcni's cache of ADD results, in containerd
 	sharedShimSocketDir,   // the runc shims' sockets, whatever containerd's state dir is
 	"/run/tenure",         // deploy/'s agent socket (a hostPath the kubelet creates)
-	"/run/multus",         // Multus' thick daemon's socket (a hostPath)
-	"/var/lib/cni/multus", // Multus' thick daemon's cache (a hostPath)
 }
 
 // sharedShimSocketDir holds every containerd's shim sockets (s/<hash>):
@@ -344,6 +343,11 @@ func prepare(ctx context.Context, opts *Options) (_ *Node, err error) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
 		return nil, fmt.Errorf("devnode: %s already records a node; Stop it first", dir)
+	}
+	if opts.Net == nil && opts.Multus == MultusThick {
+		// The daemon would make its socket and cache directories on the
+		// host, and its HostToContainer mount of / needs / shared.
+		return nil, fmt.Errorf("devnode: Multus %s runs only on a Cluster's nodes, in namespaces of their own", opts.Multus)
 	}
 	if opts.NodeName == "" {
 		opts.NodeName = "tenure-dev-node"

@@ -26,8 +26,10 @@ type ClusterOptions struct {
 	Image string
 	// ProxyCommand runs the fabric proxy (devnode.ClusterOptions).
 	ProxyCommand []string
-	// Mutate and Multus as in Options.
+	// Mutate as in Options.
 	Mutate func(*unstructured.Unstructured)
+	// Multus is how Multus runs on the nodes (devnode.MultusMode); thick:
+	// UseMultusThick, before tenure is installed.
 	Multus devnode.MultusMode
 }
 

@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,9 +59,6 @@ type Options struct {
 	// Mutate, when set, may change each object of the overlay before it is
 	// applied.
 	Mutate func(*unstructured.Unstructured)
-	// Multus is how Multus runs on the node (devnode.MultusMode); thick:
-	// InstallMultusThick, before tenure is installed.
-	Multus devnode.MultusMode
 }
 
 // Start makes cp's cluster what a user's is once tenure is installed:
@@ -85,7 +81,7 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ 
 	if err := controlplane.InstallCRDs(ctx, cp.Config, MultusCRDs()); err != nil {
 		return nil, err
 	}
-	node, err := devnode.Start(ctx, devnode.Options{Dir: opts.Dir, Kubeconfig: cp.KubeconfigPath, BinDir: toolDir, CNIBinDir: cniDir, Multus: opts.Multus})
+	node, err := devnode.Start(ctx, devnode.Options{Dir: opts.Dir, Kubeconfig: cp.KubeconfigPath, BinDir: toolDir, CNIBinDir: cniDir})
 	if err != nil {
 		return nil, err
 	}
@@ -102,11 +98,6 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ 
 	port, err := strconv.Atoi(cp.URL[strings.LastIndex(cp.URL, ":")+1:])
 	if err != nil {
 		return nil, fmt.Errorf("control plane URL %s: %w", cp.URL, err)
-	}
-	if opts.Multus == devnode.MultusThick {
-		if err := InstallMultusThick(ctx, cp.Config, []*devnode.Node{node}, "127.0.0.1", port, filepath.Join(node.Dir, "multus-thick.tar")); err != nil {
-			return nil, err
-		}
 	}
 	if err := Install(ctx, cp.Config, port, opts.Mutate); err != nil {
 		return nil, err
