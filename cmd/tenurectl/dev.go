@@ -105,8 +105,8 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 		fmt.Fprintf(e.stderr, "tenurectl dev up: --nodes %d needs --node\n", d.nodes)
 		return errUsage
 	}
-	multus, err := devnode.ParseMultusMode(d.multus)
-	if err != nil {
+	multus := devnode.MultusMode(d.multus)
+	if multus != devnode.MultusThin && multus != devnode.MultusThick {
 		fmt.Fprintf(e.stderr, "tenurectl dev up: --multus %s: %q or %q\n", d.multus, devnode.MultusThin, devnode.MultusThick)
 		return errUsage
 	}
