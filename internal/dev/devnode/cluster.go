@@ -12,7 +12,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -120,15 +119,7 @@ type clusterLayout struct {
 }
 
 func (c *clusterLayout) save() error {
-	data, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(c.Dir, ClusterStateFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(c.Dir, ClusterStateFile))
+	return writeState(c.Dir, ClusterStateFile, c)
 }
 
 // StartCluster starts the fabric, the proxy and the nodes, and returns
@@ -501,31 +492,14 @@ func StopCluster(dir string) error {
 			errs = append(errs, err)
 		}
 	}
-	for s, v := range c.Sysctls {
-		if err := os.WriteFile("/proc/sys/"+s, []byte(v), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("restoring %s: %w", s, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := finishStop(dir, ClusterStateFile, clusterStoppedFile, c.Sysctls, errs); err != nil {
 		return fmt.Errorf("devnode: stopping the cluster in %s: %w", dir, err)
 	}
-	if err := os.Rename(filepath.Join(dir, ClusterStateFile), filepath.Join(dir, clusterStoppedFile)); err != nil {
-		return err
-	}
-	unlockHost(dir)
 	return nil
 }
 
 func loadCluster(file string) (*clusterLayout, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	var c clusterLayout
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("devnode: %s: %w", file, err)
-	}
-	return &c, nil
+	return readState[clusterLayout](file)
 }
 
 // ClusterRecorded reports whether dir records a running (or crashed)
@@ -660,28 +634,13 @@ func newNamedNetns(p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
+	return onOwnThread(func() error {
 		ns, err := netns.NewNamed(filepath.Base(p))
 		if err == nil {
 			ns.Close()
 		}
-		if backErr := netns.Set(orig); backErr != nil {
-			errc <- errors.Join(err, backErr) // stays locked: Go ends the thread
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
+		return err
+	})
 }
 
 func netnsHandle(p string) (*netlink.Handle, error) {

@@ -228,15 +228,7 @@ func (n *layout) containerdState() string  { return n.path("containerd", "state"
 func (n *layout) containerdSocket() string { return n.path("containerd", "containerd.sock") }
 
 func (n *layout) save() error {
-	data, err := json.MarshalIndent(n, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := n.path(stateFile + ".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, n.path(stateFile))
+	return writeState(n.Dir, stateFile, n)
 }
 
 func loadLayout(dir string) (*layout, error) {
@@ -244,15 +236,34 @@ func loadLayout(dir string) (*layout, error) {
 }
 
 func loadLayoutFile(file string) (*layout, error) {
+	return readState[layout](file)
+}
+
+// writeState writes v, as JSON, to the state file name in dir: whole or
+// not at all (a temporary file renamed).
+func writeState(dir, name string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, name+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
+}
+
+// readState reads a state file writeState wrote.
+func readState[T any](file string) (*T, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	var n layout
-	if err := json.Unmarshal(data, &n); err != nil {
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, fmt.Errorf("devnode: %s: %w", file, err)
 	}
-	return &n, nil
+	return &v, nil
 }
 
 // Host paths the kubelet or libcni write whatever their configuration says.
