@@ -42,7 +42,7 @@ const (
 // imageFile, imports it into each node, applies multusthick/ with the
 // daemon pointed at the API server at host:port, and waits until the
 // daemon is Ready on every node and each node's CNI configuration is the
-// shim's (the daemon copies it over the thin one).
+// shim's (the daemon writes it over the thin one).
 func InstallMultusThick(ctx context.Context, cfg *rest.Config, nodes []*devnode.Node, host string, port int, imageFile string) error {
 	bin, err := controlplane.BinDir()
 	if err != nil {
