@@ -157,15 +157,27 @@ func multusDaemonLogs(ctx context.Context, t *testing.T) map[string]string {
 	return logs
 }
 
-var daemonAdd = regexp.MustCompile(`ADD finished CNI request .*K8S_POD_NAMESPACE=([^;"]+);K8S_POD_NAME=([^;"]+);.*, err: <nil>`)
+// daemonAdd is the daemon's line for an ADD that succeeded, its
+// CNI_ARGS quoted (their order varies).
+var daemonAdd = regexp.MustCompile(`ADD finished CNI request .* Args:"([^"]*)" .*, err: <nil>$`)
 
 // podsAddedByDaemon are the pods of namespace ns the daemon's log shows
 // an ADD without error for.
 func podsAddedByDaemon(log, ns string) sets.Set[string] {
 	added := sets.New[string]()
 	for _, line := range strings.Split(log, "\n") {
-		if m := daemonAdd.FindStringSubmatch(line); m != nil && m[1] == ns {
-			added.Insert(m[2])
+		m := daemonAdd.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		args := map[string]string{}
+		for _, kv := range strings.Split(m[1], ";") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				args[k] = v
+			}
+		}
+		if args["K8S_POD_NAMESPACE"] == ns {
+			added.Insert(args["K8S_POD_NAME"])
 		}
 	}
 	return added

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -499,25 +500,27 @@ func (node *Node) startRuntime(ctx context.Context, opts Options) error {
 }
 
 // installCNI does what Multus' DaemonSet and a cluster network's would:
-// the plugins into HostCNIBinDir (links to the built ones), the cluster
+// the plugins into HostCNIBinDir (copies of the built ones), the cluster
 // network's configuration into HostCNIConfDir as ClusterNetworkConfFile,
-// and, for thin Multus, Multus' configuration delegating to it. Thick
-// Multus' DaemonSet installs its shim and configuration itself.
+// and, for thin Multus, Multus' plugin (a link: only the node's runtime
+// runs it) and configuration delegating to it. Thick Multus' DaemonSet
+// installs its shim and configuration itself.
 func (node *Node) installCNI(opts Options) error {
 	n := node.layout
-	links := map[string]string{}
-	if opts.Multus != MultusThick {
-		links["multus"] = filepath.Join(opts.BinDir, "multus")
-	}
+	// Copies, as a cluster's installers make: thick Multus' daemon looks
+	// the plugins up in its container, where a link to this host's build
+	// cache leads nowhere.
 	for _, p := range nodeCNIPlugins {
-		links[p] = filepath.Join(opts.CNIBinDir, p)
+		if err := copyExecutable(filepath.Join(opts.CNIBinDir, p), filepath.Join(n.hostPath(HostCNIBinDir), p)); err != nil {
+			return err
+		}
 	}
-	for name, target := range links {
-		target, err := filepath.Abs(target)
+	if opts.Multus != MultusThick {
+		target, err := filepath.Abs(filepath.Join(opts.BinDir, "multus"))
 		if err != nil {
 			return err
 		}
-		if err := os.Symlink(target, filepath.Join(n.hostPath(HostCNIBinDir), name)); err != nil {
+		if err := os.Symlink(target, filepath.Join(n.hostPath(HostCNIBinDir), "multus")); err != nil {
 			return err
 		}
 	}
@@ -549,6 +552,24 @@ func (node *Node) installCNI(opts Options) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(n.hostPath(HostCNIConfDir), "00-multus.conf"), conf, 0o644)
+}
+
+// copyExecutable copies the file src (a link followed) to dst, mode 0755.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // outermostMissing is the outermost directory of p that does not exist:
