@@ -2,7 +2,9 @@
 # Builds the local node's programs into the cache directory and prints it:
 # kubelet, kube-controller-manager and kube-scheduler (tools/kubernetes, the
 # module kube-apiserver is built from), containerd with its runc shim and ctr
-# (tools/containerd), Multus' thin CNI plugin (tools/multus) and the sandbox's
+# (tools/containerd), Multus (tools/multus: the thin CNI plugin, and the thick
+# plugin's multus-daemon, multus-shim, install_multus and passthru-cni, in one
+# build that shares their packages) and the sandbox's
 # pause program (hack/pause). runc itself comes from the distribution
 # (`apt-get install runc`). Cache: $TENURE_CACHE_DIR (default ~/.cache/tenure);
 # each binary is bin/NAME-VERSION with bin/NAME linked to it, so a version bump
@@ -51,13 +53,14 @@ if missing "$CONTAINERD_VERSION" "${containerd[@]}"; then
 fi
 link "$CONTAINERD_VERSION" "${containerd[@]}"
 
-if missing "$MULTUS_VERSION" multus; then
-  echo "building multus ${MULTUS_VERSION} -> $bin" >&2
+multus=(multus multus-daemon multus-shim install_multus passthru-cni)
+if missing "$MULTUS_VERSION" "${multus[@]}"; then
+  echo "building ${multus[*]} ${MULTUS_VERSION} -> $bin" >&2
   build "$root/tools/multus" "$MULTUS_VERSION" \
     "-X gopkg.in/k8snetworkplumbingwg/multus-cni.v4/pkg/multus.version=${MULTUS_VERSION}" "" \
-    gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
+    "${multus[@]/#/gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/}"
 fi
-link "$MULTUS_VERSION" multus
+link "$MULTUS_VERSION" "${multus[@]}"
 
 # pause lives in this repository: its version is its source's hash.
 pause_version=$(cat "$root/hack/pause/"*.go | sha256sum | cut -c1-12)

@@ -30,7 +30,7 @@ func developerCommands(e *env) []*cobra.Command {
 func devCommand(e *env) *cobra.Command {
 	var d devFlags
 	up := &cobra.Command{
-		Use:   "up [--dir DIR] [--node [--nodes N] [--image FILE]]",
+		Use:   "up [--dir DIR] [--node [--nodes N] [--multus thin|thick] [--image FILE]]",
 		Short: "start a detached control plane and install the CRDs (--node: and a real node running tenure)",
 		Args:  noArgs(e),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return devUp(cmd.Context(), e, &d) },
@@ -39,6 +39,7 @@ func devCommand(e *env) *cobra.Command {
 	up.Flags().BoolVar(&d.withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed from deploy/ and its image")
 	up.Flags().StringVar(&d.image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
 	up.Flags().IntVar(&d.nodes, "nodes", 1, fmt.Sprintf("with --node: how many nodes, 1 to %d; more than one run each in namespaces of its own, joined by a bridge", devnode.MaxNodes))
+	up.Flags().StringVar(&d.multus, "multus", string(devnode.MultusThin), "with --node: how Multus runs on the nodes, `thin` (its CNI plugin) or thick (multus-daemon as a DaemonSet, multus-shim as the plugin)")
 	down := &cobra.Command{
 		Use:   "down [--dir DIR]",
 		Short: "stop the control plane (and node) that up started",
@@ -71,6 +72,7 @@ type devFlags struct {
 	withNode bool
 	image    string
 	nodes    int
+	multus   string
 }
 
 func (d *devFlags) register(fs *pflag.FlagSet) {
@@ -103,6 +105,15 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 		fmt.Fprintf(e.stderr, "tenurectl dev up: --nodes %d needs --node\n", d.nodes)
 		return errUsage
 	}
+	multus := devnode.MultusMode(d.multus)
+	if multus != devnode.MultusThin && multus != devnode.MultusThick {
+		fmt.Fprintf(e.stderr, "tenurectl dev up: --multus %s: %q or %q\n", d.multus, devnode.MultusThin, devnode.MultusThick)
+		return errUsage
+	}
+	if multus != devnode.MultusThin && !d.withNode {
+		fmt.Fprintf(e.stderr, "tenurectl dev up: --multus %s needs --node\n", d.multus)
+		return errUsage
+	}
 	if d.withNode && os.Geteuid() != 0 {
 		return errors.New("tenurectl dev up --node: a node runs containerd and a kubelet: run as root")
 	}
@@ -117,7 +128,7 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 	}
 	defer unlock()
 	if d.withNode {
-		return devUpNode(ctx, e, dir, d.image, d.nodes)
+		return devUpNode(ctx, e, dir, d.image, d.nodes, multus)
 	}
 
 	crds, err := fs.Sub(deploy.CRDs, "crds")
@@ -234,7 +245,7 @@ func defaultImage() string {
 // controllers, then a node of this machine with tenure rolled out on it
 // from deploy/ through internal/dev/localnode. Up already (with a node), it
 // only says so. Called with dir made and locked.
-func devUpNode(ctx context.Context, e *env, dir, image string, nodes int) error {
+func devUpNode(ctx context.Context, e *env, dir, image string, nodes int, multus devnode.MultusMode) error {
 	if cp, err := controlplane.Attach(dir); err == nil {
 		if cp.Healthy(ctx) == nil && nodeRecorded(dir) {
 			fmt.Fprintf(e.stderr, "tenure dev control plane already up at %s with a node (dir %s)\n", cp.URL, dir)
@@ -244,8 +255,10 @@ func devUpNode(ctx context.Context, e *env, dir, image string, nodes int) error 
 		return fmt.Errorf("a control plane without a node is recorded in %s: tenurectl dev down --dir %s first", dir, dir)
 	}
 
-	if nodes > 1 {
-		return devUpCluster(ctx, e, dir, image, nodes)
+	// Thick Multus runs only on a Cluster's nodes (devnode.Options.Multus),
+	// one node too.
+	if nodes > 1 || multus == devnode.MultusThick {
+		return devUpCluster(ctx, e, dir, image, nodes, multus)
 	}
 	begin := time.Now()
 	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Detach: true, Controllers: true})
@@ -268,7 +281,7 @@ func devUpNode(ctx context.Context, e *env, dir, image string, nodes int) error 
 
 // devUpCluster is devUpNode for nodes > 1: a control plane the nodes'
 // namespaces reach through the fabric, and the nodes.
-func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int) error {
+func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int, multus devnode.MultusMode) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -280,7 +293,7 @@ func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int) err
 	}
 	cpReady := time.Since(begin)
 	cl, err := localnode.StartCluster(ctx, cp, localnode.ClusterOptions{
-		Dir: clusterDir(dir), Nodes: nodes, Image: image, ProxyCommand: []string{exe, "dev", "fabric-proxy"},
+		Dir: clusterDir(dir), Nodes: nodes, Image: image, ProxyCommand: []string{exe, "dev", "fabric-proxy"}, Multus: multus,
 	})
 	if err != nil {
 		if serr := cp.Stop(); serr != nil {
@@ -292,8 +305,8 @@ func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int) err
 	for _, n := range cl.Nodes {
 		names = append(names, n.Name+" ("+n.IP()+")")
 	}
-	fmt.Fprintf(e.stderr, "tenure dev cluster up at %s: control plane with controller-manager and scheduler ready in %v; nodes %s Ready and tenure rolled out on them in %v (logs in %s and %s)\n",
-		cp.URL, cpReady.Round(time.Millisecond), strings.Join(names, ", "), (time.Since(begin) - cpReady).Round(time.Millisecond), dir, filepath.Join(cl.Dir, "node-*", "logs"))
+	fmt.Fprintf(e.stderr, "tenure dev cluster up at %s: control plane with controller-manager and scheduler ready in %v; nodes %s Ready (Multus %s) and tenure rolled out on them in %v (logs in %s and %s)\n",
+		cp.URL, cpReady.Round(time.Millisecond), strings.Join(names, ", "), multus, (time.Since(begin) - cpReady).Round(time.Millisecond), dir, filepath.Join(cl.Dir, "node-*", "logs"))
 	printKubeconfig(e, cp.KubeconfigPath)
 	return nil
 }

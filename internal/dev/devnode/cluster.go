@@ -12,7 +12,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -92,6 +91,8 @@ type ClusterOptions struct {
 	ProxyCommand []string
 	// BinDir and CNIBinDir as in Options.
 	BinDir, CNIBinDir string
+	// Multus as in Options, for every node.
+	Multus MultusMode
 }
 
 // Cluster is a running cluster.
@@ -118,15 +119,7 @@ type clusterLayout struct {
 }
 
 func (c *clusterLayout) save() error {
-	data, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(c.Dir, ClusterStateFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(c.Dir, ClusterStateFile))
+	return writeState(c.Dir, ClusterStateFile, c)
 }
 
 // StartCluster starts the fabric, the proxy and the nodes, and returns
@@ -138,7 +131,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 	if opts.Dir == "" || opts.Kubeconfig == "" || opts.CAFile == "" || opts.IssueClientCert == nil || len(opts.ProxyCommand) == 0 {
 		return nil, errors.New("devnode: ClusterOptions: Dir, Kubeconfig, CAFile, IssueClientCert and ProxyCommand are required")
 	}
-	if err := checkOptions(Options{Dir: opts.Dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir}); err != nil {
+	if err := checkOptions(Options{Dir: opts.Dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir, Multus: opts.Multus}); err != nil {
 		return nil, err
 	}
 	dir, err := filepath.Abs(opts.Dir)
@@ -424,7 +417,7 @@ func (c *clusterLayout) startNode(ctx context.Context, opts ClusterOptions, admi
 		return nil, err
 	}
 	return Start(ctx, Options{
-		Dir: dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir, NodeName: name,
+		Dir: dir, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, CNIBinDir: opts.CNIBinDir, NodeName: name, Multus: opts.Multus,
 		// A range per node, as a cluster's IPAM gives: pod IPs stay unique.
 		PodCIDR: fmt.Sprintf("10.244.%d.0/24", i+1),
 		Net: &NodeNet{
@@ -499,31 +492,14 @@ func StopCluster(dir string) error {
 			errs = append(errs, err)
 		}
 	}
-	for s, v := range c.Sysctls {
-		if err := os.WriteFile("/proc/sys/"+s, []byte(v), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("restoring %s: %w", s, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := finishStop(dir, ClusterStateFile, clusterStoppedFile, c.Sysctls, errs); err != nil {
 		return fmt.Errorf("devnode: stopping the cluster in %s: %w", dir, err)
 	}
-	if err := os.Rename(filepath.Join(dir, ClusterStateFile), filepath.Join(dir, clusterStoppedFile)); err != nil {
-		return err
-	}
-	unlockHost(dir)
 	return nil
 }
 
 func loadCluster(file string) (*clusterLayout, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	var c clusterLayout
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("devnode: %s: %w", file, err)
-	}
-	return &c, nil
+	return readState[clusterLayout](file)
 }
 
 // ClusterRecorded reports whether dir records a running (or crashed)
@@ -658,28 +634,13 @@ func newNamedNetns(p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
+	return onOwnThread(func() error {
 		ns, err := netns.NewNamed(filepath.Base(p))
 		if err == nil {
 			ns.Close()
 		}
-		if backErr := netns.Set(orig); backErr != nil {
-			errc <- errors.Join(err, backErr) // stays locked: Go ends the thread
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
+		return err
+	})
 }
 
 func netnsHandle(p string) (*netlink.Handle, error) {

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -67,7 +68,41 @@ type Options struct {
 	// client of the API server with its own certificate. Without it the
 	// node runs on the host's namespaces, alone on the host.
 	Net *NodeNet
+	// Multus is how Multus runs on the node: MultusThin (the default) or
+	// MultusThick. Thin: the multus plugin and its configuration are
+	// installed with the node. Thick (a Cluster's node only): the node
+	// starts with its cluster network alone, and Multus' DaemonSet
+	// (internal/dev/localnode) installs multus-shim and its
+	// configuration.
+	Multus MultusMode
 }
+
+// MultusMode is how Multus runs on a node: its thin plugin, or its thick
+// plugin (multus-daemon, and multus-shim as the CNI plugin).
+type MultusMode string
+
+const (
+	MultusThin  MultusMode = "thin"
+	MultusThick MultusMode = "thick"
+)
+
+// ParseMultusMode reads a MultusMode; empty is MultusThin.
+func ParseMultusMode(s string) (MultusMode, error) {
+	switch m := MultusMode(s); m {
+	case "", MultusThin:
+		return MultusThin, nil
+	case MultusThick:
+		return m, nil
+	}
+	return "", fmt.Errorf("multus mode %q: %q or %q", s, MultusThin, MultusThick)
+}
+
+// ClusterNetworkConfFile is the name of the node's cluster network
+// configuration in HostCNIConfDir, as a cluster's primary network installs
+// its own. Containerd reads only the first file (Multus' 00-multus.conf
+// sorts first); Multus' thick configuration names this file as its
+// clusterNetwork.
+const ClusterNetworkConfFile = "10-cluster-network.conflist"
 
 // NodeNet is where a Cluster's node lives and how it reaches the API
 // server.
@@ -174,6 +209,7 @@ var privateHostPaths = []string{
 	"/var/lib/cni",     // libcni's cache
 	"/var/log/pods", "/var/log/containers",
 	"/run/tenure", // deploy/'s agent socket
+	"/run/multus", // Multus' thick daemon's socket
 }
 
 // hostPath is where the node's view of the host path p lives, seen from
@@ -193,15 +229,7 @@ func (n *layout) containerdState() string  { return n.path("containerd", "state"
 func (n *layout) containerdSocket() string { return n.path("containerd", "containerd.sock") }
 
 func (n *layout) save() error {
-	data, err := json.MarshalIndent(n, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := n.path(stateFile + ".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, n.path(stateFile))
+	return writeState(n.Dir, stateFile, n)
 }
 
 func loadLayout(dir string) (*layout, error) {
@@ -209,15 +237,34 @@ func loadLayout(dir string) (*layout, error) {
 }
 
 func loadLayoutFile(file string) (*layout, error) {
+	return readState[layout](file)
+}
+
+// writeState writes v, as JSON, to the state file name in dir: whole or
+// not at all (a temporary file renamed).
+func writeState(dir, name string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, name+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
+}
+
+// readState reads a state file writeState wrote.
+func readState[T any](file string) (*T, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	var n layout
-	if err := json.Unmarshal(data, &n); err != nil {
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, fmt.Errorf("devnode: %s: %w", file, err)
 	}
-	return &n, nil
+	return &v, nil
 }
 
 // Host paths the kubelet or libcni write whatever their configuration says.
@@ -283,6 +330,9 @@ func checkOptions(opts Options) error {
 	if opts.Dir == "" || opts.Kubeconfig == "" || opts.BinDir == "" || opts.CNIBinDir == "" {
 		return errors.New("devnode: Dir, Kubeconfig, BinDir and CNIBinDir are required")
 	}
+	if _, err := ParseMultusMode(string(opts.Multus)); err != nil {
+		return fmt.Errorf("devnode: Multus: %w", err)
+	}
 	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause", "multus"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
 			return fmt.Errorf("devnode: %w (hack/build-node.sh builds it)", err)
@@ -305,6 +355,11 @@ func prepare(ctx context.Context, opts *Options) (_ *Node, err error) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
 		return nil, fmt.Errorf("devnode: %s already records a node; Stop it first", dir)
+	}
+	if opts.Net == nil && opts.Multus == MultusThick {
+		// The daemon would make its socket and cache directories on the
+		// host, and its HostToContainer mount of / needs / shared.
+		return nil, fmt.Errorf("devnode: Multus %s runs only on a Cluster's nodes, in namespaces of their own", opts.Multus)
 	}
 	if opts.NodeName == "" {
 		opts.NodeName = "tenure-dev-node"
@@ -445,26 +500,39 @@ func (node *Node) startRuntime(ctx context.Context, opts Options) error {
 }
 
 // installCNI does what Multus' DaemonSet and a cluster network's would:
-// the plugins into HostCNIBinDir (links to the built ones), and Multus'
-// configuration, delegating to the cluster network, into HostCNIConfDir.
+// the plugins into HostCNIBinDir (copies of the built ones), the cluster
+// network's configuration into HostCNIConfDir as ClusterNetworkConfFile,
+// and, for thin Multus, Multus' plugin (a link: only the node's runtime
+// runs it) and configuration delegating to it. Thick Multus' DaemonSet
+// installs its shim and configuration itself.
 func (node *Node) installCNI(opts Options) error {
 	n := node.layout
-	links := map[string]string{"multus": filepath.Join(opts.BinDir, "multus")}
+	// Copies, as a cluster's installers make: thick Multus' daemon looks
+	// the plugins up in its container, where a link to this host's build
+	// cache leads nowhere.
 	for _, p := range nodeCNIPlugins {
-		links[p] = filepath.Join(opts.CNIBinDir, p)
+		if err := copyExecutable(filepath.Join(opts.CNIBinDir, p), filepath.Join(n.hostPath(HostCNIBinDir), p)); err != nil {
+			return err
+		}
 	}
-	for name, target := range links {
-		target, err := filepath.Abs(target)
+	if opts.Multus != MultusThick {
+		target, err := filepath.Abs(filepath.Join(opts.BinDir, "multus"))
 		if err != nil {
 			return err
 		}
-		if err := os.Symlink(target, filepath.Join(n.hostPath(HostCNIBinDir), name)); err != nil {
+		if err := os.Symlink(target, filepath.Join(n.hostPath(HostCNIBinDir), "multus")); err != nil {
 			return err
 		}
 	}
 	cluster, err := n.cniConfList(n.Bridge, opts.PodCIDR)
 	if err != nil {
 		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.hostPath(HostCNIConfDir), ClusterNetworkConfFile), cluster, 0o644); err != nil {
+		return err
+	}
+	if opts.Multus == MultusThick {
+		return nil
 	}
 	// Multus reads the API with its own copy of the credential, as its
 	// DaemonSet writes one for it.
@@ -484,6 +552,24 @@ func (node *Node) installCNI(opts Options) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(n.hostPath(HostCNIConfDir), "00-multus.conf"), conf, 0o644)
+}
+
+// copyExecutable copies the file src (a link followed) to dst, mode 0755.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // outermostMissing is the outermost directory of p that does not exist:
@@ -590,6 +676,23 @@ func (node *Node) Lose() error {
 		return fmt.Errorf("devnode: found %d of kubelet and containerd to kill (pids %v)", len(killed), killed)
 	}
 	return nil
+}
+
+// Processes lists the pids of the node's processes (kubelet, containerd,
+// the shims, every container's) whose command name is comm.
+func (node *Node) Processes(comm string) ([]int, error) {
+	hs, err := hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, pid := range cgroupProcs(node.layout.cgroupDirs(hs)) {
+		c, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err == nil && strings.TrimSpace(string(c)) == comm {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }
 
 // Return restarts containerd and the kubelet after Lose and waits for the

@@ -21,7 +21,12 @@ func (node *Node) startHolder(ctx context.Context, hs []hierarchy) error {
 	n := node.layout
 	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 	var script strings.Builder
-	script.WriteString("set -e\n")
+	// The node's / shared (a peer group of the node's own: nothing
+	// propagates to the host): Multus' thick daemon mounts it into its
+	// container with HostToContainer propagation, which the runtime
+	// refuses unless / is shared or a slave, and on a host whose / is
+	// private unshare's slave leaves it private.
+	script.WriteString("set -e\nmount --make-shared /\n")
 	for _, p := range privateHostPaths {
 		src := n.hostPath(p)
 		if err := os.MkdirAll(src, 0o755); err != nil {

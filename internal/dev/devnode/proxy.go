@@ -174,9 +174,25 @@ func closeWrite(c net.Conn) {
 }
 
 // inNetns runs f on a thread in the network namespace at path; sockets f
-// makes stay there. A thread that cannot return to its namespace stays
-// locked, so Go ends it rather than run other goroutines on it.
+// makes stay there.
 func inNetns(path string, f func() error) error {
+	return onOwnThread(func() error {
+		ns, err := netns.GetFromPath(path)
+		if err != nil {
+			return err
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			return err
+		}
+		return f()
+	})
+}
+
+// onOwnThread runs f on a locked thread and puts the thread back into the
+// network namespace it was in. A thread that cannot return stays locked,
+// so Go ends it rather than run other goroutines on it.
+func onOwnThread(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -187,18 +203,6 @@ func inNetns(path string, f func() error) error {
 			return
 		}
 		defer orig.Close()
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
 		err = f()
 		if backErr := netns.Set(orig); backErr != nil {
 			errc <- errors.Join(err, backErr)

@@ -91,16 +91,26 @@ func stop(dir string) error {
 	}
 	errs = append(errs, n.removeHostFiles()...)
 	// 6. The kernel settings the kubelet changed.
-	for s, v := range n.Sysctls {
+	if err := finishStop(dir, stateFile, stoppedFile, n.Sysctls, errs); err != nil {
+		return fmt.Errorf("devnode: stopping %s: %w", dir, err)
+	}
+	return nil
+}
+
+// finishStop ends a Stop of what the state file in dir records: the
+// sysctls put back and, when nothing failed, the state file kept as
+// stopped (Leftovers reads it, Start starts afresh) and the host lock
+// released.
+func finishStop(dir, state, stopped string, sysctls map[string]string, errs []error) error {
+	for s, v := range sysctls {
 		if err := os.WriteFile("/proc/sys/"+s, []byte(v), 0o644); err != nil {
 			errs = append(errs, fmt.Errorf("restoring %s: %w", s, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("devnode: stopping %s: %w", dir, err)
+		return err
 	}
-	// Kept under another name: Leftovers reads it, Start starts afresh.
-	if err := os.Rename(filepath.Join(dir, stateFile), filepath.Join(dir, stoppedFile)); err != nil {
+	if err := os.Rename(filepath.Join(dir, state), filepath.Join(dir, stopped)); err != nil {
 		return err
 	}
 	unlockHost(dir)

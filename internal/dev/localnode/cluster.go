@@ -28,6 +28,9 @@ type ClusterOptions struct {
 	ProxyCommand []string
 	// Mutate as in Options.
 	Mutate func(*unstructured.Unstructured)
+	// Multus is how Multus runs on the nodes (devnode.MultusMode); thick:
+	// UseMultusThick, before tenure is installed.
+	Multus devnode.MultusMode
 }
 
 // NodeAccess is what cp must be started with (controlplane.Options.Nodes)
@@ -62,7 +65,7 @@ func StartCluster(ctx context.Context, cp *controlplane.ControlPlane, opts Clust
 	cl, err := devnode.StartCluster(ctx, devnode.ClusterOptions{
 		Dir: opts.Dir, Nodes: opts.Nodes, Kubeconfig: cp.KubeconfigPath,
 		CAFile: filepath.Join(cp.Dir, "pki", "ca.crt"), IssueClientCert: cp.IssueClientCert,
-		ProxyCommand: opts.ProxyCommand, BinDir: toolDir, CNIBinDir: cniDir,
+		ProxyCommand: opts.ProxyCommand, BinDir: toolDir, CNIBinDir: cniDir, Multus: opts.Multus,
 	})
 	if err != nil {
 		return nil, err
@@ -76,6 +79,11 @@ func StartCluster(ctx context.Context, cp *controlplane.ControlPlane, opts Clust
 	}()
 	for _, n := range cl.Nodes {
 		if err := n.ImportImage(ctx, opts.Image); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Multus == devnode.MultusThick {
+		if err := UseMultusThick(ctx, cp, cl); err != nil {
 			return nil, err
 		}
 	}
@@ -134,4 +142,11 @@ func clusterMutation(o *unstructured.Unstructured) {
 		}
 		_ = unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
 	}
+}
+
+// UseMultusThick runs Multus in thick mode on the cluster's nodes
+// (InstallMultusThick), whichever mode they started in; the image is
+// written to the cluster's directory.
+func UseMultusThick(ctx context.Context, cp *controlplane.ControlPlane, cl *devnode.Cluster) error {
+	return InstallMultusThick(ctx, cp.Config, cl.Nodes, devnode.FabricAPIServer, devnode.FabricAPIServerPort, filepath.Join(cl.Dir, "multus-thick.tar"))
 }
