@@ -40,6 +40,7 @@ func benchCommand(e *env) *cobra.Command {
 	})
 	fs.StringVar(&f.agents, "agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
 	fs.StringVar(&f.baseline, "baseline-bin", "", "with --quick: a directory with an older build's tenure and tenure-agent, run alternating with this build's and reported side by side")
+	fs.BoolVar(&f.compareCBOR, "compare-cbor", false, "with --quick: run it with the agents' reservations in JSON and in CBOR alternating, on an API server that serves custom resources as CBOR, reported side by side")
 	fs.IntVar(&f.psPods, "pod-start-pods", 30, "the pod-start scenario's pods per IPAM, in waves")
 	fs.IntVar(&f.psWave, "pod-start-wave", 10, "the pod-start scenario's pods created at once in a wave")
 	fs.IntVar(&f.psStorm, "pod-start-storm", 50, "the pod-start scenario's pods per IPAM created at once after the waves (-1: none)")
@@ -51,6 +52,7 @@ func benchCommand(e *env) *cobra.Command {
 
 type benchFlags struct {
 	quick, skipScale    bool
+	compareCBOR         bool
 	output, out, agents string
 	baseline            string
 	scale               int
@@ -82,6 +84,10 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 	}
 	if f.baseline != "" && !f.quick {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --baseline-bin %s needs --quick\n", f.baseline)
+		return errUsage
+	}
+	if f.compareCBOR && (!f.quick || f.baseline != "") {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --compare-cbor needs --quick and no --baseline-bin\n")
 		return errUsage
 	}
 	if f.fullPoolFor <= 0 {
@@ -121,6 +127,7 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		FullPoolDuration: f.fullPoolFor,
 		PodStart:         podStart,
 		BaselineBin:      f.baseline,
+		CompareCBOR:      f.compareCBOR,
 		Log:              e.stderr,
 		Command:          "tenurectl bench " + strings.Join(e.args[1:], " "),
 	})

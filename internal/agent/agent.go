@@ -46,6 +46,10 @@ type Options struct {
 	PodWait time.Duration
 	// Dataplane configures the DHCPv6 service and prefix routes.
 	Dataplane DataplaneOptions
+	// APIEncoding is how NewForConfig's client encodes the reservations
+	// it creates, deletes, lists and watches: kube.EncodingAuto (the
+	// default) or kube.EncodingJSON.
+	APIEncoding string
 }
 
 // Agent serves CNI calls for one node.
@@ -95,9 +99,23 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	cfg.WarningHandlerWithContext = &warningHandler{log: opts.Logger, logged: map[string]bool{}}
 	api := newAPIMetrics()
 	cfg.Wrap(api.wrap)
+	if opts.APIEncoding == "" {
+		opts.APIEncoding = kube.EncodingAuto
+	}
+	if err := kube.ValidEncoding(opts.APIEncoding); err != nil {
+		return nil, err
+	}
+	if opts.APIEncoding == kube.EncodingAuto {
+		kube.AllowCBOR()
+	}
 	c, err := kube.NewClient(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if opts.APIEncoding == kube.EncodingAuto {
+		if c, err = withCBOR(c, cfg, opts.Logger); err != nil {
+			return nil, err
+		}
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -115,6 +133,29 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	a.shutdown = events.Shutdown
 	a.dataplane.metrics.registry.MustRegister(api.requests, api.duration)
 	return a, nil
+}
+
+// cborProbeTimeout bounds the start-up question whether the API server
+// serves CBOR; without an answer the agent speaks JSON.
+const cborProbeTimeout = 10 * time.Second
+
+// withCBOR is c with its reservation traffic in CBOR where the API server
+// serves it, else c. Decoding CBOR costs the agent and the API server less
+// CPU than JSON per watch event and per create (docs/performance.md, "CBOR").
+func withCBOR(c client.WithWatch, cfg *rest.Config, log *slog.Logger) (client.WithWatch, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cborProbeTimeout)
+	defer cancel()
+	ok, err := kube.ServesCBOR(ctx, cfg)
+	switch {
+	case err != nil:
+		log.Warn("could not ask the API server whether it serves CBOR; reservations in JSON", "err", err)
+		return c, nil
+	case !ok:
+		log.Info("the API server does not serve custom resources as CBOR; reservations in JSON")
+		return c, nil
+	}
+	log.Info("reservations in CBOR")
+	return kube.WithCBOR(c, cfg)
 }
 
 // New builds an agent on opts.Client; Start runs it.

@@ -39,7 +39,9 @@ type env struct {
 	cp   *controlplane.ControlPlane
 	c    client.WithWatch
 	bins testbed.Binaries
-	dir  string // sockets and process logs
+	// agentArgs are further flags of the agents started next.
+	agentArgs []string
+	dir       string // sockets and process logs
 
 	agents map[string]*testbed.Agent
 	node   *devnode.Node // the real node, for scenarios that need it
@@ -71,7 +73,7 @@ func (e *env) logf(format string, args ...any) {
 
 // startEnv starts the control plane, installs the CRDs and creates what
 // every scenario shares.
-func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries) (*env, error) {
+func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries, cpOpts controlplane.Options) (*env, error) {
 	e := &env{log: log, bins: bins, agents: map[string]*testbed.Agent{}, perOwner: 1}
 	dir, err := os.MkdirTemp("", "tbench-")
 	if err != nil {
@@ -79,7 +81,7 @@ func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries) (*env, 
 	}
 	e.dir = dir
 	begin := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
+	cp, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -152,7 +154,7 @@ func (e *env) startAgent(ctx context.Context, node string) (*testbed.Agent, time
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	begin := time.Now()
-	a, err := testbed.StartAgent(ctx, e.bins, e.dir, e.cp.KubeconfigPath, node)
+	a, err := testbed.StartAgent(ctx, e.bins, e.dir, e.cp.KubeconfigPath, node, e.agentArgs...)
 	if err != nil {
 		return nil, 0, err
 	}
