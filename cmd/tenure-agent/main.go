@@ -71,7 +71,7 @@ func agentFlags(stderr io.Writer) (*flag.FlagSet, *agentOptions) {
 	fs.StringVar(&o.socket, "socket", cniwire.DefaultSocket, "unix socket the CNI shim calls")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. :9466); empty disables it")
-	fs.StringVar(&o.apiEncoding, "api-encoding", kube.EncodingAuto, "how reservations go to and from the API server: auto (CBOR where the API server serves custom resources as CBOR, else JSON) or json")
+	fs.StringVar(&o.apiEncoding, "api-encoding", kube.EncodingJSON, "how reservations go to and from the API server: json, or auto (CBOR where the API server serves custom resources as CBOR, else JSON)")
 	fs.StringVar(&o.dataplaneNetns, "dataplane-netns", "", "network namespace (path) DHCPv6 is served in and prefix routes are installed in; empty is the agent's own")
 	return fs, &o
 }

@@ -47,8 +47,8 @@ type Options struct {
 	// Dataplane configures the DHCPv6 service and prefix routes.
 	Dataplane DataplaneOptions
 	// APIEncoding is how NewForConfig's client encodes the reservations
-	// it creates, deletes, lists and watches: kube.EncodingAuto (the
-	// default) or kube.EncodingJSON.
+	// it creates, deletes, lists and watches: kube.EncodingJSON (the
+	// default) or kube.EncodingAuto.
 	APIEncoding string
 }
 
@@ -100,7 +100,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	api := newAPIMetrics()
 	cfg.Wrap(api.wrap)
 	if opts.APIEncoding == "" {
-		opts.APIEncoding = kube.EncodingAuto
+		opts.APIEncoding = kube.EncodingJSON
 	}
 	if err := kube.ValidEncoding(opts.APIEncoding); err != nil {
 		return nil, err
@@ -140,8 +140,9 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 const cborProbeTimeout = 10 * time.Second
 
 // withCBOR is c with its reservation traffic in CBOR where the API server
-// serves it, else c. Decoding CBOR costs the agent and the API server less
-// CPU than JSON per watch event and per create (docs/performance.md, "CBOR").
+// serves it, else c. Not the default: measured against JSON on
+// kube-apiserver v1.37 it cost the agent and the API server more CPU per
+// ADD, not less (docs/performance.md, "The API request in CBOR").
 func withCBOR(c client.WithWatch, cfg *rest.Config, log *slog.Logger) (client.WithWatch, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cborProbeTimeout)
 	defer cancel()

@@ -25,7 +25,7 @@ const (
 	// CBOR (kube-apiserver's CBORServingAndStorage feature gate), JSON
 	// where it does not.
 	EncodingAuto = "auto"
-	// EncodingJSON: JSON always.
+	// EncodingJSON: JSON always (the agent's default).
 	EncodingJSON = "json"
 )
 

@@ -204,7 +204,7 @@ func nextEvent(t *testing.T, w watch.Interface) watch.Event {
 	return watch.Event{}
 }
 
-// The agent (--api-encoding auto, the default) speaks CBOR to an API
+// The agent with --api-encoding auto speaks CBOR to an API
 // server that serves it and JSON to one that does not; an ADD and its DEL
 // work on both, leaving the pod's reservation and then none.
 func TestAgentOnServersWithAndWithoutCBOR(t *testing.T) {
@@ -221,7 +221,7 @@ func TestAgentOnServersWithAndWithoutCBOR(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := testbed.StartNodeAgent(ctx, bins, t.TempDir(), tc.cp.Config, node)
+			a, err := testbed.StartNodeAgent(ctx, bins, t.TempDir(), tc.cp.Config, node, "--api-encoding", "auto")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,6 +45,11 @@ type env struct {
 
 	agents map[string]*testbed.Agent
 	node   *devnode.Node // the real node, for scenarios that need it
+	// cluster, nodes: the real nodes, when there are more than one; and
+	// the admin kubeconfig as they reach the API server.
+	cluster        *devnode.Cluster
+	nodes          []*devnode.Node
+	nodeKubeconfig string
 
 	controller        *testbed.Process
 	controllerState   string
@@ -133,6 +138,13 @@ func (e *env) close() {
 			e.logf("stopping the node: %v", err)
 		} else if left, err := devnode.Leftovers(e.node.Dir); err != nil || len(left) > 0 {
 			e.logf("the node left behind: %v %v", left, err)
+		}
+	}
+	if e.cluster != nil {
+		if err := e.cluster.Stop(); err != nil {
+			e.logf("stopping the nodes: %v", err)
+		} else if left, err := devnode.ClusterLeftovers(e.cluster.Dir); err != nil || len(left) > 0 {
+			e.logf("the nodes left behind: %v %v", left, err)
 		}
 	}
 	if e.cp != nil {
