@@ -109,6 +109,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Quick {
 		rep.Mode = "quick"
 	}
+	if opts.Quick && opts.CompareCBOR {
+		rep.Mode = modeCompareCBOR
+	}
 	if needsNode(opts.Scenarios) {
 		return runOnNode(ctx, opts, bins, rep)
 	}
