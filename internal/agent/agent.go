@@ -193,7 +193,7 @@ func New(opts Options) (*Agent, error) {
 			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},
 			func() float64 { return float64(a.store.Rebuilds()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
-			Help: "Reservations in the agent's window: the blocks it allocates from and the networks it found full."},
+			Help: "Reservations in the agent's window: other nodes' reservations of the blocks it allocates from and of the networks it found full."},
 			func() float64 { return float64(a.store.WindowLen()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
 			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},
