@@ -54,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 type agentOptions struct {
-	node, socket, kubeconfig, metricsAddr, dataplaneNetns string
+	node, socket, kubeconfig, metricsAddr, dataplaneNetns, apiEncoding string
 }
 
 // agentFlags is the flag set of the agent itself; its usage lists the
@@ -71,6 +71,7 @@ func agentFlags(stderr io.Writer) (*flag.FlagSet, *agentOptions) {
 	fs.StringVar(&o.socket, "socket", cniwire.DefaultSocket, "unix socket the CNI shim calls")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. :9466); empty disables it")
+	fs.StringVar(&o.apiEncoding, "api-encoding", kube.EncodingJSON, "how reservations go to and from the API server: json, or auto (CBOR where the API server serves custom resources as CBOR, else JSON)")
 	fs.StringVar(&o.dataplaneNetns, "dataplane-netns", "", "network namespace (path) DHCPv6 is served in and prefix routes are installed in; empty is the agent's own")
 	return fs, &o
 }
@@ -104,6 +105,10 @@ func serve(args []string, stderr io.Writer) int {
 		log.Error("--node-name (or $NODE_NAME) is required")
 		return 2
 	}
+	if err := kube.ValidEncoding(o.apiEncoding); err != nil {
+		log.Error("--api-encoding", "err", err)
+		return 2
+	}
 	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		log.Error("loading API client config", "err", err)
@@ -111,7 +116,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := agent.NewForConfig(cfg, agent.Options{NodeName: o.node, Logger: log,
+	a, err := agent.NewForConfig(cfg, agent.Options{NodeName: o.node, Logger: log, APIEncoding: o.apiEncoding,
 		Dataplane: agent.DataplaneOptions{Netns: o.dataplaneNetns, StateFile: o.socket + ".dataplane.json"}})
 	if err != nil {
 		log.Error("creating agent", "err", err)

@@ -27,6 +27,7 @@ func TestRun(t *testing.T) {
 		{[]string{"--kubeconfig", missing, "helth"}, 2, "usage: tenure-agent [flags]"},
 		{[]string{"--nope"}, 2, "flag provided but not defined: -nope"},
 		{[]string{"--node-name="}, 2, "--node-name (or $NODE_NAME) is required"},
+		{[]string{"--api-encoding", "cbor", "--kubeconfig", missing}, 2, `api encoding \"cbor\": want \"auto\" or \"json\"`},
 		{[]string{"health", "--ready=maybe"}, 2, `invalid boolean value "maybe"`},
 		{[]string{"health", "extra"}, 2, `tenure-agent health: unknown argument "extra"`},
 		{[]string{"health", "-h"}, 0, "-ready"},

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-ipam/tenure/internal/dev/bench"
+	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 )
 
 // benchCommand runs the benchmark: its own kube-apiserver + etcd, agents
@@ -40,8 +41,10 @@ func benchCommand(e *env) *cobra.Command {
 	})
 	fs.StringVar(&f.agents, "agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
 	fs.StringVar(&f.baseline, "baseline-bin", "", "with --quick: a directory with an older build's tenure and tenure-agent, run alternating with this build's and reported side by side")
+	fs.BoolVar(&f.compareCBOR, "compare-cbor", false, "with --quick: run it with the agents' reservations in JSON and in CBOR alternating, on an API server that serves custom resources as CBOR, reported side by side")
 	fs.IntVar(&f.psPods, "pod-start-pods", 30, "the pod-start scenario's pods per IPAM, in waves")
 	fs.IntVar(&f.psWave, "pod-start-wave", 10, "the pod-start scenario's pods created at once in a wave")
+	fs.IntVar(&f.psNodes, "pod-start-nodes", 1, fmt.Sprintf("the pod-start scenario's real nodes, the pods spread over them (1 to %d; more than one: nodes in namespaces of their own, as dev up --node --nodes N)", devnode.MaxNodes))
 	fs.IntVar(&f.psStorm, "pod-start-storm", 50, "the pod-start scenario's pods per IPAM created at once after the waves (-1: none)")
 	durationFlag(fs, &f.fullPoolFor, "full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
@@ -51,11 +54,12 @@ func benchCommand(e *env) *cobra.Command {
 
 type benchFlags struct {
 	quick, skipScale    bool
+	compareCBOR         bool
 	output, out, agents string
 	baseline            string
 	scale               int
 	psPods, psWave      int
-	psStorm             int
+	psStorm, psNodes    int
 	named               []string
 	fullPoolFor         time.Duration
 }
@@ -84,13 +88,17 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		fmt.Fprintf(e.stderr, "tenurectl bench: --baseline-bin %s needs --quick\n", f.baseline)
 		return errUsage
 	}
+	if f.compareCBOR && (!f.quick || f.baseline != "") {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --compare-cbor needs --quick and no --baseline-bin\n")
+		return errUsage
+	}
 	if f.fullPoolFor <= 0 {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --full-pool-duration must be positive, got %v\n", f.fullPoolFor)
 		return errUsage
 	}
-	podStart := bench.PodStartOptions{Pods: f.psPods, Wave: f.psWave, Storm: f.psStorm}
-	if f.psPods <= 0 || f.psWave <= 0 {
-		fmt.Fprintf(e.stderr, "tenurectl bench: --pod-start-pods and --pod-start-wave must be positive, got %d and %d\n", f.psPods, f.psWave)
+	podStart := bench.PodStartOptions{Pods: f.psPods, Wave: f.psWave, Storm: f.psStorm, Nodes: f.psNodes}
+	if f.psPods <= 0 || f.psWave <= 0 || f.psNodes <= 0 {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --pod-start-pods, --pod-start-wave and --pod-start-nodes must be positive, got %d, %d and %d\n", f.psPods, f.psWave, f.psNodes)
 		return errUsage
 	}
 	if perr := podStart.Validate(); perr != nil {
@@ -121,6 +129,7 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		FullPoolDuration: f.fullPoolFor,
 		PodStart:         podStart,
 		BaselineBin:      f.baseline,
+		CompareCBOR:      f.compareCBOR,
 		Log:              e.stderr,
 		Command:          "tenurectl bench " + strings.Join(e.args[1:], " "),
 	})

@@ -160,6 +160,10 @@ func TestDevCommandsUsage(t *testing.T) {
 		{[]string{"bench", "--scenario", "fanout", "--quick"}, 2, "--quick and --scenario do not combine"},
 		{[]string{"bench", "--agents", "10,x"}, 2, `"x" is not a positive count`},
 		{[]string{"bench", "--full-pool-duration", "0s"}, 2, "--full-pool-duration must be positive"},
+		{[]string{"bench", "--compare-cbor"}, 2, "--compare-cbor needs --quick and no --baseline-bin"},
+		{[]string{"bench", "--quick", "--compare-cbor", "--baseline-bin", "/nonexistent"}, 2, "--compare-cbor needs --quick and no --baseline-bin"},
+		{[]string{"bench", "--pod-start-nodes", "0"}, 2, "--pod-start-nodes must be positive, got 30, 10 and 0"},
+		{[]string{"bench", "--pod-start-nodes", "4"}, 2, "pod-start nodes: 4: from 1 to 3"},
 	})
 }
 

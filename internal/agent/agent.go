@@ -46,6 +46,10 @@ type Options struct {
 	PodWait time.Duration
 	// Dataplane configures the DHCPv6 service and prefix routes.
 	Dataplane DataplaneOptions
+	// APIEncoding is how NewForConfig's client encodes the reservations
+	// it creates, deletes, lists and watches: kube.EncodingJSON (the
+	// default) or kube.EncodingAuto.
+	APIEncoding string
 }
 
 // Agent serves CNI calls for one node.
@@ -95,9 +99,23 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	cfg.WarningHandlerWithContext = &warningHandler{log: opts.Logger, logged: map[string]bool{}}
 	api := newAPIMetrics()
 	cfg.Wrap(api.wrap)
+	if opts.APIEncoding == "" {
+		opts.APIEncoding = kube.EncodingJSON
+	}
+	if err := kube.ValidEncoding(opts.APIEncoding); err != nil {
+		return nil, err
+	}
+	if opts.APIEncoding == kube.EncodingAuto {
+		kube.AllowCBOR()
+	}
 	c, err := kube.NewClient(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if opts.APIEncoding == kube.EncodingAuto {
+		if c, err = withCBOR(c, cfg, opts.Logger); err != nil {
+			return nil, err
+		}
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -115,6 +133,30 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	a.shutdown = events.Shutdown
 	a.dataplane.metrics.registry.MustRegister(api.requests, api.duration)
 	return a, nil
+}
+
+// cborProbeTimeout bounds the start-up question whether the API server
+// serves CBOR; without an answer the agent speaks JSON.
+const cborProbeTimeout = 10 * time.Second
+
+// withCBOR is c with its reservation traffic in CBOR where the API server
+// serves it, else c. Not the default: measured against JSON on
+// kube-apiserver v1.37 it cost the agent and the API server more CPU per
+// ADD, not less (docs/performance.md, "The API request in CBOR").
+func withCBOR(c client.WithWatch, cfg *rest.Config, log *slog.Logger) (client.WithWatch, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cborProbeTimeout)
+	defer cancel()
+	ok, err := kube.ServesCBOR(ctx, cfg)
+	switch {
+	case err != nil:
+		log.Warn("could not ask the API server whether it serves CBOR; reservations in JSON", "err", err)
+		return c, nil
+	case !ok:
+		log.Info("the API server does not serve custom resources as CBOR; reservations in JSON")
+		return c, nil
+	}
+	log.Info("reservations in CBOR")
+	return kube.WithCBOR(c, cfg)
 }
 
 // New builds an agent on opts.Client; Start runs it.
@@ -151,7 +193,7 @@ func New(opts Options) (*Agent, error) {
 			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},
 			func() float64 { return float64(a.store.Rebuilds()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
-			Help: "Reservations in the agent's window: the blocks it allocates from and the networks it found full."},
+			Help: "Reservations in the agent's window: other nodes' reservations of the blocks it allocates from and of the networks it found full."},
 			func() float64 { return float64(a.store.WindowLen()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
 			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},

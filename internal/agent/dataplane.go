@@ -80,8 +80,9 @@ func withLinkInfo(cfg *config.Config) *config.DHCPv6 {
 }
 
 // Detached is called after a DEL released a pod's reservations: a pod's
-// opt-in prefix stops being served and routed at once, not at the next
-// resync (the pod itself may stay, e.g. a sandbox being re-created).
+// opt-in prefix stops being served and routed at once (within the
+// dataplane's spacing of a burst of triggers), not at the next resync
+// (the pod itself may stay, e.g. a sandbox being re-created).
 func (d *agentDataplane) Detached() { d.svc.Trigger() }
 
 // Run reconciles until ctx ends; Start calls it once the caches synced.

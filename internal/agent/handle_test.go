@@ -668,7 +668,9 @@ func TestNodeNameLongerThanALabel(t *testing.T) {
 }
 
 // TestWindowMetrics: the agent's first ADD on a network widens its window
-// by the block it allocates from, and /metrics says so.
+// by the block it allocates from, and /metrics says so; the window counts
+// another node's reservation of that block, not the agent's own (the node
+// cache holds those).
 func TestWindowMetrics(t *testing.T) {
 	h := startAgent(t, pod("p1", thisNode, nil))
 	scrape := func() string {
@@ -683,11 +685,15 @@ func TestWindowMetrics(t *testing.T) {
 	if m := scrape(); !strings.Contains(m, "tenure_agent_window_rebuilds_total 1\n") {
 		t.Fatalf("after one ADD: one rebuild:\n%s", grepLines(m, "tenure_agent_window"))
 	}
-	// Its own create reaches the window by the watch.
+	// Another node's create in the block reaches the window by the watch,
+	// after the agent's own (one stream, in order): one reservation, not two.
+	if err := h.fake.Create(h.ctx, heldBy("san", "10.0.0.6", "uid-x", "node-b")); err != nil {
+		t.Fatal(err)
+	}
 	if err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return strings.Contains(scrape(), "tenure_agent_window_reservations 1\n"), nil
 	}); err != nil {
-		t.Fatalf("the window never held the ADD's reservation:\n%s", grepLines(scrape(), "tenure_agent_window"))
+		t.Fatalf("the window never held node-b's reservation alone:\n%s", grepLines(scrape(), "tenure_agent_window"))
 	}
 }
 

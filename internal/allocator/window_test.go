@@ -71,7 +71,7 @@ func TestWindowWidensBlockByBlockThenAsksTheLiveList(t *testing.T) {
 		if a.String() == first.Spec.Address || a.String() == "10.7.1.250" {
 			continue
 		}
-		if _, err := b.Allocate(ctx, netip.PrefixFrom(a, 32), owner(fmt.Sprint("o", i))); err != nil {
+		if _, err := b.Allocate(ctx, netip.PrefixFrom(a, 32), ownerOn(fmt.Sprint("o", i), "n2")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,4 +125,11 @@ func TestWindowWidensBlockByBlockThenAsksTheLiveList(t *testing.T) {
 	if n := lists.lists.Load() - before; n != 0 {
 		t.Fatalf("%d live lists after the release, want 0", n)
 	}
+}
+
+// ownerOn is owner's template for a pod of node.
+func ownerOn(uid, node string) allocator.Template {
+	t := owner(uid)
+	t.Owner.Node = node
+	return t
 }

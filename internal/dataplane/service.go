@@ -23,6 +23,13 @@ import (
 // DefaultResync is the period of the full reconcile when Options.Resync is 0.
 const DefaultResync = 30 * time.Second
 
+// triggerSpacing is the least time from one reconcile to the next a
+// Trigger starts. A lone Trigger (one ADD on a quiet node) reconciles at
+// once; a burst of them (a storm of ADDs and DELs, every pod event of the
+// node) is folded into one reconcile per spacing, each a pass over every
+// pod of the node and a dump of its routes.
+const triggerSpacing = 100 * time.Millisecond
+
 // Source gives the informer caches' current content.
 type Source interface {
 	// Pods returns the pods of this node.
@@ -208,11 +215,24 @@ func (s *Service) Run(ctx context.Context) {
 	defer t.Stop()
 	defer s.shutdown()
 	for {
+		// What triggered until now, this reconcile sees.
+		select {
+		case <-s.trigger:
+		default:
+		}
+		last := time.Now()
 		s.reconcile()
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.trigger:
+			if wait := triggerSpacing - time.Since(last); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
 		case <-t.C:
 		}
 	}

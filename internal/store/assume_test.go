@@ -162,8 +162,9 @@ func TestHeldBySeesOtherNodesAsPartialReservations(t *testing.T) {
 	if got := addrs(s.ByOwnerUID("claim-1")); len(got) != 2 {
 		t.Fatalf("ByOwnerUID with the block watched = %v, want both", got)
 	}
-	if len(s.Local()) != 1 || s.WindowLen() != 2 {
-		t.Fatalf("Local() = %d, WindowLen() = %d, want 1 and 2", len(s.Local()), s.WindowLen())
+	// The window leaves this node's reservation to the node cache.
+	if len(s.Local()) != 1 || s.WindowLen() != 1 {
+		t.Fatalf("Local() = %d, WindowLen() = %d, want 1 and 1", len(s.Local()), s.WindowLen())
 	}
 }
 
@@ -347,4 +348,40 @@ func TestALateReleaseHidesOnlyWhatItDeleted(t *testing.T) {
 		return ok && !assumedHolds(s, s.assumed, mine.Name)
 	})
 	check("after the informer reports the create")
+}
+
+// TestIndexHoldsThisNodesReservationsFromTheNodeCache: the window leaves
+// this node's reservations out, yet the index the allocator skips held
+// runs by holds them: seeded from the node cache when a window is built,
+// then following its creates and deletes; another node's come from the
+// window as before.
+func TestIndexHoldsThisNodesReservationsFromTheNodeCache(t *testing.T) {
+	mine, theirs := resv("10.0.0.6", "o1", "n1"), resv("10.0.0.7", "o2", "n2")
+	s, fc, ctx := startStore(t, mine, theirs)
+	label := reservation.ScopeLabel("san")
+	next := func() string {
+		a, _ := s.NextUnheldAddress(label, netip.MustParseAddr("10.0.0.6"))
+		return a.String()
+	}
+	if err := s.Watch(ctx, "san", mine.Labels[reservation.LabelBlock]); err != nil {
+		t.Fatal(err)
+	}
+	if _, inWindow := s.win.Load().get(mine.Name); inWindow {
+		t.Fatal("the window holds this node's reservation")
+	}
+	if _, inWindow := s.win.Load().get(theirs.Name); !inWindow {
+		t.Fatal("the window lacks another node's reservation of its block")
+	}
+	if got := next(); got != "10.0.0.8" {
+		t.Fatalf("first unheld from 10.0.0.6 = %s, want 10.0.0.8 (.6 this node's, .7 n2's)", got)
+	}
+	added := resv("10.0.0.8", "o3", "n1")
+	if err := fc.Create(ctx, added); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the index holds this node's new reservation", func() bool { return next() == "10.0.0.9" })
+	if err := fc.Delete(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the index drops this node's deleted reservation", func() bool { return next() == "10.0.0.6" })
 }

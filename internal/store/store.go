@@ -5,9 +5,10 @@
 //
 // Two caches feed it, because what an agent must know of the cluster's
 // reservations and of its own node's differs by orders of magnitude:
-//   - the window: the reservations of the blocks this agent allocates from
-//     (label ipam.tenure.dev/block, 64 addresses each) and of the networks
-//     it found full, as metadata only (name, UID, the owner-UID label). A
+//   - the window: other nodes' reservations of the blocks this agent
+//     allocates from (label ipam.tenure.dev/block, 64 addresses each) and
+//     of the networks it found full, as metadata only (name, UID, the
+//     owner-UID label); this node's own are the node cache's alone. A
 //     name says the network and the item, so this answers "taken, and by
 //     whom" for any address the agent may pick. Watching only its blocks,
 //     rather than every reservation, is what keeps an ADD's watch event
@@ -117,6 +118,7 @@ func New(c client.WithWatch, node string) *Store {
 	}, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
 	_ = s.local.SetTransform(reservation.Compact)
 	_, _ = s.local.AddEventHandler(s.confirmations())
+	_, _ = s.local.AddEventHandler(s.heldLocal())
 	return s
 }
 

@@ -119,10 +119,15 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 	if err := s.start(ctx, next); err != nil {
 		return err
 	}
-	// The new window's list may predate a release of ours that the old
+	// The window leaves this node's reservations to the node cache; the
+	// index holds them too (heldLocal keeps it so from here on). Then:
+	// the new window's list may predate a release of ours that the old
 	// index already forgot; until its watch reports the delete, its index
 	// would hide the address from the search.
 	s.mu.Lock()
+	for _, name := range s.local.GetIndexer().ListKeys() {
+		next.held.apply(name, true)
+	}
 	for name := range s.released {
 		next.held.apply(name, false)
 	}
@@ -144,8 +149,14 @@ type windowSelector struct {
 }
 
 // windowSelectors are the label selectors of w's informers: one per
-// non-empty set.
-func windowSelectors(w *window) ([]windowSelector, error) {
+// non-empty set, each leaving out the reservations of this node (label
+// nodeLabel), which the node cache holds whole: the API server sends each
+// of the agent's own creates and deletes once, not twice.
+func windowSelectors(w *window, nodeLabel string) ([]windowSelector, error) {
+	notOurs, err := labels.NewRequirement(reservation.LabelNode, selection.NotEquals, []string{nodeLabel})
+	if err != nil {
+		return nil, fmt.Errorf("reservation window: %w", err)
+	}
 	var out []windowSelector
 	for _, sel := range []struct {
 		label   string
@@ -159,7 +170,7 @@ func windowSelectors(w *window) ([]windowSelector, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reservation window: %w", err)
 		}
-		selector := labels.NewSelector().Add(*in)
+		selector := labels.NewSelector().Add(*in, *notOurs)
 		if sel.unknown {
 			none, err := labels.NewRequirement(reservation.LabelBlock, selection.DoesNotExist, nil)
 			if err != nil {
@@ -177,7 +188,7 @@ func windowSelectors(w *window) ([]windowSelector, error) {
 func (s *Store) start(ctx context.Context, next *window) error {
 	wctx, cancel := context.WithCancel(s.runCtx)
 	next.cancel = cancel
-	selectors, err := windowSelectors(next)
+	selectors, err := windowSelectors(next, s.nodeLabel)
 	if err != nil {
 		cancel()
 		return err
@@ -242,5 +253,25 @@ func (s *Store) indexing(held *heldIndex) cache.ResourceEventHandler {
 				held.apply(name, false)
 			}
 		},
+	}
+}
+
+// heldLocal keeps the current window's index of held addresses as the
+// node cache reports this node's reservations, which the window's own
+// informers leave out (windowSelectors). Under s.mu, so that Watch's swap
+// to a new window, seeded from the node cache, misses no event.
+func (s *Store) heldLocal() cache.ResourceEventHandler {
+	apply := func(obj any, held bool) {
+		name, _, ok := nameUID(kube.DeletedObject(obj))
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		s.win.Load().held.apply(name, held)
+		s.mu.Unlock()
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { apply(obj, true) },
+		DeleteFunc: func(obj any) { apply(obj, false) },
 	}
 }

@@ -38,10 +38,25 @@ func baselineBinaries(dir string, cur testbed.Binaries) (testbed.Binaries, error
 	return b, nil
 }
 
-// flavour is one side of a side-by-side quick run: its name and binaries.
+// flavour is one side of a side-by-side quick run: its name, binaries
+// and the agents' further flags.
 type flavour struct {
 	name string
 	bins testbed.Binaries
+	args []string
+}
+
+// cborGate is kube-apiserver's feature gate that serves custom resources
+// as CBOR (alpha in v1.37, off by default).
+const cborGate = "CBORServingAndStorage"
+
+// quickJSONAndCBOR runs the quick scenario with this tree's agents, their
+// reservations in JSON as the baseline and in CBOR as new, on an API
+// server started with cborGate on.
+func (e *env) quickJSONAndCBOR(ctx context.Context, nets *netAlloc) ([]Result, error) {
+	return e.quickSideBySide(ctx, nets,
+		flavour{name: "json", bins: e.bins, args: []string{"--api-encoding", "json"}},
+		flavour{name: "cbor", bins: e.bins, args: []string{"--api-encoding", "auto"}})
 }
 
 // quickWithBaseline runs the quick scenario with the old binaries of dir
@@ -63,9 +78,9 @@ func (e *env) quickSideBySide(ctx context.Context, nets *netAlloc, base, cur fla
 	// The run's shim facts (Report.Shim) are the new flavour's calls.
 	var newCPU []float64
 	var newFaults int64
-	bins0 := e.bins
+	bins0, args0 := e.bins, e.agentArgs
 	defer func() {
-		e.bins = bins0
+		e.bins, e.agentArgs = bins0, args0
 		e.cpuMu.Lock()
 		e.shimCPU, e.shimMinflt = newCPU, newFaults
 		e.cpuMu.Unlock()
@@ -82,7 +97,7 @@ func (e *env) quickSideBySide(ctx context.Context, nets *netAlloc, base, cur fla
 			for _, n := range agentNodes {
 				e.stopAgent(n)
 			}
-			e.bins = f.bins
+			e.bins, e.agentArgs = f.bins, f.args
 			if err := e.startBenchAgents(ctx, "ready ("+f.name+")"); err != nil {
 				return out, err
 			}

@@ -45,7 +45,7 @@ func benchEnv(b *testing.B) *env {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		e, err := startEnv(ctx, testLogWriter{}, bins)
+		e, err := startEnv(ctx, testLogWriter{}, bins, controlplane.Options{})
 		if err != nil {
 			sharedErr = err
 			return

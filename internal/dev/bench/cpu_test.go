@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +36,22 @@ func TestParseMachineCPUAndPerOp(t *testing.T) {
 	per, pct := cpuPerOp(before, after, 1000, 100)
 	if per["shim"] != 10 || per["agent"] != 2 || per["kube-apiserver"] != 4 || per["other"] != 4 || pct != 50 {
 		t.Fatalf("per op %v busy %v", per, pct)
+	}
+}
+
+// A --compare-cbor run's target reads the API server's CPU per ADD of the
+// CBOR rounds over the JSON rounds; other runs have no such target.
+func TestCBORTargetReadsTheAPIServersRatio(t *testing.T) {
+	rows := []Result{{ID: "add-c50-n4-new/baseline", Figures: map[string]float64{"apiserver_cpu_ms": 1.07, "agent_cpu_ms": 1.09}}}
+	ts := cborTargets(&Report{Mode: modeCompareCBOR, Scenarios: rows})
+	if len(ts) != 1 || ts[0].Status != "not met" || !strings.Contains(ts[0].Measured, "1.07×") {
+		t.Fatalf("targets %+v, want one, not met, measured 1.07×", ts)
+	}
+	rows[0].Figures["apiserver_cpu_ms"] = 0.9
+	if ts := cborTargets(&Report{Mode: modeCompareCBOR, Scenarios: rows}); len(ts) != 1 || ts[0].Status != "met" {
+		t.Fatalf("targets %+v at 0.9×, want met", ts)
+	}
+	if ts := cborTargets(&Report{Mode: "quick", Scenarios: rows}); len(ts) != 0 {
+		t.Fatalf("a quick run without CBOR has targets %+v", ts)
 	}
 }

@@ -39,10 +39,17 @@ type env struct {
 	cp   *controlplane.ControlPlane
 	c    client.WithWatch
 	bins testbed.Binaries
-	dir  string // sockets and process logs
+	// agentArgs are further flags of the agents started next.
+	agentArgs []string
+	dir       string // sockets and process logs
 
 	agents map[string]*testbed.Agent
 	node   *devnode.Node // the real node, for scenarios that need it
+	// cluster, nodes: the real nodes, when there are more than one; and
+	// the admin kubeconfig as they reach the API server.
+	cluster        *devnode.Cluster
+	nodes          []*devnode.Node
+	nodeKubeconfig string
 
 	controller        *testbed.Process
 	controllerState   string
@@ -71,7 +78,7 @@ func (e *env) logf(format string, args ...any) {
 
 // startEnv starts the control plane, installs the CRDs and creates what
 // every scenario shares.
-func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries) (*env, error) {
+func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries, cpOpts controlplane.Options) (*env, error) {
 	e := &env{log: log, bins: bins, agents: map[string]*testbed.Agent{}, perOwner: 1}
 	dir, err := os.MkdirTemp("", "tbench-")
 	if err != nil {
@@ -79,7 +86,7 @@ func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries) (*env, 
 	}
 	e.dir = dir
 	begin := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
+	cp, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -133,6 +140,13 @@ func (e *env) close() {
 			e.logf("the node left behind: %v %v", left, err)
 		}
 	}
+	if e.cluster != nil {
+		if err := e.cluster.Stop(); err != nil {
+			e.logf("stopping the nodes: %v", err)
+		} else if left, err := devnode.ClusterLeftovers(e.cluster.Dir); err != nil || len(left) > 0 {
+			e.logf("the nodes left behind: %v %v", left, err)
+		}
+	}
 	if e.cp != nil {
 		if err := e.cp.Stop(); err != nil {
 			e.logf("stopping the control plane: %v", err)
@@ -152,7 +166,7 @@ func (e *env) startAgent(ctx context.Context, node string) (*testbed.Agent, time
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	begin := time.Now()
-	a, err := testbed.StartAgent(ctx, e.bins, e.dir, e.cp.KubeconfigPath, node)
+	a, err := testbed.StartAgent(ctx, e.bins, e.dir, e.cp.KubeconfigPath, node, e.agentArgs...)
 	if err != nil {
 		return nil, 0, err
 	}

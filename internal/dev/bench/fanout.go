@@ -385,7 +385,7 @@ func (e *env) fanoutRound(ctx context.Context, n int, space allocator.AddressSpa
 				errMu.Unlock()
 				return nil
 			}
-			created.Store(res.Name, true)
+			created.Store(res.Name, a.node)
 			return nil
 		})
 	}
@@ -393,14 +393,21 @@ func (e *env) fanoutRound(ctx context.Context, n int, space allocator.AddressSpa
 	addWall := time.Since(addBegin)
 	// The fan-out is done when every cache that watches a created name's
 	// block holds it: the window of each agent is what it needs to know.
+	// The creating agent's window leaves its own reservation out (its
+	// node cache holds it), so it is no watcher of it.
 	var names []string
-	created.Range(func(k, _ any) bool { names = append(names, k.(string)); return true })
+	creator := map[string]string{}
+	created.Range(func(k, v any) bool {
+		names = append(names, k.(string))
+		creator[k.(string)] = v.(string)
+		return true
+	})
 	watchers := make(map[string]int, len(names))
 	var watchersSum int
 	for _, name := range names {
 		block, _ := reservation.BlockOfName(name)
 		for _, a := range agents {
-			if a.store.Watching(block, reservation.ScopeLabelOf(name)) {
+			if a.node != creator[name] && a.store.Watching(block, reservation.ScopeLabelOf(name)) {
 				watchers[name]++
 			}
 		}

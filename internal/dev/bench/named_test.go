@@ -26,7 +26,7 @@ func TestNamedScenariosReportTheirFigures(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	e, err := startEnv(ctx, testLogWriter{}, bins)
+	e, err := startEnv(ctx, testLogWriter{}, bins, controlplane.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestWebhookScenarioReportsTheAddedTime(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	e, err := startEnv(ctx, testLogWriter{}, bins)
+	e, err := startEnv(ctx, testLogWriter{}, bins, controlplane.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -20,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -59,6 +63,9 @@ type PodStartOptions struct {
 	// Storm pods per IPAM created at once after the waves (50 when 0; -1
 	// for no storm).
 	Storm int
+	// Nodes is how many real nodes the pods spread over, pod by pod (1
+	// when 0; up to devnode.MaxNodes, a devnode.Cluster when more than 1).
+	Nodes int
 }
 
 func (o PodStartOptions) withDefaults() PodStartOptions {
@@ -70,6 +77,9 @@ func (o PodStartOptions) withDefaults() PodStartOptions {
 	}
 	if o.Storm == 0 {
 		o.Storm = podStartStorm
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 1
 	}
 	return o
 }
@@ -83,6 +93,8 @@ func (o PodStartOptions) Validate() error {
 		return fmt.Errorf("pod-start wave: %d is negative", o.Wave)
 	case o.Storm < -1:
 		return fmt.Errorf("pod-start storm: %d is below -1 (no storm)", o.Storm)
+	case o.Nodes < 0 || o.Nodes > devnode.MaxNodes:
+		return fmt.Errorf("pod-start nodes: %d: from 1 to %d on this machine", o.Nodes, devnode.MaxNodes)
 	case o.Pods > 250 || o.Wave > 100 || o.Storm > 100:
 		return fmt.Errorf("pod-start: pods %d, wave %d, storm %d: a node runs 110 pods and each network is a /24", o.Pods, o.Wave, o.Storm)
 	}
@@ -90,16 +102,23 @@ func (o PodStartOptions) Validate() error {
 }
 
 func (e *env) podStartScenario(ctx context.Context, sc *ScenarioRun) ([]Result, error) {
-	return PodStart(ctx, PodStartCluster{Config: e.cp.Config, Kubeconfig: e.cp.KubeconfigPath, Node: e.node, Dir: e.dir}, sc.Opts.PodStart, e.log)
+	return PodStart(ctx, PodStartCluster{Config: e.cp.Config, Kubeconfig: e.cp.KubeconfigPath, NodeKubeconfig: e.nodeKubeconfig,
+		Node: e.node, Nodes: e.nodes, Dir: e.dir}, sc.Opts.PodStart, e.log)
 }
 
 // PodStartCluster is the cluster PodStart runs on: a control plane with
 // controllers and the real node with tenure rolled out (localnode.Start).
 type PodStartCluster struct {
 	Config     *rest.Config
-	Kubeconfig string // the admin kubeconfig's file, for whereabouts
-	Node       *devnode.Node
-	Dir        string // scratch: the timer, its log, host-local's state
+	Kubeconfig string // the admin kubeconfig's file
+	// NodeKubeconfig is the admin kubeconfig as the nodes reach the API
+	// server, for whereabouts; Kubeconfig when empty (a node on the host).
+	NodeKubeconfig string
+	// Node is the node the pods run on, or Nodes the nodes they spread
+	// over, pod by pod.
+	Node  *devnode.Node
+	Nodes []*devnode.Node
+	Dir   string // scratch: the timer, its log, host-local's state
 }
 
 // podSample is what one IPAM's pods of one phase showed.
@@ -137,27 +156,30 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 	if err != nil {
 		return nil, err
 	}
+	nodes := cl.Nodes
+	if len(nodes) == 0 {
+		nodes = []*devnode.Node{cl.Node}
+	}
+	nodeKubeconfig := cl.NodeKubeconfig
+	if nodeKubeconfig == "" {
+		nodeKubeconfig = cl.Kubeconfig
+	}
 	dir, err := os.MkdirTemp(cl.Dir, "pod-start-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	undo, err := podStartPlugins(ctx, cfg, dir)
+	undo, err := podStartPlugins(ctx, cfg, dir, nodes)
 	defer undo()
 	if err != nil {
 		return nil, err
 	}
-	master := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: podStartMaster}, PeerName: podStartMaster + "p"}
-	if err := netlink.LinkAdd(master); err != nil {
-		return nil, fmt.Errorf("the macvlan master %s: %w", podStartMaster, err)
-	}
-	defer func() {
-		if l, err := netlink.LinkByName(podStartMaster); err == nil {
-			_ = netlink.LinkDel(l)
+	for _, n := range nodes {
+		removeMaster, err := podStartMasterOn(n)
+		defer removeMaster()
+		if err != nil {
+			return nil, err
 		}
-	}()
-	if err := netlink.LinkSetUp(master); err != nil {
-		return nil, err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podStartNamespace}}
 	if err := c.Create(ctx, ns); err != nil {
@@ -168,13 +190,13 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 	}()
 	timerLog := filepath.Join(dir, "ipam.log")
 	flat := filepath.Join(dir, "whereabouts.conf")
-	if err := os.WriteFile(flat, fmt.Appendf(nil, `{"datastore":"kubernetes","kubernetes":{"kubeconfig":%q}}`, cl.Kubeconfig), 0o600); err != nil {
+	if err := os.WriteFile(flat, fmt.Appendf(nil, `{"datastore":"kubernetes","kubernetes":{"kubeconfig":%q}}`, nodeKubeconfig), 0o600); err != nil {
 		return nil, err
 	}
 	ipamConf := map[string]string{
 		"host-local":  fmt.Sprintf(`"ranges":[[{"subnet":"10.211.0.0/24"}]],"dataDir":%q`, filepath.Join(dir, "host-local")),
 		"tenure":      `"range":"10.212.0.0/24","network_name":"pod-start-tenure"`,
-		"whereabouts": fmt.Sprintf(`"range":"10.213.0.0/24","configuration_path":%q,"kubernetes":{"kubeconfig":%q}`, flat, cl.Kubeconfig),
+		"whereabouts": fmt.Sprintf(`"range":"10.213.0.0/24","configuration_path":%q,"kubernetes":{"kubeconfig":%q}`, flat, nodeKubeconfig),
 	}
 	for _, ipam := range podStartIPAMs {
 		conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ps-%s","type":"macvlan","master":%q,"mode":"bridge",
@@ -214,7 +236,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 			go func() {
 				defer wg.Done()
 				p := localnode.Pod(podStartNamespace, name, "ps-"+ipam)
-				p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cl.Node.Name}
+				p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodes[i%len(nodes)].Name}
 				obs.created(name)
 				errs[i] = c.Create(ctx, p)
 			}()
@@ -320,18 +342,20 @@ func notReadyNote(names []string) string {
 	return fmt.Sprintf(", %d not Ready: %v", len(names), names)
 }
 
-// podStartPlugins puts the timer and whereabouts into the node's CNI
+// podStartPlugins puts the timer and whereabouts into each node's CNI
 // directory (tenure's shim is there, installed by the DaemonSet) and
-// whereabouts' CRDs into the cluster; undo removes the two files.
-func podStartPlugins(ctx context.Context, cfg *rest.Config, dir string) (undo func(), err error) {
+// whereabouts' CRDs into the cluster; undo removes the files.
+func podStartPlugins(ctx context.Context, cfg *rest.Config, dir string, nodes []*devnode.Node) (undo func(), err error) {
 	var made []string
 	undo = func() {
 		for _, p := range made {
 			_ = os.Remove(p)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(devnode.HostCNIBinDir, "tenure")); err != nil {
-		return undo, fmt.Errorf("tenure's shim is not installed on the node: %w", err)
+	for _, n := range nodes {
+		if _, err := os.Stat(filepath.Join(n.HostPath(devnode.HostCNIBinDir), "tenure")); err != nil {
+			return undo, fmt.Errorf("tenure's shim is not installed on node %s: %w", n.Name, err)
+		}
 	}
 	cache, err := controlplane.CacheDir()
 	if err != nil {
@@ -349,14 +373,43 @@ func podStartPlugins(ctx context.Context, cfg *rest.Config, dir string) (undo fu
 	if err != nil {
 		return undo, err
 	}
-	for name, target := range map[string]string{ipamTimerType: timer, "whereabouts": filepath.Join(waDir, "whereabouts")} {
-		p := filepath.Join(devnode.HostCNIBinDir, name)
-		if err := os.Symlink(target, p); err != nil {
-			return undo, err
+	for _, n := range nodes {
+		for name, target := range map[string]string{ipamTimerType: timer, "whereabouts": filepath.Join(waDir, "whereabouts")} {
+			p := filepath.Join(n.HostPath(devnode.HostCNIBinDir), name)
+			if err := os.Symlink(target, p); err != nil {
+				return undo, err
+			}
+			made = append(made, p)
 		}
-		made = append(made, p)
 	}
 	return undo, nil
+}
+
+// podStartMasterOn makes the macvlan master, a veth pair, in node's
+// network namespace (the host's for a node on the host); remove deletes it.
+func podStartMasterOn(node *devnode.Node) (remove func(), err error) {
+	h := &netlink.Handle{}
+	if p := node.Netns(); p != "" {
+		ns, err := netns.GetFromPath(p)
+		if err != nil {
+			return func() {}, err
+		}
+		defer ns.Close()
+		if h, err = netlink.NewHandleAt(ns); err != nil {
+			return func() {}, err
+		}
+	}
+	remove = func() {
+		if l, err := h.LinkByName(podStartMaster); err == nil {
+			_ = h.LinkDel(l)
+		}
+		h.Close()
+	}
+	master := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: podStartMaster}, PeerName: podStartMaster + "p"}
+	if err := h.LinkAdd(master); err != nil {
+		return remove, fmt.Errorf("the macvlan master %s on node %s: %w", podStartMaster, node.Name, err)
+	}
+	return remove, h.LinkSetUp(master)
 }
 
 // podObserver records, from one watch on the namespace, when each pod
@@ -598,21 +651,32 @@ func runOnNode(ctx context.Context, opts Options, bins testbed.Binaries, rep *Re
 	e.dir = dir
 	defer e.close()
 	begin := time.Now()
-	if e.cp, err = controlplane.Start(ctx, controlplane.Options{Controllers: true}); err != nil {
+	nodes := opts.PodStart.withDefaults().Nodes
+	nodeDir := filepath.Join(dir, "node")
+	cpOpts := controlplane.Options{Controllers: true}
+	if nodes > 1 {
+		cpOpts.Nodes = localnode.NodeAccess(nodeDir)
+	}
+	if e.cp, err = controlplane.Start(ctx, cpOpts); err != nil {
 		return nil, err
 	}
 	if e.c, err = kube.NewClient(e.cp.Config); err != nil {
 		return nil, err
 	}
 	img := filepath.Join(bins.Dir, "tenure-image.tar")
-	nodeDir := filepath.Join(dir, "node")
-	if err := os.Mkdir(nodeDir, 0o755); err != nil {
-		return nil, err
+	if nodes > 1 {
+		if err := e.startCluster(ctx, nodeDir, img, nodes); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := os.Mkdir(nodeDir, 0o755); err != nil {
+			return nil, err
+		}
+		if e.node, err = localnode.Start(ctx, e.cp, localnode.Options{Dir: nodeDir, Image: img}); err != nil {
+			return nil, fmt.Errorf("the real node: %w", err)
+		}
 	}
-	if e.node, err = localnode.Start(ctx, e.cp, localnode.Options{Dir: nodeDir, Image: img}); err != nil {
-		return nil, fmt.Errorf("the real node: %w", err)
-	}
-	e.logf("control plane and the real node with tenure rolled out in %v", time.Since(begin).Round(time.Millisecond))
+	e.logf("control plane and %d real node(s) with tenure rolled out in %v", nodes, time.Since(begin).Round(time.Millisecond))
 	rep.Controller = "deploy/'s Deployment on the real node"
 	if cs, err := kubernetes.NewForConfig(e.cp.Config); err == nil {
 		if v, err := cs.Discovery().ServerVersion(); err == nil {
@@ -637,4 +701,29 @@ func runOnNode(ctx context.Context, opts Options, bins testbed.Binaries, rep *Re
 	rep.Targets = namedTargets(opts.Scenarios, rep)
 	rep.plots = namedPlots(opts.Scenarios, rep)
 	return rep, nil
+}
+
+// startCluster starts n real nodes in namespaces of their own
+// (localnode.StartCluster, as tenurectl dev up --node --nodes N does), and
+// the admin kubeconfig as they reach the API server.
+func (e *env) startCluster(ctx context.Context, dir, img string, n int) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cl, err := localnode.StartCluster(ctx, e.cp, localnode.ClusterOptions{Dir: dir, Nodes: n, Image: img,
+		ProxyCommand: []string{exe, "dev", "fabric-proxy"}})
+	if err != nil {
+		return fmt.Errorf("the real nodes: %w", err)
+	}
+	e.cluster, e.nodes = cl, cl.Nodes
+	kc, err := clientcmd.LoadFromFile(e.cp.KubeconfigPath)
+	if err != nil {
+		return err
+	}
+	for _, c := range kc.Clusters {
+		c.Server = "https://" + net.JoinHostPort(devnode.FabricAPIServer, strconv.Itoa(devnode.FabricAPIServerPort))
+	}
+	e.nodeKubeconfig = filepath.Join(e.dir, "nodes.kubeconfig")
+	return clientcmd.WriteToFile(*kc, e.nodeKubeconfig)
 }

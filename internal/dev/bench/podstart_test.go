@@ -14,6 +14,8 @@ func TestPodStartOptionsRefuseWhatCannotRunNamingTheField(t *testing.T) {
 		{PodStartOptions{Wave: -2}, "pod-start wave: -2"},
 		{PodStartOptions{Storm: -3}, "pod-start storm: -3"},
 		{PodStartOptions{Storm: 500}, "storm 500"},
+		{PodStartOptions{Nodes: 4}, "pod-start nodes: 4"},
+		{PodStartOptions{Nodes: -1}, "pod-start nodes: -1"},
 	} {
 		err := tc.o.withDefaults().Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -22,6 +24,9 @@ func TestPodStartOptionsRefuseWhatCannotRunNamingTheField(t *testing.T) {
 	}
 	if err := (PodStartOptions{Pods: 3, Wave: 3, Storm: -1}).withDefaults().Validate(); err != nil {
 		t.Errorf("3 pods, waves of 3, no storm: %v", err)
+	}
+	if err := (PodStartOptions{Nodes: 3}).withDefaults().Validate(); err != nil {
+		t.Errorf("3 nodes: %v", err)
 	}
 }
 

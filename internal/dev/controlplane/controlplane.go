@@ -163,6 +163,9 @@ type Options struct {
 	// Nodes, when set, lets kubelets in network namespaces of their own
 	// (devnode's cluster) reach the API server and be reached by it.
 	Nodes *NodeAccess
+	// APIServerArgs are further kube-apiserver flags (the bench's
+	// --feature-gates=CBORServingAndStorage=true).
+	APIServerArgs []string
 }
 
 // NodeAccess is how kubelets outside the host's network namespace and the
@@ -428,6 +431,7 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 		apiserver.Args = append(apiserver.Args, "--"+f)
 	}
 	apiserver.Args = append(apiserver.Args, nodeFlags...)
+	apiserver.Args = append(apiserver.Args, opts.APIServerArgs...)
 	if err := cp.spawn(apiserver, opts); err != nil {
 		return err
 	}
