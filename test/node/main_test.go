@@ -1,8 +1,9 @@
 //go:build integration
 
 // Package node_test runs tenure as its users do: deploy/ applied
-// through the local overlay (internal/dev/localnode) to a real node of this
-// machine, where a kubelet and containerd run the DaemonSet and the
+// through the local overlay (internal/dev/localnode; with
+// TENURE_NODE_INSTALL=helm, charts/tenure installed by helm) to a real
+// node of this machine, where a kubelet and containerd run the DaemonSet and the
 // Deployment from the image `make image` builds, and wire real pods through
 // Multus and the reference plugins calling tenure's shim.
 //
@@ -133,9 +134,16 @@ func setUp(ctx context.Context) (teardown func() error, err error) {
 		return teardown, err
 	}
 	undo = append(undo, func() error { return os.RemoveAll(dir) })
-	node, err = localnode.Start(ctx, cp, localnode.Options{
+	opts := localnode.Options{
 		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"), Mutate: localnode.ControllerNodeGrace(controllerNodeGrace),
-	})
+	}
+	// TENURE_NODE_INSTALL=helm runs the suite on charts/tenure instead
+	// (test/nodes does on every run).
+	if install := os.Getenv("TENURE_NODE_INSTALL"); install != "" && install != localnode.InstallKustomize {
+		opts.Install, opts.Mutate = install, nil
+		opts.Values = []map[string]any{localnode.ControllerNodeGraceValues(controllerNodeGrace)}
+	}
+	node, err = localnode.Start(ctx, cp, opts)
 	if err != nil {
 		return teardown, err
 	}
