@@ -3,9 +3,9 @@
 // Package node_test runs tenure as its users do: deploy/ applied
 // through the local overlay (internal/dev/localnode; with
 // TENURE_NODE_INSTALL=helm, charts/tenure installed by helm) to a real
-// node of this machine, where a kubelet and containerd run the DaemonSet and the
-// Deployment from the image `make image` builds, and wire real pods through
-// Multus and the reference plugins calling tenure's shim.
+// node of this machine, where a kubelet and containerd run the DaemonSet
+// and the Deployment from the image `make image` builds, and wire real pods
+// through Multus and the reference plugins calling tenure's shim.
 //
 // One cluster serves every test: a control plane with kube-controller-
 // manager and kube-scheduler, one node (devnode), tenure installed and
