@@ -36,7 +36,7 @@ func devCommand(e *env) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return devUp(cmd.Context(), e, &d) },
 	}
 	d.register(up.Flags())
-	up.Flags().BoolVar(&d.withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed from deploy/ and its image")
+	up.Flags().BoolVar(&d.withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed (--install) and its image")
 	up.Flags().StringVar(&d.image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
 	up.Flags().StringVar(&d.install, "install", localnode.InstallKustomize, "with --node: install tenure with kustomize (deploy/ through internal/dev/localnode's overlay) or helm (charts/tenure, with values to the same effect; make helm)")
 	up.Flags().IntVar(&d.nodes, "nodes", 1, fmt.Sprintf("with --node: how many nodes, 1 to %d; more than one run each in namespaces of its own, joined by a bridge", devnode.MaxNodes))
