@@ -114,3 +114,21 @@ func asJSON(t *testing.T, o *unstructured.Unstructured) any {
 	}
 	return v
 }
+
+// TestChartRefusesBadWebhookURL: a nodeRestriction.webhookURL the
+// controller cannot serve (not https, no port, a host that is no IP
+// address) or with the restriction off is refused, naming the value.
+func TestChartRefusesBadWebhookURL(t *testing.T) {
+	for _, set := range []string{
+		"nodeRestriction.webhookURL=http://127.0.0.1:9443/v",
+		"nodeRestriction.webhookURL=https://127.0.0.1/v",
+		"nodeRestriction.webhookURL=https://webhook.example:9443/v",
+		"nodeRestriction.webhookURL=https://127.0.0.1:9443/v,nodeRestriction.enabled=false",
+	} {
+		url := strings.SplitN(strings.TrimPrefix(set, "nodeRestriction.webhookURL="), ",", 2)[0]
+		_, stderr, err := helm(t, "template", "tenure", "charts/tenure", "--kube-version", "1.37.2", "--set", set)
+		if err == nil || !strings.Contains(stderr, "nodeRestriction.webhookURL \""+url+"\"") {
+			t.Errorf("helm template --set %s: %v, want a refusal naming the value\n%s", set, err, stderr)
+		}
+	}
+}
