@@ -12,9 +12,10 @@ var CRDs embed.FS
 
 // Manifests holds everything `kubectl apply -k deploy/` reads, so that an
 // overlay can be built in memory on top of exactly what ships
-// (internal/dev/localnode, for the local node).
+// (internal/dev/localnode, for the local node), and the monitoring
+// component the chart renders too.
 //
-//go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml policy/*.yaml webhook/*.yaml agent/* controller/*.yaml
+//go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml policy/*.yaml webhook/*.yaml agent/* controller/*.yaml components/monitoring/*.yaml
 var Manifests embed.FS
 
 // RBAC holds the namespace and the service accounts, roles and bindings of

@@ -30,14 +30,15 @@ func developerCommands(e *env) []*cobra.Command {
 func devCommand(e *env) *cobra.Command {
 	var d devFlags
 	up := &cobra.Command{
-		Use:   "up [--dir DIR] [--node [--nodes N] [--multus thin|thick] [--image FILE]]",
+		Use:   "up [--dir DIR] [--node [--nodes N] [--multus thin|thick] [--image FILE] [--install kustomize|helm]]",
 		Short: "start a detached control plane and install the CRDs (--node: and a real node running tenure)",
 		Args:  noArgs(e),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return devUp(cmd.Context(), e, &d) },
 	}
 	d.register(up.Flags())
-	up.Flags().BoolVar(&d.withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed from deploy/ and its image")
+	up.Flags().BoolVar(&d.withNode, "node", false, "also run a real node on this machine (containerd, kubelet, Multus; root) with tenure installed (--install) and its image")
 	up.Flags().StringVar(&d.image, "image", defaultImage(), "with --node: the tenure image `tarball` (make image)")
+	up.Flags().StringVar(&d.install, "install", localnode.InstallKustomize, "with --node: install tenure with kustomize (deploy/ through internal/dev/localnode's overlay) or helm (charts/tenure, with values to the same effect; make helm)")
 	up.Flags().IntVar(&d.nodes, "nodes", 1, fmt.Sprintf("with --node: how many nodes, 1 to %d; more than one run each in namespaces of its own, joined by a bridge", devnode.MaxNodes))
 	up.Flags().StringVar(&d.multus, "multus", string(devnode.MultusThin), "with --node: how Multus runs on the nodes, `thin` (its CNI plugin) or thick (multus-daemon as a DaemonSet, multus-shim as the plugin)")
 	down := &cobra.Command{
@@ -73,6 +74,7 @@ type devFlags struct {
 	image    string
 	nodes    int
 	multus   string
+	install  string
 }
 
 func (d *devFlags) register(fs *pflag.FlagSet) {
@@ -114,6 +116,14 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 		fmt.Fprintf(e.stderr, "tenurectl dev up: --multus %s needs --node\n", d.multus)
 		return errUsage
 	}
+	if d.install != localnode.InstallKustomize && d.install != localnode.InstallHelm {
+		fmt.Fprintf(e.stderr, "tenurectl dev up: --install %q: want %s or %s\n", d.install, localnode.InstallKustomize, localnode.InstallHelm)
+		return errUsage
+	}
+	if d.install != localnode.InstallKustomize && !d.withNode {
+		fmt.Fprintf(e.stderr, "tenurectl dev up: --install %s needs --node\n", d.install)
+		return errUsage
+	}
 	if d.withNode && os.Geteuid() != 0 {
 		return errors.New("tenurectl dev up --node: a node runs containerd and a kubelet: run as root")
 	}
@@ -128,7 +138,7 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 	}
 	defer unlock()
 	if d.withNode {
-		return devUpNode(ctx, e, dir, d.image, d.nodes, multus)
+		return devUpNode(ctx, e, dir, d.image, d.nodes, multus, d.install)
 	}
 
 	crds, err := fs.Sub(deploy.CRDs, "crds")
@@ -243,9 +253,10 @@ func defaultImage() string {
 
 // devUpNode is dev up --node: a detached control plane with the
 // controllers, then a node of this machine with tenure rolled out on it
-// from deploy/ through internal/dev/localnode. Up already (with a node), it
-// only says so. Called with dir made and locked.
-func devUpNode(ctx context.Context, e *env, dir, image string, nodes int, multus devnode.MultusMode) error {
+// from deploy/ through internal/dev/localnode (install: kustomize, or helm
+// with charts/tenure). Up already (with a node), it only says so. Called
+// with dir made and locked.
+func devUpNode(ctx context.Context, e *env, dir, image string, nodes int, multus devnode.MultusMode, install string) error {
 	if cp, err := controlplane.Attach(dir); err == nil {
 		if cp.Healthy(ctx) == nil && nodeRecorded(dir) {
 			fmt.Fprintf(e.stderr, "tenure dev control plane already up at %s with a node (dir %s)\n", cp.URL, dir)
@@ -258,7 +269,7 @@ func devUpNode(ctx context.Context, e *env, dir, image string, nodes int, multus
 	// Thick Multus runs only on a Cluster's nodes (devnode.Options.Multus),
 	// one node too.
 	if nodes > 1 || multus == devnode.MultusThick {
-		return devUpCluster(ctx, e, dir, image, nodes, multus)
+		return devUpCluster(ctx, e, dir, image, nodes, multus, install)
 	}
 	begin := time.Now()
 	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Detach: true, Controllers: true})
@@ -266,7 +277,7 @@ func devUpNode(ctx context.Context, e *env, dir, image string, nodes int, multus
 		return err
 	}
 	cpReady := time.Since(begin)
-	node, err := localnode.Start(ctx, cp, localnode.Options{Dir: nodeDir(dir), Image: image})
+	node, err := localnode.Start(ctx, cp, localnode.Options{Dir: nodeDir(dir), Image: image, Install: install})
 	if err != nil {
 		if serr := cp.Stop(); serr != nil {
 			err = errors.Join(err, serr)
@@ -281,7 +292,7 @@ func devUpNode(ctx context.Context, e *env, dir, image string, nodes int, multus
 
 // devUpCluster is devUpNode for nodes > 1: a control plane the nodes'
 // namespaces reach through the fabric, and the nodes.
-func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int, multus devnode.MultusMode) error {
+func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int, multus devnode.MultusMode, install string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -294,6 +305,7 @@ func devUpCluster(ctx context.Context, e *env, dir, image string, nodes int, mul
 	cpReady := time.Since(begin)
 	cl, err := localnode.StartCluster(ctx, cp, localnode.ClusterOptions{
 		Dir: clusterDir(dir), Nodes: nodes, Image: image, ProxyCommand: []string{exe, "dev", "fabric-proxy"}, Multus: multus,
+		Install: install,
 	})
 	if err != nil {
 		if serr := cp.Stop(); serr != nil {

@@ -134,7 +134,8 @@ func TestChartDefaultsAreDeploy(t *testing.T) {
 // TestChartLint: helm lint --strict finds nothing to warn of, with the defaults and with every
 // switch flipped.
 func TestChartLint(t *testing.T) {
-	for _, args := range [][]string{nil, {"--set", "monitoring.enabled=true,nodeRestriction.enabled=false,createNamespace=false"}} {
+	for _, args := range [][]string{nil, {"--set", "monitoring.enabled=true,nodeRestriction.enabled=false,createNamespace=false"},
+		{"--set", "apiServer.host=10.0.0.1,controller.hostNetwork=true,controller.listenHost=127.0.0.1,nodeRestriction.webhookURL=https://127.0.0.1:9443/v,controller.extraArgs={--node-grace-period=1m}"}} {
 		out, stderr, err := helm(t, append([]string{"lint", "--strict", "charts/tenure"}, args...)...)
 		// [INFO] is advice (an icon), not a finding.
 		if err != nil || strings.Contains(out, "[WARNING]") || strings.Contains(out, "[ERROR]") {

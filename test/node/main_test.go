@@ -1,10 +1,11 @@
 //go:build integration
 
 // Package node_test runs tenure as its users do: deploy/ applied
-// through the local overlay (internal/dev/localnode) to a real node of this
-// machine, where a kubelet and containerd run the DaemonSet and the
-// Deployment from the image `make image` builds, and wire real pods through
-// Multus and the reference plugins calling tenure's shim.
+// through the local overlay (internal/dev/localnode; with
+// TENURE_NODE_INSTALL=helm, charts/tenure installed by helm) to a real
+// node of this machine, where a kubelet and containerd run the DaemonSet
+// and the Deployment from the image `make image` builds, and wire real pods
+// through Multus and the reference plugins calling tenure's shim.
 //
 // One cluster serves every test: a control plane with kube-controller-
 // manager and kube-scheduler, one node (devnode), tenure installed and
@@ -86,9 +87,16 @@ func setUp(ctx context.Context, undo *nodetest.Undo) (err error) {
 		return err
 	}
 	undo.Push(func() error { return os.RemoveAll(dir) })
-	node, err = localnode.Start(ctx, cp, localnode.Options{
+	opts := localnode.Options{
 		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"), Mutate: localnode.ControllerNodeGrace(controllerNodeGrace),
-	})
+	}
+	// TENURE_NODE_INSTALL=helm runs the suite on charts/tenure instead
+	// (test/nodes does on every run).
+	if install := os.Getenv("TENURE_NODE_INSTALL"); install != "" && install != localnode.InstallKustomize {
+		opts.Install, opts.Mutate = install, nil
+		opts.Values = []map[string]any{localnode.ControllerNodeGraceValues(controllerNodeGrace)}
+	}
+	node, err = localnode.Start(ctx, cp, opts)
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,16 @@
 
 // Package nodes_test runs tenure as its users do on three real nodes of
 // this machine (devnode.Cluster): each node's kubelet and containerd in
-// namespaces of their own, joined by a fabric and a SAN bridge, deploy/
-// applied through the local overlay. The promises that span nodes are
-// checked here on real kubelets: addresses across nodes, a VM migrating
-// between two nodes with its DHCPv6 service and prefix route, and a node
-// lost hard.
+// namespaces of their own, joined by a fabric and a SAN bridge. The
+// promises that span nodes are checked here on real kubelets: addresses
+// across nodes, a VM migrating between two nodes with its DHCPv6 service
+// and prefix route, and a node lost hard.
+//
+// tenure is installed with Helm: the release before the chart first
+// (helm_test.go), which TestThreeNodes' first part upgrades to
+// charts/tenure while pods run; every other part runs on the chart.
+// (test/node installs deploy/ with kustomize through the local overlay, so
+// each CI run runs both installs on real nodes.)
 //
 // One cluster serves the suite, and TestThreeNodes runs its parts in a
 // fixed order (the node loss last: it takes a node away for a while).
@@ -70,7 +75,7 @@ func setUp(ctx context.Context, undo *nodetest.Undo) (err error) {
 	cluster, err = localnode.StartCluster(ctx, cp, localnode.ClusterOptions{
 		Dir: clusterDir, Nodes: 3, Image: filepath.Join(binDir, "tenure-image.tar"),
 		ProxyCommand: []string{filepath.Join(binDir, "tenurectl"), "dev", "fabric-proxy"},
-		Mutate:       localnode.ControllerNodeGrace(controllerNodeGrace),
+		Install:      localnode.InstallNone, // installPreviousRelease, below
 	})
 	if err != nil {
 		return err
@@ -80,6 +85,9 @@ func setUp(ctx context.Context, undo *nodetest.Undo) (err error) {
 		return err
 	}
 	cl, cs = kc.Client, kc.Clientset
+	if err := installPreviousRelease(ctx, dir); err != nil {
+		return err
+	}
 	fmt.Fprintf(os.Stderr, "test/nodes: control plane ready in %v, 3 nodes Ready and tenure rolled out at %v\n",
 		cpReady.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 	return nil
@@ -92,6 +100,7 @@ func TestThreeNodes(t *testing.T) {
 		name string
 		run  func(*testing.T)
 	}{
+		{helmUpgradePart, helmUpgradeWhilePodsRun},
 		{"DaemonSetReadyOnEveryNodeAndControllerHoldsLease", daemonSetReadyOnEveryNode},
 		{"Slash29SANAcrossNodesFillsUpAndTheWaitingPodStartsWhenOneLeaves", slash29SANAcrossNodes},
 		{"NodeOnesAgentIsRefusedNodeTwosReservationsAndClaims", nodeOnesAgentIsRefusedNodeTwosObjects},
@@ -100,6 +109,11 @@ func TestThreeNodes(t *testing.T) {
 		// Last: it takes a node away.
 		{"LostNodeOfThreeIsEvictedReleasedAndRescheduled", lostNodeOfThree},
 	} {
-		t.Run(part.name, part.run)
+		t.Run(part.name, func(t *testing.T) {
+			if part.name != helmUpgradePart {
+				chartInstalled(t)
+			}
+			part.run(t)
+		})
 	}
 }

@@ -41,6 +41,7 @@ import (
 func TestMultusThick(t *testing.T) {
 	// Long enough for both parts, which have deadlines of their own.
 	ctx := nodetest.Context(t, 20*time.Minute)
+	chartInstalled(t)
 	begin := time.Now()
 	if err := localnode.UseMultusThick(ctx, cp, cluster); err != nil {
 		t.Fatal(err)

@@ -44,3 +44,23 @@ hasher looks metadata/name up as one field, which no ConfigMap has.
 {{- $h = $h | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
 tenure-flat-config-{{ $h }}
 {{- end -}}
+
+{{/*
+tenure.webhookListen: for nodeRestriction.webhookURL, as JSON: the URL, the
+address the controller serves the webhook on (the URL's host and port) and
+the IP its certificate must name (the host); all empty when the webhook is
+called through its Service.
+*/}}
+{{- define "tenure.webhookListen" -}}
+{{- $url := .Values.nodeRestriction.webhookURL | default "" -}}
+{{- if not $url -}}
+{{- dict "url" "" "addr" "" "ip" "" | toJson -}}
+{{- else -}}
+{{- $u := urlParse $url -}}
+{{- $ip := regexReplaceAll ":[0-9]+$" $u.host "" | trimPrefix "[" | trimSuffix "]" -}}
+{{- if or (ne $u.scheme "https") (eq $ip $u.host) (not (regexMatch "^([0-9.]+|[0-9a-fA-F:]+)$" $ip)) -}}
+{{- fail (printf "nodeRestriction.webhookURL %q: want https://IP:PORT/PATH (the controller serves the webhook at IP:PORT, its certificate naming IP)" $url) -}}
+{{- end -}}
+{{- dict "url" $url "addr" $u.host "ip" $ip | toJson -}}
+{{- end -}}
+{{- end -}}

@@ -26,8 +26,10 @@ type ClusterOptions struct {
 	Image string
 	// ProxyCommand runs the fabric proxy (devnode.ClusterOptions).
 	ProxyCommand []string
-	// Mutate as in Options.
-	Mutate func(*unstructured.Unstructured)
+	// Mutate, Install and Values as in Options.
+	Mutate  func(*unstructured.Unstructured)
+	Install string
+	Values  []map[string]any
 	// Multus is how Multus runs on the nodes (devnode.MultusMode); thick:
 	// UseMultusThick, before tenure is installed.
 	Multus devnode.MultusMode
@@ -48,6 +50,9 @@ func NodeAccess(dir string) *controlplane.NodeAccess {
 // address, and the webhook is reached through its Service's endpoint, the
 // controller's node address, as on a real cluster.
 func StartCluster(ctx context.Context, cp *controlplane.ControlPlane, opts ClusterOptions) (_ *devnode.Cluster, err error) {
+	if err := checkInstallOptions(opts.Install, opts.Mutate); err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(opts.Image); err != nil {
 		return nil, fmt.Errorf("%w: make image builds it", err)
 	}
@@ -93,7 +98,15 @@ func StartCluster(ctx context.Context, cp *controlplane.ControlPlane, opts Clust
 			opts.Mutate(o)
 		}
 	}
-	if err := InstallFor(ctx, cp.Config, devnode.FabricAPIServer, devnode.FabricAPIServerPort, mutate); err != nil {
+	switch opts.Install {
+	case InstallNone:
+		return cl, nil
+	case InstallHelm:
+		err = HelmInstall(ctx, cp.KubeconfigPath, devnode.FabricAPIServer, devnode.FabricAPIServerPort, true, opts.Values...)
+	default:
+		err = InstallFor(ctx, cp.Config, devnode.FabricAPIServer, devnode.FabricAPIServerPort, mutate)
+	}
+	if err != nil {
 		return nil, err
 	}
 	c, err := client.New(cp.Config, client.Options{})

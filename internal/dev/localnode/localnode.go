@@ -57,8 +57,13 @@ type Options struct {
 	// Image is the tenure image tarball (make image's bin/tenure-image.tar).
 	Image string
 	// Mutate, when set, may change each object of the overlay before it is
-	// applied.
+	// applied (InstallKustomize only).
 	Mutate func(*unstructured.Unstructured)
+	// Install is how tenure is installed: InstallKustomize (or empty),
+	// InstallHelm or InstallNone.
+	Install string
+	// Values, with InstallHelm, are chart values over ChartValues.
+	Values []map[string]any
 }
 
 // Start makes cp's cluster what a user's is once tenure is installed:
@@ -67,6 +72,9 @@ type Options struct {
 // overlay applied and rolled out. cp must run the controllers
 // (controlplane.Options.Controllers). On failure the node is stopped.
 func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ *devnode.Node, err error) {
+	if err := checkInstallOptions(opts.Install, opts.Mutate); err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(opts.Image); err != nil {
 		return nil, fmt.Errorf("%w: make image builds it", err)
 	}
@@ -99,7 +107,15 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ 
 	if err != nil {
 		return nil, fmt.Errorf("control plane URL %s: %w", cp.URL, err)
 	}
-	if err := Install(ctx, cp.Config, port, opts.Mutate); err != nil {
+	switch opts.Install {
+	case InstallNone:
+		return node, nil
+	case InstallHelm:
+		err = HelmInstall(ctx, cp.KubeconfigPath, "127.0.0.1", port, false, opts.Values...)
+	default:
+		err = Install(ctx, cp.Config, port, opts.Mutate)
+	}
+	if err != nil {
 		return nil, err
 	}
 	c, err := client.New(cp.Config, client.Options{})
@@ -120,26 +136,10 @@ func Build(port int) ([]byte, error) { return BuildFor("127.0.0.1", port) }
 // host:port.
 func BuildFor(host string, port int) ([]byte, error) {
 	mem := filesys.MakeFsInMemory()
-	for _, tree := range []struct {
-		files fs.FS
-		root  string
-	}{{deploy.Manifests, "/deploy"}, {overlay, "/internal/dev/localnode"}} {
-		err := fs.WalkDir(tree.files, ".", func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			data, err := fs.ReadFile(tree.files, p)
-			if err != nil {
-				return err
-			}
-			return mem.WriteFile(path.Join(tree.root, p), data)
-		})
-		if err != nil {
-			return nil, err
-		}
+	if err := writeTree(mem, deploy.Manifests, "/deploy"); err != nil {
+		return nil, err
 	}
-	env := fmt.Sprintf("KUBERNETES_SERVICE_HOST=%s\nKUBERNETES_SERVICE_PORT=%d\n", host, port)
-	if err := mem.WriteFile("/internal/dev/localnode/apiserver.env", []byte(env)); err != nil {
+	if err := writeOverlay(mem, host, port); err != nil {
 		return nil, err
 	}
 	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(mem, "/internal/dev/localnode")
@@ -147,6 +147,30 @@ func BuildFor(host string, port int) ([]byte, error) {
 		return nil, fmt.Errorf("kustomize build internal/dev/localnode: %w", err)
 	}
 	return rm.AsYaml()
+}
+
+// writeTree writes files into mem under root.
+func writeTree(mem filesys.FileSystem, files fs.FS, root string) error {
+	return fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(files, p)
+		if err != nil {
+			return err
+		}
+		return mem.WriteFile(path.Join(root, p), data)
+	})
+}
+
+// writeOverlay writes the overlay into mem at /internal/dev/localnode, over
+// whatever /deploy holds, with apiserver.env for host:port.
+func writeOverlay(mem filesys.FileSystem, host string, port int) error {
+	if err := writeTree(mem, overlay, "/internal/dev/localnode"); err != nil {
+		return err
+	}
+	env := fmt.Sprintf("KUBERNETES_SERVICE_HOST=%s\nKUBERNETES_SERVICE_PORT=%d\n", host, port)
+	return mem.WriteFile("/internal/dev/localnode/apiserver.env", []byte(env))
 }
 
 // FieldManager is the server-side apply field manager of Install.
