@@ -136,6 +136,15 @@ type ShimFacts struct {
 	// toolchain was found to build it).
 	EmptyGoCPUMs       float64 `json:"empty_go_exec_cpu_ms,omitempty"`
 	EmptyGoMinorFaults float64 `json:"empty_go_exec_minor_faults,omitempty"`
+	// Paired*: one shim call in pairEvery of the run and its twin, an
+	// empty Go program that waits on a socket, exec'd at the same moment
+	// and released when that shim exits: the like-for-like floor
+	// (paired.go). PairedRatio is the paired shims' mean CPU over the
+	// twins'.
+	PairedCalls     int     `json:"paired_calls,omitempty"`
+	PairedShimCPUMs float64 `json:"paired_shim_cpu_ms,omitempty"`
+	PairedTwinCPUMs float64 `json:"paired_waiting_empty_go_cpu_ms,omitempty"`
+	PairedRatio     float64 `json:"paired_ratio,omitempty"`
 }
 
 // floors says what executing /bin/true and an empty Go program cost.
