@@ -153,6 +153,9 @@ func (f ShimFacts) floors() string {
 	if f.EmptyGoCPUMs > 0 {
 		s += fmt.Sprintf("; an empty Go program: %.2f ms, %.0f faults", f.EmptyGoCPUMs, f.EmptyGoMinorFaults)
 	}
+	if f.PairedCalls > 0 {
+		s += fmt.Sprintf("; %d calls exec'd beside a waiting empty Go twin: %.2f ms, the twin %.2f ms", f.PairedCalls, f.PairedShimCPUMs, f.PairedTwinCPUMs)
+	}
 	return s
 }
 
