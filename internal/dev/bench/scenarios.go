@@ -236,7 +236,7 @@ func (e *env) warmup(ctx context.Context, nets *netAlloc) error {
 		}
 	}
 	e.cpuMu.Lock()
-	e.shimCPU, e.shimMinflt = nil, 0 // the run's figures start after the warm-up
+	e.shimCPU, e.shimMinflt, e.shimPairs = nil, 0, nil // the run's figures start after the warm-up
 	e.cpuMu.Unlock()
 	return e.deletePods(ctx, pods)
 }
