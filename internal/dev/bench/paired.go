@@ -18,12 +18,18 @@ const pairEvery = 5
 
 // waiterSource is the twin: a Go program that does nothing but wait,
 // blocked in read(2) on its stdin (a unix socket) until the bench shuts
-// it, as the shim waits on the agent's socket.
+// it, as the shim waits on the agent's socket, and on one P as the shim
+// does, so the twin's wait costs it no more than the shim's costs the
+// shim.
 const waiterSource = `package main
 
-import "syscall"
+import (
+	"runtime"
+	"syscall"
+)
 
 func main() {
+	runtime.GOMAXPROCS(1)
 	var b [1]byte
 	for {
 		n, err := syscall.Read(0, b[:])
