@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"path/filepath"
 	"syscall"
@@ -134,5 +135,69 @@ func TestCallFailuresAreAgentUnreachable(t *testing.T) {
 		if tc.step != "" && ce.Step != tc.step || tc.errno != nil && !errors.Is(err, tc.errno) {
 			t.Fatalf("Call(%s) = %v, want step %q errno %v", tc.socket, err, tc.step, tc.errno)
 		}
+	}
+}
+
+// An agent that takes the request and never answers: the shim gives up
+// after the io timeout with the errno a blocking read with SO_RCVTIMEO
+// gives, and says it was receiving.
+func TestCallTimesOutWaitingForTheAnswer(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "silent.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	release := make(chan struct{})
+	defer close(release)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		<-release
+	}()
+	begin := time.Now()
+	_, _, err = Call(socket, []byte(`{"command":"ADD"}`), time.Second, 200*time.Millisecond)
+	took := time.Since(begin)
+	want := "tenure agent unreachable at " + socket + ": receive: " + syscall.EAGAIN.Error()
+	if err == nil || err.Error() != want || !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("Call = %v, want %q", err, want)
+	}
+	if took < 200*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("Call gave up after %v, want the io timeout of 200ms", took)
+	}
+}
+
+// The io timeout bounds each wait, not the whole answer: an agent whose
+// answer comes in parts, each within the timeout, is read to the end.
+func TestCallTimeoutIsPerRead(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "slow.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	answer := AppendResponse(nil, StatusOK, []byte(`{"cniVersion":"1.1.0"}`))
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := io.ReadAll(c); err != nil {
+			return
+		}
+		for i := range answer {
+			time.Sleep(40 * time.Millisecond)
+			if _, err := c.Write(answer[i : i+1]); err != nil {
+				return
+			}
+		}
+	}()
+	status, payload, err := Call(socket, []byte(`{"command":"ADD"}`), time.Second, 300*time.Millisecond)
+	if err != nil || status != StatusOK || string(payload) != `{"cniVersion":"1.1.0"}` {
+		t.Fatalf("Call = %q, %q, %v; want the whole answer", status, payload, err)
 	}
 }

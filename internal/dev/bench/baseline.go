@@ -78,11 +78,12 @@ func (e *env) quickSideBySide(ctx context.Context, nets *netAlloc, base, cur fla
 	// The run's shim facts (Report.Shim) are the new flavour's calls.
 	var newCPU []float64
 	var newFaults int64
+	var newPairs []cpuPair
 	bins0, args0 := e.bins, e.agentArgs
 	defer func() {
 		e.bins, e.agentArgs = bins0, args0
 		e.cpuMu.Lock()
-		e.shimCPU, e.shimMinflt = newCPU, newFaults
+		e.shimCPU, e.shimMinflt, e.shimPairs = newCPU, newFaults, newPairs
 		e.cpuMu.Unlock()
 	}()
 	var out []Result
@@ -107,13 +108,14 @@ func (e *env) quickSideBySide(ctx context.Context, nets *netAlloc, base, cur fla
 		}
 		round[which]++
 		e.cpuMu.Lock()
-		calls0, faults0 := len(e.shimCPU), e.shimMinflt
+		calls0, faults0, pairs0 := len(e.shimCPU), e.shimMinflt, len(e.shimPairs)
 		e.cpuMu.Unlock()
 		rs, err := e.gridScenario(ctx, nets, 50, 4)
 		e.cpuMu.Lock()
 		if which == binaryNew {
 			newCPU = append(newCPU, e.shimCPU[calls0:]...)
 			newFaults += e.shimMinflt - faults0
+			newPairs = append(newPairs, e.shimPairs[pairs0:]...)
 		}
 		e.cpuMu.Unlock()
 		if fi, serr := os.Stat(f.bins.Shim); serr == nil {

@@ -70,6 +70,10 @@ type env struct {
 	cpuMu      sync.Mutex
 	shimCPU    []float64 // every shim call of the run, ms
 	shimMinflt int64     // their minor page faults, summed
+	shimPairs  []cpuPair // one shim call in pairEvery and its waiting twin (paired.go)
+
+	waiterOnce sync.Once
+	waiter     string // the twin's binary
 }
 
 func (e *env) logf(format string, args ...any) {

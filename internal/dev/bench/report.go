@@ -136,6 +136,15 @@ type ShimFacts struct {
 	// toolchain was found to build it).
 	EmptyGoCPUMs       float64 `json:"empty_go_exec_cpu_ms,omitempty"`
 	EmptyGoMinorFaults float64 `json:"empty_go_exec_minor_faults,omitempty"`
+	// Paired*: one shim call in pairEvery of the run and its twin, an
+	// empty Go program that waits on a socket, exec'd at the same moment
+	// and released when that shim exits: the like-for-like floor
+	// (paired.go). PairedRatio is the paired shims' mean CPU over the
+	// twins'.
+	PairedCalls     int     `json:"paired_calls,omitempty"`
+	PairedShimCPUMs float64 `json:"paired_shim_cpu_ms,omitempty"`
+	PairedTwinCPUMs float64 `json:"paired_waiting_empty_go_cpu_ms,omitempty"`
+	PairedRatio     float64 `json:"paired_ratio,omitempty"`
 }
 
 // floors says what executing /bin/true and an empty Go program cost.
@@ -143,6 +152,9 @@ func (f ShimFacts) floors() string {
 	s := fmt.Sprintf("/bin/true: %.2f ms, %.0f faults", f.TrueCPUMs, f.TrueMinorFaults)
 	if f.EmptyGoCPUMs > 0 {
 		s += fmt.Sprintf("; an empty Go program: %.2f ms, %.0f faults", f.EmptyGoCPUMs, f.EmptyGoMinorFaults)
+	}
+	if f.PairedCalls > 0 {
+		s += fmt.Sprintf("; %d calls exec'd beside a waiting empty Go twin: %.2f ms, the twin %.2f ms", f.PairedCalls, f.PairedShimCPUMs, f.PairedTwinCPUMs)
 	}
 	return s
 }

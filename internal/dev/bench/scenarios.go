@@ -236,7 +236,7 @@ func (e *env) warmup(ctx context.Context, nets *netAlloc) error {
 		}
 	}
 	e.cpuMu.Lock()
-	e.shimCPU, e.shimMinflt = nil, 0 // the run's figures start after the warm-up
+	e.shimCPU, e.shimMinflt, e.shimPairs = nil, 0, nil // the run's figures start after the warm-up
 	e.cpuMu.Unlock()
 	return e.deletePods(ctx, pods)
 }
@@ -584,35 +584,21 @@ func (e *env) shimFacts() ShimFacts {
 	} else {
 		e.logf("no empty-Go exec floor: %v", err)
 	}
+	e.cpuMu.Lock()
+	r, shimMs, twinMs := pairedRatio(e.shimPairs)
+	f.PairedCalls = len(e.shimPairs)
+	e.cpuMu.Unlock()
+	f.PairedRatio, f.PairedShimCPUMs, f.PairedTwinCPUMs = round3(r), round3(shimMs), round3(twinMs)
+	if e.waiter != "" {
+		os.RemoveAll(filepath.Dir(e.waiter))
+	}
 	return f
 }
 
 // buildEmptyGo builds `func main() {}` as make build builds the shim
 // (static, -trimpath, -s -w) and returns the binary's path.
 func buildEmptyGo() (string, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "tenure-emptygo-")
-	if err != nil {
-		return "", err
-	}
-	for name, content := range map[string]string{"go.mod": "module emptygo\n", "main.go": "package main\n\nfunc main() {}\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			os.RemoveAll(dir)
-			return "", err
-		}
-	}
-	bin := filepath.Join(dir, "emptygo")
-	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("building an empty Go program: %v: %s", err, out)
-	}
-	return bin, nil
+	return buildGoProgram("emptygo", "package main\n\nfunc main() {}\n")
 }
 
 // execCPU is the mean CPU (user+system, from the child's rusage) in ms

@@ -101,6 +101,8 @@ type runResult struct {
 // across all nodes).
 func (e *env) run(ctx context.Context, calls []call, conc int, checkDuplicates bool) runResult {
 	res := runResult{outcomes: make([]callOutcome, len(calls))}
+	waiter := e.waiterBin()
+	twins := make([]float64, len(calls)) // CPU of call i's twin, ms; 0: none
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	begin := time.Now()
@@ -111,7 +113,14 @@ func (e *env) run(ctx context.Context, calls []call, conc int, checkDuplicates b
 			defer func() { <-sem; wg.Done() }()
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
+			var tw *twin
+			if waiter != "" && i%pairEvery == 0 {
+				tw, _ = startTwin(waiter)
+			}
 			res.outcomes[i] = execShim(cctx, e.bins.Shim, c)
+			if tw != nil {
+				twins[i] = tw.done()
+			}
 		}()
 	}
 	wg.Wait()
@@ -142,10 +151,15 @@ func (e *env) run(ctx context.Context, calls []call, conc int, checkDuplicates b
 		}
 	}
 	var faults int64
-	for _, o := range res.outcomes {
+	var pairs []cpuPair
+	for i, o := range res.outcomes {
 		faults += o.minflt
+		if twins[i] > 0 && o.err == nil {
+			pairs = append(pairs, cpuPair{shim: res.cpu[i], twin: twins[i]})
+		}
 	}
 	e.cpuMu.Lock()
+	e.shimPairs = append(e.shimPairs, pairs...)
 	e.shimCPU = append(e.shimCPU, res.cpu...)
 	e.shimMinflt += faults
 	e.cpuMu.Unlock()
