@@ -74,6 +74,9 @@ type Agent struct {
 	// requests bounds the bytes of CNI requests the socket holds at once.
 	requests *requestBudget
 
+	// netconfs parses each distinct network config once.
+	netconfs *netconfCache
+
 	dataplane *agentDataplane
 	// holdings are the claims' reservations, as the dataplane reads them.
 	holdings *claimHoldings
@@ -174,7 +177,8 @@ func New(opts Options) (*Agent, error) {
 		opts.PodWait = time.Second
 	}
 	c := opts.Client
-	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c, recorder: opts.Recorder, shutdown: func() {}}
+	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c, recorder: opts.Recorder, shutdown: func() {},
+		netconfs: newNetconfCache(netconfCacheSize)}
 	a.requests = newRequestBudget(headBytes, headPoolBytes, tailPoolBytes)
 	a.store = store.New(c, opts.NodeName)
 	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Live: c, Node: opts.NodeName}

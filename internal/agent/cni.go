@@ -109,7 +109,7 @@ func slots(cfg *config.Config, withPrefix bool) []slot {
 }
 
 func (a *Agent) loadConfig(ctx context.Context, req *cniwire.Request) (*config.Config, error) {
-	cfg, err := config.Parse(req.StdinData, req.FlatConfig)
+	cfg, err := a.netconfs.get(req.StdinData, req.FlatConfig)
 	if err != nil {
 		return nil, err
 	}
