@@ -124,7 +124,7 @@ func startEnv(ctx context.Context, log io.Writer, bins testbed.Binaries, cpOpts 
 	e.rawOwner = owner[0]
 	// The first custom object after a CRD is established waits ~2 s on
 	// the server; pay that here, not in a scenario.
-	if _, _, _, err := e.rawCreate(ctx, 1, 1); err != nil {
+	if _, _, _, _, err := e.rawCreate(ctx, 1, 1); err != nil {
 		e.close()
 		return nil, fmt.Errorf("first reservation create: %w", err)
 	}

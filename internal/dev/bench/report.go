@@ -55,6 +55,11 @@ type Result struct {
 	RawCreatePerS float64 `json:"raw_create_per_s"`
 	RawCreateP50  float64 `json:"raw_create_p50_ms,omitempty"`
 	RawDeletePerS float64 `json:"raw_delete_per_s,omitempty"`
+	// CPU (ms) per raw create of the creating client (the bench process)
+	// and of the API server: their ratio is the floor of any API client's
+	// CPU per create against the API server's (clientFloor).
+	RawClientCPUMs float64 `json:"raw_client_cpu_ms,omitempty"`
+	RawAPICPUMs    float64 `json:"raw_apiserver_cpu_ms,omitempty"`
 	// Ratio is ops_per_s / raw_create_per_s.
 	Ratio float64 `json:"ratio"`
 

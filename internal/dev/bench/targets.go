@@ -57,6 +57,10 @@ func evaluate(rep *Report) []Target {
 			ts = append(ts, Target{Name: hn + ": agent CPU per ADD / kube-apiserver CPU per ADD", Want: fmt.Sprintf("≤ %.1f×", targetAgentVsAPI),
 				Measured: fmt.Sprintf("%.2f× (%.2f / %.2f ms)", agent/api, agent, api), Status: status(agent/api <= targetAgentVsAPI)})
 		}
+		if f, ok := clientFloor(*h); ok {
+			ts = append(ts, Target{Name: hn + ": floor of the above: a bare client's CPU per raw create / kube-apiserver CPU per raw create",
+				Want: "(reported, no target)", Measured: fmt.Sprintf("%.2f× (%.2f / %.2f ms)", f, h.RawClientCPUMs, h.RawAPICPUMs), Status: "measured"})
+		}
 		// Background writes (lease renewals) land in the window too.
 		ts = append(ts, Target{Name: hn + ": API requests per pod ADD", Want: fmt.Sprintf("%.1f", targetReqPerPodAdd),
 			Measured: fmt.Sprintf("%.3f (%s)", h.APIRequestsPerOp, FormatBreakdown(nonWatch(h.APIByVerbResource), float64(h.Ops))),
@@ -154,6 +158,17 @@ func evaluate(rep *Report) []Target {
 
 // modeCompareCBOR is Report.Mode of a quick run with --compare-cbor.
 const modeCompareCBOR = "quick, JSON against CBOR"
+
+// clientFloor is the CPU per create of a plain client creating
+// IPReservations at the row's concurrency over the API server's CPU per
+// create in the same phase: the lowest the agent's CPU per ADD over the
+// API server's can go, since an ADD is at least one such create.
+func clientFloor(r Result) (float64, bool) {
+	if r.RawAPICPUMs <= 0 || r.RawClientCPUMs <= 0 {
+		return 0, false
+	}
+	return r.RawClientCPUMs / r.RawAPICPUMs, true
+}
 
 // cborTargets: in a --compare-cbor run, whether the agents' reservations
 // in CBOR cut the API server's CPU per ADD (the agent speaks CBOR only if
