@@ -143,6 +143,7 @@ func sideBySide(rows []Result, shimBytes map[string]float64, names map[string]st
 			"api_requests_per_op": r.APIRequestsPerOp,
 			"shim_cpu_ms":         r.CPUMsPerOp["shim"], "agent_cpu_ms": r.CPUMsPerOp["agent"],
 			"apiserver_cpu_ms": r.CPUMsPerOp["kube-apiserver"], "etcd_cpu_ms": r.CPUMsPerOp["etcd"],
+			"raw_client_cpu_ms": r.RawClientCPUMs, "raw_apiserver_cpu_ms": r.RawAPICPUMs,
 		}
 	}
 	var out []Result
