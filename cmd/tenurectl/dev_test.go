@@ -180,22 +180,7 @@ func TestDevUpNodeAndDownLeaveNothing(t *testing.T) {
 		t.Fatalf("%v: run make image", err)
 	}
 	dir := filepath.Join(t.TempDir(), "dev")
-	t.Cleanup(func() { // never leak a cluster, whatever failed
-		_ = devnode.Stop(filepath.Join(dir, "node"))
-		if cp, err := controlplane.Attach(dir); err == nil {
-			_ = cp.Stop()
-		}
-	})
-
-	up := tenurectl(t, "dev", "up", "--node", "--dir", dir, "--image", image)
-	if up.code != 0 {
-		t.Fatalf("dev up --node exited %d", up.code)
-	}
-	cp, err := controlplane.Attach(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids := cp.Pids()
+	cp, pids := devUpNodes(t, dir, func() error { return devnode.Stop(filepath.Join(dir, "node")) }, "--image", image)
 	if len(pids) != 4 {
 		t.Errorf("control plane processes %v, want etcd, kube-apiserver, kube-controller-manager, kube-scheduler", pids)
 	}
@@ -249,4 +234,26 @@ func devDownStops(t *testing.T, dir string, pids []int) {
 			t.Errorf("pid %d still runs after dev down", pid)
 		}
 	}
+}
+
+// devUpNodes runs `tenurectl dev up --node --dir dir ARGS...`, which must
+// succeed, and attaches to its control plane. Whatever fails, the test
+// leaves no node (stop) and no control plane behind.
+func devUpNodes(t *testing.T, dir string, stop func() error, args ...string) (*controlplane.ControlPlane, []int) {
+	t.Helper()
+	t.Cleanup(func() { // never leak a cluster, whatever failed
+		_ = stop()
+		if cp, err := controlplane.Attach(dir); err == nil {
+			_ = cp.Stop()
+		}
+	})
+	up := tenurectl(t, append([]string{"dev", "up", "--node", "--dir", dir}, args...)...)
+	if up.code != 0 {
+		t.Fatalf("dev up --node %s exited %d", strings.Join(args, " "), up.code)
+	}
+	cp, err := controlplane.Attach(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp, cp.Pids()
 }

@@ -56,22 +56,7 @@ func TestDevUpNodeWithHelmAndDownLeaveNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "dev")
-	t.Cleanup(func() { // never leak a cluster, whatever failed
-		_ = devnode.Stop(filepath.Join(dir, "node"))
-		if cp, err := controlplane.Attach(dir); err == nil {
-			_ = cp.Stop()
-		}
-	})
-
-	up := tenurectl(t, "dev", "up", "--node", "--install", "helm", "--dir", dir, "--image", image)
-	if up.code != 0 {
-		t.Fatalf("dev up --node --install helm exited %d", up.code)
-	}
-	cp, err := controlplane.Attach(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids := cp.Pids()
+	cp, pids := devUpNodes(t, dir, func() error { return devnode.Stop(filepath.Join(dir, "node")) }, "--install", "helm", "--image", image)
 	cl, err := kube.NewClient(cp.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -53,22 +53,7 @@ func TestDevUpThreeNodesKubectlReachesEveryNodeAndDownLeavesNothing(t *testing.T
 	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
 	dir := filepath.Join(tmp, "dev")
 	cluster := filepath.Join(dir, "cluster")
-	t.Cleanup(func() { // never leak a cluster, whatever failed
-		_ = devnode.StopCluster(cluster)
-		if cp, err := controlplane.Attach(dir); err == nil {
-			_ = cp.Stop()
-		}
-	})
-
-	up := tenurectl(t, "dev", "up", "--node", "--nodes", "3", "--dir", dir, "--image", image)
-	if up.code != 0 {
-		t.Fatalf("dev up --node --nodes 3 exited %d", up.code)
-	}
-	cp, err := controlplane.Attach(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids := cp.Pids()
+	cp, pids := devUpNodes(t, dir, func() error { return devnode.StopCluster(cluster) }, "--nodes", "3", "--image", image)
 	cl, err := kube.NewClient(cp.Config)
 	if err != nil {
 		t.Fatal(err)

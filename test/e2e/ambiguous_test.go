@@ -5,10 +5,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
 	"net/http"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -18,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
@@ -197,21 +194,7 @@ func TestAmbiguousCreateRetrySameAddress(t *testing.T) {
 // success, the API server holds nothing of the attachment.
 func TestDelAfterAPIServerRestart(t *testing.T) {
 	ctx := testContext(t, 6*time.Minute)
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(t.TempDir(), "cp")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
-	crds, err := fs.Sub(deploy.CRDs, "crds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controlplane.InstallCRDs(ctx, cp.Config, crds); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testbed.InstallAgentAccess(ctx, cp.Config); err != nil {
-		t.Fatal(err)
-	}
+	cp := ownControlPlane(t, ctx)
 	c, err := kube.NewClient(cp.Config)
 	if err != nil {
 		t.Fatal(err)

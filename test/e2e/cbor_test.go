@@ -36,8 +36,15 @@ import (
 // and the agents' access.
 func cborControlPlane(t *testing.T, ctx context.Context) *controlplane.ControlPlane {
 	t.Helper()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(t.TempDir(), "cp"),
-		APIServerArgs: []string{"--feature-gates=CBORServingAndStorage=true"}})
+	return ownControlPlane(t, ctx, "--feature-gates=CBORServingAndStorage=true")
+}
+
+// ownControlPlane starts a control plane of the test's own (one it may
+// restart, or one with apiserverArgs), with tenure's CRDs and the agents'
+// access, and stops it when the test ends.
+func ownControlPlane(t *testing.T, ctx context.Context, apiserverArgs ...string) *controlplane.ControlPlane {
+	t.Helper()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(t.TempDir(), "cp"), APIServerArgs: apiserverArgs})
 	if err != nil {
 		t.Fatal(err)
 	}
