@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -35,26 +34,11 @@ var bins testbed.Binaries
 var agentWebhook *testbed.AgentWebhook
 
 func TestMain(m *testing.M) {
-	var err error
-	if bins, err = testbed.Build(""); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	// Every agent runs as the DaemonSet's would: its RBAC from deploy/rbac,
 	// a token bound to a pod on its node, and the node restriction in
 	// force: the policy of deploy/policy and the webhook of deploy/webhook,
 	// served here as a controller replica serves it.
-	code := cptest.Main(m, func(cp *controlplane.ControlPlane) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		var err error
-		agentWebhook, err = testbed.StartNodeRestriction(ctx, cp.Config, cp.Dir)
-		return err
-	})
-	if agentWebhook != nil {
-		agentWebhook.Stop()
-	}
-	os.Exit(code)
+	os.Exit(testbed.Main(m, &bins, &agentWebhook, nil))
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,21 +49,8 @@ func NodeAccess(dir string) *controlplane.NodeAccess {
 // address, and the webhook is reached through its Service's endpoint, the
 // controller's node address, as on a real cluster.
 func StartCluster(ctx context.Context, cp *controlplane.ControlPlane, opts ClusterOptions) (_ *devnode.Cluster, err error) {
-	if err := checkInstallOptions(opts.Install, opts.Mutate); err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(opts.Image); err != nil {
-		return nil, fmt.Errorf("%w: make image builds it", err)
-	}
-	toolDir, err := controlplane.BinDir()
+	toolDir, cniDir, err := prepare(ctx, cp, opts.Install, opts.Mutate, opts.Image)
 	if err != nil {
-		return nil, err
-	}
-	cniDir, err := devnode.CNIPluginsDir()
-	if err != nil {
-		return nil, err
-	}
-	if err := controlplane.InstallCRDs(ctx, cp.Config, MultusCRDs()); err != nil {
 		return nil, err
 	}
 	cl, err := devnode.StartCluster(ctx, devnode.ClusterOptions{

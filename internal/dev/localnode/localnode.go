@@ -72,21 +72,8 @@ type Options struct {
 // overlay applied and rolled out. cp must run the controllers
 // (controlplane.Options.Controllers). On failure the node is stopped.
 func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ *devnode.Node, err error) {
-	if err := checkInstallOptions(opts.Install, opts.Mutate); err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(opts.Image); err != nil {
-		return nil, fmt.Errorf("%w: make image builds it", err)
-	}
-	toolDir, err := controlplane.BinDir()
+	toolDir, cniDir, err := prepare(ctx, cp, opts.Install, opts.Mutate, opts.Image)
 	if err != nil {
-		return nil, err
-	}
-	cniDir, err := devnode.CNIPluginsDir()
-	if err != nil {
-		return nil, err
-	}
-	if err := controlplane.InstallCRDs(ctx, cp.Config, MultusCRDs()); err != nil {
 		return nil, err
 	}
 	node, err := devnode.Start(ctx, devnode.Options{Dir: opts.Dir, Kubeconfig: cp.KubeconfigPath, BinDir: toolDir, CNIBinDir: cniDir})
@@ -316,4 +303,23 @@ func ControllerNodeGrace(d time.Duration) func(*unstructured.Unstructured) {
 		}
 		_ = unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
 	}
+}
+
+// prepare is what Start and StartCluster do before any node: check the
+// install options and the image, find the node tools and the reference
+// plugins, and install Multus' CRD.
+func prepare(ctx context.Context, cp *controlplane.ControlPlane, install string, mutate func(*unstructured.Unstructured), image string) (toolDir, cniDir string, err error) {
+	if err := checkInstallOptions(install, mutate); err != nil {
+		return "", "", err
+	}
+	if _, err := os.Stat(image); err != nil {
+		return "", "", fmt.Errorf("%w: make image builds it", err)
+	}
+	if toolDir, err = controlplane.BinDir(); err != nil {
+		return "", "", err
+	}
+	if cniDir, err = devnode.CNIPluginsDir(); err != nil {
+		return "", "", err
+	}
+	return toolDir, cniDir, controlplane.InstallCRDs(ctx, cp.Config, MultusCRDs())
 }

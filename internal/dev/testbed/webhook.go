@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -23,6 +24,8 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/admission"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
@@ -151,4 +154,33 @@ func StartNodeRestriction(ctx context.Context, admin *rest.Config, dir string) (
 	}
 	return StartAgentWebhook(ctx, admin, filepath.Join(dir, "webhook-probe"),
 		slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
+}
+
+// Main is the TestMain of a package whose agents run as the DaemonSet's
+// would, over one control plane (cptest.Main): it builds tenure's binaries
+// into bins, runs before on the control plane (nil: nothing), puts the
+// node restriction in force (StartNodeRestriction, the webhook in *wh),
+// runs the tests and stops the webhook. It returns the exit code.
+func Main(m *testing.M, bins *Binaries, wh **AgentWebhook, before func(ctx context.Context, cp *controlplane.ControlPlane) error) int {
+	var err error
+	if *bins, err = Build(""); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := cptest.Main(m, func(cp *controlplane.ControlPlane) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if before != nil {
+			if err := before(ctx, cp); err != nil {
+				return err
+			}
+		}
+		var err error
+		*wh, err = StartNodeRestriction(ctx, cp.Config, cp.Dir)
+		return err
+	})
+	if *wh != nil {
+		(*wh).Stop()
+	}
+	return code
 }
