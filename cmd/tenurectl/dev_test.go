@@ -172,13 +172,7 @@ func TestDevCommandsUsage(t *testing.T) {
 // image; tenurectl exits and all of it runs on; dev down stops the node
 // and the control plane and leaves nothing on the host.
 func TestDevUpNodeAndDownLeaveNothing(t *testing.T) {
-	image, err := filepath.Abs(filepath.Join("..", "..", "bin", "tenure-image.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(image); err != nil {
-		t.Fatalf("%v: run make image", err)
-	}
+	image := builtImage(t)
 	dir := filepath.Join(t.TempDir(), "dev")
 	cp, pids := devUpNodes(t, dir, func() error { return devnode.Stop(filepath.Join(dir, "node")) }, "--image", image)
 	if len(pids) != 4 {
@@ -256,4 +250,17 @@ func devUpNodes(t *testing.T, dir string, stop func() error, args ...string) (*c
 		t.Fatal(err)
 	}
 	return cp, cp.Pids()
+}
+
+// builtImage is bin/tenure-image.tar, which make image builds.
+func builtImage(t *testing.T) string {
+	t.Helper()
+	image, err := filepath.Abs(filepath.Join("..", "..", "bin", "tenure-image.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(image); err != nil {
+		t.Fatalf("%v: run make image", err)
+	}
+	return image
 }

@@ -45,13 +45,7 @@ func TestDevUpRefusesBadInstall(t *testing.T) {
 // release tenure: the agent DaemonSet and the controller are the release's
 // and roll out on the node; dev down leaves nothing on the host.
 func TestDevUpNodeWithHelmAndDownLeaveNothing(t *testing.T) {
-	image, err := filepath.Abs(filepath.Join("..", "..", "bin", "tenure-image.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(image); err != nil {
-		t.Fatalf("%v: run make image", err)
-	}
+	image := builtImage(t)
 	if _, err := localnode.HelmBinary(); err != nil {
 		t.Fatal(err)
 	}

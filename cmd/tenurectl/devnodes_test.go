@@ -38,13 +38,7 @@ func TestDevUpThreeNodesKubectlReachesEveryNodeAndDownLeavesNothing(t *testing.T
 	if err != nil {
 		t.Fatalf("%v: kubectl is the client this test drives", err)
 	}
-	image, err := filepath.Abs(filepath.Join("..", "..", "bin", "tenure-image.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(image); err != nil {
-		t.Fatalf("%v: run make image", err)
-	}
+	image := builtImage(t)
 	// Short: containerd's sockets live under it (104 bytes at most).
 	tmp, err := os.MkdirTemp("", "tnd-")
 	if err != nil {
