@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -145,5 +150,68 @@ func TestFreshCacheCostsNoRead(t *testing.T) {
 	}
 	if n := h.fake.ReservationLists() - lists; n != 1 {
 		t.Fatalf("DEL of what the cache does not know listed %d times, want 1", n)
+	}
+}
+
+// TestCallsWaitForTheNodeCacheCheckRatherThanList: the API server closes
+// a watch that falls behind, which a burst of ADDs makes likely; the
+// reflector reopens it at once. The ADDs that come while the node cache's
+// check is under way wait for it, and then read the cache: none reads the
+// attachment's reservations past it.
+func TestCallsWaitForTheNodeCacheCheckRatherThanList(t *testing.T) {
+	h := startAgent(t, pod("p1", thisNode, nil), pod("p2", thisNode, nil), pod("p3", thisNode, nil), pod("p4", thisNode, nil))
+	if err := wait.PollUntilContextTimeout(h.ctx, 2*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return h.agent.store.Fresh(), nil
+	}); err != nil {
+		t.Fatal("the cache never became fresh")
+	}
+	ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "p1"})) // builds the window of the range's block
+
+	checking, release := make(chan struct{}, 1), make(chan struct{})
+	nodeSel := labels.SelectorFromSet(labels.Set{reservation.LabelNode: reservation.NodeLabel(thisNode)}).String()
+	h.fake.SetBeforeList(func(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+		var o client.ListOptions
+		o.ApplyOptions(opts)
+		if _, meta := list.(*metav1.PartialObjectMetadataList); !meta || o.LabelSelector == nil || o.LabelSelector.String() != nodeSel {
+			return nil
+		}
+		select {
+		case checking <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	h.fake.BreakWatches()
+	select {
+	case <-checking:
+	case <-h.ctx.Done():
+		t.Fatal("no check of the node cache after its watch reopened")
+	}
+	lists := h.fake.ReservationLists()
+	results := make(chan *Response, 3)
+	for _, p := range []string{"p2", "p3", "p4"} {
+		go func() { results <- h.do(call{cmd: "ADD", ctr: "c-" + p, pod: p}) }()
+	}
+	if err := wait.PollUntilContextTimeout(h.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return h.agent.store.Waiting() == 3, nil
+	}); err != nil {
+		t.Fatalf("%d of 3 ADDs wait for the node cache's check, and %d lists of reservations were made", h.agent.store.Waiting(), h.fake.ReservationLists()-lists)
+	}
+	rec := httptest.NewRecorder()
+	h.agent.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if m := rec.Body.String(); !strings.Contains(m, "tenure_agent_node_cache_fresh 0\n") || !strings.Contains(m, "tenure_agent_calls_awaiting_node_cache 3\n") {
+		t.Fatalf("during the check the metrics say:\n%s", grepLines(m, "node_cache"))
+	}
+	close(release)
+	for range 3 {
+		ips(t, <-results)
+	}
+	if n := h.fake.ReservationLists() - lists; n != 0 {
+		t.Fatalf("3 ADDs during the node cache's check listed reservations %d times, want 0", n)
 	}
 }

@@ -233,7 +233,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 	tmpl := allocator.Template{Owner: a.owner(at), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
 	// A fresh cache that holds nothing for the attachment is believed (a
 	// first ADD costs no read); a cache that may lag is read past.
-	existing, err := a.attachmentHolds(ctx, at.req.ContainerID, at.req.IfName, tmpl.Owner.UID, !a.store.Fresh(), true)
+	existing, err := a.attachmentHolds(ctx, at.req.ContainerID, at.req.IfName, tmpl.Owner.UID, !a.store.AwaitFresh(ctx, freshWait), true)
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +339,11 @@ func (a *Agent) rollback(created []*tenurev1alpha1.IPReservation) {
 	}
 }
 
+// freshWait bounds how long a call waits for the node cache's check
+// after its watch broke (Store.AwaitFresh) before it reads past the
+// cache: the check takes one list and the reopened watch's catch-up.
+const freshWait = time.Second
+
 func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	if req.ContainerID == "" || req.IfName == "" {
 		return codedf(types.ErrInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required")
@@ -360,8 +365,8 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	if args, err := parseCNIArgs(req.Args); err == nil {
 		podUID = args.UID
 	}
-	cached := a.store.ByAttachment(req.ContainerID, req.IfName)
-	live := !a.store.Fresh() || len(cached) == 0
+	fresh := a.store.AwaitFresh(ctx, freshWait)
+	live := !fresh || len(a.store.ByAttachment(req.ContainerID, req.IfName)) == 0
 	held, err := a.attachmentHolds(ctx, req.ContainerID, req.IfName, podUID, live, false)
 	if err != nil {
 		return err

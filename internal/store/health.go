@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,10 @@ type health struct {
 	stale     bool
 	breaks    uint64 // counts breaks: a check passes only if none came since it began
 	verifying bool
+	// checked is closed when a check ends, whether it found the cache
+	// whole or not, and replaced by the next check.
+	checked chan struct{}
+	waiting atomic.Int64 // calls in AwaitFresh now
 }
 
 // Fresh reports whether the node cache is synced and has not broken
@@ -44,6 +49,41 @@ func (s *Store) Fresh() bool {
 	defer s.health.mu.Unlock()
 	return !s.health.stale
 }
+
+// AwaitFresh reports whether the node cache can be trusted, waiting up
+// to max for the check that is under way, if one is: a watch the API
+// server closed (it closes a watcher that falls behind its buffer, which
+// under a burst of writes is often) reopens within milliseconds, and its
+// check passes soon after. Waiting for it costs a call that much time; a
+// read past the cache instead would cost the API server a list per call,
+// in the very burst that made the watch fall behind. With no check under
+// way (no watch open: the API server is away, or the reflector backs off)
+// it answers at once.
+func (s *Store) AwaitFresh(ctx context.Context, max time.Duration) bool {
+	if s.Fresh() {
+		return true
+	}
+	s.health.mu.Lock()
+	ch := s.health.checked
+	s.health.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	s.health.waiting.Add(1)
+	defer s.health.waiting.Add(-1)
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return s.Fresh()
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// Waiting is the number of calls waiting in AwaitFresh now.
+func (s *Store) Waiting() int { return int(s.health.waiting.Load()) }
 
 // watchBroke marks the node cache stale.
 func (s *Store) watchBroke() {
@@ -67,6 +107,7 @@ func (s *Store) watchOpened() {
 		return
 	}
 	s.health.verifying = true
+	s.health.checked = make(chan struct{})
 	go s.verify(ctx)
 }
 
@@ -78,6 +119,8 @@ func (s *Store) verify(ctx context.Context) {
 	defer func() {
 		s.health.mu.Lock()
 		s.health.verifying = false
+		close(s.health.checked)
+		s.health.checked = nil
 		s.health.mu.Unlock()
 	}()
 	for ctx.Err() == nil {

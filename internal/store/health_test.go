@@ -6,7 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,6 +22,8 @@ type breakable struct {
 	refuse  atomic.Bool
 	mu      sync.Mutex
 	watches []watch.Interface
+	held    chan struct{} // closed to let held lists go on
+	entered chan struct{}
 }
 
 func (b *breakable) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
@@ -33,6 +37,41 @@ func (b *breakable) Watch(ctx context.Context, list client.ObjectList, opts ...c
 		b.mu.Unlock()
 	}
 	return w, err
+}
+
+// List holds a list of reservations' metadata (what the node cache's
+// check makes) while held is set, telling entered first.
+func (b *breakable) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	b.mu.Lock()
+	held, entered := b.held, b.entered
+	b.mu.Unlock()
+	if _, meta := list.(*metav1.PartialObjectMetadataList); meta && held != nil {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return b.Client.List(ctx, list, opts...)
+}
+
+// holdChecks makes the node cache's checks wait until the returned
+// release is called; entered receives once a check is waiting.
+func (b *breakable) holdChecks() (entered <-chan struct{}, release func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held, b.entered = make(chan struct{}), make(chan struct{}, 1)
+	held := b.held
+	return b.entered, func() {
+		b.mu.Lock()
+		b.held = nil
+		b.mu.Unlock()
+		close(held)
+	}
 }
 
 func (b *breakable) breakWatches() {
@@ -72,5 +111,60 @@ func TestFreshOnlyOnceTheCacheCaughtUp(t *testing.T) {
 	eventually(t, ctx, "fresh once the watch reopened", s.Fresh)
 	if got := s.ByAttachment("c-u-missed", "net1"); len(got) != 1 || got[0].Name != missed.Name {
 		t.Fatalf("fresh, but the cache holds %v for the attachment created during the break, want %s", got, missed.Name)
+	}
+}
+
+// TestAwaitFreshWaitsForTheCheckUnderWay: after a watch the API server
+// closed reopens, a call waits for the check of the node cache rather
+// than reading past it, and is told the cache is fresh once the check
+// finds it whole; with no watch open there is nothing to wait for and it
+// is told at once that the cache is stale.
+func TestAwaitFreshWaitsForTheCheckUnderWay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	b := &breakable{Client: kubefake.New()}
+	s := New(b, "n1")
+	go s.Run(ctx)
+	if err := s.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "fresh after the initial list", s.Fresh)
+	if !s.AwaitFresh(ctx, time.Hour) {
+		t.Fatal("AwaitFresh of a fresh cache: false")
+	}
+
+	entered, release := b.holdChecks()
+	b.breakWatches()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("no check of the node cache began after its watch reopened")
+	}
+	if s.Fresh() {
+		t.Fatal("fresh while its check is held")
+	}
+	answers := make(chan bool, 3)
+	for range 3 {
+		go func() { answers <- s.AwaitFresh(ctx, time.Hour) }()
+	}
+	eventually(t, ctx, "three calls waiting for the check", func() bool { return s.Waiting() == 3 })
+	release()
+	for range 3 {
+		if fresh := <-answers; !fresh {
+			t.Fatal("a call that waited for the check was told the cache is stale")
+		}
+	}
+	if n := s.Waiting(); n != 0 {
+		t.Fatalf("%d calls still waiting after the check", n)
+	}
+
+	b.refuse.Store(true)
+	b.breakWatches()
+	eventually(t, ctx, "stale once the watch broke", func() bool { return !s.Fresh() })
+	if s.AwaitFresh(ctx, time.Hour) {
+		t.Fatal("AwaitFresh with no watch open: true")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("AwaitFresh with no watch open waited for a check no watch could start")
 	}
 }

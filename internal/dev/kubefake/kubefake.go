@@ -62,6 +62,16 @@ type Client struct {
 	// BeforeDelete, when set, is called before every Delete; an error it
 	// returns is the Delete's answer and nothing is deleted.
 	BeforeDelete func(obj client.Object) error
+	beforeList func(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error
+	watches    []watch.Interface // open watches, for BreakWatches
+}
+
+// SetBeforeList sets a function called before every List; an error it
+// returns is the List's answer. Safe while the client is in use.
+func (c *Client) SetBeforeList(fn func(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.beforeList = fn
 }
 
 // New returns a fake API holding objs.
@@ -80,6 +90,14 @@ func New(objs ...client.Object) *Client {
 		Delete: c.delete,
 		Watch:  c.watch,
 		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			c.mu.Lock()
+			before := c.beforeList
+			c.mu.Unlock()
+			if before != nil {
+				if err := before(ctx, list, opts...); err != nil {
+					return err
+				}
+			}
 			if _, whole := list.(*tenurev1alpha1.IPReservationList); whole {
 				c.reservationLists.Add(1)
 			}
@@ -144,6 +162,18 @@ func (c *Client) Resume() {
 	if c.paused != nil {
 		close(c.paused)
 		c.paused = nil
+	}
+}
+
+// BreakWatches ends every open watch, as kube-apiserver closes a watcher
+// that fell behind: the clients' reflectors open new ones.
+func (c *Client) BreakWatches() {
+	c.mu.Lock()
+	ws := c.watches
+	c.watches = nil
+	c.mu.Unlock()
+	for _, w := range ws {
+		w.Stop()
 	}
 }
 
@@ -213,6 +243,9 @@ func (c *Client) watch(ctx context.Context, cl client.WithWatch, list client.Obj
 	var o client.ListOptions
 	o.ApplyOptions(opts)
 	_, metadataOnly := list.(*metav1.PartialObjectMetadataList)
+	c.mu.Lock()
+	c.watches = append(c.watches, w)
+	c.mu.Unlock()
 	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
 		c.gate()
 		if !matches(ev.Object, o.LabelSelector, o.FieldSelector) {
