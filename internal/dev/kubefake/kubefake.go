@@ -62,8 +62,8 @@ type Client struct {
 	// BeforeDelete, when set, is called before every Delete; an error it
 	// returns is the Delete's answer and nothing is deleted.
 	BeforeDelete func(obj client.Object) error
-	beforeList func(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error
-	watches    []watch.Interface // open watches, for BreakWatches
+	beforeList   func(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error
+	watches      []watch.Interface // open watches, for BreakWatches
 }
 
 // SetBeforeList sets a function called before every List; an error it
