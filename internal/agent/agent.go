@@ -200,7 +200,7 @@ func New(opts Options) (*Agent, error) {
 			Help: "Reservations in the agent's window: other nodes' reservations of the blocks it allocates from and of the networks it found full."},
 			func() float64 { return float64(a.store.WindowLen()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_node_cache_fresh",
-			Help: "1 while the cache of this node's reservations is trusted; 0 from a broken watch until a live list is found whole in it, while calls wait for that check (up to a second) or read past the cache."},
+			Help: "1 while the cache of this node's reservations is trusted; 0 from a broken watch until a live list is found whole in it; calls meanwhile wait for it (up to a second), then read past the cache."},
 			func() float64 {
 				if a.store.Fresh() {
 					return 1
@@ -208,7 +208,7 @@ func New(opts Options) (*Agent, error) {
 				return 0
 			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_calls_awaiting_node_cache",
-			Help: "CNI calls waiting now for the check of the node cache after its watch broke."},
+			Help: "CNI calls waiting now for the node cache to be found whole after its watch broke."},
 			func() float64 { return float64(a.store.Waiting()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
 			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},

@@ -339,9 +339,10 @@ func (a *Agent) rollback(created []*tenurev1alpha1.IPReservation) {
 	}
 }
 
-// freshWait bounds how long a call waits for the node cache's check
-// after its watch broke (Store.AwaitFresh) before it reads past the
-// cache: the check takes one list and the reopened watch's catch-up.
+// freshWait bounds how long a call waits for a stale node cache to be
+// found whole (Store.AwaitFresh) before it reads past it: a watch the API
+// server closed reopens within milliseconds, and its check takes one list
+// and the reopened watch's catch-up.
 const freshWait = time.Second
 
 func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {

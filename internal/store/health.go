@@ -32,9 +32,9 @@ type health struct {
 	stale     bool
 	breaks    uint64 // counts breaks: a check passes only if none came since it began
 	verifying bool
-	// checked is closed when a check ends, whether it found the cache
-	// whole or not, and replaced by the next check.
-	checked chan struct{}
+	// whole is closed when the cache is found whole after a break, and
+	// made anew by the next break; nil while fresh.
+	whole   chan struct{}
 	waiting atomic.Int64 // calls in AwaitFresh now
 }
 
@@ -51,20 +51,19 @@ func (s *Store) Fresh() bool {
 }
 
 // AwaitFresh reports whether the node cache can be trusted, waiting up
-// to max for the check that is under way, if one is: a watch the API
-// server closed (it closes a watcher that falls behind its buffer, which
-// under a burst of writes is often) reopens within milliseconds, and its
-// check passes soon after. Waiting for it costs a call that much time; a
-// read past the cache instead would cost the API server a list per call,
-// in the very burst that made the watch fall behind. With no check under
-// way (no watch open: the API server is away, or the reflector backs off)
-// it answers at once.
+// to max for a stale one to be found whole: a watch the API server closed
+// (it closes a watcher that falls behind its buffer, which under a burst
+// of writes is often) reopens within milliseconds, and its check passes
+// soon after. Waiting costs a call that much time; a read past the cache
+// instead would cost the API server a list per call, in the very burst
+// that made the watch fall behind. Only a cache that never synced is
+// not waited for.
 func (s *Store) AwaitFresh(ctx context.Context, max time.Duration) bool {
 	if s.Fresh() {
 		return true
 	}
 	s.health.mu.Lock()
-	ch := s.health.checked
+	ch := s.health.whole
 	s.health.mu.Unlock()
 	if ch == nil {
 		return false
@@ -91,6 +90,9 @@ func (s *Store) watchBroke() {
 	defer s.health.mu.Unlock()
 	s.health.stale = true
 	s.health.breaks++
+	if s.health.whole == nil {
+		s.health.whole = make(chan struct{})
+	}
 }
 
 // watchOpened starts the check that ends staleness, once per break.
@@ -107,7 +109,6 @@ func (s *Store) watchOpened() {
 		return
 	}
 	s.health.verifying = true
-	s.health.checked = make(chan struct{})
 	go s.verify(ctx)
 }
 
@@ -119,8 +120,6 @@ func (s *Store) verify(ctx context.Context) {
 	defer func() {
 		s.health.mu.Lock()
 		s.health.verifying = false
-		close(s.health.checked)
-		s.health.checked = nil
 		s.health.mu.Unlock()
 	}()
 	for ctx.Err() == nil {
@@ -137,6 +136,8 @@ func (s *Store) verify(ctx context.Context) {
 					done := s.health.breaks == breaks
 					if done {
 						s.health.stale = false
+						close(s.health.whole)
+						s.health.whole = nil
 					}
 					s.health.mu.Unlock()
 					if done {

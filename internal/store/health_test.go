@@ -117,9 +117,10 @@ func TestFreshOnlyOnceTheCacheCaughtUp(t *testing.T) {
 // TestAwaitFreshWaitsForTheCheckUnderWay: after a watch the API server
 // closed reopens, a call waits for the check of the node cache rather
 // than reading past it, and is told the cache is fresh once the check
-// finds it whole; with no watch open there is nothing to wait for and it
-// is told at once that the cache is stale.
-func TestAwaitFreshWaitsForTheCheckUnderWay(t *testing.T) {
+// finds it whole; a call that comes while no watch can open waits for
+// the reopening and the check too, and one whose wait runs out is told
+// the cache is stale.
+func TestAwaitFreshWaitsForTheCacheToBeFoundWhole(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	b := &breakable{Client: kubefake.New()}
@@ -161,10 +162,14 @@ func TestAwaitFreshWaitsForTheCheckUnderWay(t *testing.T) {
 	b.refuse.Store(true)
 	b.breakWatches()
 	eventually(t, ctx, "stale once the watch broke", func() bool { return !s.Fresh() })
-	if s.AwaitFresh(ctx, time.Hour) {
+	if s.AwaitFresh(ctx, time.Millisecond) {
 		t.Fatal("AwaitFresh with no watch open: true")
 	}
-	if ctx.Err() != nil {
-		t.Fatal("AwaitFresh with no watch open waited for a check no watch could start")
+	waited := make(chan bool, 1)
+	go func() { waited <- s.AwaitFresh(ctx, time.Hour) }()
+	eventually(t, ctx, "a call waiting while no watch can open", func() bool { return s.Waiting() == 1 })
+	b.refuse.Store(false)
+	if !<-waited {
+		t.Fatal("a call that waited through the watch's reopening was told the cache is stale")
 	}
 }
