@@ -7,10 +7,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/watchlist"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -36,6 +38,9 @@ type health struct {
 	// made anew by the next break; nil while fresh.
 	whole   chan struct{}
 	waiting atomic.Int64 // calls in AwaitFresh now
+	// gone: what the node cache saw deleted since the check's list began
+	// (name to UID); nil while no check runs.
+	gone map[string]types.UID
 }
 
 // Fresh reports whether the node cache is synced and has not broken
@@ -120,11 +125,13 @@ func (s *Store) verify(ctx context.Context) {
 	defer func() {
 		s.health.mu.Lock()
 		s.health.verifying = false
+		s.health.gone = nil
 		s.health.mu.Unlock()
 	}()
 	for ctx.Err() == nil {
 		s.health.mu.Lock()
 		breaks := s.health.breaks
+		s.health.gone = map[string]types.UID{}
 		s.health.mu.Unlock()
 		list := reservation.NewMetadataList()
 		err := s.c.List(ctx, list, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
@@ -152,14 +159,33 @@ func (s *Store) verify(ctx context.Context) {
 	}
 }
 
+// localHoldsAll reports whether the node cache has caught up with a list
+// of the node's reservations: it holds each item, or saw it deleted since
+// the list began (under a burst of DELs, what was listed is soon gone, and
+// a cache that saw the delete is past the list).
 func (s *Store) localHoldsAll(items []metav1.PartialObjectMetadata) bool {
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
 	for i := range items {
 		m := &items[i]
-		if _, ok := s.localGet(m.Name, m.UID); !ok {
+		if _, ok := s.localGet(m.Name, m.UID); !ok && s.health.gone[m.Name] != m.UID {
 			return false
 		}
 	}
 	return true
+}
+
+// sawDeleted is the node cache's delete handler for the check.
+func (s *Store) sawDeleted(obj any) {
+	name, uid, ok := nameUID(kube.DeletedObject(obj))
+	if !ok {
+		return
+	}
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	if s.health.gone != nil {
+		s.health.gone[name] = uid
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/dev/kubefake"
 )
 
@@ -24,6 +25,8 @@ type breakable struct {
 	watches []watch.Interface
 	held    chan struct{} // closed to let held lists go on
 	entered chan struct{}
+	// afterList sees each list of reservations' metadata before its caller.
+	afterList func(*metav1.PartialObjectMetadataList)
 }
 
 func (b *breakable) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
@@ -56,7 +59,16 @@ func (b *breakable) List(ctx context.Context, list client.ObjectList, opts ...cl
 			return ctx.Err()
 		}
 	}
-	return b.Client.List(ctx, list, opts...)
+	if err := b.Client.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	after := b.afterList
+	b.mu.Unlock()
+	if l, meta := list.(*metav1.PartialObjectMetadataList); meta && after != nil {
+		after(l)
+	}
+	return nil
 }
 
 // holdChecks makes the node cache's checks wait until the returned
@@ -171,5 +183,56 @@ func TestAwaitFreshWaitsForTheCacheToBeFoundWhole(t *testing.T) {
 	b.refuse.Store(false)
 	if !<-waited {
 		t.Fatal("a call that waited through the watch's reopening was told the cache is stale")
+	}
+}
+
+// TestCheckPassesWhileWhatItListedIsDeleted: under a burst of DELs, what
+// the check listed is deleted before it looks; a node cache that saw the
+// delete is past the list, and the check passes with that one list.
+func TestCheckPassesWhileWhatItListedIsDeleted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	b := &breakable{Client: kubefake.New()}
+	s := New(b, "n1")
+	go s.Run(ctx)
+	if err := s.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doomed, kept := resv("10.0.0.7", "u-doomed", "n1"), resv("10.0.0.8", "u-kept", "n1")
+	for _, r := range []*tenurev1alpha1.IPReservation{doomed, kept} {
+		if err := b.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, ctx, "fresh, holding both", func() bool {
+		return s.Fresh() && len(s.ByAttachment("c-u-doomed", "net1")) == 1 && len(s.ByAttachment("c-u-kept", "net1")) == 1
+	})
+
+	var lists atomic.Int32
+	b.mu.Lock()
+	b.afterList = func(l *metav1.PartialObjectMetadataList) {
+		if lists.Add(1) != 1 {
+			return
+		}
+		listed := false
+		for _, m := range l.Items {
+			listed = listed || m.Name == doomed.Name
+		}
+		if !listed {
+			t.Errorf("the check's list lacks %s", doomed.Name)
+			return
+		}
+		// Deleted by another client between the list and the look.
+		if err := b.Delete(ctx, doomed); err != nil {
+			t.Error(err)
+			return
+		}
+		eventually(t, ctx, "the node cache sees the delete", func() bool { return len(s.ByAttachment("c-u-doomed", "net1")) == 0 })
+	}
+	b.mu.Unlock()
+	b.breakWatches()
+	eventually(t, ctx, "fresh again after a check", func() bool { return lists.Load() > 0 && s.Fresh() })
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("the check listed %d times, want 1: the deleted item held it back", n)
 	}
 }

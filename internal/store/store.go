@@ -119,6 +119,7 @@ func New(c client.WithWatch, node string) *Store {
 	_ = s.local.SetTransform(reservation.Compact)
 	_, _ = s.local.AddEventHandler(s.confirmations())
 	_, _ = s.local.AddEventHandler(s.heldLocal())
+	_, _ = s.local.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted})
 	return s
 }
 
