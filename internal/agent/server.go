@@ -71,6 +71,7 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
+	handoff := make(chan acceptedConn)
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -79,7 +80,43 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 			}
 			return err
 		}
-		go a.serveConn(a.withArrival(ctx), conn, httpConns)
+		c := acceptedConn{a.withArrival(ctx), conn}
+		select {
+		case handoff <- c:
+		default:
+			go a.connWorker(ctx, c, handoff, httpConns)
+		}
+	}
+}
+
+// acceptedConn is a connection and its call's context, numbered as it
+// arrived.
+type acceptedConn struct {
+	ctx  context.Context
+	conn net.Conn
+}
+
+// workerIdle is how long a connection worker waits for the next
+// connection before it ends.
+const workerIdle = time.Minute
+
+// connWorker serves c, then each connection handed to it, until it has
+// waited workerIdle for one. A call's stack grows to tens of KiB through
+// the API client; a goroutine that serves one call after another keeps
+// it, where a new goroutine per call grows (copies) it every time.
+func (a *Agent) connWorker(ctx context.Context, c acceptedConn, handoff <-chan acceptedConn, httpConns *connListener) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		a.serveConn(c.ctx, c.conn, httpConns)
+		idle.Reset(workerIdle)
+		select {
+		case c = <-handoff:
+		case <-idle.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
