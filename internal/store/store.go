@@ -117,10 +117,31 @@ func New(c client.WithWatch, node string) *Store {
 		},
 	}, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
 	_ = s.local.SetTransform(reservation.Compact)
-	_, _ = s.local.AddEventHandler(s.confirmations())
-	_, _ = s.local.AddEventHandler(s.heldLocal())
-	_, _ = s.local.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted})
+	// One handler, not three: the informer wakes a pair of goroutines per
+	// handler for every event.
+	_, _ = s.local.AddEventHandler(handlers{s.confirmations(), s.heldLocal(), cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted}})
 	return s
+}
+
+// handlers is one informer handler that calls each of its own in turn.
+type handlers []cache.ResourceEventHandler
+
+func (hs handlers) OnAdd(obj any, isInInitialList bool) {
+	for _, h := range hs {
+		h.OnAdd(obj, isInInitialList)
+	}
+}
+
+func (hs handlers) OnUpdate(oldObj, newObj any) {
+	for _, h := range hs {
+		h.OnUpdate(oldObj, newObj)
+	}
+}
+
+func (hs handlers) OnDelete(obj any) {
+	for _, h := range hs {
+		h.OnDelete(obj)
+	}
 }
 
 // confirmations is the handler every informer of the store gets: it
