@@ -96,11 +96,10 @@ func (b *breakable) breakWatches() {
 	b.watches = nil
 }
 
-// TestFreshOnlyOnceTheCacheCaughtUp: a broken watch makes the node cache
-// stale at once; it is fresh again only once it holds what was created
-// while it could not watch.
-func TestFreshOnlyOnceTheCacheCaughtUp(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+// startBreakable runs the node n1's store on a breakable API, synced.
+func startBreakable(t *testing.T) (*Store, *breakable, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	b := &breakable{Client: kubefake.New()}
 	s := New(b, "n1")
@@ -108,6 +107,14 @@ func TestFreshOnlyOnceTheCacheCaughtUp(t *testing.T) {
 	if err := s.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return s, b, ctx
+}
+
+// TestFreshOnlyOnceTheCacheCaughtUp: a broken watch makes the node cache
+// stale at once; it is fresh again only once it holds what was created
+// while it could not watch.
+func TestFreshOnlyOnceTheCacheCaughtUp(t *testing.T) {
+	s, b, ctx := startBreakable(t)
 	eventually(t, ctx, "fresh after the initial list", s.Fresh)
 
 	b.refuse.Store(true)
@@ -127,21 +134,14 @@ func TestFreshOnlyOnceTheCacheCaughtUp(t *testing.T) {
 	}
 }
 
-// TestAwaitFreshWaitsForTheCheckUnderWay: after a watch the API server
+// TestAwaitFreshWaitsForTheCacheToBeFoundWhole: after a watch the API server
 // closed reopens, a call waits for the check of the node cache rather
 // than reading past it, and is told the cache is fresh once the check
 // finds it whole; a call that comes while no watch can open waits for
 // the reopening and the check too, and one whose wait runs out is told
 // the cache is stale.
 func TestAwaitFreshWaitsForTheCacheToBeFoundWhole(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	b := &breakable{Client: kubefake.New()}
-	s := New(b, "n1")
-	go s.Run(ctx)
-	if err := s.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, b, ctx := startBreakable(t)
 	eventually(t, ctx, "fresh after the initial list", s.Fresh)
 	if !s.AwaitFresh(ctx, time.Hour) {
 		t.Fatal("AwaitFresh of a fresh cache: false")
@@ -191,14 +191,7 @@ func TestAwaitFreshWaitsForTheCacheToBeFoundWhole(t *testing.T) {
 // the check listed is deleted before it looks; a node cache that saw the
 // delete is past the list, and the check passes with that one list.
 func TestCheckPassesWhileWhatItListedIsDeleted(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	b := &breakable{Client: kubefake.New()}
-	s := New(b, "n1")
-	go s.Run(ctx)
-	if err := s.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, b, ctx := startBreakable(t)
 	doomed, kept := resv("10.0.0.7", "u-doomed", "n1"), resv("10.0.0.8", "u-kept", "n1")
 	for _, r := range []*tenurev1alpha1.IPReservation{doomed, kept} {
 		if err := b.Create(ctx, r); err != nil {
