@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
 
 // reservationJSON is the JSON serializer of the agent's reservation
@@ -74,13 +73,18 @@ func (s *reservationJSON) Identifier() runtime.Identifier { return s.std.Identif
 // serializer's encoder), anything else through the standard serializer.
 func (s *reservationJSON) Encode(obj runtime.Object, w io.Writer) error {
 	if r, ok := obj.(*tenurev1alpha1.IPReservation); ok && r != nil {
-		if b, ok := appendReservation(make([]byte, 0, 1024), r); ok {
-			_, err := w.Write(append(b, '\n'))
+		buf := encodeBuffers.Get().(*[]byte)
+		defer encodeBuffers.Put(buf)
+		if b, ok := appendReservation((*buf)[:0], r); ok {
+			*buf = append(b, '\n')
+			_, err := w.Write(*buf)
 			return err
 		}
 	}
 	return s.std.Encode(obj, w)
 }
+
+var encodeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 // Decode decodes data into a fresh IPReservation, IPReservationList or
 // WatchEvent (into nil or a zero one of those) in one pass, or lets the
@@ -187,6 +191,10 @@ type decoder struct {
 	bad bool
 	// scratch holds unescaped strings and keys.
 	scratch []byte
+	// lastTime is what metav1.Time made of lastTimeLit: an object's
+	// managed fields are mostly stamped with its creation time.
+	lastTime    *metav1.Time
+	lastTimeLit []byte
 }
 
 // decodeTop decodes one JSON value with f and allows only whitespace
@@ -504,10 +512,19 @@ func (d *decoder) time() metav1.Time {
 	} else {
 		d.stringBytes()
 	}
-	var t metav1.Time
-	if d.bad || t.UnmarshalJSON(d.b[start:d.i]) != nil {
-		d.fail()
+	if d.bad {
+		return metav1.Time{}
 	}
+	lit := d.b[start:d.i]
+	if d.lastTime != nil && bytes.Equal(lit, d.lastTimeLit) {
+		return *d.lastTime
+	}
+	var t metav1.Time
+	if t.UnmarshalJSON(lit) != nil {
+		d.fail()
+		return t
+	}
+	d.lastTime, d.lastTimeLit = &t, lit
 	return t
 }
 
@@ -940,7 +957,7 @@ func appendReservation(b []byte, r *tenurev1alpha1.IPReservation) ([]byte, bool)
 			if i > 0 {
 				mw.b = append(mw.b, ',')
 			}
-			mw.b = cniwire.AppendString(mw.b, f)
+			mw.b = appendString(mw.b, f)
 		}
 		mw.b = append(mw.b, ']')
 	}
@@ -990,7 +1007,7 @@ func (w *objWriter) key(k string) {
 
 func (w *objWriter) string(k, v string) {
 	w.key(k)
-	w.b = cniwire.AppendString(w.b, v)
+	w.b = appendString(w.b, v)
 }
 
 func (w *objWriter) optString(k, v string) {
@@ -1011,6 +1028,69 @@ func (w *objWriter) time(t metav1.Time) {
 	w.b = append(w.b, '"')
 }
 
+// htmlSafe are the ASCII bytes encoding/json writes as they are (with
+// HTML escaping on, as the standard serializer's encoder has it).
+var htmlSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := byte(0x20); c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as encoding/json writes a string: invalid UTF-8
+// as U+FFFD, U+2028 and U+2029 and HTML's <, > and & escaped.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if htmlSafe[c] {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
 // stringMap writes m with its keys sorted, as encoding/json does; an
 // empty map is left out (omitempty).
 func (w *objWriter) stringMap(k string, m map[string]string) {
@@ -1028,9 +1108,9 @@ func (w *objWriter) stringMap(k string, m map[string]string) {
 		if i > 0 {
 			w.b = append(w.b, ',')
 		}
-		w.b = cniwire.AppendString(w.b, k)
+		w.b = appendString(w.b, k)
 		w.b = append(w.b, ':')
-		w.b = cniwire.AppendString(w.b, m[k])
+		w.b = appendString(w.b, m[k])
 	}
 	w.b = append(w.b, '}')
 }
