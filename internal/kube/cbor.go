@@ -86,6 +86,7 @@ func ServesCBOR(ctx context.Context, cfg *rest.Config) (bool, error) {
 // cborCodec encodes requests in CBOR and accepts CBOR first; with
 // AllowCBOR not called, client-go makes both JSON.
 var cborCodec = reservationCodec{
+	name:        "cbor",
 	contentType: runtime.ContentTypeCBOR,
 	accept:      cborAccept,
 	serializers: serializer.NewCodecFactory(Scheme, serializer.WithSerializer(cbor.NewSerializerInfo)).WithoutConversion(),

@@ -15,6 +15,10 @@ import (
 // reservationCodec is how a reservation client speaks: the media type of
 // its request bodies, what it accepts, and the serializers of both.
 type reservationCodec struct {
+	// name ends the REST client's User-Agent (ipreservations/NAME), which
+	// tells its requests from the wrapped client's in the API server's
+	// audit log.
+	name        string
 	contentType string
 	accept      string
 	serializers runtime.NegotiatedSerializer
@@ -22,6 +26,7 @@ type reservationCodec struct {
 
 // jsonCodec is JSON both ways, read and written by reservationJSON.
 var jsonCodec = reservationCodec{
+	name:        "json",
 	contentType: runtime.ContentTypeJSON,
 	accept:      runtime.ContentTypeJSON,
 	serializers: newReservationJSONSerializers(),
@@ -62,6 +67,7 @@ func reservationREST(cfg *rest.Config, codec reservationCodec) (*rest.RESTClient
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
+	c.UserAgent += " ipreservations/" + codec.name
 	return rest.RESTClientFor(c)
 }
 

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +118,32 @@ func TestReservationJSONDecodesAsTheStandardDecoder(t *testing.T) {
 	for _, i := range []int{0, 1, 2, 3, 4, 6, 7} {
 		if checkDecode(t, []byte(seeds[i])) == 0 {
 			t.Errorf("fast path declined %q", seeds[i])
+		}
+	}
+}
+
+// The API server's own answers (captured by test/e2e's
+// TestReservationsInOnePassJSONAsControllerRuntimeReadsThem into the
+// fuzz corpus) are decoded by the fast path, not declined, but for the
+// Status of a delete, which is no reservation.
+func TestReservationJSONTakesTheAPIServersAnswers(t *testing.T) {
+	files, err := filepath.Glob("testdata/fuzz/FuzzReservationJSONDecode/server-*")
+	if err != nil || len(files) < 5 {
+		t.Fatalf("server seeds %v, %v", files, err)
+	}
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, lit, _ := strings.Cut(strings.TrimSpace(string(raw)), "\n[]byte(")
+		data, err := strconv.Unquote(strings.TrimSuffix(lit, ")"))
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		taken := checkDecode(t, []byte(data))
+		if want := !strings.HasSuffix(file, "-status"); (taken > 0) != want {
+			t.Errorf("%s: fast path took it %d times, want it taken: %v", file, taken, want)
 		}
 	}
 }
