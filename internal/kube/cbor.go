@@ -19,10 +19,10 @@ import (
 // --api-encoding).
 const (
 	// EncodingAuto: CBOR where the API server serves IPReservations as
-	// CBOR (kube-apiserver's CBORServingAndStorage feature gate), JSON
+	// CBOR (kube-apiserver's CBORServingAndStorage feature gate), WithJSON
 	// where it does not.
 	EncodingAuto = "auto"
-	// EncodingJSON: JSON always (the agent's default).
+	// EncodingJSON: JSON always, through WithJSON (the agent's default).
 	EncodingJSON = "json"
 )
 

@@ -454,8 +454,30 @@ func (d *decoder) str() string {
 		d.fail()
 		return ""
 	}
-	return string(d.stringBytes())
+	b := d.stringBytes()
+	if s, ok := interned[string(b)]; ok {
+		return s
+	}
+	return string(b)
 }
+
+// interned are strings most reservations carry, shared rather than
+// allocated for each (the node cache holds every one of them).
+var interned = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{
+		reservationAPIVer, reservationGVK.Kind, reservationListGVK.Kind,
+		string(tenurev1alpha1.KindAddress), string(tenurev1alpha1.KindDelegatedPrefix),
+		string(tenurev1alpha1.OwnerPod), string(tenurev1alpha1.OwnerIPAMClaim),
+		string(metav1.ManagedFieldsOperationUpdate), string(metav1.ManagedFieldsOperationApply), "FieldsV1",
+		"ipam.tenure.dev/block", "ipam.tenure.dev/network", "ipam.tenure.dev/node", "ipam.tenure.dev/owner-uid",
+		"ipam.tenure.dev/spec-summary", "v1", metav1.InitialEventsAnnotationKey, "true",
+		"tenure-agent", "tenure-controller",
+	} {
+		m[s] = s
+	}
+	return m
+}()
 
 // int64 reads an integer in JSON's grammar that fits an int64 (a
 // fraction, an exponent or an overflow is an error encoding/json reports
@@ -615,7 +637,10 @@ func (d *decoder) number() {
 func (d *decoder) stringMap() map[string]string {
 	m := map[string]string{}
 	d.object(func(key []byte) int {
-		k := string(key)
+		k, ok := interned[string(key)]
+		if !ok {
+			k = string(key)
+		}
 		if _, dup := m[k]; dup {
 			return -1
 		}
