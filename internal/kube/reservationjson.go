@@ -689,7 +689,7 @@ func (d *decoder) reservationList(l *tenurev1alpha1.IPReservationList) {
 			d.object(func(key []byte) int {
 				switch string(key) {
 				case "selfLink":
-					l.SelfLink = d.str()
+					l.SetSelfLink(d.str())
 					return 0
 				case "resourceVersion":
 					l.ResourceVersion = d.str()
@@ -757,7 +757,7 @@ func (d *decoder) objectMeta(m *metav1.ObjectMeta) {
 			m.Namespace = d.str()
 			return 2
 		case "selfLink":
-			m.SelfLink = d.str()
+			m.SetSelfLink(d.str())
 			return 3
 		case "uid":
 			m.UID = types.UID(d.str())
@@ -954,7 +954,7 @@ func appendReservation(b []byte, r *tenurev1alpha1.IPReservation) ([]byte, bool)
 	mw.optString("name", m.Name)
 	mw.optString("generateName", m.GenerateName)
 	mw.optString("namespace", m.Namespace)
-	mw.optString("selfLink", m.SelfLink)
+	mw.optString("selfLink", m.GetSelfLink())
 	mw.optString("uid", string(m.UID))
 	mw.optString("resourceVersion", m.ResourceVersion)
 	if m.Generation != 0 {

@@ -172,7 +172,9 @@ func fuzzReservation(s string, n1, n2 int64, flags uint16) *tenurev1alpha1.IPRes
 	r := &tenurev1alpha1.IPReservation{}
 	r.Kind, r.APIVersion = next(), next()
 	m := &r.ObjectMeta
-	m.Name, m.GenerateName, m.Namespace, m.SelfLink, m.UID, m.ResourceVersion = next(), next(), next(), next(), types.UID(next()), next()
+	m.Name, m.GenerateName, m.Namespace = next(), next(), next()
+	m.SetSelfLink(next())
+	m.UID, m.ResourceVersion = types.UID(next()), next()
 	if flags&1 != 0 {
 		m.Generation = n1
 	}
