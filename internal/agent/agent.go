@@ -146,9 +146,10 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 const cborProbeTimeout = 10 * time.Second
 
 // withCBOR is c with its reservation traffic in CBOR where the API server
-// serves it, else in kube.WithJSON's JSON. Not the default: measured against JSON on
-// kube-apiserver v1.37 it cost the agent and the API server more CPU per
-// ADD, not less (docs/performance.md, "The API request in CBOR").
+// serves it, else in kube.WithJSON's JSON. Not the default: measured
+// against JSON on kube-apiserver v1.37 it cost the agent and the API
+// server more CPU per ADD, not less (docs/performance.md, "The API
+// request in CBOR").
 func withCBOR(c client.WithWatch, cfg *rest.Config, log *slog.Logger) (client.WithWatch, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cborProbeTimeout)
 	defer cancel()
