@@ -116,9 +116,12 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	if opts.APIEncoding == kube.EncodingAuto {
-		if c, err = withCBOR(c, cfg, opts.Logger); err != nil {
-			return nil, err
-		}
+		c, err = withCBOR(c, cfg, opts.Logger)
+	} else {
+		c, err = kube.WithJSON(c, cfg)
+	}
+	if err != nil {
+		return nil, err
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -143,9 +146,10 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 const cborProbeTimeout = 10 * time.Second
 
 // withCBOR is c with its reservation traffic in CBOR where the API server
-// serves it, else c. Not the default: measured against JSON on
-// kube-apiserver v1.37 it cost the agent and the API server more CPU per
-// ADD, not less (docs/performance.md, "The API request in CBOR").
+// serves it, else in kube.WithJSON's JSON. Not the default: measured
+// against JSON on kube-apiserver v1.37 it cost the agent and the API
+// server more CPU per ADD, not less (docs/performance.md, "The API
+// request in CBOR").
 func withCBOR(c client.WithWatch, cfg *rest.Config, log *slog.Logger) (client.WithWatch, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cborProbeTimeout)
 	defer cancel()
@@ -153,10 +157,10 @@ func withCBOR(c client.WithWatch, cfg *rest.Config, log *slog.Logger) (client.Wi
 	switch {
 	case err != nil:
 		log.Warn("could not ask the API server whether it serves CBOR; reservations in JSON", "err", err)
-		return c, nil
+		return kube.WithJSON(c, cfg)
 	case !ok:
 		log.Info("the API server does not serve custom resources as CBOR; reservations in JSON")
-		return c, nil
+		return kube.WithJSON(c, cfg)
 	}
 	log.Info("reservations in CBOR")
 	return kube.WithCBOR(c, cfg)

@@ -10,22 +10,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/runtime/serializer/cbor"
-	"k8s.io/apimachinery/pkg/watch"
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
 
 // Encodings of the agent's reservation traffic (tenure-agent
 // --api-encoding).
 const (
 	// EncodingAuto: CBOR where the API server serves IPReservations as
-	// CBOR (kube-apiserver's CBORServingAndStorage feature gate), JSON
+	// CBOR (kube-apiserver's CBORServingAndStorage feature gate), WithJSON
 	// where it does not.
 	EncodingAuto = "auto"
-	// EncodingJSON: JSON always (the agent's default).
+	// EncodingJSON: JSON always, through WithJSON (the agent's default).
 	EncodingJSON = "json"
 )
 
@@ -68,7 +65,7 @@ func (g cborGates) Enabled(f clientfeatures.Feature) bool {
 // does not answers 406 Not Acceptable. The question is a read of at most
 // one object.
 func ServesCBOR(ctx context.Context, cfg *rest.Config) (bool, error) {
-	rc, err := reservationREST(cfg)
+	rc, err := reservationREST(cfg, cborCodec)
 	if err != nil {
 		return false, err
 	}
@@ -86,21 +83,13 @@ func ServesCBOR(ctx context.Context, cfg *rest.Config) (bool, error) {
 	return ct == runtime.ContentTypeCBOR, nil
 }
 
-// reservationREST is a REST client for tenure's group that encodes
-// requests in CBOR and accepts CBOR first; with AllowCBOR not called,
-// client-go makes both JSON.
-func reservationREST(cfg *rest.Config) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	gv := tenurev1alpha1.GroupVersion
-	c.GroupVersion = &gv
-	c.APIPath = "/apis"
-	c.ContentType = runtime.ContentTypeCBOR
-	c.AcceptContentTypes = cborAccept
-	c.NegotiatedSerializer = serializer.NewCodecFactory(Scheme, serializer.WithSerializer(cbor.NewSerializerInfo)).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	return rest.RESTClientFor(c)
+// cborCodec encodes requests in CBOR and accepts CBOR first; with
+// AllowCBOR not called, client-go makes both JSON.
+var cborCodec = reservationCodec{
+	name:        "cbor",
+	contentType: runtime.ContentTypeCBOR,
+	accept:      cborAccept,
+	serializers: serializer.NewCodecFactory(Scheme, serializer.WithSerializer(cbor.NewSerializerInfo)).WithoutConversion(),
 }
 
 // WithCBOR returns c with its creates, deletes, lists and watches of
@@ -110,66 +99,5 @@ func reservationREST(cfg *rest.Config) (*rest.RESTClient, error) {
 // commits nothing) with JSON from then on, and the reads' Accept takes
 // JSON.
 func WithCBOR(c client.WithWatch, cfg *rest.Config) (client.WithWatch, error) {
-	rc, err := reservationREST(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &cborClient{WithWatch: c, rc: rc, params: runtime.NewParameterCodec(Scheme)}, nil
-}
-
-type cborClient struct {
-	client.WithWatch
-	rc     *rest.RESTClient
-	params runtime.ParameterCodec
-}
-
-// IsWatchListSemanticsUnSupported is false: the API server streams a
-// watch's initial events to this client as to c.
-func (c *cborClient) IsWatchListSemanticsUnSupported() bool { return false }
-
-func (c *cborClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	r, ok := obj.(*tenurev1alpha1.IPReservation)
-	if !ok {
-		return c.WithWatch.Create(ctx, obj, opts...)
-	}
-	co := (&client.CreateOptions{}).ApplyOptions(opts)
-	out := &tenurev1alpha1.IPReservation{}
-	if err := c.rc.Post().Resource(reservationResource).VersionedParams(co.AsCreateOptions(), c.params).Body(r).Do(ctx).Into(out); err != nil {
-		return err
-	}
-	*r = *out
-	return nil
-}
-
-func (c *cborClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	r, ok := obj.(*tenurev1alpha1.IPReservation)
-	if !ok {
-		return c.WithWatch.Delete(ctx, obj, opts...)
-	}
-	do := (&client.DeleteOptions{}).ApplyOptions(opts)
-	return c.rc.Delete().Resource(reservationResource).Name(r.Name).Body(do.AsDeleteOptions()).Do(ctx).Error()
-}
-
-func (c *cborClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	l, ok := list.(*tenurev1alpha1.IPReservationList)
-	if !ok {
-		return c.WithWatch.List(ctx, list, opts...)
-	}
-	lo := (&client.ListOptions{}).ApplyOptions(opts).AsListOptions()
-	out := &tenurev1alpha1.IPReservationList{}
-	if err := c.rc.Get().Resource(reservationResource).VersionedParams(lo, c.params).Do(ctx).Into(out); err != nil {
-		return err
-	}
-	*l = *out
-	return nil
-}
-
-func (c *cborClient) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
-	if _, ok := list.(*tenurev1alpha1.IPReservationList); !ok {
-		return c.WithWatch.Watch(ctx, list, opts...)
-	}
-	lo := (&client.ListOptions{}).ApplyOptions(opts).AsListOptions()
-	w := *lo
-	w.Watch = true
-	return c.rc.Get().Resource(reservationResource).VersionedParams(&w, c.params).Watch(ctx)
+	return withReservationCodec(c, cfg, cborCodec)
 }

@@ -3,7 +3,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"io/fs"
 	"net"
 	"net/http"
@@ -211,24 +214,36 @@ func nextEvent(t *testing.T, w watch.Interface) watch.Event {
 	return watch.Event{}
 }
 
-// The agent with --api-encoding auto speaks CBOR to an API
-// server that serves it and JSON to one that does not; an ADD and its DEL
-// work on both, leaving the pod's reservation and then none.
+// The agent with --api-encoding auto speaks CBOR to an API server that
+// serves it and JSON to one that does not, and with the default
+// --api-encoding JSON; its IPReservation creates, deletes and watches are
+// made by the REST client of the encoding (the User-Agent the API
+// server's audit log records), the JSON ones by kube.WithJSON's. An ADD
+// and its DEL work on each, leaving the pod's reservation and then none.
 func TestAgentOnServersWithAndWithoutCBOR(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
-	served := cborControlPlane(t, ctx)
+	served, servedAudit := auditedControlPlane(t, ctx, "--feature-gates=CBORServingAndStorage=true")
+	notServed, notServedAudit := auditedControlPlane(t, ctx)
 	for _, tc := range []struct {
-		name string
-		cp   *controlplane.ControlPlane
-		log  string
-	}{{"served", served, "reservations in CBOR"}, {"not served", cptest.Current(), "reservations in JSON"}} {
+		name  string
+		cp    *controlplane.ControlPlane
+		audit string
+		args  []string
+		log   string
+		ua    string
+	}{
+		{"served", served, servedAudit, []string{"--api-encoding", "auto"}, "reservations in CBOR", "ipreservations/cbor"},
+		{"not served", notServed, notServedAudit, []string{"--api-encoding", "auto"}, "reservations in JSON", "ipreservations/json"},
+		{"json by default", notServed, notServedAudit, nil, "", "ipreservations/json"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
+			auditFrom := fileSize(t, tc.audit)
 			node := "ncbor-" + strings.ReplaceAll(tc.name, " ", "-")
 			c, err := kube.NewClient(tc.cp.Config)
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := testbed.StartNodeAgent(ctx, bins, t.TempDir(), tc.cp.Config, node, "--api-encoding", "auto")
+			a, err := testbed.StartNodeAgent(ctx, bins, t.TempDir(), tc.cp.Config, node, tc.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,6 +271,90 @@ func TestAgentOnServersWithAndWithoutCBOR(t *testing.T) {
 			if held := heldByPod(t, ctx, c, p.uid); len(held) != 0 {
 				t.Fatalf("after DEL the pod holds %v, want none", held)
 			}
+			checkAgentReservationRequests(t, tc.audit, auditFrom, tc.ua)
 		})
+	}
+}
+
+const reservationAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: ipam.tenure.dev
+    resources: ["ipreservations"]
+- level: None
+`
+
+// auditedControlPlane is ownControlPlane with an audit log of every
+// IPReservation request, whose path it returns.
+func auditedControlPlane(t *testing.T, ctx context.Context, apiserverArgs ...string) (*controlplane.ControlPlane, string) {
+	t.Helper()
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(reservationAuditPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "audit.log")
+	cp := ownControlPlane(t, ctx, append([]string{"--audit-policy-file=" + policy, "--audit-log-path=" + log, "--audit-log-mode=blocking"}, apiserverArgs...)...)
+	return cp, log
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// checkAgentReservationRequests reads the audit log from offset: the
+// agent's IPReservation creates and deletes (there must be some) all
+// carry ua in their User-Agent, and so does at least one of its watches
+// (the node cache's). The agent's metadata-only reads of IPReservations
+// go through controller-runtime's client, without it.
+func checkAgentReservationRequests(t *testing.T, path string, offset int64, ua string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes, watches int
+	for _, line := range bytes.Split(data[offset:], []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var ev struct {
+			Verb      string `json:"verb"`
+			UserAgent string `json:"userAgent"`
+			ObjectRef struct {
+				Resource string `json:"resource"`
+			} `json:"objectRef"`
+		}
+		if err := json.Unmarshal(line, &ev); err != nil {
+			t.Fatalf("audit log line %q: %v", line, err)
+		}
+		if ev.ObjectRef.Resource != "ipreservations" || !strings.HasPrefix(ev.UserAgent, "tenure-agent/") {
+			continue
+		}
+		switch ev.Verb {
+		case "create", "delete":
+			writes++
+			if !strings.Contains(ev.UserAgent, ua) {
+				t.Errorf("the agent's %s of an IPReservation came from %q, want %q", ev.Verb, ev.UserAgent, ua)
+			}
+		case "watch":
+			if strings.Contains(ev.UserAgent, ua) {
+				watches++
+			}
+		}
+	}
+	if writes < 2 || watches == 0 {
+		t.Errorf("audit log: %d IPReservation creates and deletes of the agent, %d watches by %q; want its ADD's and DEL's writes and the node cache's watch", writes, watches, ua)
 	}
 }
