@@ -57,6 +57,9 @@ type Agent struct {
 	node    string
 	log     *slog.Logger
 	podWait time.Duration
+	// freshWait: how long after the node cache went stale a call waits
+	// for it to be found whole (freshWait in cni.go; tests lengthen it).
+	freshWait time.Duration
 
 	client   client.WithWatch
 	store    *store.Store
@@ -181,7 +184,7 @@ func New(opts Options) (*Agent, error) {
 		opts.PodWait = time.Second
 	}
 	c := opts.Client
-	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, client: c, recorder: opts.Recorder, shutdown: func() {},
+	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, freshWait: freshWait, client: c, recorder: opts.Recorder, shutdown: func() {},
 		netconfs: newNetconfCache(netconfCacheSize)}
 	a.requests = newRequestBudget(headBytes, headPoolBytes, tailPoolBytes)
 	a.store = store.New(c, opts.NodeName)
@@ -204,7 +207,7 @@ func New(opts Options) (*Agent, error) {
 			Help: "Reservations in the agent's window: other nodes' reservations of the blocks it allocates from and of the networks it found full."},
 			func() float64 { return float64(a.store.WindowLen()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_node_cache_fresh",
-			Help: "1 while the cache of this node's reservations is trusted; 0 from a broken watch until a live list is found whole in it; calls meanwhile wait for it (up to a second), then read past the cache."},
+			Help: "1 while the cache of this node's reservations is trusted; 0 from a broken watch until a live list is found whole in it; calls in the first second of that wait for it, later ones read past the cache."},
 			func() float64 {
 				if a.store.Fresh() {
 					return 1

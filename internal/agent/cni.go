@@ -233,7 +233,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 	tmpl := allocator.Template{Owner: a.owner(at), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
 	// A fresh cache that holds nothing for the attachment is believed (a
 	// first ADD costs no read); a cache that may lag is read past.
-	existing, err := a.attachmentHolds(ctx, at.req.ContainerID, at.req.IfName, tmpl.Owner.UID, !a.store.AwaitFresh(ctx, freshWait), true)
+	existing, err := a.attachmentHolds(ctx, at.req.ContainerID, at.req.IfName, tmpl.Owner.UID, !a.store.AwaitFresh(ctx, a.freshWait), true)
 	if err != nil {
 		return nil, err
 	}
@@ -339,10 +339,11 @@ func (a *Agent) rollback(created []*tenurev1alpha1.IPReservation) {
 	}
 }
 
-// freshWait bounds how long a call waits for a stale node cache to be
-// found whole (Store.AwaitFresh) before it reads past it: a watch the API
-// server closed reopens within milliseconds, and its check takes one list
-// and the reopened watch's catch-up.
+// freshWait bounds how long after the node cache went stale a call waits
+// for it to be found whole (Store.AwaitFresh) rather than read past it: a
+// watch the API server closed reopens within milliseconds, and its check
+// takes one list and the reopened watch's catch-up; a cache stale for
+// longer is read past at once.
 const freshWait = time.Second
 
 func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
@@ -366,7 +367,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	if args, err := parseCNIArgs(req.Args); err == nil {
 		podUID = args.UID
 	}
-	fresh := a.store.AwaitFresh(ctx, freshWait)
+	fresh := a.store.AwaitFresh(ctx, a.freshWait)
 	live := !fresh || len(a.store.ByAttachment(req.ContainerID, req.IfName)) == 0
 	held, err := a.attachmentHolds(ctx, req.ContainerID, req.IfName, podUID, live, false)
 	if err != nil {

@@ -37,6 +37,9 @@ type health struct {
 	// whole is closed when the cache is found whole after a break, and
 	// made anew by the next break; nil while fresh.
 	whole   chan struct{}
+	// staleSince is when the cache went stale (the first break since it
+	// was last found whole).
+	staleSince time.Time
 	waiting atomic.Int64 // calls in AwaitFresh now
 	// gone: what the node cache saw deleted since the check's list began
 	// (name to UID); nil while no check runs.
@@ -55,27 +58,30 @@ func (s *Store) Fresh() bool {
 	return !s.health.stale
 }
 
-// AwaitFresh reports whether the node cache can be trusted, waiting up
-// to max for a stale one to be found whole: a watch the API server closed
-// (it closes a watcher that falls behind its buffer, which under a burst
-// of writes is often) reopens within milliseconds, and its check passes
-// soon after. Waiting costs a call that much time; a read past the cache
-// instead would cost the API server a list per call, in the very burst
-// that made the watch fall behind. Only a cache that never synced is
-// not waited for.
+// AwaitFresh reports whether the node cache can be trusted, waiting for
+// a stale one to be found whole until max has passed since it went stale:
+// a watch the API server closed (it closes a watcher that falls behind
+// its buffer, which under a burst of writes is often) reopens within
+// milliseconds, and its check passes soon after. Waiting costs the calls
+// of that moment some time; a read past the cache instead would cost the
+// API server a list per call, in the very burst that made the watch fall
+// behind. A cache stale for longer (the API server away, a check that
+// cannot catch up) is not waited for: a call reads past it at once, as
+// does one on a cache that never synced.
 func (s *Store) AwaitFresh(ctx context.Context, max time.Duration) bool {
 	if s.Fresh() {
 		return true
 	}
 	s.health.mu.Lock()
-	ch := s.health.whole
+	ch, since := s.health.whole, s.health.staleSince
 	s.health.mu.Unlock()
-	if ch == nil {
+	wait, ok := waitFor(since, time.Now(), max)
+	if ch == nil || !ok {
 		return false
 	}
 	s.health.waiting.Add(1)
 	defer s.health.waiting.Add(-1)
-	t := time.NewTimer(max)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-ch:
@@ -84,6 +90,13 @@ func (s *Store) AwaitFresh(ctx context.Context, max time.Duration) bool {
 	case <-ctx.Done():
 	}
 	return false
+}
+
+// waitFor is how long a call at now may wait for a cache stale since
+// since, waits being bounded by max from since; false when that is past.
+func waitFor(since, now time.Time, max time.Duration) (time.Duration, bool) {
+	left := since.Add(max).Sub(now)
+	return left, left > 0
 }
 
 // Waiting is the number of calls waiting in AwaitFresh now.
@@ -97,6 +110,7 @@ func (s *Store) watchBroke() {
 	s.health.breaks++
 	if s.health.whole == nil {
 		s.health.whole = make(chan struct{})
+		s.health.staleSince = time.Now()
 	}
 }
 

@@ -234,3 +234,26 @@ func TestCheckPassesWhileWhatItListedIsDeleted(t *testing.T) {
 		t.Fatalf("the check listed %d times, want 1: the deleted item held it back", n)
 	}
 }
+
+func TestWaitForCountsFromWhenTheCacheWentStale(t *testing.T) {
+	since := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name  string
+		now   time.Time
+		max   time.Duration
+		want  time.Duration
+		waits bool
+	}{
+		{"just gone stale", since, time.Second, time.Second, true},
+		{"stale for part of it", since.Add(300 * time.Millisecond), time.Second, 700 * time.Millisecond, true},
+		{"stale for all of it", since.Add(time.Second), time.Second, 0, false},
+		{"stale for longer", since.Add(time.Minute), time.Second, -59 * time.Second, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, waits := waitFor(since, c.now, c.max)
+			if waits != c.waits || (waits && got != c.want) {
+				t.Fatalf("waitFor(since, since+%v, %v) = %v, %v; want %v, %v", c.now.Sub(since), c.max, got, waits, c.want, c.waits)
+			}
+		})
+	}
+}
