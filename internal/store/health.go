@@ -36,11 +36,11 @@ type health struct {
 	verifying bool
 	// whole is closed when the cache is found whole after a break, and
 	// made anew by the next break; nil while fresh.
-	whole   chan struct{}
+	whole chan struct{}
 	// staleSince is when the cache went stale (the first break since it
 	// was last found whole).
 	staleSince time.Time
-	waiting atomic.Int64 // calls in AwaitFresh now
+	waiting    atomic.Int64 // calls in AwaitFresh now
 	// gone: what the node cache saw deleted since the check's list began
 	// (name to UID); nil while no check runs.
 	gone map[string]types.UID
