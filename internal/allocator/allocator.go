@@ -264,8 +264,31 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 		return errWidened
 	}
 	*added++
+	if w.WatchedBlocks(network) >= a.wholeAfter() {
+		block = "" // the whole network
+	}
 	return w.Watch(ctx, network, block)
 }
+
+// A window that needed wholeAfter blocks of one network takes in the whole
+// network instead of a next block: wholeNetworkMinBlocks, or a
+// wholeNetworkShare of the range's blocks if more. Each widening relists
+// every block the window holds, so a walk through a nearly full range
+// (one free address in every other block) costs the square of its length
+// block by block, and one list of the whole network once; a node that has
+// walked a quarter of a range is likely to walk the rest. A range of
+// few blocks is never watched whole this way (its nodes' other events
+// stay with the nodes that work in their blocks), nor is one too large
+// to walk a quarter of.
+func (a *allocator) wholeAfter() int {
+	blocks := a.space.Capacity()>>reservation.BlockBits + 1
+	return int(max(wholeNetworkMinBlocks, min(blocks/wholeNetworkShare, 1<<30)))
+}
+
+const (
+	wholeNetworkMinBlocks = 8
+	wholeNetworkShare     = 4
+)
 
 // skipHeld is where the first pass resumes when the cache holds the
 // candidate at idx: past the whole run of held addresses it starts, by the

@@ -123,6 +123,9 @@ type Store interface {
 	// block or of that whole network (reservation.LabelBlock and
 	// reservation.LabelNetwork values).
 	Watching(block, networkLabel string) bool
+	// WatchedBlocks is how many blocks of the network of that label the
+	// window holds one by one (none once it holds the network whole).
+	WatchedBlocks(networkLabel string) int
 	// Watch makes the window hold one block of the network of that label,
 	// or the whole network when block is "", and returns once it does.
 	Watch(ctx context.Context, networkLabel, block string) error

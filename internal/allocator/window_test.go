@@ -133,3 +133,65 @@ func ownerOn(uid, node string) allocator.Template {
 	t.Owner.Node = node
 	return t
 }
+
+// A node walking a nearly full range, one free address in each block,
+// would widen its window block after block, each widening relisting every
+// block it holds: past a quarter of the range's blocks (and at least 8),
+// it takes in the network whole, once, and the rest of the walk reads it.
+func TestWindowTakesInTheWholeNetworkOnceItHasWalkedAQuarterOfTheRange(t *testing.T) {
+	ctx := context.Background()
+	const network = "alloc-walk"
+	rng := rangeOf(t, `{"type":"tenure","range":"10.8.0.0/22"}`) // 16 blocks: whole after 8
+	mine, _ := newFactory(t, "n1")
+	other, _ := newFactory(t, "n2")
+	win := mine.Store.(*store.Store)
+	label := reservation.ScopeLabel(network)
+
+	// Another node holds every address but .33 of each block.
+	free := map[string]bool{}
+	b := other.For(network, allocator.AddressSpace{Range: rng})
+	for i := 1; i <= 1022; i++ {
+		a := netip.AddrFrom4([4]byte{10, 8, byte(i / 256), byte(i % 256)})
+		if i%64 == 33 {
+			free[a.String()] = true
+			continue
+		}
+		if _, err := b.Allocate(ctx, netip.PrefixFrom(a, 32), ownerOn(fmt.Sprint("o", i), "n2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	a := mine.For(network, allocator.AddressSpace{Range: rng})
+	lists := &countingReader{Reader: mine.Live}
+	mine.Live = lists
+	got := map[string]bool{}
+	wholeAt, rebuildsAtWhole := -1, int64(0)
+	for i := 0; i < len(free); i++ {
+		r, err := a.AllocateNext(ctx, owner(fmt.Sprint("walk", i)))
+		if err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+		if !free[r.Spec.Address] || got[r.Spec.Address] {
+			t.Fatalf("ADD %d got %s: not one of the free addresses, or given twice", i, r.Spec.Address)
+		}
+		got[r.Spec.Address] = true
+		if n := win.WatchedBlocks(label); n > 8 {
+			t.Fatalf("after ADD %d the window holds %d blocks one by one, want at most 8 before it takes in the network", i, n)
+		}
+		if wholeAt < 0 && win.Watching("no-such-block", label) {
+			wholeAt, rebuildsAtWhole = i, win.Rebuilds()
+			if n := win.WatchedBlocks(label); n != 0 {
+				t.Fatalf("watched whole, the window still holds %d of its blocks one by one", n)
+			}
+		}
+	}
+	if wholeAt < 0 || wholeAt >= len(free)-1 {
+		t.Fatalf("the network was taken in whole at ADD %d of %d, want before the walk's end", wholeAt, len(free))
+	}
+	if n := win.Rebuilds() - rebuildsAtWhole; n != 0 {
+		t.Fatalf("the window was rebuilt %d times after it held the network whole, want 0", n)
+	}
+	if n := lists.lists.Load(); n != 0 {
+		t.Fatalf("%d live lists, want none: the walk found each free address in the window", n)
+	}
+}

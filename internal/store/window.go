@@ -34,6 +34,8 @@ const windowKeep = 10 * time.Minute
 // generation, so lookups never see half of one.
 type window struct {
 	blocks, networks, legacy map[string]bool
+	// blocksOf counts blocks by the label of their network.
+	blocksOf map[string]int
 	infs                     []cache.SharedIndexInformer // *entry
 	held                     *heldIndex
 	cancel                   context.CancelFunc
@@ -74,6 +76,12 @@ func (s *Store) Watching(block, networkLabel string) bool {
 	return w.blocks[block] || w.networks[networkLabel]
 }
 
+// WatchedBlocks is how many blocks of the network of that label the window
+// holds one by one; none once it holds the network whole.
+func (s *Store) WatchedBlocks(networkLabel string) int {
+	return s.win.Load().blocksOf[networkLabel]
+}
+
 // Watch makes the window hold the reservations of one block of the network
 // of that label, or of the whole network when block is "", and returns
 // once it does (a list of just those, then a watch): until then the cache
@@ -92,13 +100,14 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 		s.wanted["n:"+networkLabel] = now
 		missing = missing || !cur.networks[networkLabel]
 	} else {
-		s.wanted["b:"+block] = now
+		s.wanted["b:"+networkLabel+"|"+block] = now
 		missing = missing || !cur.blocks[block] && !cur.networks[networkLabel]
 	}
 	if !missing {
 		return nil
 	}
-	next := &window{blocks: map[string]bool{}, networks: map[string]bool{}, legacy: map[string]bool{}, held: &heldIndex{}}
+	next := &window{blocks: map[string]bool{}, networks: map[string]bool{}, legacy: map[string]bool{}, blocksOf: map[string]int{}, held: &heldIndex{}}
+	var blocks []string
 	for k, at := range s.wanted {
 		if now.Sub(at) > windowKeep {
 			delete(s.wanted, k)
@@ -106,7 +115,7 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 		}
 		switch kind, v, _ := strings.Cut(k, ":"); kind {
 		case "b":
-			next.blocks[v] = true
+			blocks = append(blocks, v)
 		case "n":
 			next.networks[v] = true
 		default:
@@ -115,6 +124,13 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 	}
 	for n := range next.networks {
 		delete(next.legacy, n) // watched whole, labelled or not
+	}
+	for _, v := range blocks {
+		// Label values hold no "|" (alphanumerics, '-', '_', '.').
+		if n, b, _ := strings.Cut(v, "|"); !next.networks[n] {
+			next.blocks[b] = true
+			next.blocksOf[n]++
+		}
 	}
 	if err := s.start(ctx, next); err != nil {
 		return err

@@ -105,16 +105,7 @@ func evaluate(rep *Report) []Target {
 			Measured: fmt.Sprintf("%.3f over %.0f pod ADDs (%s)", avg, ops, strings.Join(parts, ", ")), Status: status(avg <= targetReqPerAdd)})
 	}
 
-	const un = "ADD latency at 99 % pool usage vs 0 %"
-	u0, u99 := rep.Find("add-usage-0"), rep.Find("add-usage-99")
-	if u0 != nil && u99 != nil && u0.P50Ms > 0 {
-		ratio := u99.P50Ms / u0.P50Ms
-		ts = append(ts, Target{Name: un, Want: fmt.Sprintf("within %.0f× (p50)", targetUsageRatio),
-			Measured: fmt.Sprintf("p50 %.2f× (%.1f vs %.1f ms); p99 %.2f×", ratio, u99.P50Ms, u0.P50Ms, u99.P99Ms/max(u0.P99Ms, 1e-9)),
-			Status:   status(ratio <= targetUsageRatio)})
-	} else {
-		na(un, "within 2× (p50)", "not run")
-	}
+	ts = append(ts, usageTargets(rep)...)
 
 	if st := rep.Find("scale-agent-start"); st != nil && st.SyncS > 0 {
 		ts = append(ts,
