@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"k8s.io/apimachinery/pkg/types"
 	"net/netip"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )

@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/config"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/tenure-ipam/tenure/internal/config"
 )
 
 // bigContent returns n pseudo-random bytes from seed: two contents of the

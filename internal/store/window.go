@@ -36,9 +36,9 @@ type window struct {
 	blocks, networks, legacy map[string]bool
 	// blocksOf counts blocks by the label of their network.
 	blocksOf map[string]int
-	infs                     []cache.SharedIndexInformer // *entry
-	held                     *heldIndex
-	cancel                   context.CancelFunc
+	infs     []cache.SharedIndexInformer // *entry
+	held     *heldIndex
+	cancel   context.CancelFunc
 }
 
 func (w *window) get(name string) (*entry, bool) {

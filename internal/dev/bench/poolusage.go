@@ -8,7 +8,9 @@ import (
 func init() {
 	registerScenario(Scenario{Name: "pool-usage", Summary: "ADD ×40 one at a time into a /20 that is 0, 50, 90 and 99 % reserved: what a nearly full range costs an ADD",
 		Needs: Needs{Agents: true, Controller: true}, Targets: usageTargets,
-		Run: func(e *env, ctx context.Context, sc *ScenarioRun) ([]Result, error) { return e.usageScenario(ctx, sc.nets) }})
+		Run: func(e *env, ctx context.Context, sc *ScenarioRun) ([]Result, error) {
+			return e.usageScenario(ctx, sc.nets)
+		}})
 }
 
 // usageTargets is the goal of the pool-usage rows (the full bench's too).
