@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/tenure-ipam/tenure/internal/agent"
@@ -99,6 +100,14 @@ func serve(args []string, stderr io.Writer) int {
 	fs, o := agentFlags(stderr)
 	if code, stop := parse(fs, args, "command", stderr); stop {
 		return code
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		// One P: a CNI call costs the agent a millisecond of CPU at most,
+		// most of it spent waiting on the API server; a second P buys
+		// spinning threads and wakeups across them, 6 to 15 % more CPU
+		// per call on a busy node (docs/performance.md), and no node's
+		// pods need more than a core of it. $GOMAXPROCS overrides.
+		runtime.GOMAXPROCS(1)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if o.node == "" {

@@ -355,10 +355,10 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	unlock := a.locks.lock(attachmentKey(req))
 	defer unlock()
 	a.arrivals.recordDel(attachmentKey(req), arrivalOf(ctx), time.Now())
-	released := false
+	var released []string // their CNI networks
 	defer func() {
-		if released {
-			a.dataplane.Detached()
+		for _, network := range released {
+			a.dataplane.Detached(network)
 		}
 	}()
 	// DEL answers success only when the attachment holds nothing: a cache
@@ -378,7 +378,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 		if err := a.alloc.Release(ctx, r); err != nil {
 			return codedf(types.ErrTryAgainLater, err, "releasing %s of container %s interface %s", r.Name, req.ContainerID, req.IfName)
 		}
-		released = true
+		released = append(released, r.Spec.CNINetwork)
 	}
 	return nil
 }

@@ -34,6 +34,8 @@ type DataplaneOptions struct {
 type agentDataplane struct {
 	svc     *dataplane.Service
 	metrics *agentMetrics
+	// trigger is svc.Trigger, for what a CNI call changed (tests count it).
+	trigger func()
 }
 
 func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
@@ -48,14 +50,19 @@ func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
 	if err := onEveryEvent(svc.Trigger, a.pods, a.claims); err != nil {
 		return nil, err
 	}
-	return &agentDataplane{svc: svc, metrics: m}, nil
+	return &agentDataplane{svc: svc, metrics: m, trigger: svc.Trigger}, nil
 }
 
 // Attached is called after every successful ADD: the network's dhcpv6
-// settings are learnt from its IPAM config, and the bindings recomputed.
+// settings are learnt from its IPAM config (a change recomputes the
+// bindings), and on a network served the bindings are recomputed. On any
+// other network an ADD changes no binding: a storm of ADDs there costs
+// the dataplane nothing.
 func (d *agentDataplane) Attached(cfg *config.Config) {
 	d.svc.Learn(cfg.Name, withLinkInfo(cfg))
-	d.svc.Trigger()
+	if d.svc.Serves(cfg.Name) {
+		d.trigger()
+	}
 }
 
 // withLinkInfo returns the network's dhcpv6 settings with what its Router
@@ -79,11 +86,16 @@ func withLinkInfo(cfg *config.Config) *config.DHCPv6 {
 	return &d
 }
 
-// Detached is called after a DEL released a pod's reservations: a pod's
-// opt-in prefix stops being served and routed at once (within the
-// dataplane's spacing of a burst of triggers), not at the next resync
-// (the pod itself may stay, e.g. a sandbox being re-created).
-func (d *agentDataplane) Detached() { d.svc.Trigger() }
+// Detached is called after a DEL released a pod's reservations of that CNI
+// network ("" when unknown): a pod's opt-in prefix stops being served and
+// routed at once (within the dataplane's spacing of a burst of triggers),
+// not at the next resync (the pod itself may stay, e.g. a sandbox being
+// re-created). Only a network served can have had a binding.
+func (d *agentDataplane) Detached(network string) {
+	if network == "" || d.svc.Serves(network) {
+		d.trigger()
+	}
+}
 
 // Run reconciles until ctx ends; Start calls it once the caches synced.
 func (d *agentDataplane) Run(ctx context.Context) { d.svc.Run(ctx) }

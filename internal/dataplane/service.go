@@ -185,6 +185,15 @@ func sameSettings(a, b config.DHCPv6) bool {
 		})
 }
 
+// Serves reports whether DHCPv6 settings of network are learnt: only then
+// can its attachments have bindings, and a change of them matter here.
+func (s *Service) Serves(network string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.networks[network]
+	return ok
+}
+
 // Networks returns a copy of the learnt settings.
 func (s *Service) Networks() map[string]config.DHCPv6 {
 	s.mu.Lock()

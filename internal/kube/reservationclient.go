@@ -51,6 +51,7 @@ func newReservationJSONSerializers() runtime.NegotiatedSerializer {
 	info.Serializer = fast
 	stream := *info.StreamSerializer
 	stream.Serializer = fast
+	stream.Framer = jsonFramer{stream.Framer}
 	info.StreamSerializer = &stream
 	return reservationJSONSerializers{NegotiatedSerializer: base, infos: []runtime.SerializerInfo{info}}
 }
