@@ -222,7 +222,7 @@ func (c *Client) BreakWatches() {
 	c.watches = nil
 	c.mu.Unlock()
 	for _, w := range ws {
-		w.inner.Stop() // the events already sent on still reach the reader
+		w.inner.Stop() // the events it already queued still reach the reader
 	}
 }
 
@@ -443,8 +443,9 @@ func (c *Client) commit(ctx context.Context, cl client.Client, obj client.Object
 	return nil
 }
 
-// current is the object stored at key, whole (never only its metadata),
-// or nil if there is none.
+// current is the object stored at key, whole (never only its metadata)
+// and with its kind set, as the inner fake's watch events carry it; or
+// nil if there is none.
 func (c *Client) current(ctx context.Context, cl client.Client, gvk schema.GroupVersionKind, key client.ObjectKey) (client.Object, error) {
 	obj := c.newObject(gvk)
 	if err := cl.Get(ctx, key, obj); err != nil {
@@ -453,6 +454,7 @@ func (c *Client) current(ctx context.Context, cl client.Client, gvk schema.Group
 		}
 		return nil, err
 	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	return obj, nil
 }
 

@@ -11,13 +11,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
@@ -101,13 +104,16 @@ func TestWatchFromListSendsTheWritesSinceTheList(t *testing.T) {
 	if r := expect(t, w, watch.Added, "made").(*tenurev1alpha1.IPReservation); r.UID == "" {
 		t.Error("the replayed create has no UID: it is not the object as written")
 	}
-	if r := expect(t, w, watch.Modified, "kept").(*tenurev1alpha1.IPReservation); r.Labels["touched"] != "yes" {
-		t.Errorf("the replayed update carries labels %v, not the update's", r.Labels)
+	kept = expect(t, w, watch.Modified, "kept").(*tenurev1alpha1.IPReservation)
+	if kept.Labels["touched"] != "yes" {
+		t.Errorf("the replayed update carries labels %v, not the update's", kept.Labels)
 	}
 	expect(t, w, watch.Deleted, "gone")
 	// Then live events, each once: the next is the next write.
 	create(t, c, resv("later", nil))
-	expect(t, w, watch.Added, "later")
+	if live := expect(t, w, watch.Added, "later").(*tenurev1alpha1.IPReservation); live.TypeMeta != kept.TypeMeta {
+		t.Errorf("a live event's object is of %v, a replayed one's of %v", live.TypeMeta, kept.TypeMeta)
+	}
 
 	// A watch from "now" sends none of the earlier writes.
 	now := openWatch(t, c, &tenurev1alpha1.IPReservationList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: ""}})
@@ -334,4 +340,55 @@ func TestMetadataInformerGetsTheDeleteBetweenItsListAndWatch(t *testing.T) {
 	if _, ok, _ := inf.GetStore().GetByKey("doomed"); ok {
 		t.Error("doomed is still in the informer's store")
 	}
+}
+
+func TestStatusWritesPatchesAppliesAndDeleteAllOfAreReplayed(t *testing.T) {
+	claim := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "claim"}}
+	c := New(claim,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm1", Labels: map[string]string{"sweep": "yes"}}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm2"}})
+	claims := &ipamclaimsv1alpha1.IPAMClaimList{}
+	if err := c.List(t.Context(), claims); err != nil {
+		t.Fatal(err)
+	}
+	cms := &corev1.ConfigMapList{}
+	if err := c.List(t.Context(), cms); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(claim), claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.IPs = []string{"10.0.0.1/24"}
+	if err := c.Status().Update(t.Context(), claim); err != nil {
+		t.Fatal(err)
+	}
+	cm2 := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm2"}}
+	if err := c.Patch(t.Context(), cm2, client.RawPatch(types.MergePatchType, []byte(`{"data":{"k":"patched"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	applied := &unstructured.Unstructured{}
+	applied.SetAPIVersion("v1")
+	applied.SetKind("ConfigMap")
+	applied.SetNamespace("ns")
+	applied.SetName("cm3")
+	if err := c.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(applied), client.FieldOwner("test")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteAllOf(t.Context(), &corev1.ConfigMap{}, client.InNamespace("ns"), client.MatchingLabels{"sweep": "yes"}); err != nil {
+		t.Fatal(err)
+	}
+
+	cw := openWatch(t, c, &ipamclaimsv1alpha1.IPAMClaimList{}, from(claims))
+	if got := expect(t, cw, watch.Modified, "claim").(*ipamclaimsv1alpha1.IPAMClaim); len(got.Status.IPs) != 1 {
+		t.Errorf("the replayed status update carries status %+v", got.Status)
+	}
+	mw := openWatch(t, c, &corev1.ConfigMapList{}, from(cms))
+	if got := expect(t, mw, watch.Modified, "cm2").(*corev1.ConfigMap); got.Data["k"] != "patched" {
+		t.Errorf("the replayed patch carries data %v", got.Data)
+	}
+	if _, ok := expect(t, mw, watch.Added, "cm3").(*corev1.ConfigMap); !ok {
+		t.Error("the replayed apply is not a ConfigMap, as the live event is")
+	}
+	expect(t, mw, watch.Deleted, "cm1")
 }
