@@ -12,6 +12,13 @@ import (
 // requestMetric is the API server's counter of finished requests.
 const requestMetric = "apiserver_request_total"
 
+// watchEventMetric counts the events the API server sent to watchers, by
+// resource; ParseRequestCounts keeps them under the verb watchEvents.
+const (
+	watchEventMetric = "apiserver_watch_events_total"
+	watchEvents      = "WATCHEVENTS"
+)
+
 // RequestKey is one series of apiserver_request_total, reduced to the
 // labels the bench attributes cost by.
 type RequestKey struct {
@@ -38,6 +45,13 @@ func ParseRequestCounts(text string) (RequestCounts, error) {
 		k := RequestKey{Verb: l["verb"], Group: l["group"], Resource: l["resource"], Subresource: l["subresource"], Code: l["code"]}
 		out[k] += s.Value // series differing only in labels we drop are summed
 	}
+	for _, s := range m.Samples(watchEventMetric) {
+		res := s.Labels["resource"]
+		if res == "" {
+			res = strings.ToLower(s.Labels["kind"]) // before the label was renamed
+		}
+		out[RequestKey{Verb: watchEvents, Group: s.Labels["group"], Resource: res}] += s.Value
+	}
 	return out, nil
 }
 
@@ -54,10 +68,11 @@ func (c RequestCounts) Sub(before RequestCounts) RequestCounts {
 }
 
 // IsWatch reports whether a verb is a long-running watch, which the cost
-// figures leave out (one watch serves a whole run; it is no per-call cost).
+// figures leave out (one watch serves a whole run; it is no per-call cost),
+// or the events sent on watches (watchEvents).
 func IsWatch(verb string) bool {
 	switch strings.ToUpper(verb) {
-	case "WATCH", "WATCHLIST":
+	case "WATCH", "WATCHLIST", watchEvents:
 		return true
 	}
 	return false
@@ -89,6 +104,18 @@ type APICost struct {
 	// Errors counts non-watch requests answered with a code of 400 or more
 	// by "VERB resource[/subresource] CODE".
 	Errors map[string]float64
+}
+
+// WatchEvents is the part of a breakdown (APICost.ByVerbResource) that
+// counts events sent on watches, by resource.
+func WatchEvents(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if verb, res, _ := strings.Cut(k, " "); verb == watchEvents {
+			out[res] = v
+		}
+	}
+	return out
 }
 
 // Cost summarises a difference of counters. Non-resource requests (GET
