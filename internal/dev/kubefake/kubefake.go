@@ -459,16 +459,25 @@ func (c *Client) current(ctx context.Context, cl client.Client, gvk schema.Group
 }
 
 func (c *Client) newObject(gvk schema.GroupVersionKind) client.Object {
-	if o, err := c.Scheme().New(gvk); err == nil {
-		if obj, ok := o.(client.Object); ok {
-			if _, u := o.(runtime.Unstructured); !u {
-				return obj
-			}
-		}
+	if obj, ok := c.typed(gvk).(client.Object); ok {
+		return obj
 	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	return u
+}
+
+// typed is a new object of the scheme's Go type for gvk; nil when the
+// scheme has none, or only an unstructured one.
+func (c *Client) typed(gvk schema.GroupVersionKind) runtime.Object {
+	o, err := c.Scheme().New(gvk)
+	if err != nil {
+		return nil
+	}
+	if _, u := o.(runtime.Unstructured); u {
+		return nil
+	}
+	return o
 }
 
 // record logs the change from before to after (either nil when absent)
@@ -584,12 +593,8 @@ func (c *Client) deleteAllOf(ctx context.Context, cl client.WithWatch, obj clien
 
 func (c *Client) newList(gvk schema.GroupVersionKind) client.ObjectList {
 	lgvk := gvk.GroupVersion().WithKind(gvk.Kind + "List")
-	if o, err := c.Scheme().New(lgvk); err == nil {
-		if l, ok := o.(client.ObjectList); ok {
-			if _, u := o.(runtime.Unstructured); !u {
-				return l
-			}
-		}
+	if l, ok := c.typed(lgvk).(client.ObjectList); ok {
+		return l
 	}
 	u := &unstructured.UnstructuredList{}
 	u.SetGroupVersionKind(lgvk)
