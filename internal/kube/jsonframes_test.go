@@ -47,7 +47,7 @@ func checkFrames(t *testing.T, stream []byte) {
 	t.Helper()
 	// Only a stream the standard framer reads to its end, of objects and
 	// arrays, is one the two must agree on.
-	want, err := readFrames(framer.NewJSONFramedReader(io.NopCloser(bytes.NewReader(stream))), 1<<20)
+	want, err := readFrames(framer.NewJSONFramedReader(io.NopCloser(bytes.NewReader(stream))), 1<<16)
 	if err != io.EOF {
 		return
 	}
@@ -56,7 +56,7 @@ func checkFrames(t *testing.T, stream []byte) {
 			return
 		}
 	}
-	for _, n := range []int{1, 7, 64, 1 << 20} {
+	for _, n := range []int{1, 7, 64, 1 << 16} {
 		for _, src := range []io.Reader{bytes.NewReader(stream), oneByte{bytes.NewReader(stream)}} {
 			got, err := readFrames(jsonFramer{}.NewFrameReader(io.NopCloser(src)), n)
 			if err != io.EOF {
