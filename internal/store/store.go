@@ -61,8 +61,9 @@ type Store struct {
 	local     cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
 
 	// winMu serialises window changes; wanted is when each block ("b:"
-	// label) or network ("n:" label) was last asked for, and runCtx the
-	// context the window's informers run under (set by Run).
+	// network label "|" block label), network ("n:" label) or network's
+	// unlabelled reservations ("l:" label) was last asked for, and runCtx
+	// the context the window's informers run under (set by Run).
 	winMu    sync.Mutex
 	wanted   map[string]time.Time
 	runCtx   context.Context
