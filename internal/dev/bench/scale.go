@@ -132,7 +132,7 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 		start.APIRequests, start.APIWrites = c.Requests, c.Writes
 		start.APIRequestsPerOp, start.APIWritesPerOp = c.Requests, c.Writes
 		start.APIByVerbResource = c.ByVerbResource
-		start.Notes += "; API: " + FormatBreakdown(c.ByVerbResource, 1)
+		start.Notes += "; API: " + FormatBreakdown(nonWatch(c.ByVerbResource), 1) + "; watch events sent: " + FormatBreakdown(WatchEvents(c.ByVerbResource), 1)
 	}
 	out = append(out, start)
 	e.logf("scale: %s", start.Notes)
