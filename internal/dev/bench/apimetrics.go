@@ -106,16 +106,18 @@ type APICost struct {
 	Errors map[string]float64
 }
 
-// WatchEvents is the part of a breakdown (APICost.ByVerbResource) that
-// counts events sent on watches, by resource.
-func WatchEvents(m map[string]float64) map[string]float64 {
-	out := map[string]float64{}
+// splitWatchEvents splits a breakdown (APICost.ByVerbResource) into its
+// requests and the events sent on watches, the latter by resource.
+func splitWatchEvents(m map[string]float64) (requests, events map[string]float64) {
+	requests, events = map[string]float64{}, map[string]float64{}
 	for k, v := range m {
 		if verb, res, _ := strings.Cut(k, " "); verb == watchEvents {
-			out[res] = v
+			events[res] = v
+		} else {
+			requests[k] = v
 		}
 	}
-	return out
+	return requests, events
 }
 
 // Cost summarises a difference of counters. Non-resource requests (GET

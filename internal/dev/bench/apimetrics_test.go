@@ -108,3 +108,33 @@ func TestVerbClasses(t *testing.T) {
 		t.Error("watch classification")
 	}
 }
+
+// The events the API server sent on watches are counted by resource, kept
+// apart from requests, under either label the metric has had.
+func TestWatchEventsAreCountedApartFromRequests(t *testing.T) {
+	before, err := ParseRequestCounts(`apiserver_watch_events_total{group="ipam.tenure.dev",resource="ipreservations",version="v1alpha1"} 10
+apiserver_watch_events_total{group="",kind="Pod",version="v1"} 3
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="ipam.tenure.dev",resource="ipreservations",scope="resource",subresource="",verb="POST",version="v1alpha1"} 100
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := ParseRequestCounts(`apiserver_watch_events_total{group="ipam.tenure.dev",resource="ipreservations",version="v1alpha1"} 30
+apiserver_watch_events_total{group="",kind="Pod",version="v1"} 4
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="ipam.tenure.dev",resource="ipreservations",scope="resource",subresource="",verb="POST",version="v1alpha1"} 110
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Cost(after.Sub(before))
+	if c.Requests != 10 {
+		t.Fatalf("requests %v, want the 10 POSTs alone", c.Requests)
+	}
+	requests, events := splitWatchEvents(c.ByVerbResource)
+	if len(requests) != 1 || requests["POST ipreservations"] != 10 {
+		t.Fatalf("requests %v, want POST ipreservations: 10", requests)
+	}
+	if len(events) != 2 || events["ipreservations"] != 20 || events["pod"] != 1 {
+		t.Fatalf("watch events %v, want ipreservations: 20, pod: 1", events)
+	}
+}

@@ -3,14 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -134,9 +132,8 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 		start.APIRequests, start.APIWrites = c.Requests, c.Writes
 		start.APIRequestsPerOp, start.APIWritesPerOp = c.Requests, c.Writes
 		start.APIByVerbResource = c.ByVerbResource
-		requests := maps.Clone(c.ByVerbResource)
-		maps.DeleteFunc(requests, func(k string, _ float64) bool { return strings.HasPrefix(k, watchEvents+" ") })
-		start.Notes += "; API: " + FormatBreakdown(requests, 1) + "; watch events sent: " + FormatBreakdown(WatchEvents(c.ByVerbResource), 1)
+		requests, events := splitWatchEvents(c.ByVerbResource)
+		start.Notes += "; API: " + FormatBreakdown(requests, 1) + "; watch events sent: " + FormatBreakdown(events, 1)
 	}
 	out = append(out, start)
 	e.logf("scale: %s", start.Notes)

@@ -315,9 +315,10 @@ func (e *env) measure(ctx context.Context, s spec) (Result, error) {
 	r.RawCreatePerS, r.RawCreateP50, r.RawDeletePerS = raw, round3(rawStats.P50), round3(rawDel)
 	r.RawClientCPUMs, r.RawAPICPUMs = round3(rcpu.clientMs), round3(rcpu.apiMs)
 	r.finish(cost, s.perOp)
+	_, events := splitWatchEvents(cost.ByVerbResource)
 	e.logf("%-34s %4d ops %7.1f/s  p50 %6.1f  p99 %6.1f ms  fail %d  req/op %.2f  writes/op %.2f  raw %.0f/s (%.0f %%)  [%s]  watch events/op [%s]",
 		r.Name, r.Ops, r.OpsPerS, r.P50Ms, r.P99Ms, r.Failures, r.APIRequestsPerOp, r.APIWritesPerOp, r.RawCreatePerS, 100*r.Ratio,
-		FormatBreakdown(nonWatch(cost.ByVerbResource), float64(r.Ops)), FormatBreakdown(WatchEvents(cost.ByVerbResource), float64(r.Ops)))
+		FormatBreakdown(nonWatch(cost.ByVerbResource), float64(r.Ops)), FormatBreakdown(events, float64(r.Ops)))
 	for _, msg := range r.Errors {
 		e.logf("  error: %s", msg)
 	}
