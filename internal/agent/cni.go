@@ -65,7 +65,7 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 	if res == nil {
 		return &Response{}
 	}
-	data, err := json.Marshal(res)
+	data, err := encodeResult(res)
 	if err != nil {
 		return &Response{Error: toCNI(err)}
 	}
@@ -507,13 +507,18 @@ func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
 	// The runtime calls ADD right after the pod was bound, often before the
 	// pod informer has it: wait a moment for the cache, then ask the API.
 	var cached *corev1.Pod
-	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, a.podWait, true, func(context.Context) (bool, error) {
+	inCache := func(context.Context) (bool, error) {
 		if obj, ok, _ := a.pods.GetIndexer().GetByKey(key); ok && match(obj.(*corev1.Pod)) {
 			cached = obj.(*corev1.Pod)
 			return true, nil
 		}
 		return false, nil
-	})
+	}
+	// Looked up once before the poll, which costs a timer and a context
+	// even when, as on most calls, the cache has the pod already.
+	if found, _ := inCache(ctx); !found {
+		_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, a.podWait, true, inCache)
+	}
 	if cached != nil {
 		return cached, nil
 	}

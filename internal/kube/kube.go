@@ -44,7 +44,9 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	// One allocation is one write: client-side throttling would only add
 	// latency that the API server's own priority and fairness already bounds.
-	cfg.QPS, cfg.Burst = 1000, 2000
+	// A negative QPS leaves the client without a limiter at all, where a
+	// high one still has every request wait on a token bucket.
+	cfg.QPS, cfg.Burst = -1, 2000
 	return cfg, nil
 }
 

@@ -104,9 +104,14 @@ func (c *reservationClient) Create(ctx context.Context, obj client.Object, opts 
 	if !ok {
 		return c.WithWatch.Create(ctx, obj, opts...)
 	}
-	co := (&client.CreateOptions{}).ApplyOptions(opts)
+	req := c.rc.Post().Resource(reservationResource)
+	if len(opts) > 0 {
+		// Without options there are no parameters: every ADD's create
+		// skips converting an empty CreateOptions to none.
+		req = req.VersionedParams((&client.CreateOptions{}).ApplyOptions(opts).AsCreateOptions(), c.params)
+	}
 	out := &tenurev1alpha1.IPReservation{}
-	if err := c.rc.Post().Resource(reservationResource).VersionedParams(co.AsCreateOptions(), c.params).Body(r).Do(ctx).Into(out); err != nil {
+	if err := req.Body(r).Do(ctx).Into(out); err != nil {
 		return err
 	}
 	*r = *out

@@ -1,7 +1,6 @@
 package reservation
 
 import (
-	"hash/fnv"
 	"net/netip"
 	"strconv"
 )
@@ -38,16 +37,29 @@ func Block(item netip.Prefix) netip.Prefix {
 // value's 63 characters. Delegated prefixes and addresses never share a
 // block.
 func BlockLabel(scopeLabel string, delegatedPrefix bool, item netip.Prefix) string {
-	h := fnv.New64a()
-	h.Write([]byte(scopeLabel))
+	kind := "|ip|"
 	if delegatedPrefix {
-		h.Write([]byte("|pd|"))
-	} else {
-		h.Write([]byte("|ip|"))
+		kind = "|pd|"
 	}
-	h.Write([]byte(Block(item).String()))
-	return "b" + strconv.FormatUint(h.Sum64(), 36)
+	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
+	h := fnv64a(fnv64a(fnv64a(fnvOffset64, scopeLabel), kind), Block(item).AppendTo(buf[:0]))
+	return "b" + strconv.FormatUint(h, 36)
 }
+
+// fnv64a continues FNV-1a over s from h: hash/fnv's New64a, without its
+// allocation and the copies into []byte.
+func fnv64a[T string | []byte](h uint64, s T) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime64
+	}
+	return h
+}
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
 
 // BlockOfName is the LabelBlock value of the reservation of that name.
 func BlockOfName(name string) (string, bool) {

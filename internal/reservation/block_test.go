@@ -1,7 +1,10 @@
 package reservation
 
 import (
+	"hash/fnv"
 	"net/netip"
+	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -61,6 +64,46 @@ func TestBlockLabelOfObjectAndName(t *testing.T) {
 	} {
 		if got := obj(tc.network, tc.kind, tc.item)[LabelBlock]; (got == a) != tc.same {
 			t.Errorf("%s %s %s: block %q vs 10.0.0.5's %q, same want %v", tc.network, tc.kind, tc.item, got, a, tc.same)
+		}
+	}
+}
+
+// Labels already on reservations in a cluster must not change with an
+// upgrade: a block label is "b" and base 36 of FNV-1a over the scope
+// label, the kind and the block, as hash/fnv computes it.
+func TestBlockLabelsAreFNV1aOfScopeKindAndBlock(t *testing.T) {
+	for _, tc := range []struct {
+		scope string
+		pd    bool
+		item  string
+		want  string
+	}{
+		{"vm-net", false, "10.0.0.5/32", "b3i8apra92e63b"},
+		{"vm-net", true, "2001:db8:0:100::/56", "b3luju11m45cgd"},
+	} {
+		if got := BlockLabel(tc.scope, tc.pd, netip.MustParsePrefix(tc.item)); got != tc.want {
+			t.Errorf("BlockLabel(%q, %v, %s) = %q, want %q (the label reservations already carry)", tc.scope, tc.pd, tc.item, got, tc.want)
+		}
+	}
+	ref := func(scope string, pd bool, item netip.Prefix) string {
+		h := fnv.New64a()
+		h.Write([]byte(scope))
+		if pd {
+			h.Write([]byte("|pd|"))
+		} else {
+			h.Write([]byte("|ip|"))
+		}
+		h.Write([]byte(Block(item).String()))
+		return "b" + strconv.FormatUint(h.Sum64(), 36)
+	}
+	for _, scope := range []string{"", "a", "vm-net", "storage--1x2y3z", strings.Repeat("n", 63)} {
+		for _, item := range []string{"0.0.0.0/32", "10.1.2.3/32", "255.255.255.255/32", "::ffff:10.0.0.70/128", "2001:db8::1/128", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", "2001:db8:0:100::/56", "::/0"} {
+			p := netip.MustParsePrefix(item)
+			for _, pd := range []bool{false, true} {
+				if got, want := BlockLabel(scope, pd, p), ref(scope, pd, p); got != want {
+					t.Errorf("BlockLabel(%q, %v, %s) = %q, hash/fnv gives %q", scope, pd, item, got, want)
+				}
+			}
 		}
 	}
 }

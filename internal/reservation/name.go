@@ -52,7 +52,7 @@ func NetworkNameOf(key string) string {
 // itself when it is one, otherwise a readable prefix plus a hash of the
 // whole scope.
 func ScopeLabel(key string) string {
-	if len(validation.IsDNS1123Label(key)) == 0 && !strings.Contains(key, "--") {
+	if isDNS1123Label(key) && !strings.Contains(key, "--") {
 		return key
 	}
 	h := fnv.New64a()
@@ -80,13 +80,21 @@ func ScopeLabel(key string) string {
 
 // AddressName is the object name for one address of a network.
 func AddressName(scope string, addr netip.Addr) string {
-	return ScopeLabel(scope) + "." + encodeAddr(addr)
+	return addressName(ScopeLabel(scope), addr)
+}
+
+func addressName(scopeLabel string, addr netip.Addr) string {
+	return scopeLabel + "." + encodeAddr(addr)
 }
 
 // PrefixName is the object name for one delegated prefix of a network.
 // Prefixes of one pool share a length, so equal base addresses are the only
 // way two of them can overlap, and they collide here.
 func PrefixName(scope string, p netip.Prefix) string {
+	return prefixName(ScopeLabel(scope), p)
+}
+
+func prefixName(scopeLabel string, p netip.Prefix) string {
 	p = p.Masked()
 	if p.Addr().Is4In6() {
 		// The IPv4 prefix it is, as AddressName unmaps an address: the
@@ -94,7 +102,7 @@ func PrefixName(scope string, p netip.Prefix) string {
 		// Masked to fewer than 96 bits, no prefix is IPv4-mapped.
 		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 	}
-	return ScopeLabel(scope) + ".pd." + encodeAddr(p.Addr()) + "." + strconv.Itoa(p.Bits())
+	return scopeLabel + ".pd." + encodeAddr(p.Addr()) + "." + strconv.Itoa(p.Bits())
 }
 
 func encodeAddr(a netip.Addr) string {
@@ -105,11 +113,50 @@ func encodeAddr(a netip.Addr) string {
 	// Colons are not allowed in object names; the full 8x4 hex form keeps
 	// the encoding one-to-one (no "::" ambiguity) and every label legal.
 	b := a.As16()
-	groups := make([]string, 8)
-	for i := range groups {
-		groups[i] = fmt.Sprintf("%02x%02x", b[2*i], b[2*i+1])
+	out := make([]byte, 0, 8*5-1)
+	for i := 0; i < 16; i += 2 {
+		if i > 0 {
+			out = append(out, '-')
+		}
+		out = append(out, hexDigits[b[i]>>4], hexDigits[b[i]&15], hexDigits[b[i+1]>>4], hexDigits[b[i+1]&15])
 	}
-	return strings.Join(groups, "-")
+	return string(out)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// isDNS1123Label is validation.IsDNS1123Label(s) finding nothing, without
+// its regular expression: every ADD checks a scope and a node this way.
+func isDNS1123Label(s string) bool {
+	if s == "" || len(s) > maxLabel {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case c == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isLabelValue is validation.IsValidLabelValue(s) finding nothing, without
+// its regular expression.
+func isLabelValue(s string) bool {
+	if len(s) > validation.LabelValueMaxLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case (c == '-' || c == '_' || c == '.') && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ScopeLabelOf is the scope label a reservation name starts with, what

@@ -1,6 +1,7 @@
 package reservation
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -114,5 +115,35 @@ func TestPrefixNameOfAnIPv4MappedPrefix(t *testing.T) {
 	got, err := Parse(name)
 	if err != nil || !got.IsPrefix || got.Prefix != netip.MustParsePrefix("10.0.0.0/24") {
 		t.Fatalf("Parse(%q) = %+v, %v, want the prefix 10.0.0.0/24", name, got, err)
+	}
+}
+
+// The label checks every ADD makes agree with the API machinery's, which
+// the API server applies to what tenure writes.
+func FuzzLabelChecksAgreeWithAPIMachinery(f *testing.F) {
+	for _, s := range []string{"", "a", "-", "a-", "-a", "a-b", "A", "a.b", "a_b", "_a", "a_", "0", "vm-net", "node-1.example.com", "Node_1", strings.Repeat("a", 63), strings.Repeat("a", 64), "a\x00", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := isDNS1123Label(s), len(validation.IsDNS1123Label(s)) == 0; got != want {
+			t.Errorf("isDNS1123Label(%q) = %v, validation.IsDNS1123Label says %v", s, got, want)
+		}
+		if got, want := isLabelValue(s), len(validation.IsValidLabelValue(s)) == 0; got != want {
+			t.Errorf("isLabelValue(%q) = %v, validation.IsValidLabelValue says %v", s, got, want)
+		}
+	})
+}
+
+func TestIPv6AddressesAreWrittenAsEightGroupsOfFourHexDigits(t *testing.T) {
+	for _, a := range []string{"::", "::1", "2001:db8::1", "fe80::abcd:ef01:2345:6789", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "2001:DB8:0:0:8:800:200C:417A"} {
+		addr := netip.MustParseAddr(a)
+		b := addr.As16()
+		var groups []string
+		for i := 0; i < 16; i += 2 {
+			groups = append(groups, fmt.Sprintf("%02x%02x", b[i], b[i+1]))
+		}
+		if got, want := encodeAddr(addr), strings.Join(groups, "-"); got != want {
+			t.Errorf("encodeAddr(%s) = %q, want %q", a, got, want)
+		}
 	}
 }

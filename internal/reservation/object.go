@@ -5,7 +5,6 @@ import (
 	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 )
@@ -28,7 +27,7 @@ const (
 // makes them. Node names are DNS subdomains of up to 253 bytes; label
 // values stop at 63, and a longer one would make every Create fail.
 func NodeLabel(node string) string {
-	if len(validation.IsValidLabelValue(node)) == 0 {
+	if isLabelValue(node) {
 		return node
 	}
 	return ScopeLabel(node)
@@ -52,17 +51,17 @@ type Spec struct {
 // the labels every reader selects by, and the spec. It is the one place
 // where the object's shape is decided.
 func New(s Spec) *tenurev1alpha1.IPReservation {
-	labels := map[string]string{
-		LabelNetwork:  ScopeLabel(s.Network),
-		LabelOwnerUID: s.Owner.UID,
-		LabelBlock:    BlockLabel(ScopeLabel(s.Network), s.Kind == tenurev1alpha1.KindDelegatedPrefix, s.Item),
-	}
+	scope := ScopeLabel(s.Network)
+	labels := make(map[string]string, 5)
+	labels[LabelNetwork] = scope
+	labels[LabelOwnerUID] = s.Owner.UID
+	labels[LabelBlock] = BlockLabel(scope, s.Kind == tenurev1alpha1.KindDelegatedPrefix, s.Item)
 	if s.Owner.Node != "" {
 		labels[LabelNode] = NodeLabel(s.Owner.Node)
 	}
 	return withSpecSummary(&tenurev1alpha1.IPReservation{
 		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1alpha1.GroupVersion.String(), Kind: "IPReservation"},
-		ObjectMeta: metav1.ObjectMeta{Name: Name(s.Network, s.Kind, s.Item), Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: nameOf(scope, s.Kind, s.Item), Labels: labels},
 		Spec: tenurev1alpha1.IPReservationSpec{
 			Network:    s.Network,
 			Kind:       s.Kind,
@@ -78,10 +77,14 @@ func New(s Spec) *tenurev1alpha1.IPReservation {
 // Name is the object name of item on a network: PrefixName for a delegated
 // prefix, AddressName for an address.
 func Name(network string, kind tenurev1alpha1.ReservationKind, item netip.Prefix) string {
+	return nameOf(ScopeLabel(network), kind, item)
+}
+
+func nameOf(scopeLabel string, kind tenurev1alpha1.ReservationKind, item netip.Prefix) string {
 	if kind == tenurev1alpha1.KindDelegatedPrefix {
-		return PrefixName(network, item)
+		return prefixName(scopeLabel, item)
 	}
-	return AddressName(network, item.Addr())
+	return addressName(scopeLabel, item.Addr())
 }
 
 // ItemString is spec.address of item: the CIDR of a delegated prefix, the

@@ -73,6 +73,7 @@ var specSummaryFields = []struct {
 func EncodeSpecSummary(spec *tenurev1alpha1.IPReservationSpec) string {
 	s := &SpecSummary{Pool: spec.Pool, Owner: spec.Owner, Range: spec.Range}
 	var b strings.Builder
+	b.Grow(256)
 	for _, f := range specSummaryFields {
 		v := *f.field(s)
 		if v == "" {
@@ -83,9 +84,25 @@ func EncodeSpecSummary(spec *tenurev1alpha1.IPReservationSpec) string {
 		}
 		b.WriteString(f.key)
 		b.WriteByte('=')
-		b.WriteString(url.QueryEscape(v))
+		if needsEscape(v) {
+			v = url.QueryEscape(v)
+		}
+		b.WriteString(v)
 	}
 	return b.String()
+}
+
+// needsEscape says whether url.QueryEscape would change v: names, UIDs
+// and container IDs almost never need it, and it allocates either way.
+func needsEscape(v string) bool {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // ParseSpecSummary reads an AnnotationSpecSummary value; keys it does not

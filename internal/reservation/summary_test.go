@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -55,4 +56,22 @@ func TestParseSpecSummary(t *testing.T) {
 			t.Errorf("ParseSpecSummary(%q) = %+v, want an error", bad, got)
 		}
 	}
+}
+
+// A value is written as url.QueryEscape writes it, whether or not it
+// needs escaping.
+func FuzzSpecSummaryValuesAreQueryEscaped(f *testing.F) {
+	for _, s := range []string{"", "pod-1", "a b", "a+b", "a&b=c", "100%", "ns/name", "é", "~._-", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got := EncodeSpecSummary(&tenurev1alpha1.IPReservationSpec{Owner: tenurev1alpha1.ReservationOwner{Name: v}})
+		want := ""
+		if v != "" {
+			want = "name=" + url.QueryEscape(v)
+		}
+		if got != want {
+			t.Errorf("EncodeSpecSummary of name %q = %q, want %q", v, got, want)
+		}
+	})
 }
