@@ -79,6 +79,8 @@ type Agent struct {
 
 	// netconfs parses each distinct network config once.
 	netconfs *netconfCache
+	// heads keeps what validateCall found of each distinct network config.
+	heads headCache
 
 	dataplane *agentDataplane
 	// holdings are the claims' reservations, as the dataplane reads them.

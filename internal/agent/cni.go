@@ -42,7 +42,7 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 		res types.Result
 		err error
 	)
-	if verr := validateCall(req); verr != nil {
+	if verr := validateCall(req, &a.heads); verr != nil {
 		return &Response{Error: verr}
 	}
 	ctx = a.withArrival(ctx)

@@ -33,3 +33,34 @@ func TestParseCNIArgs(t *testing.T) {
 		}
 	}
 }
+
+// CNI_ARGS of our keys alone, read without reflection, reads as
+// types.LoadArgs reads it; anything else goes to LoadArgs.
+func FuzzKnownArgsReadAsLoadArgsReadsThem(f *testing.F) {
+	for _, s := range []string{
+		"IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_INFRA_CONTAINER_ID=c;K8S_POD_UID=u",
+		"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p", "K8S_POD_NAME=a;K8S_POD_NAME=b", "K8S_POD_NAME=", "K8S_POD_NAME=a=b",
+		"IgnoreUnknown=TRUE;K8S_POD_NAME=p", "IgnoreUnknown=yes", "K8S_POD_NAME=p;", ";", "", "CommonArgs=x", "k8s_pod_name=p",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := knownArgs(s)
+		if !ok {
+			return
+		}
+		want, err := loadArgs(s)
+		if err != nil || got != want {
+			t.Errorf("knownArgs(%q) = %+v; LoadArgs reads %+v, %v", s, got, want, err)
+		}
+	})
+}
+
+// What containerd and CRI-O send is read without LoadArgs.
+func TestARuntimesArgsAreReadWithoutReflection(t *testing.T) {
+	s := "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_INFRA_CONTAINER_ID=c;K8S_POD_UID=u"
+	got, ok := knownArgs(s)
+	if want := (podArgs{Namespace: "ns", Name: "p", UID: "u", InfraContainerID: "c"}); !ok || got != want {
+		t.Errorf("knownArgs(%q) = %+v, %v; want %+v, true", s, got, ok, want)
+	}
+}

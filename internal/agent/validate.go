@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/utils"
@@ -17,8 +18,9 @@ var Versions = version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0")
 // validateCall checks what libcni's skel checks of a call's configuration
 // before it runs the plugin, with skel's codes and messages: the shim checks
 // the environment and leaves the configuration, which needs a JSON parser,
-// to the agent.
-func validateCall(req *cniwire.Request) *types.Error {
+// to the agent. heads, when not nil, keeps what the checks found of each
+// configuration: a node's calls send the same few again and again.
+func validateCall(req *cniwire.Request, heads *headCache) *types.Error {
 	minimum := ""
 	switch req.Command {
 	case "ADD", "DEL":
@@ -29,26 +31,12 @@ func validateCall(req *cniwire.Request) *types.Error {
 	default:
 		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("unknown CNI_COMMAND: %v", req.Command), "")
 	}
-	// One decode for both: create.DecodeVersion's rule, "" is 0.1.0.
-	var conf struct {
-		Name       string `json:"name"`
-		CNIVersion string `json:"cniVersion"`
-	}
-	if err := json.Unmarshal(req.StdinData, &conf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("error unmarshall network config: %v", err), "")
-	}
-	if conf.Name == "" {
-		return types.NewError(types.ErrInvalidNetworkConfig, "missing network name", "")
-	}
-	if err := utils.ValidateNetworkName(conf.Name); err != nil {
-		return err
-	}
-	configVersion := conf.CNIVersion
-	if configVersion == "" {
-		configVersion = "0.1.0"
+	h := heads.get(req.StdinData)
+	if h.bad != nil {
+		return h.bad
 	}
 	if minimum != "" {
-		ok, err := version.GreaterThanOrEqualTo(configVersion, minimum)
+		ok, err := version.GreaterThanOrEqualTo(h.version, minimum)
 		if err != nil {
 			return types.NewError(types.ErrDecodingFailure, err.Error(), "")
 		}
@@ -56,8 +44,72 @@ func validateCall(req *cniwire.Request) *types.Error {
 			return types.NewError(types.ErrIncompatibleCNIVersion, "config version does not allow "+req.Command, "")
 		}
 	}
-	if verErr := (&version.Reconciler{}).Check(configVersion, Versions); verErr != nil {
-		return types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
+	return h.incompatible
+}
+
+// netconfHead is what validateCall finds of a configuration whatever the
+// command: its name refused (bad), or its version and, when no version
+// tenure speaks, the error that says so (incompatible). The checks of a
+// command's minimum version come between the two, as in skel.
+type netconfHead struct {
+	bad          *types.Error
+	version      string
+	incompatible *types.Error
+}
+
+func readHead(stdin []byte) netconfHead {
+	// One decode for both: create.DecodeVersion's rule, "" is 0.1.0.
+	var conf struct {
+		Name       string `json:"name"`
+		CNIVersion string `json:"cniVersion"`
 	}
-	return nil
+	if err := json.Unmarshal(stdin, &conf); err != nil {
+		return netconfHead{bad: types.NewError(types.ErrDecodingFailure, fmt.Sprintf("error unmarshall network config: %v", err), "")}
+	}
+	if conf.Name == "" {
+		return netconfHead{bad: types.NewError(types.ErrInvalidNetworkConfig, "missing network name", "")}
+	}
+	if err := utils.ValidateNetworkName(conf.Name); err != nil {
+		return netconfHead{bad: err}
+	}
+	h := netconfHead{version: conf.CNIVersion}
+	if h.version == "" {
+		h.version = "0.1.0"
+	}
+	if verErr := (&version.Reconciler{}).Check(h.version, Versions); verErr != nil {
+		h.incompatible = types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
+	}
+	return h
+}
+
+// headCacheSize bounds the configurations a headCache keeps, as
+// netconfCacheSize does the parsed ones.
+const headCacheSize = 256
+
+// headCache keeps readHead's result by the configuration's bytes; full,
+// it starts over. A *types.Error in it is shared by the calls that get it,
+// which only read it.
+type headCache struct {
+	mu sync.Mutex
+	m  map[string]netconfHead
+}
+
+func (c *headCache) get(stdin []byte) netconfHead {
+	if c == nil {
+		return readHead(stdin)
+	}
+	c.mu.Lock()
+	h, ok := c.m[string(stdin)]
+	c.mu.Unlock()
+	if ok {
+		return h
+	}
+	h = readHead(stdin)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= headCacheSize {
+		c.m = make(map[string]netconfHead)
+	}
+	c.m[string(stdin)] = h
+	return h
 }
