@@ -146,7 +146,7 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connLis
 		ch.release()
 		_, _ = io.Copy(io.Discard, io.LimitReader(br, 4*cniwire.MaxMessage))
 	}
-	if err := json.NewDecoder(body).Decode(&req); body.N <= 0 {
+	if err := readRequest(body, &req); body.N <= 0 {
 		a.log.Warn("request over the size limit refused", "limit", cniwire.MaxMessage)
 		drain()
 		resp = &Response{Error: &types.Error{Code: types.ErrInvalidNetworkConfig,
