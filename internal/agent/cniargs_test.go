@@ -64,3 +64,20 @@ func TestARuntimesArgsAreReadWithoutReflection(t *testing.T) {
 		t.Errorf("knownArgs(%q) = %+v, %v; want %+v, true", s, got, ok, want)
 	}
 }
+
+// BenchmarkCNIArgs is a runtime's CNI_ARGS read by hand and by LoadArgs.
+func BenchmarkCNIArgs(b *testing.B) {
+	const s = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-7d9f8-abcde;K8S_POD_INFRA_CONTAINER_ID=9b2d4f6a8c0e1f3a5b7c9d1e3f5a7b9c1d3e5f7a9b1c3d5e7f9a1b3c5d7e9f1a;K8S_POD_UID=3f1c2a9e-8b7d-4c6e-9a1f-2b3c4d5e6f70"
+	b.Run("parseCNIArgs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = parseCNIArgs(s)
+		}
+	})
+	b.Run("LoadArgs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = loadArgs(s)
+		}
+	})
+}

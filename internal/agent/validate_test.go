@@ -79,3 +79,20 @@ func TestHeadCacheIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkValidateCall is an ADD's checks with and without the cache.
+func BenchmarkValidateCall(b *testing.B) {
+	req := &cniwire.Request{Command: "ADD", StdinData: []byte(`{"cniVersion":"1.1.0","name":"san","type":"macvlan","master":"eth0","mode":"bridge","ipam":{"type":"tenure","range":"10.0.0.0/24","network_name":"san","gateway":"10.0.0.1","routes":[{"dst":"0.0.0.0/0"}]}}`)}
+	for _, heads := range []*headCache{{}, nil} {
+		name := "cached"
+		if heads == nil {
+			name = "uncached"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = validateCall(req, heads)
+			}
+		})
+	}
+}
