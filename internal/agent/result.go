@@ -120,7 +120,7 @@ func (w *resultWriter) key(k string) {
 	w.b = append(w.b, '"', ':')
 }
 
-func (w *resultWriter) string(s string) {
+func (w *resultWriter) quoted(s string) {
 	// encoding/json writes invalid UTF-8 as \ufffd, which the maps then
 	// hold as the character itself: left to encoding/json.
 	if !utf8.ValidString(s) {
@@ -131,7 +131,7 @@ func (w *resultWriter) string(s string) {
 
 func (w *resultWriter) str(k, s string) {
 	w.key(k)
-	w.string(s)
+	w.quoted(s)
 }
 
 func (w *resultWriter) strs(k string, v []string) {
@@ -142,7 +142,7 @@ func (w *resultWriter) strs(k string, v []string) {
 	w.open('[')
 	for _, s := range v {
 		w.elem()
-		w.string(s)
+		w.quoted(s)
 	}
 	w.close(']')
 }

@@ -52,7 +52,7 @@ type Spec struct {
 // where the object's shape is decided.
 func New(s Spec) *tenurev1alpha1.IPReservation {
 	scope := ScopeLabel(s.Network)
-	labels := make(map[string]string, 5)
+	labels := make(map[string]string, 5) // these three, the node's and the spec summary's
 	labels[LabelNetwork] = scope
 	labels[LabelOwnerUID] = s.Owner.UID
 	labels[LabelBlock] = BlockLabel(scope, s.Kind == tenurev1alpha1.KindDelegatedPrefix, s.Item)
