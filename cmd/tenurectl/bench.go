@@ -46,6 +46,7 @@ func benchCommand(e *env) *cobra.Command {
 	fs.IntVar(&f.psWave, "pod-start-wave", 10, "the pod-start scenario's pods created at once in a wave")
 	fs.IntVar(&f.psNodes, "pod-start-nodes", 1, fmt.Sprintf("the pod-start scenario's real nodes, the pods spread over them (1 to %d; more than one: nodes in namespaces of their own, as dev up --node --nodes N)", devnode.MaxNodes))
 	fs.IntVar(&f.psStorm, "pod-start-storm", 50, "the pod-start scenario's pods per IPAM created at once after the waves (-1: none)")
+	fs.IntVar(&f.psStorms, "pod-start-storms", 3, "the pod-start scenario's storms per IPAM, the IPAMs' order rotating storm by storm")
 	durationFlag(fs, &f.fullPoolFor, "full-pool-duration", 60*time.Second, "how long the full-pool scenario's pods retry ADD")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("scenario", cobra.FixedCompletions(bench.ScenarioNames(), cobra.ShellCompDirectiveNoFileComp))
@@ -53,15 +54,15 @@ func benchCommand(e *env) *cobra.Command {
 }
 
 type benchFlags struct {
-	quick, skipScale    bool
-	compareCBOR         bool
-	output, out, agents string
-	baseline            string
-	scale               int
-	psPods, psWave      int
-	psStorm, psNodes    int
-	named               []string
-	fullPoolFor         time.Duration
+	quick, skipScale           bool
+	compareCBOR                bool
+	output, out, agents        string
+	baseline                   string
+	scale                      int
+	psPods, psWave             int
+	psStorm, psStorms, psNodes int
+	named                      []string
+	fullPoolFor                time.Duration
 }
 
 func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) error {
@@ -96,7 +97,7 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		fmt.Fprintf(e.stderr, "tenurectl bench: --full-pool-duration must be positive, got %v\n", f.fullPoolFor)
 		return errUsage
 	}
-	podStart := bench.PodStartOptions{Pods: f.psPods, Wave: f.psWave, Storm: f.psStorm, Nodes: f.psNodes}
+	podStart := bench.PodStartOptions{Pods: f.psPods, Wave: f.psWave, Storm: f.psStorm, Storms: f.psStorms, Nodes: f.psNodes}
 	if f.psPods <= 0 || f.psWave <= 0 || f.psNodes <= 0 {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --pod-start-pods, --pod-start-wave and --pod-start-nodes must be positive, got %d, %d and %d\n", f.psPods, f.psWave, f.psNodes)
 		return errUsage

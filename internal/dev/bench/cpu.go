@@ -126,3 +126,85 @@ func cpuPerOp(before, after cpuSample, shimMs float64, ops int) (perOp map[strin
 	}
 	return perOp, busyPct
 }
+
+// procNameGroups are the groups a process of the real node is counted
+// in, by the name in /proc/PID/stat (at most 15 bytes: the kernel cuts
+// it there); any other name is "other".
+var procNameGroups = map[string]string{
+	"kube-apiserver": "kube-apiserver", "etcd": "etcd",
+	"kube-controller": "kube-controller-manager", "kube-scheduler": "kube-scheduler",
+	"kubelet": "kubelet", "containerd": "containerd", "containerd-shim": "containerd-shim",
+	"tenure-agent": "tenure-agent", "tenure-controll": "tenure-controller",
+	"multus-daemon": "multus", "multus-shim": "multus", "multus": "multus",
+	"tenurectl": "bench",
+}
+
+// machineCPU is the CPU used so far (ms) by each live process of the
+// machine, and the machine's busy and total time.
+type machineCPU struct {
+	procs       map[int]procCPUUse
+	busy, total float64
+}
+
+type procCPUUse struct {
+	group string
+	ms    float64
+}
+
+// sampleMachineCPU reads the CPU of every live process of the machine,
+// with its group of procNameGroups, and the machine's busy time.
+func sampleMachineCPU() machineCPU {
+	s := machineCPU{procs: map[int]procCPUUse{}}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // exited since the listing
+		}
+		line := string(b)
+		ms, err := parseProcStatCPU(line)
+		if err != nil {
+			continue
+		}
+		g := "other"
+		if i, j := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')'); i >= 0 && j > i {
+			if n, ok := procNameGroups[line[i+1:j]]; ok {
+				g = n
+			}
+		}
+		s.procs[pid] = procCPUUse{g, ms}
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		s.busy, s.total, _ = parseMachineCPU(string(b))
+	}
+	return s
+}
+
+// cpuByGroup is the CPU (ms) each named group used between two samples,
+// a process started in between counted whole. A process that exited in
+// between is in neither sample (the CNI plugins, runc): "exited or other"
+// is the machine's busy time the named groups' live processes do not
+// explain.
+func cpuByGroup(before, after machineCPU) map[string]float64 {
+	d := map[string]float64{}
+	var named float64
+	for pid, p := range after.procs {
+		if p.group == "other" {
+			continue
+		}
+		x := p.ms
+		if b, ok := before.procs[pid]; ok && b.group == p.group {
+			x -= b.ms
+		}
+		x = max(x, 0)
+		named += x
+		d[p.group] += x
+	}
+	d["exited or other"] = max(after.busy-before.busy-named, 0)
+	d["machine busy"] = after.busy - before.busy
+	return d
+}

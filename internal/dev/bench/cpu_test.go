@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -53,5 +54,41 @@ func TestCBORTargetReadsTheAPIServersRatio(t *testing.T) {
 	}
 	if ts := cborTargets(&Report{Mode: "quick", Scenarios: rows}); len(ts) != 0 {
 		t.Fatalf("a quick run without CBOR has targets %+v", ts)
+	}
+}
+
+func TestCPUByGroupCountsEachProcessOnceAndTheExitedInBusy(t *testing.T) {
+	before := machineCPU{procs: map[int]procCPUUse{
+		10: {"kube-apiserver", 1000},
+		20: {"tenure-agent", 50},
+		30: {"other", 7},
+		40: {"containerd-shim", 5}, // exits in between
+		50: {"kubelet", 300},       // its pid reused by another process
+	}, busy: 10000}
+	after := machineCPU{procs: map[int]procCPUUse{
+		10: {"kube-apiserver", 1400},
+		20: {"tenure-agent", 80},
+		30: {"other", 9},
+		50: {"containerd-shim", 4},  // new: counted whole
+		60: {"containerd-shim", 11}, // new
+	}, busy: 10600}
+	got := cpuByGroup(before, after)
+	want := map[string]float64{
+		"kube-apiserver": 400, "tenure-agent": 30, "containerd-shim": 15,
+		"exited or other": 600 - 445, "machine busy": 600,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestSampleMachineCPUNamesThisProcess(t *testing.T) {
+	s := sampleMachineCPU()
+	p, ok := s.procs[os.Getpid()]
+	if !ok {
+		t.Fatalf("this process (%d) is not in the sample", os.Getpid())
+	}
+	if p.ms < 0 || s.busy <= 0 || s.total < s.busy {
+		t.Errorf("this process %v ms, machine busy %v of %v ms", p.ms, s.busy, s.total)
 	}
 }

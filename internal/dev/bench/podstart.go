@@ -50,6 +50,11 @@ const (
 	podStartPods  = 30 // per IPAM, in waves
 	podStartWave  = 10
 	podStartStorm = 50 // per IPAM, at once
+	// Storms per IPAM, the IPAMs' order rotating storm by storm: the p99
+	// of one storm of 50 is its slowest pod or two, and whatever the
+	// node still does after the storm before it (sandboxes torn down,
+	// images' and snapshots' garbage) falls on whichever IPAM comes next.
+	podStartStorms = 3
 
 	podStartNamespace = "pod-start"
 	podStartMaster    = "tnps0" // the macvlan master, a veth whose peer stays on the host
@@ -63,6 +68,9 @@ type PodStartOptions struct {
 	// Storm pods per IPAM created at once after the waves (50 when 0; -1
 	// for no storm).
 	Storm int
+	// Storms is how many storms each IPAM gets, the IPAMs' order rotating
+	// storm by storm (3 when 0); the storm's figures pool their pods.
+	Storms int
 	// Nodes is how many real nodes the pods spread over, pod by pod (1
 	// when 0; up to devnode.MaxNodes, a devnode.Cluster when more than 1).
 	Nodes int
@@ -77,6 +85,9 @@ func (o PodStartOptions) withDefaults() PodStartOptions {
 	}
 	if o.Storm == 0 {
 		o.Storm = podStartStorm
+	}
+	if o.Storms == 0 {
+		o.Storms = podStartStorms
 	}
 	if o.Nodes == 0 {
 		o.Nodes = 1
@@ -93,6 +104,8 @@ func (o PodStartOptions) Validate() error {
 		return fmt.Errorf("pod-start wave: %d is negative", o.Wave)
 	case o.Storm < -1:
 		return fmt.Errorf("pod-start storm: %d is below -1 (no storm)", o.Storm)
+	case o.Storms < 0 || o.Storms > 10:
+		return fmt.Errorf("pod-start storms: %d: from 1 to 10 storms per IPAM", o.Storms)
 	case o.Nodes < 0 || o.Nodes > devnode.MaxNodes:
 		return fmt.Errorf("pod-start nodes: %d: from 1 to %d on this machine", o.Nodes, devnode.MaxNodes)
 	case o.Pods > 250 || o.Wave > 100 || o.Storm > 100:
@@ -127,12 +140,15 @@ type podSample struct {
 	addWall, addCPU  []float64 // the timer's ADD lines, ms
 	notReady         int
 	addFailures      int // ADDs the plugin answered with an error (retried by the kubelet)
+	// cpu is the CPU (ms) by process group from each batch's creates to
+	// its last pod Ready, summed over the batches (cpuByGroup).
+	cpu map[string]float64
 }
 
 // PodStart runs the pod-start scenario on cl: for each IPAM a macvlan
 // network of its own on one master, opts.Pods pods per IPAM in waves of
-// opts.Wave (IPAMs alternating wave by wave), then opts.Storm pods per
-// IPAM at once. Each batch is deleted, and its DELs seen, before the next.
+// opts.Wave (IPAMs alternating wave by wave), then opts.Storms storms of
+// opts.Storm pods per IPAM at once (IPAMs alternating storm by storm). Each batch is deleted, and its DELs seen, before the next.
 //
 // Times are taken by this process: creation is the moment the pod's Create
 // call is made, Ready and network-status are the moments a watch event
@@ -228,7 +244,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		for i := range names {
 			names[i] = fmt.Sprintf("%s-%s-r%d-%d", phase, ipam, round, i)
 		}
-		begin := time.Now()
+		begin, cpuBefore := time.Now(), sampleMachineCPU()
 		var wg sync.WaitGroup
 		errs := make([]error, n)
 		for i, name := range names {
@@ -250,6 +266,13 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 			timeout = 6 * time.Minute
 		}
 		notReady := obs.waitReady(ctx, names, timeout)
+		cpu := cpuByGroup(cpuBefore, sampleMachineCPU())
+		if s.cpu == nil {
+			s.cpu = map[string]float64{}
+		}
+		for g, ms := range cpu {
+			s.cpu[g] += ms
+		}
 		r, st := obs.times(names)
 		s.ready, s.netStatus = append(s.ready, r...), append(s.netStatus, st...)
 		s.notReady += len(notReady)
@@ -273,8 +296,8 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 				added[l.Container] = true
 			}
 		}
-		logf("%s %s round %d: %d pods, Ready p50 %.0f ms in %v%s", phase, ipam, round, n,
-			SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady))
+		logf("%s %s round %d: %d pods, Ready p50 %.0f ms in %v%s; CPU ms per pod: %s", phase, ipam, round, n,
+			SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), cpuNote(cpu, n))
 		// The next batch starts on a node that has finished this one:
 		// the pods gone and each sandbox's DEL seen.
 		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(podStartNamespace)); err != nil {
@@ -326,13 +349,38 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		}
 	}
 	if opts.Storm > 0 {
-		for i := range podStartIPAMs {
-			if err := batch("storm", podStartIPAMs[(rounds+i)%len(podStartIPAMs)], 0, opts.Storm); err != nil {
-				return podStartRows(samples), err
+		for r := range opts.Storms {
+			for i := range podStartIPAMs {
+				if err := batch("storm", podStartIPAMs[(rounds+r+i)%len(podStartIPAMs)], r, opts.Storm); err != nil {
+					return podStartRows(samples), err
+				}
 			}
 		}
 	}
 	return podStartRows(samples), nil
+}
+
+// cpuNote lists the groups' CPU per pod, the machine's first and then
+// the most first.
+func cpuNote(cpu map[string]float64, pods int) string {
+	gs := make([]string, 0, len(cpu))
+	for g := range cpu {
+		if g != "machine busy" {
+			gs = append(gs, g)
+		}
+	}
+	sort.Slice(gs, func(i, j int) bool { return cpu[gs[i]] > cpu[gs[j]] })
+	var b strings.Builder
+	fmt.Fprintf(&b, "machine busy %.1f", cpu["machine busy"]/float64(pods))
+	for _, g := range gs {
+		fmt.Fprintf(&b, ", %s %.1f", g, cpu[g]/float64(pods))
+	}
+	return b.String()
+}
+
+// cpuFigure is the figure of a group's CPU per pod.
+func cpuFigure(group string) string {
+	return "cpu_per_pod_ms_" + strings.NewReplacer(" ", "_", "-", "_").Replace(group)
 }
 
 func notReadyNote(names []string) string {
@@ -544,6 +592,11 @@ func podStartRows(samples map[string]*podSample) []Result {
 			"ipam_add_p50_ms": round3(aw.P50), "ipam_add_p90_ms": round3(aw.P90), "ipam_add_p99_ms": round3(aw.P99),
 			"ipam_add_cpu_ms_mean": round3(ac.Mean),
 		}
+		if pods := len(s.ready) + s.notReady; pods > 0 {
+			for g, ms := range s.cpu {
+				f[cpuFigure(g)] = round3(ms / float64(pods))
+			}
+		}
 		stats[k] = f
 		phase, ipam := splitKey(k)
 		rows = append(rows, Result{ID: "pod-start-" + phase + "-" + ipam, Name: fmt.Sprintf("pod start, %s, %s", phase, ipam),
@@ -557,7 +610,7 @@ func podStartRows(samples map[string]*podSample) []Result {
 				continue
 			}
 			f := map[string]float64{}
-			for _, m := range []string{"ready_p50_ms", "ready_p90_ms", "ready_p99_ms", "netstatus_p50_ms", "netstatus_p90_ms", "netstatus_p99_ms", "ipam_add_p50_ms", "ipam_add_p99_ms", "ipam_add_cpu_ms_mean"} {
+			for _, m := range []string{"ready_p50_ms", "ready_p90_ms", "ready_p99_ms", "netstatus_p50_ms", "netstatus_p90_ms", "netstatus_p99_ms", "ipam_add_p50_ms", "ipam_add_p99_ms", "ipam_add_cpu_ms_mean", cpuFigure("machine busy")} {
 				if o[m] > 0 {
 					f[m] = round3(t[m] / o[m])
 				}
