@@ -93,7 +93,7 @@ demo: control-plane cni-plugins build
 
 # The pod-start scenario runs on the real node (root): its own control plane
 # with controllers, the node, tenure rolled out from the image.
-bench: control-plane node-tools cni-plugins whereabouts build image
+bench: test-deps control-plane node-tools cni-plugins whereabouts build image
 	$(BIN)/tenurectl bench
 	$(BIN)/tenurectl bench --scenario pod-start --out out/bench-pod-start
 
