@@ -128,15 +128,25 @@ func cpuPerOp(before, after cpuSample, shimMs float64, ops int) (perOp map[strin
 }
 
 // procNameGroups are the groups a process of the real node is counted
-// in, by the name in /proc/PID/stat (at most 15 bytes: the kernel cuts
-// it there); any other name is "other".
-var procNameGroups = map[string]string{
-	"kube-apiserver": "kube-apiserver", "etcd": "etcd",
-	"kube-controller": "kube-controller-manager", "kube-scheduler": "kube-scheduler",
-	"kubelet": "kubelet", "containerd": "containerd", "containerd-shim": "containerd-shim",
-	"tenure-agent": "tenure-agent", "tenure-controll": "tenure-controller",
-	"multus-daemon": "multus", "multus-shim": "multus", "multus": "multus",
-	"tenurectl": "bench",
+// in, by the start of its name in /proc/PID/stat (the kernel cuts a name
+// at 15 bytes, and the cached binaries' names carry their version:
+// "kube-apiserver-", "etcd-v3.7.3"); the first that matches counts, and a
+// name none starts is "other".
+var procNameGroups = []struct{ prefix, group string }{
+	{"kube-apiserver", "kube-apiserver"}, {"etcd", "etcd"},
+	{"kube-controller", "kube-controller-manager"}, {"kube-scheduler", "kube-scheduler"},
+	{"kubelet", "kubelet"}, {"containerd-shim", "containerd-shim"}, {"containerd", "containerd"},
+	{"tenure-agent", "tenure-agent"}, {"tenure-controll", "tenure-controller"},
+	{"multus", "multus"}, {"tenurectl", "bench"},
+}
+
+func procGroup(name string) string {
+	for _, g := range procNameGroups {
+		if strings.HasPrefix(name, g.prefix) {
+			return g.group
+		}
+	}
+	return "other"
 }
 
 // machineCPU is the CPU used so far (ms) by each live process of the
@@ -172,9 +182,7 @@ func sampleMachineCPU() machineCPU {
 		}
 		g := "other"
 		if i, j := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')'); i >= 0 && j > i {
-			if n, ok := procNameGroups[line[i+1:j]]; ok {
-				g = n
-			}
+			g = procGroup(line[i+1 : j])
 		}
 		s.procs[pid] = procCPUUse{g, ms}
 	}

@@ -92,3 +92,17 @@ func TestSampleMachineCPUNamesThisProcess(t *testing.T) {
 		t.Errorf("this process %v ms, machine busy %v of %v ms", p.ms, s.busy, s.total)
 	}
 }
+
+func TestProcGroupReadsNamesAsTheKernelCutsThem(t *testing.T) {
+	for name, want := range map[string]string{
+		"kube-apiserver-": "kube-apiserver", "etcd-v3.7.3": "etcd", "kubelet-v1.37.2": "kubelet",
+		"kube-controller": "kube-controller-manager", "kube-scheduler-": "kube-scheduler",
+		"containerd-shim": "containerd-shim", "containerd-v2.1": "containerd", "containerd": "containerd",
+		"tenure-agent": "tenure-agent", "tenure-controll": "tenure-controller", "multus-daemon": "multus",
+		"runc": "other", "kube": "other",
+	} {
+		if got := procGroup(name); got != want {
+			t.Errorf("%q: got %q, want %q", name, got, want)
+		}
+	}
+}
