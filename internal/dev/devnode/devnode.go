@@ -189,6 +189,9 @@ type layout struct {
 	// PreexistingNetns are the entries of HostNetnsDir that are not the
 	// node's.
 	PreexistingNetns []string
+	// NetnsDirShared: the host's HostNetnsDir did not propagate mounts,
+	// and the node bound it on itself, shared (shareNetnsDir).
+	NetnsDirShared bool `json:",omitempty"`
 	// Sysctls are the values the kubelet changes, as they were before.
 	Sysctls map[string]string
 	// Isolated: the node runs in namespaces of its own (Options.Net),
@@ -477,6 +480,8 @@ func (node *Node) startRuntime(ctx context.Context, opts Options) error {
 		if err := node.startHolder(ctx, hs); err != nil {
 			return err
 		}
+	} else if err := n.shareNetnsDir(); err != nil {
+		return err
 	}
 	if err := node.installCNI(opts); err != nil {
 		return err

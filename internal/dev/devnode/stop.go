@@ -63,6 +63,9 @@ func stop(dir string) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := n.unshareNetnsDir(); err != nil {
+		errs = append(errs, err)
+	}
 	// 3. The node's cgroups, then the parents made to reach them.
 	for _, d := range n.cgroupDirs(hs) {
 		if err := removeCgroupTree(d); err != nil {
