@@ -20,11 +20,16 @@ func (s *Service) reconcileRoutes(bindings []Binding) {
 	have, err := s.tenureRoutes()
 	s.logErr("routes list", err, "cannot list routes", "netns", s.ns.String())
 	if err != nil {
+		s.routesLeft = -1
 		return
 	}
 	replace, remove := PlanRoutes(want, have)
+	s.routesLeft = len(want)
 	for _, r := range remove {
 		err := s.deleteRoute(r)
+		if err != nil {
+			s.routesLeft++
+		}
 		s.observeRoute(RouteRemove, err)
 		s.logErr("route del "+r.Prefix.String(), err, "cannot delete route", "route", r.String())
 		if err == nil {

@@ -104,6 +104,12 @@ type Service struct {
 	advertisers map[string]*advertiser // by interface
 	lastState   map[string]string      // pod|interface -> binding or skip, as last logged
 	lastErrs    map[string]string
+	// idle: the last reconcile saw no network served and left nothing of
+	// tenure's in place (no server, advertiser or route).
+	idle bool
+	// routesLeft are the routes the last reconcile wanted in the
+	// namespace and those it failed to remove (-1: the list failed).
+	routesLeft int
 }
 
 // New opens the dataplane namespace and reads the state file.
@@ -217,7 +223,10 @@ func (s *Service) Trigger() {
 }
 
 // Run reconciles on every Trigger and every Resync until ctx ends, then
-// stops the DHCPv6 servers (routes are left in place).
+// stops the DHCPv6 servers (routes are left in place). While no network
+// is served and nothing is in place, a Trigger has nothing to change: a
+// pod's events on a node without DHCPv6 (every pod of a storm, whatever
+// its IPAM) cost no pass over the pods; the Resync still makes one.
 func (s *Service) Run(ctx context.Context) {
 	s.log.Info("dataplane running", "netns", s.ns.String(), "resync", s.opts.Resync)
 	t := time.NewTicker(s.opts.Resync)
@@ -231,18 +240,34 @@ func (s *Service) Run(ctx context.Context) {
 		}
 		last := time.Now()
 		s.reconcile()
+		if !s.awaitWork(ctx, t.C, last) {
+			return
+		}
+	}
+}
+
+// awaitWork waits for what starts the next reconcile: the Resync, or a
+// Trigger that may change something, spaced triggerSpacing from last. It
+// returns false when ctx ends.
+func (s *Service) awaitWork(ctx context.Context, resync <-chan time.Time, last time.Time) bool {
+	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
+		case <-resync:
+			return true
 		case <-s.trigger:
+			if s.idle && len(s.Networks()) == 0 {
+				continue
+			}
 			if wait := triggerSpacing - time.Since(last); wait > 0 {
 				select {
 				case <-ctx.Done():
-					return
+					return false
 				case <-time.After(wait):
 				}
 			}
-		case <-t.C:
+			return true
 		}
 	}
 }
@@ -265,6 +290,7 @@ func (s *Service) reconcile() {
 	s.reconcileServers(networks)
 	s.reconcileAdvertisers(WantedAdvertisements(bindings, networks))
 	s.reconcileRoutes(bindings)
+	s.idle = len(networks) == 0 && len(s.servers) == 0 && len(s.advertisers) == 0 && s.routesLeft == 0
 }
 
 // logErr logs an error of one subject once until it changes or clears.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tenure-ipam/tenure/internal/config"
 )
 
 // countingSource records when each reconcile read the pods.
@@ -61,6 +63,9 @@ func TestTriggersOfABurstFoldIntoSpacedReconciles(t *testing.T) {
 	go func() { s.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	src.waitRead(t, time.Time{}) // the first reconcile, at start
+	// A network served (on an interface this host lacks: no server
+	// starts), so that a Trigger has something to reconcile.
+	s.Learn("san", &config.DHCPv6{Enabled: true, Interfaces: []string{"tnt-absent0"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
 
 	lone := time.Now()
 	s.Trigger()
@@ -79,4 +84,42 @@ func TestTriggersOfABurstFoldIntoSpacedReconciles(t *testing.T) {
 	if n, most := src.readsSince(begin), int(took/triggerSpacing)+2; n > most {
 		t.Errorf("%d reconciles for a burst of Triggers over %v, want at most %d (one per %v)", n, took, most, triggerSpacing)
 	}
+}
+
+// On a node where no network is served and nothing is in place, a
+// Trigger (every pod event of a storm, whatever the pods' IPAM) costs no
+// pass over the pods; once a network is served it does again, and so does
+// the first after the last network stops being served (its servers and
+// routes to take away).
+func TestTriggersWhileNoNetworkIsServedReconcileNothing(t *testing.T) {
+	src := &countingSource{}
+	s, err := New(Options{Source: src, Logger: quietLogger(), Resync: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	src.waitRead(t, time.Time{}) // the first reconcile, at start: it finds nothing in place
+
+	// A reconcile follows a lone Trigger at once when there is work, so
+	// three spacings of Triggers would have shown one.
+	idle := time.Now()
+	for time.Since(idle) < 3*triggerSpacing {
+		s.Trigger()
+		time.Sleep(5 * time.Millisecond)
+	}
+	served := time.Now()
+	s.Learn("san", &config.DHCPv6{Enabled: true, Interfaces: []string{"tnt-absent0"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
+	s.Trigger()
+	src.waitRead(t, served)
+	if n := src.readsSince(idle) - src.readsSince(served); n != 0 {
+		t.Errorf("%d reconciles for Triggers while no network was served, want 0", n)
+	}
+
+	unserved := time.Now()
+	s.Learn("san", nil)
+	s.Trigger()
+	src.waitRead(t, unserved)
 }
