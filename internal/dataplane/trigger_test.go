@@ -49,10 +49,10 @@ func (c *countingSource) waitRead(t *testing.T, after time.Time) {
 	}
 }
 
-// A lone Trigger reconciles; a burst of Triggers is folded into at most
-// one reconcile per triggerSpacing, and the last one of the burst is
-// still followed by a reconcile that sees what it announced.
-func TestTriggersOfABurstFoldIntoSpacedReconciles(t *testing.T) {
+// runCounted runs a Service whose resync is an hour away over a source
+// that counts the reconciles, until the test ends.
+func runCounted(t *testing.T) (*Service, *countingSource) {
+	t.Helper()
 	src := &countingSource{}
 	s, err := New(Options{Source: src, Logger: quietLogger(), Resync: time.Hour})
 	if err != nil {
@@ -62,6 +62,14 @@ func TestTriggersOfABurstFoldIntoSpacedReconciles(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return s, src
+}
+
+// A lone Trigger reconciles; a burst of Triggers is folded into at most
+// one reconcile per triggerSpacing, and the last one of the burst is
+// still followed by a reconcile that sees what it announced.
+func TestTriggersOfABurstFoldIntoSpacedReconciles(t *testing.T) {
+	s, src := runCounted(t)
 	src.waitRead(t, time.Time{}) // the first reconcile, at start
 	// A network served (on an interface this host lacks: no server
 	// starts), so that a Trigger has something to reconcile.
@@ -92,15 +100,7 @@ func TestTriggersOfABurstFoldIntoSpacedReconciles(t *testing.T) {
 // the first after the last network stops being served (its servers and
 // routes to take away).
 func TestTriggersWhileNoNetworkIsServedReconcileNothing(t *testing.T) {
-	src := &countingSource{}
-	s, err := New(Options{Source: src, Logger: quietLogger(), Resync: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s, src := runCounted(t)
 	src.waitRead(t, time.Time{}) // the first reconcile, at start: it finds nothing in place
 
 	// A reconcile follows a lone Trigger at once when there is work, so
