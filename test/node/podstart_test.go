@@ -15,9 +15,9 @@ import (
 // The pod-start benchmark, small: three pods per IPAM in one wave and two
 // storms of three, host-local, tenure and whereabouts alternating on the
 // real node. Every pod must be Ready with Multus' network-status, every
-// IPAM's ADDs timed, the machine's CPU per pod read, and the ratios of
-// tenure to the others computed; the figures themselves are logged, not
-// judged (three pods say nothing of p99).
+// IPAM's ADDs timed, the machine's CPU and the API requests per pod read,
+// and the ratios of tenure to the others computed; the figures themselves
+// are logged, not judged (three pods say nothing of p99).
 func TestPodStartBenchRunsEveryIPAMOnTheRealNode(t *testing.T) {
 	ctx := nodetest.Context(t, 10*time.Minute)
 	rows, err := bench.PodStart(ctx, bench.PodStartCluster{Config: cp.Config, Kubeconfig: cp.KubeconfigPath, Node: node, Dir: t.TempDir()},
@@ -50,6 +50,9 @@ func TestPodStartBenchRunsEveryIPAMOnTheRealNode(t *testing.T) {
 			}
 			// The node's own processes ran for these pods, within what the
 			// machine was busy.
+			if f["api_requests_per_pod"] < 1 { // the pod's create at least
+				t.Errorf("%s %s: %v API requests per pod", phase, ipam, f["api_requests_per_pod"])
+			}
 			busy := f["cpu_per_pod_ms_machine_busy"]
 			for _, g := range []string{"kubelet", "containerd", "kube_apiserver"} {
 				if v := f["cpu_per_pod_ms_"+g]; v <= 0 || v > busy {

@@ -143,6 +143,8 @@ type podSample struct {
 	// cpu is the CPU (ms) by process group from each batch's creates to
 	// its last pod Ready, summed over the batches (cpuByGroup).
 	cpu map[string]float64
+	// api is the API server's requests in the same spans, summed.
+	api RequestCounts
 }
 
 // PodStart runs the pod-start scenario on cl: for each IPAM a macvlan
@@ -244,6 +246,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		for i := range names {
 			names[i] = fmt.Sprintf("%s-%s-r%d-%d", phase, ipam, round, i)
 		}
+		apiBefore, apiErr := apiRequests(ctx, cs)
 		begin, cpuBefore := time.Now(), sampleMachineCPU()
 		var wg sync.WaitGroup
 		errs := make([]error, n)
@@ -267,8 +270,16 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		}
 		notReady := obs.waitReady(ctx, names, timeout)
 		cpu := cpuByGroup(cpuBefore, sampleMachineCPU())
+		apiAfter, err := apiRequests(ctx, cs)
+		if err = errors.Join(apiErr, err); err != nil {
+			return fmt.Errorf("the API server's request counts: %w", err)
+		}
+		api := apiAfter.Sub(apiBefore)
 		if s.cpu == nil {
-			s.cpu = map[string]float64{}
+			s.cpu, s.api = map[string]float64{}, RequestCounts{}
+		}
+		for k, v := range api {
+			s.api[k] += v
 		}
 		for g, ms := range cpu {
 			s.cpu[g] += ms
@@ -296,8 +307,9 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 				added[l.Container] = true
 			}
 		}
-		logf("%s %s round %d: %d pods, Ready p50 %.0f ms in %v%s; CPU ms per pod: %s", phase, ipam, round, n,
-			SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), cpuNote(cpu, n))
+		apiReqs, _ := splitWatchEvents(Cost(api).ByVerbResource)
+		logf("%s %s round %d: %d pods, Ready p50 %.0f ms in %v%s; CPU ms per pod: %s; API requests per pod: %s", phase, ipam, round, n,
+			SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
 		// The next batch starts on a node that has finished this one:
 		// the pods gone and each sandbox's DEL seen.
 		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(podStartNamespace)); err != nil {
@@ -358,6 +370,16 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		}
 	}
 	return podStartRows(samples), nil
+}
+
+// apiRequests reads the API server's request counters
+// (apiserver_request_total and the watch events sent).
+func apiRequests(ctx context.Context, cs kubernetes.Interface) (RequestCounts, error) {
+	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestCounts(string(b))
 }
 
 // cpuNote lists the groups' CPU per pod, the machine's first and then
@@ -596,6 +618,8 @@ func podStartRows(samples map[string]*podSample) []Result {
 			for g, ms := range s.cpu {
 				f[cpuFigure(g)] = round3(ms / float64(pods))
 			}
+			c := Cost(s.api)
+			f["api_requests_per_pod"], f["api_writes_per_pod"] = round3(c.Requests/float64(pods)), round3(c.Writes/float64(pods))
 		}
 		stats[k] = f
 		phase, ipam := splitKey(k)
@@ -610,7 +634,7 @@ func podStartRows(samples map[string]*podSample) []Result {
 				continue
 			}
 			f := map[string]float64{}
-			for _, m := range []string{"ready_p50_ms", "ready_p90_ms", "ready_p99_ms", "netstatus_p50_ms", "netstatus_p90_ms", "netstatus_p99_ms", "ipam_add_p50_ms", "ipam_add_p99_ms", "ipam_add_cpu_ms_mean", cpuFigure("machine busy")} {
+			for _, m := range []string{"ready_p50_ms", "ready_p90_ms", "ready_p99_ms", "netstatus_p50_ms", "netstatus_p90_ms", "netstatus_p99_ms", "ipam_add_p50_ms", "ipam_add_p99_ms", "ipam_add_cpu_ms_mean", cpuFigure("machine busy"), "api_requests_per_pod"} {
 				if o[m] > 0 {
 					f[m] = round3(t[m] / o[m])
 				}
