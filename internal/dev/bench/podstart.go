@@ -150,7 +150,8 @@ type podSample struct {
 // PodStart runs the pod-start scenario on cl: for each IPAM a macvlan
 // network of its own on one master, opts.Pods pods per IPAM in waves of
 // opts.Wave (IPAMs alternating wave by wave), then opts.Storms storms of
-// opts.Storm pods per IPAM at once (IPAMs alternating storm by storm). Each batch is deleted, and its DELs seen, before the next.
+// opts.Storm pods per IPAM at once (IPAMs alternating storm by storm).
+// Each batch is deleted, and its DELs seen, before the next.
 //
 // Times are taken by this process: creation is the moment the pod's Create
 // call is made, Ready and network-status are the moments a watch event
@@ -246,7 +247,10 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		for i := range names {
 			names[i] = fmt.Sprintf("%s-%s-r%d-%d", phase, ipam, round, i)
 		}
-		apiBefore, apiErr := apiRequests(ctx, cs)
+		apiBefore, err := apiRequests(ctx, cs)
+		if err != nil {
+			return fmt.Errorf("the API server's request counts: %w", err)
+		}
 		begin, cpuBefore := time.Now(), sampleMachineCPU()
 		var wg sync.WaitGroup
 		errs := make([]error, n)
@@ -271,7 +275,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		notReady := obs.waitReady(ctx, names, timeout)
 		cpu := cpuByGroup(cpuBefore, sampleMachineCPU())
 		apiAfter, err := apiRequests(ctx, cs)
-		if err = errors.Join(apiErr, err); err != nil {
+		if err != nil {
 			return fmt.Errorf("the API server's request counts: %w", err)
 		}
 		api := apiAfter.Sub(apiBefore)

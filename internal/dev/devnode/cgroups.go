@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -26,24 +27,16 @@ type hierarchy struct {
 
 // hierarchies lists the cgroup hierarchies mounted in this mount namespace.
 func hierarchies() ([]hierarchy, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var hs []hierarchy
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		fields := strings.Fields(sc.Text())
+	err := eachMount(func(fields []string) {
 		sep := slices.Index(fields, "-")
 		if sep < 0 || len(fields) < sep+4 {
-			continue
+			return
 		}
 		fstype, super := fields[sep+1], fields[sep+3]
 		if (fstype != "cgroup" && fstype != "cgroup2") || fields[3] != "/" || seen[fields[4]] {
-			continue
+			return
 		}
 		seen[fields[4]] = true
 		h := hierarchy{Mount: fields[4], V2: fstype == "cgroup2"}
@@ -55,8 +48,8 @@ func hierarchies() ([]hierarchy, error) {
 			}
 		}
 		hs = append(hs, h)
-	}
-	return hs, sc.Err()
+	})
+	return hs, err
 }
 
 // ownMemoryCgroup is the cgroup path this process has in the memory
@@ -257,25 +250,39 @@ func hasV1(hs []hierarchy) bool {
 // mountsUnder lists the mount points at or below dir, deepest (latest)
 // first.
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+	err := eachMount(func(fields []string) {
 		if len(fields) < 5 {
-			continue
+			return
 		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+		if mp := unescapeMountinfo(fields[4]); mp == dir || strings.HasPrefix(mp, dir+"/") {
 			mounts = append(mounts, mp)
 		}
-	}
+	})
 	slices.Reverse(mounts)
-	return mounts, sc.Err()
+	return mounts, err
+}
+
+// eachMount calls f with the fields of each line of this mount
+// namespace's mountinfo, in order (readMounts).
+func eachMount(f func(fields []string)) error {
+	file, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	return readMounts(file, f)
+}
+
+// readMounts calls f with the fields of each line of a mountinfo: id
+// parent major:minor root mountpoint options [optional...] - fstype
+// source superoptions.
+func readMounts(mountinfo io.Reader, f func(fields []string)) error {
+	sc := bufio.NewScanner(mountinfo)
+	for sc.Scan() {
+		f(strings.Fields(sc.Text()))
+	}
+	return sc.Err()
 }
 
 // unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).

@@ -1,7 +1,6 @@
 package devnode
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -19,16 +18,13 @@ import (
 // neither.
 func propagates(mountinfo io.Reader, dir string) (bool, error) {
 	best, ok := "", false
-	sc := bufio.NewScanner(mountinfo)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - ...
-		f := strings.Fields(sc.Text())
+	err := readMounts(mountinfo, func(f []string) {
 		if len(f) < 7 {
-			continue
+			return
 		}
 		mp := unescapeMountinfo(f[4])
 		if !(mp == dir || mp == "/" || strings.HasPrefix(dir, mp+"/")) || len(mp) < len(best) {
-			continue
+			return
 		}
 		best, ok = mp, false // a later mount on the same point hides the earlier
 		for _, opt := range f[6:] {
@@ -39,11 +35,11 @@ func propagates(mountinfo io.Reader, dir string) (bool, error) {
 				ok = true
 			}
 		}
+	})
+	if err == nil && best == "" {
+		err = fmt.Errorf("devnode: no mount holds %s", dir)
 	}
-	if best == "" {
-		return false, fmt.Errorf("devnode: no mount holds %s", dir)
-	}
-	return ok, sc.Err()
+	return ok, err
 }
 
 // shareNetnsDir makes HostNetnsDir a shared mount of its own when the
