@@ -109,7 +109,9 @@ func presenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMCl
 // owner's UID must be the claim's (claim: the claim spec.owner names, nil
 // when it does not exist; pods: the pods of node in its namespace). The
 // owner-UID label, by which the agent and controller find a claim's
-// reservations, must be spec.owner.uid.
+// reservations, must be spec.owner.uid (deploy/policy checks it too, and
+// is all that judges a pod's reservation: deploy/webhook does not send
+// those).
 func ReservationCreate(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod) Verdict {
 	o := r.Spec.Owner
 	if got := r.Labels[reservation.LabelOwnerUID]; got != o.UID {

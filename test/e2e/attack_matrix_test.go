@@ -195,6 +195,13 @@ func TestAgentAttackMatrix(t *testing.T) {
 	ownOwn := heldFor(a.node, network, "10.90.0.10", nil, podA.Name)
 	ownOwn.Spec.Owner.Namespace, ownOwn.Spec.Owner.UID, ownOwn.Spec.Owner.PodUID = ns, string(podA.UID), string(podA.UID)
 	ownRes := rsv(reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.90.0.10/32"), Range: "10.90.0.0/24", Owner: ownOwn.Spec.Owner}))
+	// A reservation of A's pod at addr that carries c's UID as its owner label.
+	labelledAs := func(r *tenurev1alpha1.IPReservation, addr string, c *ipamclaimsv1alpha1.IPAMClaim) *tenurev1alpha1.IPReservation {
+		a := netip.MustParseAddr(addr)
+		l := rsv(reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(a, a.BitLen()), Range: "10.90.0.0/24", Owner: r.Spec.Owner}))
+		l.Labels[reservation.LabelOwnerUID] = string(c.UID)
+		return l
+	}
 	claimARes := claimHeld(a.node, "10.90.0.11", claimA, "launcher-a")
 	rollbackRes := claimHeld(a.node, "10.90.0.12", claimA, "launcher-a")
 	lease := map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": map[string]any{"name": b.node, "namespace": "kube-node-lease"}}
@@ -221,6 +228,7 @@ func TestAgentAttackMatrix(t *testing.T) {
 		R("claim of B's VM", "ipreservations", "create", "hole 3: reserve for B's VM's claim as itself", http.MethodPost, resPath, "", claimHeld(a.node, "10.90.0.21", claimB, "launcher-b"), "reservation-claim-presented"),
 		R("claim not yet used", "ipreservations", "create", "hole 3: reserve for a claim no pod uses", http.MethodPost, resPath, "", claimHeld(a.node, "10.90.0.22", unused, "launcher-a"), "reservation-claim-presented"),
 		R("sticky claim of B's pod", "ipreservations", "create", "hole 3: reserve for B's sticky claim", http.MethodPost, resPath, "", claimHeld(a.node, "10.90.0.23", stickyB, db0.Name), "reservation-claim-presented"),
+		R("claim of B's VM", "ipreservations", "create", "hole 4: its pod's address labelled as B's VM's claim's", http.MethodPost, resPath, "", labelledAs(ownRes, "10.90.0.24", claimB), "reservation-owner-label"),
 		R("B's pod's reservation", "ipreservations", "update", "rewrite B's reservation", http.MethodPut, resPath+"/"+resB.Name, "", rsv(resB), "rbac"),
 		R("B's pod's reservation", "ipreservations", "patch (merge)", "relabel B's reservation", http.MethodPatch, resPath+"/"+resB.Name, merge, labels, "rbac"),
 		R("B's pod's reservation", "ipreservations", "patch (JSON)", "re-own B's reservation", http.MethodPatch, resPath+"/"+resB.Name, jsonPatch, jp("/spec/owner/node", a.node), "rbac"),

@@ -185,6 +185,21 @@ func TestNodeRestrictionOnReservations(t *testing.T) {
 	delete(unlabelled.Labels, reservation.LabelNode)
 	wantRefused(t, "A creates a reservation without a node label", a.c.Create(ctx, unlabelled), "reservation-create-own-node")
 
+	// The owner-UID label finds a claim's reservations: a pod's reservation
+	// labelled with a claim's UID would pass for the claim's. The policy
+	// refuses it from the request alone; the webhook never sees a pod's
+	// reservation.
+	mislabelled := heldBy(a.node, network, "10.77.0.2", nil)
+	mislabelled.Labels[reservation.LabelOwnerUID] = string(claim.UID)
+	err := a.c.Create(ctx, mislabelled)
+	wantRefused(t, "A creates its pod's reservation labelled with a claim's UID", err, "reservation-owner-label")
+	if err != nil && !strings.Contains(err.Error(), testbed.AgentPolicyName) {
+		t.Errorf("a pod's mislabelled reservation refused by %v, want the policy %s", err, testbed.AgentPolicyName)
+	}
+	unlabelledOwner := heldBy(a.node, network, "10.77.0.2", nil)
+	delete(unlabelledOwner.Labels, reservation.LabelOwnerUID)
+	wantRefused(t, "A creates its pod's reservation without the owner-UID label", a.c.Create(ctx, unlabelledOwner), "reservation-owner-label")
+
 	theirs := heldBy(b.node, network, "10.77.0.3", nil)
 	wantAllowed(t, "B creates a reservation of node B", b.c.Create(ctx, theirs))
 	wantRefused(t, "A deletes a reservation of node B", a.c.Delete(ctx, theirs.DeepCopy()), "reservation-delete-own-node")
@@ -198,6 +213,9 @@ func TestNodeRestrictionOnReservations(t *testing.T) {
 
 	// An ADD that lost the race for a claim's status rolls back what it
 	// made for the claim: the agent's own node's, just made.
+	claimMislabelled := heldFor(a.node, network, "10.77.0.5", claim, onA)
+	claimMislabelled.Labels[reservation.LabelOwnerUID] = "00000000-0000-4000-8000-000000000000"
+	wantRefused(t, "A creates a claim's reservation labelled with another UID", a.c.Create(ctx, claimMislabelled), "reservation-owner-label")
 	rollback := heldFor(a.node, network, "10.77.0.5", claim, onA)
 	wantAllowed(t, "A creates a claim's reservation", a.c.Create(ctx, rollback))
 	wantAllowed(t, "A rolls back the claim's reservation it made", a.c.Delete(ctx, rollback, client.Preconditions{UID: &rollback.UID}))
