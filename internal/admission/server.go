@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -146,21 +147,22 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 			return Verdict{}, fmt.Errorf("decoding the reservation: %w", err)
 		}
 		o := r.Spec.Owner
-		var claim *ipamclaimsv1alpha1.IPAMClaim
-		var pods []corev1.Pod
-		if o.Kind == tenurev1alpha1.OwnerIPAMClaim {
-			var err error
-			if claim, err = h.claim(ctx, o.Namespace, o.Name); err != nil {
-				return Verdict{}, err
+		decide := func(pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) Verdict {
+			if op == admissionv1.Create {
+				return ReservationCreate(node, r, claim, pods)
 			}
-			if pods, err = h.podsOn(ctx, o.Namespace, node); err != nil {
-				return Verdict{}, err
-			}
+			return ReservationDelete(node, r, claim, pods)
 		}
-		if op == admissionv1.Create {
-			return ReservationCreate(node, r, claim, pods), nil
+		if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
+			return decide(nil, nil), nil
 		}
-		return ReservationDelete(node, r, claim, pods), nil
+		claim, err := h.claim(ctx, o.Namespace, o.Name)
+		if err != nil {
+			return Verdict{}, err
+		}
+		return h.namedPodsFirst(ctx, o.Namespace, node, []string{o.PodName}, func(pods []corev1.Pod) (Verdict, error) {
+			return decide(pods, claim), nil
+		})
 
 	case res.Group == ipamclaimsv1alpha1.GroupVersion.Group && res.Resource == "ipamclaims" && req.SubResource == "" && op == admissionv1.Create:
 		c := &ipamclaimsv1alpha1.IPAMClaim{}
@@ -187,20 +189,28 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 		if err := json.Unmarshal(req.Object.Raw, c); err != nil {
 			return Verdict{}, fmt.Errorf("decoding the claim: %w", err)
 		}
-		var f ClaimStatus
-		var err error
-		if f.Pods, err = h.podsOn(ctx, c.Namespace, node); err != nil {
+		owned, err := h.ownedBy(ctx, string(c.UID))
+		if err != nil {
 			return Verdict{}, err
 		}
-		if f.Owned, err = h.ownedBy(ctx, string(c.UID)); err != nil {
-			return Verdict{}, err
-		}
-		if from, to := ownerPod(old), ownerPod(c); from != "" && to != "" && from != to {
-			if f.VMI, err = h.vmiOf(ctx, c, to, f.Pods); err != nil {
-				return Verdict{}, err
+		// The pods a status write names: its ownerPod, and those whose ADDs
+		// made the claim's items on this node.
+		named := []string{ownerPod(c)}
+		for i := range owned {
+			if o := owned[i].Spec.Owner; o.Node == node {
+				named = append(named, o.PodName)
 			}
 		}
-		return ClaimStatusUpdate(node, old, c, f), nil
+		return h.namedPodsFirst(ctx, c.Namespace, node, named, func(pods []corev1.Pod) (Verdict, error) {
+			f := ClaimStatus{Pods: pods, Owned: owned}
+			if from, to := ownerPod(old), ownerPod(c); from != "" && to != "" && from != to {
+				var err error
+				if f.VMI, err = h.vmiOf(ctx, c, to, f.Pods); err != nil {
+					return Verdict{}, err
+				}
+			}
+			return ClaimStatusUpdate(node, old, c, f), nil
+		})
 
 	case (res.Group == "" || res.Group == "events.k8s.io") && res.Resource == "events" && req.SubResource == "" &&
 		(op == admissionv1.Create || op == admissionv1.Update):
@@ -284,6 +294,42 @@ func (h *Handler) claim(ctx context.Context, namespace, name string) (*ipamclaim
 		return nil, fmt.Errorf("reading IPAMClaim %s/%s: %w", namespace, name, err)
 	}
 	return c, nil
+}
+
+// namedPodsFirst decides on the pods of node in namespace that the request
+// names (GETs) before all of them (a LIST): decide, on a subset of the
+// node's pods, allows only what it allows on all of them (each rule reads
+// pods for one that presents a claim, or is a given one; no pod makes it
+// refuse), so what the named pods allow stands, and a refusal is decided
+// again on all of them. The same verdict as the LIST alone, without its
+// wait: the API server serves a LIST from its watch cache once the cache
+// has caught up with etcd, and while anything else is written that takes
+// it a progress notification from etcd, tens of milliseconds (a GET is
+// read from etcd at once).
+func (h *Handler) namedPodsFirst(ctx context.Context, namespace, node string, names []string, decide func([]corev1.Pod) (Verdict, error)) (Verdict, error) {
+	var named []corev1.Pod
+	for i, name := range names {
+		if name == "" || slices.Contains(names[:i], name) {
+			continue
+		}
+		p, err := h.pod(ctx, namespace, name)
+		if err != nil {
+			return Verdict{}, err
+		}
+		if p != nil && p.Spec.NodeName == node {
+			named = append(named, *p)
+		}
+	}
+	if len(named) > 0 {
+		if v, err := decide(named); err != nil || v.Allowed {
+			return v, err
+		}
+	}
+	pods, err := h.podsOn(ctx, namespace, node)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return decide(pods)
 }
 
 // podsOn lists the pods of node in namespace (a field selector the API

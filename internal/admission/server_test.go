@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -133,5 +135,59 @@ func BenchmarkDecideClaimStatus(b *testing.B) {
 		if v := ClaimStatusUpdate("a", old, c, ClaimStatus{Pods: pods, Owned: owned}); !v.Allowed {
 			b.Fatal(v.Message)
 		}
+	}
+}
+
+// The pods a request names are read first, and the node's pods are listed
+// only when those do not make the rules allow: a claim's ADD (its
+// reservations' creates and the status write) reads no LIST, a refusal
+// and a rollback whose pod is gone do, and each verdict is the one the
+// rules give on the LIST.
+func TestNamedPodsAreReadBeforeTheNodesPods(t *testing.T) {
+	vm := claimObj("vm")
+	launcher, other, elsewhere := podOn("launcher-a", "a", "vm"), podOn("launcher-a2", "a", "vm"), podOn("launcher-b", "b", "vm")
+	agentOn := authenticationv1.UserInfo{Username: "system:serviceaccount:ipam:tenure-agent",
+		Extra: map[string]authenticationv1.ExtraValue{extraPodName: {"tenure-agent-x"}, extraNodeName: {"a"}}}
+	reservationReq := func(op admissionv1.Operation, r *tenurev1alpha1.IPReservation) *admissionv1.AdmissionRequest {
+		req := &admissionv1.AdmissionRequest{Operation: op, Name: r.Name, Resource: metaGVR("ipam.tenure.dev", "ipreservations"), UserInfo: agentOn}
+		if op == admissionv1.Delete {
+			req.OldObject = raw(t, r)
+		} else {
+			req.Object = raw(t, r)
+		}
+		return req
+	}
+	heldByGone := res("10.0.0.3/32", "a", vm, "launcher-gone")
+	for _, tc := range []struct {
+		name  string
+		req   *admissionv1.AdmissionRequest
+		rule  string
+		lists int
+	}{
+		{"a reservation for the claim its pod presents", reservationReq(admissionv1.Create, res("10.0.0.2/32", "a", vm, "launcher-a")), "", 0},
+		{"the status write recording it", &admissionv1.AdmissionRequest{Operation: admissionv1.Update, SubResource: "status", Namespace: ns, Name: "vm",
+			Resource: metaGVR("k8s.cni.cncf.io", "ipamclaims"), UserInfo: agentOn, Object: raw(t, withOwner(claimObj("vm", "10.0.0.2/24"), "launcher-a")), OldObject: raw(t, vm)}, "", 0},
+		{"a reservation naming another node's pod", reservationReq(admissionv1.Create, res("10.0.0.4/32", "a", vm, "launcher-b")), RuleReservationClaim, 1},
+		{"a rollback whose pod is gone while another of the node presents the claim", reservationReq(admissionv1.Delete, heldByGone), "", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lists := 0
+			c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(vm, &launcher, &other, &elsewhere, res("10.0.0.2/32", "a", vm, "launcher-a")).
+				WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+				WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+					if _, ok := l.(*corev1.PodList); ok {
+						lists++
+					}
+					return c.List(ctx, l, opts...)
+				}}).Build()
+			v := (&Handler{Reader: c}).Judge(t.Context(), tc.req)
+			check(t, tc.name, v, tc.rule)
+			if lists != tc.lists {
+				t.Errorf("%d LISTs of pods, want %d", lists, tc.lists)
+			}
+			if tc.rule == RuleReservationClaim && !strings.Contains(v.Message, "launcher-a, launcher-a2") {
+				t.Errorf("the refusal names no presenting pods of the node: %s", v.Message)
+			}
+		})
 	}
 }
