@@ -145,18 +145,30 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		}
 	}
 	used := map[netip.Prefix]bool{}
-	// The claim's items may lie in blocks no window of this node holds
-	// (the VM came from another node): ask the API server.
-	owned, err := a.store.HeldBy(ctx, string(claim.UID))
-	if err != nil {
-		return nil, false, err
-	}
 	// An item the status does not record (an ADD died before recording,
 	// or a CRD without status.delegatedPrefixes dropped the record) is
-	// adopted, never allocated again. In name order, which for prefixes of
-	// one length is address order, every node adopts the one the
-	// dataplane serves.
-	slices.SortFunc(owned, func(x, y *tenurev1alpha1.IPReservation) int { return strings.Compare(x.Name, y.Name) })
+	// adopted, never allocated again. It may lie in blocks no window of
+	// this node holds (the VM came from another node): ask the API
+	// server, and only for a slot the status leaves empty, since that
+	// LIST waits for the API server's watch cache to catch up with etcd
+	// (tens of ms while anything else is written), and the ADDs of a
+	// migration target or a restarted VM find every slot recorded. In
+	// name order, which for prefixes of one length is address order,
+	// every node adopts the one the dataplane serves.
+	var owned []*tenurev1alpha1.IPReservation
+	read := false
+	heldBy := func() error {
+		if read {
+			return nil
+		}
+		var err error
+		if owned, err = a.store.HeldBy(ctx, string(claim.UID)); err != nil {
+			return err
+		}
+		read = true
+		slices.SortFunc(owned, func(x, y *tenurev1alpha1.IPReservation) int { return strings.Compare(x.Name, y.Name) })
+		return nil
+	}
 	for i, s := range ss {
 		if want := wants[i]; len(want) > 0 {
 			item := want[0]
@@ -169,6 +181,9 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			continue
 		}
 		fresh = true
+		if err := heldBy(); err != nil {
+			return nil, false, err
+		}
 		if s.requested.IsValid() {
 			r, err := a.alloc.For(s.scope, s.space).Allocate(ctx, s.requestedItem(), tmpl)
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -705,4 +706,29 @@ func grepLines(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestClaimListedOnlyForASlotNothingRecords: the first ADD of a claim
+// asks the API server for the claim's unrecorded items (to adopt what an
+// ADD that died left); the migration target's ADD, whose every slot the
+// status records, asks nothing and gets the same items.
+func TestClaimListedOnlyForASlotNothingRecords(t *testing.T) {
+	h := startAgent(t, ipamClaim("vm1", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{}), claimPod("virt-launcher-src", "vm1"), claimPod("virt-launcher-dst", "vm1"))
+	var lists atomic.Int64
+	h.fake.SetBeforeList(func(_ context.Context, l client.ObjectList, opts ...client.ListOption) error {
+		o := &client.ListOptions{}
+		o.ApplyOptions(opts)
+		if _, ok := l.(*metav1.PartialObjectMetadataList); ok && o.LabelSelector != nil && strings.Contains(o.LabelSelector.String(), reservation.LabelOwnerUID) {
+			lists.Add(1)
+		}
+		return nil
+	})
+	src := ips(t, h.do(call{cmd: "ADD", ctr: "src", pod: "virt-launcher-src", conf: vmNet}))
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("the claim's first ADD listed its reservations %d times, want 1", n)
+	}
+	dst := ips(t, h.do(call{cmd: "ADD", ctr: "dst", pod: "virt-launcher-dst", conf: vmNet}))
+	if n := lists.Load(); n != 1 || !slices.Equal(src, dst) {
+		t.Fatalf("the migration target got %v (source %v) after %d lists in all, want the source's with none of its own", dst, src, n)
+	}
 }
