@@ -194,7 +194,8 @@ type ClaimStatus struct {
 	Pods []corev1.Pod
 	// Owned are the reservations whose owner-UID label is the claim's UID,
 	// read from the API server (not a cache: the agent records an item
-	// right after creating it).
+	// right after creating it); needed only where the update adds items
+	// (AddsItems).
 	Owned []tenurev1alpha1.IPReservation
 	// VMI is the KubeVirt VirtualMachineInstance of the claim and its new
 	// ownerPod where the API serves VMIs and one runs on a node (VMOf);
@@ -227,19 +228,17 @@ func ClaimStatusUpdate(node string, old, new *ipamclaimsv1alpha1.IPAMClaim, f Cl
 		}
 	}
 	var unowned []string
-	oldRec, _ := claims.ParseStatus(old.Status)
-	newRec, bad := claims.ParseStatus(new.Status)
+	addrs, prefixes, bad := added(old, new)
 	if len(bad) > 0 {
 		return deny(RuleClaimStatusItemsOwned, "IPAMClaim %s: unparsable %s", key, strings.Join(bad, ", "))
 	}
-	for _, p := range newRec.Addresses {
-		if !slices.ContainsFunc(oldRec.Addresses, func(o netip.Prefix) bool { return o.Addr() == p.Addr() }) &&
-			!ownsItem(f.Owned, new, func(item netip.Prefix) bool { return item.Addr() == p.Addr() }) {
+	for _, p := range addrs {
+		if !ownsItem(f.Owned, new, func(item netip.Prefix) bool { return item.Addr() == p.Addr() }) {
 			unowned = append(unowned, p.String())
 		}
 	}
-	for _, p := range newRec.Prefixes {
-		if !slices.Contains(oldRec.Prefixes, p) && !ownsItem(f.Owned, new, func(item netip.Prefix) bool { return item == p }) {
+	for _, p := range prefixes {
+		if !ownsItem(f.Owned, new, func(item netip.Prefix) bool { return item == p }) {
 			unowned = append(unowned, p.String())
 		}
 	}
@@ -248,6 +247,33 @@ func ClaimStatusUpdate(node string, old, new *ipamclaimsv1alpha1.IPAMClaim, f Cl
 			key, new.UID, strings.Join(unowned, ", "))
 	}
 	return Allow()
+}
+
+// added are the addresses and prefixes the status of new records that
+// the status of old does not (an address by its IP), and what of new's
+// cannot be parsed.
+func added(old, new *ipamclaimsv1alpha1.IPAMClaim) (addrs, prefixes []netip.Prefix, bad []string) {
+	oldRec, _ := claims.ParseStatus(old.Status)
+	newRec, bad := claims.ParseStatus(new.Status)
+	for _, p := range newRec.Addresses {
+		if !slices.ContainsFunc(oldRec.Addresses, func(o netip.Prefix) bool { return o.Addr() == p.Addr() }) {
+			addrs = append(addrs, p)
+		}
+	}
+	for _, p := range newRec.Prefixes {
+		if !slices.Contains(oldRec.Prefixes, p) {
+			prefixes = append(prefixes, p)
+		}
+	}
+	return addrs, prefixes, bad
+}
+
+// AddsItems reports whether a status update from old to new records an
+// item old does not, or something unparsable: only then is it judged on
+// the claim's reservations (ClaimStatus.Owned).
+func AddsItems(old, new *ipamclaimsv1alpha1.IPAMClaim) bool {
+	addrs, prefixes, bad := added(old, new)
+	return len(addrs)+len(prefixes)+len(bad) > 0
 }
 
 func ownerPod(c *ipamclaimsv1alpha1.IPAMClaim) string {

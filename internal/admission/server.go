@@ -189,9 +189,15 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 		if err := json.Unmarshal(req.Object.Raw, c); err != nil {
 			return Verdict{}, fmt.Errorf("decoding the claim: %w", err)
 		}
-		owned, err := h.ownedBy(ctx, string(c.UID))
-		if err != nil {
-			return Verdict{}, err
+		// The claim's reservations, where the update adds items: a LIST,
+		// which waits on the watch cache as the pods' does, and the ADDs
+		// of a migration target or a restarted VM add none.
+		var owned []tenurev1alpha1.IPReservation
+		if AddsItems(old, c) {
+			var err error
+			if owned, err = h.ownedBy(ctx, string(c.UID)); err != nil {
+				return Verdict{}, err
+			}
 		}
 		// The pods a status write names: its ownerPod, and those whose ADDs
 		// made the claim's items on this node.

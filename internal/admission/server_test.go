@@ -140,9 +140,10 @@ func BenchmarkDecideClaimStatus(b *testing.B) {
 
 // The pods a request names are read first, and the node's pods are listed
 // only when those do not make the rules allow: a claim's ADD (its
-// reservations' creates and the status write) reads no LIST, a refusal
+// reservations' creates and the status write) lists no pods, a refusal
 // and a rollback whose pod is gone do, and each verdict is the one the
-// rules give on the LIST.
+// rules give on the LIST. The claim's reservations are listed only for a
+// status write that adds items.
 func TestNamedPodsAreReadBeforeTheNodesPods(t *testing.T) {
 	vm := claimObj("vm")
 	launcher, other, elsewhere := podOn("launcher-a", "a", "vm"), podOn("launcher-a2", "a", "vm"), podOn("launcher-b", "b", "vm")
@@ -158,32 +159,40 @@ func TestNamedPodsAreReadBeforeTheNodesPods(t *testing.T) {
 		return req
 	}
 	heldByGone := res("10.0.0.3/32", "a", vm, "launcher-gone")
+	statusReq := func(old, new *ipamclaimsv1alpha1.IPAMClaim) *admissionv1.AdmissionRequest {
+		return &admissionv1.AdmissionRequest{Operation: admissionv1.Update, SubResource: "status", Namespace: ns, Name: "vm",
+			Resource: metaGVR("k8s.cni.cncf.io", "ipamclaims"), UserInfo: agentOn, Object: raw(t, new), OldObject: raw(t, old)}
+	}
+	recorded := withOwner(claimObj("vm", "10.0.0.2/24"), "launcher-b")
 	for _, tc := range []struct {
-		name  string
-		req   *admissionv1.AdmissionRequest
-		rule  string
-		lists int
+		name               string
+		req                *admissionv1.AdmissionRequest
+		rule               string
+		podLists, resLists int
 	}{
-		{"a reservation for the claim its pod presents", reservationReq(admissionv1.Create, res("10.0.0.2/32", "a", vm, "launcher-a")), "", 0},
-		{"the status write recording it", &admissionv1.AdmissionRequest{Operation: admissionv1.Update, SubResource: "status", Namespace: ns, Name: "vm",
-			Resource: metaGVR("k8s.cni.cncf.io", "ipamclaims"), UserInfo: agentOn, Object: raw(t, withOwner(claimObj("vm", "10.0.0.2/24"), "launcher-a")), OldObject: raw(t, vm)}, "", 0},
-		{"a reservation naming another node's pod", reservationReq(admissionv1.Create, res("10.0.0.4/32", "a", vm, "launcher-b")), RuleReservationClaim, 1},
-		{"a rollback whose pod is gone while another of the node presents the claim", reservationReq(admissionv1.Delete, heldByGone), "", 1},
+		{"a reservation for the claim its pod presents", reservationReq(admissionv1.Create, res("10.0.0.2/32", "a", vm, "launcher-a")), "", 0, 0},
+		{"the status write recording it", statusReq(vm, withOwner(claimObj("vm", "10.0.0.2/24"), "launcher-a")), "", 0, 1},
+		{"a migration target's status write: ownerPod moves, no item added", statusReq(recorded, withOwner(claimObj("vm", "10.0.0.2/24"), "launcher-a")), "", 0, 0},
+		{"a reservation naming another node's pod", reservationReq(admissionv1.Create, res("10.0.0.4/32", "a", vm, "launcher-b")), RuleReservationClaim, 1, 0},
+		{"a rollback whose pod is gone while another of the node presents the claim", reservationReq(admissionv1.Delete, heldByGone), "", 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lists := 0
+			podLists, resLists := 0, 0
 			c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(vm, &launcher, &other, &elsewhere, res("10.0.0.2/32", "a", vm, "launcher-a")).
 				WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 				WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
-					if _, ok := l.(*corev1.PodList); ok {
-						lists++
+					switch l.(type) {
+					case *corev1.PodList:
+						podLists++
+					case *tenurev1alpha1.IPReservationList:
+						resLists++
 					}
 					return c.List(ctx, l, opts...)
 				}}).Build()
 			v := (&Handler{Reader: c}).Judge(t.Context(), tc.req)
 			check(t, tc.name, v, tc.rule)
-			if lists != tc.lists {
-				t.Errorf("%d LISTs of pods, want %d", lists, tc.lists)
+			if podLists != tc.podLists || resLists != tc.resLists {
+				t.Errorf("%d LISTs of pods and %d of reservations, want %d and %d", podLists, resLists, tc.podLists, tc.resLists)
 			}
 			if tc.rule == RuleReservationClaim && !strings.Contains(v.Message, "launcher-a, launcher-a2") {
 				t.Errorf("the refusal names no presenting pods of the node: %s", v.Message)

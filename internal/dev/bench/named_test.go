@@ -111,7 +111,7 @@ func TestWebhookScenarioReportsTheAddedTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	reviews := map[string]float64{}
-	for _, id := range []string{"webhook-off-add-claim", "webhook-off-add-pod", "webhook-on-add-claim", "webhook-on-add-pod"} {
+	for _, id := range []string{"webhook-off-add-claim", "webhook-off-add-claim-target", "webhook-off-add-pod", "webhook-on-add-claim", "webhook-on-add-claim-target", "webhook-on-add-pod"} {
 		r := rep.Find(id)
 		if r == nil {
 			t.Fatalf("no %s row in %+v", id, rep.Scenarios)
@@ -140,11 +140,12 @@ func TestWebhookScenarioReportsTheAddedTime(t *testing.T) {
 		reviews[id] = f["webhook_reviews_per_add"]
 	}
 	// Without its configuration the API server never calls the webhook;
-	// with it, a claim's ADD has its three reservation creates and the
-	// claim's status judged, and a pod's ADD nothing (the policy alone
-	// judges a pod's reservation).
-	if reviews["webhook-off-add-claim"] != 0 || reviews["webhook-off-add-pod"] != 0 ||
-		reviews["webhook-on-add-pod"] != 0 || reviews["webhook-on-add-claim"] < 4 {
+	// with it, a claim's first ADD has its three reservation creates and
+	// the claim's status judged, a migration target's ADD the status
+	// (ownerPod) alone, and a pod's ADD nothing (the policy alone judges
+	// a pod's reservation).
+	if reviews["webhook-off-add-claim"] != 0 || reviews["webhook-off-add-claim-target"] != 0 || reviews["webhook-off-add-pod"] != 0 ||
+		reviews["webhook-on-add-pod"] != 0 || reviews["webhook-on-add-claim"] != 4 || reviews["webhook-on-add-claim-target"] != 1 {
 		t.Errorf("webhook reviews per ADD: %v", reviews)
 	}
 }

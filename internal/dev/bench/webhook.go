@@ -39,7 +39,9 @@ const (
 // RBAC of deploy/rbac, a token bound to an agent pod on its node, and the
 // CEL policy of deploy/policy in force in both phases. The phases are the
 // same ADDs on fresh pods (claim-bound ADDs of IPv4 + IPv6 + a delegated
-// /56, then ADDs of a pod's one address): first without the webhook's
+// /56, the ADDs of a second pod presenting each of those claims as a
+// migration target's does, then ADDs of a pod's one address): first
+// without the webhook's
 // configuration, then with it, the webhook served in this process as a
 // controller replica serves it (testbed.StartAgentWebhook). Its CPU is
 // therefore in the "bench" group of cpu_ms_per_op.
@@ -72,12 +74,18 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 	defer func() { _ = e.deletePods(context.WithoutCancel(ctx), live) }()
 	// claimPods makes n claims and a pod on the agent's node presenting
 	// each, as KubeVirt's launcher pods do.
+	claimName := func(phase string, i int) string { return fmt.Sprintf("%s-vm%d", phase, i) }
+	presenting := func(phase string) func(int) map[string]string {
+		return func(i int) map[string]string {
+			return map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"interface":"net1","ipam-claim-reference":%q}]`, webhookClaims, claimName(phase, i))}
+		}
+	}
 	claimPods := func(phase string, n int) ([]benchPod, error) {
 		names := make([]string, n)
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(16)
 		for i := range names {
-			names[i] = fmt.Sprintf("%s-vm%d", phase, i)
+			names[i] = claimName(phase, i)
 			g.Go(func() error {
 				return e.c.Create(gctx, &ipamclaimsv1alpha1.IPAMClaim{
 					ObjectMeta: metav1.ObjectMeta{Namespace: benchNamespace, Name: names[i]},
@@ -88,10 +96,15 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 		if err := g.Wait(); err != nil {
 			return nil, fmt.Errorf("creating claims: %w", err)
 		}
-		ann := func(i int) map[string]string {
-			return map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"interface":"net1","ipam-claim-reference":%q}]`, webhookClaims, names[i])}
-		}
-		ps, err := e.createPods(ctx, "wh-"+phase+"-vm", []string{webhookNode}, n, ann)
+		ps, err := e.createPods(ctx, "wh-"+phase+"-vm", []string{webhookNode}, n, presenting(phase))
+		live = append(live, ps...)
+		return ps, err
+	}
+	// targetPods makes a second pod presenting each claim claimPods made
+	// for phase, as a migration target's launcher pod: the claim's status
+	// records every item, and the ADD moves ownerPod to it.
+	targetPods := func(phase string, n int) ([]benchPod, error) {
+		ps, err := e.createPods(ctx, "wh-"+phase+"-target", []string{webhookNode}, n, presenting(phase))
 		live = append(live, ps...)
 		return ps, err
 	}
@@ -145,6 +158,7 @@ func (e *env) webhookScenario(ctx context.Context, sc *ScenarioRun) ([]Result, e
 			perOp    float64
 		}{
 			{"claim", fmt.Sprintf("ADD claim-bound v4+v6+/56 ×%d sequential, %s", ops, label), claimPods, claimConf, 2, 3},
+			{"claim-target", fmt.Sprintf("ADD of the same claims from a second pod each (a migration target) ×%d sequential, %s", ops, label), targetPods, claimConf, 2, 3},
 			{"pod", fmt.Sprintf("ADD pod ×%d sequential, %s", ops, label), plainPods, podConf, 1, 1},
 		} {
 			ps, err := k.pods(tag, ops)
