@@ -49,8 +49,10 @@ func parseProcStatCPU(line string) (float64, error) {
 }
 
 // parseMachineCPU reads the aggregate "cpu" line of /proc/stat and returns
-// busy and total time in ms (busy excludes idle and iowait).
-func parseMachineCPU(stat string) (busy, total float64, err error) {
+// busy, total and steal time in ms. Busy excludes idle, iowait and steal
+// (the time the hypervisor ran something else while a vCPU had work: no
+// process's CPU, though the machine's wall clock runs through it).
+func parseMachineCPU(stat string) (busy, total, steal float64, err error) {
 	for _, line := range strings.Split(stat, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 8 || f[0] != "cpu" {
@@ -63,10 +65,11 @@ func parseMachineCPU(stat string) (busy, total float64, err error) {
 		// user nice system idle iowait irq softirq steal guest guest_nice;
 		// guest time is already counted in user.
 		idle := v[3] + v[4]
-		b := v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
-		return b / clockTick * 1000, (b + idle) / clockTick * 1000, nil
+		b := v[0] + v[1] + v[2] + v[5] + v[6]
+		ms := func(ticks float64) float64 { return ticks / clockTick * 1000 }
+		return ms(b), ms(b + idle + v[7]), ms(v[7]), nil
 	}
-	return 0, 0, fmt.Errorf("no cpu line in /proc/stat")
+	return 0, 0, 0, fmt.Errorf("no cpu line in /proc/stat")
 }
 
 // sampleCPU reads the CPU of the processes this run started.
@@ -92,7 +95,7 @@ func (e *env) sampleCPU() cpuSample {
 	}
 	add("bench", os.Getpid())
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		s.busy, s.total, _ = parseMachineCPU(string(b))
+		s.busy, s.total, _, _ = parseMachineCPU(string(b))
 	}
 	return s
 }
@@ -152,8 +155,8 @@ func procGroup(name string) string {
 // machineCPU is the CPU used so far (ms) by each live process of the
 // machine, and the machine's busy and total time.
 type machineCPU struct {
-	procs       map[int]procCPUUse
-	busy, total float64
+	procs              map[int]procCPUUse
+	busy, total, steal float64
 }
 
 type procCPUUse struct {
@@ -187,7 +190,7 @@ func sampleMachineCPU() machineCPU {
 		s.procs[pid] = procCPUUse{g, ms}
 	}
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		s.busy, s.total, _ = parseMachineCPU(string(b))
+		s.busy, s.total, s.steal, _ = parseMachineCPU(string(b))
 	}
 	return s
 }
@@ -214,5 +217,6 @@ func cpuByGroup(before, after machineCPU) map[string]float64 {
 	}
 	d["exited or other"] = max(after.busy-before.busy-named, 0)
 	d["machine busy"] = after.busy - before.busy
+	d["steal"] = after.steal - before.steal
 	return d
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseProcStatCPU(t *testing.T) {
@@ -27,10 +28,10 @@ func TestParseProcStatCPU(t *testing.T) {
 }
 
 func TestParseMachineCPUAndPerOp(t *testing.T) {
-	stat := "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\nintr 1\n"
-	busy, total, err := parseMachineCPU(stat)
-	if err != nil || busy != 1500 || total != 10000 {
-		t.Fatalf("busy %v total %v err %v", busy, total, err)
+	stat := "cpu  100 0 50 800 50 0 0 30 0 0\ncpu0 50 0 25 400 25 0 0 15 0 0\nintr 1\n"
+	busy, total, steal, err := parseMachineCPU(stat)
+	if err != nil || busy != 1500 || total != 10300 || steal != 300 {
+		t.Fatalf("busy %v total %v steal %v err %v", busy, total, steal, err)
 	}
 	before := cpuSample{groups: map[string]float64{"agent": 100, "kube-apiserver": 1000}, busy: 0, total: 0}
 	after := cpuSample{groups: map[string]float64{"agent": 300, "kube-apiserver": 1400}, busy: 2000, total: 4000}
@@ -64,18 +65,18 @@ func TestCPUByGroupCountsEachProcessOnceAndTheExitedInBusy(t *testing.T) {
 		30: {"other", 7},
 		40: {"containerd-shim", 5}, // exits in between
 		50: {"kubelet", 300},       // its pid reused by another process
-	}, busy: 10000}
+	}, busy: 10000, steal: 100}
 	after := machineCPU{procs: map[int]procCPUUse{
 		10: {"kube-apiserver", 1400},
 		20: {"tenure-agent", 80},
 		30: {"other", 9},
 		50: {"containerd-shim", 4},  // new: counted whole
 		60: {"containerd-shim", 11}, // new
-	}, busy: 10600}
+	}, busy: 10600, steal: 125}
 	got := cpuByGroup(before, after)
 	want := map[string]float64{
 		"kube-apiserver": 400, "tenure-agent": 30, "containerd-shim": 15,
-		"exited or other": 600 - 445, "machine busy": 600,
+		"exited or other": 600 - 445, "machine busy": 600, "steal": 25,
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
@@ -104,5 +105,34 @@ func TestProcGroupReadsNamesAsTheKernelCutsThem(t *testing.T) {
 		if got := procGroup(name); got != want {
 			t.Errorf("%q: got %q, want %q", name, got, want)
 		}
+	}
+}
+
+// settle waits window by window until one is quiet enough, and gives up
+// at its deadline with the last window's share.
+func TestSettleWaitsForAQuietWindowOrItsDeadline(t *testing.T) {
+	shares := func(s ...float64) func() (float64, float64) {
+		var busy, total float64
+		i := 0
+		return func() (float64, float64) {
+			if i > 0 {
+				busy += s[min(i-1, len(s)-1)] * 1000
+				total += 1000
+			}
+			i++
+			return busy, total
+		}
+	}
+	waited, share, err := settle(t.Context(), shares(0.9, 0.6, 0.2, 0.9), time.Millisecond, 0.25, time.Minute)
+	if err != nil || share != 0.2 || waited < 3*time.Millisecond {
+		t.Fatalf("settle: waited %v, share %v, %v; want the third window's 0.2", waited, share, err)
+	}
+	_, share, err = settle(t.Context(), shares(0.9), time.Millisecond, 0.25, 5*time.Millisecond)
+	if err != nil || share != 0.9 {
+		t.Fatalf("settle past its deadline: share %v, %v; want the last window's 0.9", share, err)
+	}
+	_, share, err = settle(t.Context(), shares(0.7, 0.1), time.Millisecond, 0, 0)
+	if err != nil || share != 0.7 {
+		t.Fatalf("settle with no deadline: share %v, %v; want one window's 0.7", share, err)
 	}
 }

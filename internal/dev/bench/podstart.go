@@ -237,6 +237,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 
 	samples := map[string]*podSample{} // "phase/ipam"
 	var logOff int64
+	quiet := 1.0 // the warm-up's batches wait one window; see settle
 	batch := func(phase, ipam string, round, n int) error {
 		key := phase + "/" + ipam
 		if samples[key] == nil {
@@ -246,6 +247,10 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		names := make([]string, n)
 		for i := range names {
 			names[i] = fmt.Sprintf("%s-%s-r%d-%d", phase, ipam, round, i)
+		}
+		settled, share, err := settle(ctx, machineBusy, settleWindow, quiet, settleDeadline)
+		if err != nil {
+			return err
 		}
 		apiBefore, err := apiRequests(ctx, cs)
 		if err != nil {
@@ -312,8 +317,9 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 			}
 		}
 		apiReqs, _ := splitWatchEvents(Cost(api).ByVerbResource)
-		logf("%s %s round %d: %d pods, Ready p50 %.0f ms in %v%s; CPU ms per pod: %s; API requests per pod: %s", phase, ipam, round, n,
-			SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
+		logf("%s %s round %d: %d pods, Ready p50 %.0f ms in %v%s (after %v for the machine to settle, %.0f %% busy); CPU ms per pod: %s; API requests per pod: %s",
+			phase, ipam, round, n, SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100,
+			cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
 		// The next batch starts on a node that has finished this one:
 		// the pods gone and each sandbox's DEL seen.
 		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(podStartNamespace)); err != nil {
@@ -352,6 +358,18 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		}
 		delete(samples, "warmup/"+ipam)
 	}
+	// What the idle node keeps busy (its control plane, the kubelet's
+	// housekeeping) sets how quiet a settled machine is.
+	idle := 1.0
+	for range settleIdleWindows {
+		_, share, err := settle(ctx, machineBusy, settleWindow, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		idle = min(idle, share)
+	}
+	quiet = idle + settleMargin
+	logf("the idle node keeps the machine %.0f %% busy; each batch waits for at most %.0f %% (up to %v)", idle*100, quiet*100, settleDeadline)
 	rounds := 0
 	if opts.Wave > 0 {
 		rounds = (opts.Pods + opts.Wave - 1) / opts.Wave
@@ -374,6 +392,56 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		}
 	}
 	return podStartRows(samples), nil
+}
+
+// A batch starts once the machine has settled: its busy share over
+// settleWindow at most settleMargin above the idle node's (the quietest of
+// settleIdleWindows after the warm-up), or after settleDeadline. What a
+// batch leaves behind (the kernel's release of its network namespaces, the
+// runtime's removal of its containers, etcd's compaction) then runs
+// before the next batch rather than inside it, whichever IPAM comes next.
+const (
+	settleWindow      = time.Second
+	settleIdleWindows = 5
+	settleMargin      = 0.10
+	settleDeadline    = 30 * time.Second
+)
+
+// settle waits until the machine's busy share over one window is at most
+// quiet, or deadline has passed (0: after one window), and returns how
+// long it waited and the last window's share. sample reads the machine's
+// busy and total CPU time.
+func settle(ctx context.Context, sample func() (busy, total float64), window time.Duration, quiet float64, deadline time.Duration) (time.Duration, float64, error) {
+	start := time.Now()
+	t := time.NewTicker(window)
+	defer t.Stop()
+	b0, t0 := sample()
+	for {
+		select {
+		case <-ctx.Done():
+			return time.Since(start), 0, ctx.Err()
+		case <-t.C:
+		}
+		b1, t1 := sample()
+		share := 0.0
+		if t1 > t0 {
+			share = (b1 - b0) / (t1 - t0)
+		}
+		if share <= quiet || time.Since(start) >= deadline {
+			return time.Since(start), share, nil
+		}
+		b0, t0 = b1, t1
+	}
+}
+
+// machineBusy reads the machine's busy and total CPU time (ms).
+func machineBusy() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	busy, total, _, _ = parseMachineCPU(string(b))
+	return busy, total
 }
 
 // apiRequests reads the API server's request counters
