@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -10,16 +11,20 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -410,4 +415,54 @@ func longNodeNames(t *testing.T) []string {
 	}
 	t.Fatal("no name found whose readable part is cut after a separator")
 	return nil
+}
+
+// While no webhook replica answers, deploy/webhook's configuration fails
+// closed, but only for what it is sent: a claim's reservation is refused,
+// and a pod's reservation, which its matchConditions do not send, is
+// created and deleted as the policy allows. (Its copy here calls a port
+// on 127.0.0.1 nothing listens on; TestMain's own stays in force.)
+func TestAPodsReservationDoesNotWaitOnTheWebhook(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	admin := apiClient(t)
+	a := newNodeAgent(t, ctx, "np-nowebhook")
+	const network = "np-nowebhook"
+	claim := createClaim(t, ctx, admin, "np", "vm.np-nowebhook", network)
+	launcher := presentOn(t, ctx, a.node, "np-nowebhook-vm", claim)
+
+	data, err := deploy.AgentWebhook.ReadFile("webhook/agent-node-restriction.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096).Decode(down); err != nil {
+		t.Fatal(err)
+	}
+	down.Name = "tenure-agent-node-restriction-down"
+	url, timeout := "https://127.0.0.1:1/validate-agent", int32(2)
+	for i := range down.Webhooks {
+		down.Webhooks[i].Name = "down." + down.Webhooks[i].Name
+		down.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
+		down.Webhooks[i].TimeoutSeconds = &timeout
+	}
+	if err := admin.Create(ctx, down); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), down) })
+	// In force once a claim's reservation fails calling it.
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = a.c.Create(ctx, heldFor(a.node, network, "10.77.1.1", claim, launcher), client.DryRunAll)
+		return last != nil && strings.Contains(last.Error(), "down."), nil
+	}); err != nil {
+		t.Fatalf("the unanswered webhook is not in force: a claim's reservation got %v", last)
+	}
+	t.Logf("a claim's reservation while no replica answers: %v", last)
+
+	own := heldBy(a.node, network, "10.77.1.2", nil)
+	wantAllowed(t, "A creates its pod's reservation while no webhook replica answers", a.c.Create(ctx, own))
+	wantAllowed(t, "A deletes it", a.c.Delete(ctx, own, client.Preconditions{UID: &own.UID}))
+	forged := heldBy(a.node, network, "10.77.1.3", nil)
+	forged.Labels[reservation.LabelOwnerUID] = string(claim.UID)
+	wantRefused(t, "A creates its pod's reservation labelled with a claim's UID", a.c.Create(ctx, forged), "reservation-owner-label")
 }
