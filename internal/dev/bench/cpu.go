@@ -72,6 +72,17 @@ func parseMachineCPU(stat string) (busy, total, steal float64, err error) {
 	return 0, 0, 0, fmt.Errorf("no cpu line in /proc/stat")
 }
 
+// readMachineCPU reads the machine's busy, total and steal time (ms) from
+// /proc/stat (parseMachineCPU); zeros when it cannot be read.
+func readMachineCPU() (busy, total, steal float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, 0
+	}
+	busy, total, steal, _ = parseMachineCPU(string(b))
+	return busy, total, steal
+}
+
 // sampleCPU reads the CPU of the processes this run started.
 func (e *env) sampleCPU() cpuSample {
 	s := cpuSample{groups: map[string]float64{}}
@@ -94,9 +105,7 @@ func (e *env) sampleCPU() cpuSample {
 		add("kube-apiserver", pids[1])
 	}
 	add("bench", os.Getpid())
-	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		s.busy, s.total, _, _ = parseMachineCPU(string(b))
-	}
+	s.busy, s.total, _ = readMachineCPU()
 	return s
 }
 
@@ -189,9 +198,7 @@ func sampleMachineCPU() machineCPU {
 		}
 		s.procs[pid] = procCPUUse{g, ms}
 	}
-	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		s.busy, s.total, s.steal, _ = parseMachineCPU(string(b))
-	}
+	s.busy, s.total, s.steal = readMachineCPU()
 	return s
 }
 

@@ -436,11 +436,7 @@ func settle(ctx context.Context, sample func() (busy, total float64), window tim
 
 // machineBusy reads the machine's busy and total CPU time (ms).
 func machineBusy() (busy, total float64) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	busy, total, _, _ = parseMachineCPU(string(b))
+	busy, total, _ = readMachineCPU()
 	return busy, total
 }
 
