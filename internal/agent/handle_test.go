@@ -727,6 +727,14 @@ func TestClaimListedOnlyForASlotNothingRecords(t *testing.T) {
 	if n := lists.Load(); n != 1 {
 		t.Fatalf("the claim's first ADD listed its reservations %d times, want 1", n)
 	}
+	// The target's ADD reads the claim from the agent's cache, as a
+	// migration target long after the source's ADD does.
+	if err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		obj, ok, _ := h.agent.claims.GetIndexer().GetByKey("ns/vm1")
+		return ok && len(obj.(*ipamclaimsv1alpha1.IPAMClaim).Status.IPs) > 0, nil
+	}); err != nil {
+		t.Fatalf("the agent's cache never held the claim's recorded status: %v", err)
+	}
 	dst := ips(t, h.do(call{cmd: "ADD", ctr: "dst", pod: "virt-launcher-dst", conf: vmNet}))
 	if n := lists.Load(); n != 1 || !slices.Equal(src, dst) {
 		t.Fatalf("the migration target got %v (source %v) after %d lists in all, want the source's with none of its own", dst, src, n)

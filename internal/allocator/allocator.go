@@ -352,6 +352,10 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 			if taken(obj) {
 				continue
 			}
+			// Past the candidate once it is assumed, not once created: the
+			// node's concurrent ADDs start after the items in flight rather
+			// than each building and refusing every one of them first.
+			a.advance(idx + 1)
 			created, err := a.create(ctx, obj)
 			if apierrors.IsAlreadyExists(err) {
 				a.f.Store.MarkTakenElsewhere(obj.Name)
@@ -360,7 +364,6 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 			if err != nil {
 				return nil, err
 			}
-			a.advance(idx + 1)
 			return created, nil
 		}
 	}

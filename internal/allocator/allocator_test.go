@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,5 +286,82 @@ func TestAllocateAfterTheHolderReleased(t *testing.T) {
 	r, err := f2.For("alloc-released", space).Allocate(ctx, item, owner("y"))
 	if err != nil || r.Spec.Owner.UID != "y" {
 		t.Fatalf("Allocate after the holder released: %v, %v; want y's reservation", r, err)
+	}
+}
+
+// heldWriter holds each Create until release is closed, telling entered
+// that one arrived: the Creates of concurrent ADDs are all in flight at once.
+type heldWriter struct {
+	client.Client
+	entered chan<- string
+	release <-chan struct{}
+}
+
+func (w *heldWriter) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	w.entered <- obj.GetName()
+	<-w.release
+	return w.Client.Create(ctx, obj, opts...)
+}
+
+// refusalCounter counts the candidates the allocator built and found
+// taken.
+type refusalCounter struct {
+	allocator.Store
+	refused atomic.Int32
+}
+
+func (s *refusalCounter) TryAssume(r *tenurev1alpha1.IPReservation) bool {
+	ok := s.Store.TryAssume(r)
+	if !ok {
+		s.refused.Add(1)
+	}
+	return ok
+}
+
+// TestConcurrentAllocationsStartPastTheItemsInFlight: ADDs of one node
+// that overlap, each starting while the others' Creates are in flight,
+// each try one candidate: the cursor moves past an item once it is
+// assumed, so no ADD walks over the items the others are creating.
+func TestConcurrentAllocationsStartPastTheItemsInFlight(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newFactory(t, "n1")
+	entered, release := make(chan string), make(chan struct{})
+	counter := &refusalCounter{Store: f.Store}
+	f.Store = counter
+	f.Writer = &heldWriter{Client: f.Writer, entered: entered, release: release}
+	a := f.For("alloc-inflight", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.9.0.0/24"}`)})
+	const n = 8
+	var g sync.WaitGroup
+	got := make([]string, n)
+	errs := make([]error, n)
+	var creating []string
+	for i := range n {
+		g.Add(1)
+		go func() {
+			defer g.Done()
+			r, err := a.AllocateNext(ctx, owner(fmt.Sprintf("inflight-%d", i)))
+			errs[i] = err
+			if r != nil {
+				got[i] = r.Spec.Address
+			}
+		}()
+		creating = append(creating, <-entered) // the next starts with this one in flight
+	}
+	close(release)
+	g.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+	}
+	if r := counter.refused.Load(); r != 0 {
+		t.Fatalf("the ADDs built %d candidates that the ones in flight had assumed, want 0 (creating %v)", r, creating)
+	}
+	seen := map[string]bool{}
+	for _, ip := range got {
+		if seen[ip] {
+			t.Fatalf("two ADDs got %s: %v", ip, got)
+		}
+		seen[ip] = true
 	}
 }
