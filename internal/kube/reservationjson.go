@@ -45,7 +45,20 @@ type reservationJSON struct {
 	mu     sync.Mutex
 	recent [8]decodedObject
 	next   int
+
+	// answered holds a copy of each reservation an answer carried whole
+	// (a Create's, a Get's), by its bytes. The node's watch delivers a
+	// create's object in the very bytes of the Create's answer, and that
+	// event is handed the copy rather than read again. Each is taken
+	// once; past maxAnswered the oldest goes (answeredKeys, a ring).
+	answered     map[string]*tenurev1alpha1.IPReservation
+	answeredKeys [maxAnswered]string
+	answeredNext int
 }
+
+// maxAnswered bounds answered: more than the creates an agent has in
+// flight, whose events arrive within milliseconds of their answers.
+const maxAnswered = 128
 
 type decodedObject struct {
 	raw []byte
@@ -119,6 +132,7 @@ func (s *reservationJSON) fastDecode(data []byte, into runtime.Object) (runtime.
 		if !decodeTop(data, func(d *decoder) { d.reservation(&r) }) || r.APIVersion != reservationAPIVer || r.Kind != reservationGVK.Kind {
 			return nil, nil, false
 		}
+		s.remember(data, r.DeepCopy())
 		*t = r
 		gvk := reservationGVK
 		return t, &gvk, true
@@ -139,7 +153,7 @@ func (s *reservationJSON) fastDecode(data []byte, into runtime.Object) (runtime.
 		}
 		var e metav1.WatchEvent
 		var obj *tenurev1alpha1.IPReservation
-		if !decodeTop(data, func(d *decoder) { obj = d.event(&e) }) {
+		if !decodeTop(data, func(d *decoder) { d.answered = s.takeAnswered; obj = d.event(&e) }) {
 			return nil, nil, false
 		}
 		*t = e
@@ -182,6 +196,34 @@ func (s *reservationJSON) take(data []byte) *tenurev1alpha1.IPReservation {
 	return nil
 }
 
+// remember keeps obj as what the answer data decodes to.
+func (s *reservationJSON) remember(data []byte, obj *tenurev1alpha1.IPReservation) {
+	key := string(bytes.TrimSpace(data))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answered == nil {
+		s.answered = make(map[string]*tenurev1alpha1.IPReservation, maxAnswered)
+	}
+	if old := s.answeredKeys[s.answeredNext]; old != "" {
+		delete(s.answered, old)
+	}
+	s.answered[key] = obj
+	s.answeredKeys[s.answeredNext] = key
+	s.answeredNext = (s.answeredNext + 1) % maxAnswered
+}
+
+// takeAnswered returns, once, the copy kept of an answer of these very
+// bytes.
+func (s *reservationJSON) takeAnswered(raw []byte) *tenurev1alpha1.IPReservation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	obj, ok := s.answered[string(raw)]
+	if ok {
+		delete(s.answered, string(raw))
+	}
+	return obj
+}
+
 // decoder reads JSON as sigs.k8s.io/json (case-sensitive encoding/json)
 // does into the reservation types, and gives up (bad) at anything it
 // would have to interpret otherwise.
@@ -195,6 +237,9 @@ type decoder struct {
 	// managed fields are mostly stamped with its creation time.
 	lastTime    *metav1.Time
 	lastTimeLit []byte
+	// answered, if set, returns what an event's object decodes to when
+	// its bytes are an answer's (reservationJSON.takeAnswered).
+	answered func(raw []byte) *tenurev1alpha1.IPReservation
 }
 
 // decodeTop decodes one JSON value with f and allows only whitespace
@@ -729,6 +774,10 @@ func (d *decoder) event(e *metav1.WatchEvent) *tenurev1alpha1.IPReservation {
 			return 0
 		case "object":
 			start := d.i
+			if obj = d.answeredObject(); obj != nil {
+				e.Object.Raw = bytes.Clone(d.b[start:d.i])
+				return 1
+			}
 			obj = &tenurev1alpha1.IPReservation{}
 			d.reservation(obj)
 			if obj.APIVersion != reservationAPIVer || obj.Kind != reservationGVK.Kind {
@@ -741,6 +790,25 @@ func (d *decoder) event(e *metav1.WatchEvent) *tenurev1alpha1.IPReservation {
 		}
 		return -1
 	})
+	return obj
+}
+
+// answeredObject is the object of an event that is the envelope's last
+// value (as the API server writes it) when its bytes are an answer's:
+// then the decoder is moved past them. The bytes decode exactly as they
+// did in the answer, so its copy is what they decode to.
+func (d *decoder) answeredObject() *tenurev1alpha1.IPReservation {
+	if d.answered == nil {
+		return nil
+	}
+	end := len(bytes.TrimRight(d.b, " \t\r\n")) - 1 // the envelope's closing brace
+	if end <= d.i || d.b[end] != '}' {
+		return nil
+	}
+	obj := d.answered(d.b[d.i:end])
+	if obj != nil {
+		d.i = end
+	}
 	return obj
 }
 
