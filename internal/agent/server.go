@@ -107,8 +107,18 @@ const workerIdle = time.Minute
 func (a *Agent) connWorker(ctx context.Context, c acceptedConn, handoff <-chan acceptedConn, httpConns *connListener) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
+	// One reader for the worker's calls, as its stack is: a call's
+	// buffer is the first page it would touch anew.
+	var br *bufio.Reader
 	for {
-		a.serveConn(c.ctx, c.conn, httpConns)
+		if br == nil {
+			br = bufio.NewReader(c.conn)
+		} else {
+			br.Reset(c.conn)
+		}
+		if a.serveConn(c.ctx, c.conn, br, httpConns) {
+			br = nil // an HTTP connection's now
+		}
 		idle.Reset(workerIdle)
 		select {
 		case c = <-handoff:
@@ -120,17 +130,18 @@ func (a *Agent) connWorker(ctx context.Context, c acceptedConn, handoff <-chan a
 	}
 }
 
-func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connListener) {
-	br := bufio.NewReader(conn)
+// serveConn serves one connection read through br; handedOff reports
+// that br went with it to the HTTP server.
+func (a *Agent) serveConn(ctx context.Context, conn net.Conn, br *bufio.Reader, httpConns *connListener) (handedOff bool) {
 	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	first, err := br.Peek(1)
 	if err != nil {
 		conn.Close()
-		return
+		return false
 	}
 	if first[0] != '{' {
 		httpConns.push(&peekedConn{Conn: conn, r: br})
-		return
+		return true
 	}
 	defer conn.Close()
 	start := time.Now()
@@ -167,6 +178,7 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, httpConns *connLis
 	_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
 	_, _ = conn.Write(encodeResponse(resp))
 	a.dataplane.metrics.cniCall(req.Command, resp, time.Since(start))
+	return false
 }
 
 // encodeResponse frames resp as the shim prints it: the result, or the
