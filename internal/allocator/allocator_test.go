@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -361,6 +362,73 @@ func TestConcurrentAllocationsStartPastTheItemsInFlight(t *testing.T) {
 	for _, ip := range got {
 		if seen[ip] {
 			t.Fatalf("two ADDs got %s: %v", ip, got)
+		}
+		seen[ip] = true
+	}
+}
+
+// barrierStore holds every Watch until n callers wait in it, and reports
+// no block watched until then: n ADDs that start together all read the
+// cursor before any of them assumes an item.
+type barrierStore struct {
+	*refusalCounter
+	n       int32
+	arrived atomic.Int32
+	open    chan struct{}
+}
+
+func (s *barrierStore) Watching(block, network string) bool {
+	select {
+	case <-s.open:
+		return s.refusalCounter.Watching(block, network)
+	default:
+		return false
+	}
+}
+
+func (s *barrierStore) Watch(ctx context.Context, network, block string) error {
+	if s.arrived.Add(1) == s.n {
+		close(s.open)
+	}
+	<-s.open
+	return s.refusalCounter.Watch(ctx, network, block)
+}
+
+// TestADDsThatReadTheCursorTogetherBuildOneCandidateEach: ADDs that all
+// read the cursor before any assumed an item (each waited on the window's
+// first block) pass the items the others assumed by their names: each
+// builds and assumes one reservation, the one it creates. On one P, as
+// the agent runs, so that only the window's wait interleaves them.
+func TestADDsThatReadTheCursorTogetherBuildOneCandidateEach(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	f, _ := newFactory(t, "n1")
+	const n = 8
+	s := &barrierStore{refusalCounter: &refusalCounter{Store: f.Store}, n: n, open: make(chan struct{})}
+	f.Store = s
+	a := f.For("alloc-together", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.10.0.0/24"}`)})
+	var g sync.WaitGroup
+	got := make([]string, n)
+	for i := range n {
+		g.Add(1)
+		go func() {
+			defer g.Done()
+			r, err := a.AllocateNext(ctx, owner(fmt.Sprintf("together-%d", i)))
+			if err != nil {
+				t.Errorf("ADD %d: %v", i, err)
+				return
+			}
+			got[i] = r.Spec.Address
+		}()
+	}
+	g.Wait()
+	if r := s.refused.Load(); r != 0 {
+		t.Fatalf("the ADDs built %d candidates that others had assumed, want 0 (got %v)", r, got)
+	}
+	seen := map[string]bool{}
+	for _, ip := range got {
+		if ip == "" || seen[ip] {
+			t.Fatalf("addresses %v: want %d different ones", got, n)
 		}
 		seen[ip] = true
 	}
