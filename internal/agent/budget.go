@@ -92,6 +92,9 @@ func (c *charge) take(n int64) bool {
 
 // give returns the last n bytes charged, tail first.
 func (c *charge) give(n int64) {
+	// Counted out before the room is freed, as take counts in after it
+	// is taken: the count never holds more than the pools lend.
+	c.b.add(-n)
 	t := min(n, c.tail)
 	if t > 0 {
 		c.b.tail.Release(t)
@@ -101,7 +104,6 @@ func (c *charge) give(n int64) {
 		c.b.head.Release(h)
 		c.head -= h
 	}
-	c.b.add(-n)
 }
 
 // release returns everything charged.
