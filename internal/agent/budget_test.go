@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,13 +19,7 @@ import (
 func serveOn(t *testing.T, h *harness, b *requestBudget) string {
 	t.Helper()
 	h.agent.requests = b
-	socket := filepath.Join(t.TempDir(), "agent.sock")
-	l, err := Listen(socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = h.agent.Serve(h.ctx, l) }()
-	return socket
+	return serve(t, h)
 }
 
 // bigRequest is an ADD of size bytes on the wire, all but its last byte

@@ -14,17 +14,24 @@ import (
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 )
 
-// TestServeAnswersAnOversizeRequest: a request over the
-// wire limit gets a CNI error naming the limit, read by the caller rather
-// than a broken pipe, and a line in the agent's log.
-func TestServeAnswersAnOversizeRequest(t *testing.T) {
-	h := startAgent(t)
+// serve serves h's agent on a fresh socket and returns its path.
+func serve(t *testing.T, h *harness) string {
+	t.Helper()
 	socket := filepath.Join(t.TempDir(), "agent.sock")
 	l, err := Listen(socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = h.agent.Serve(h.ctx, l) }()
+	return socket
+}
+
+// TestServeAnswersAnOversizeRequest: a request over the
+// wire limit gets a CNI error naming the limit, read by the caller rather
+// than a broken pipe, and a line in the agent's log.
+func TestServeAnswersAnOversizeRequest(t *testing.T) {
+	h := startAgent(t)
+	socket := serve(t, h)
 
 	oversize := []byte(`{"command":"ADD","stdinData":"` + strings.Repeat("A", cniwire.MaxMessage) + `"}`)
 	status, payload, err := cniwire.Call(socket, oversize, 5*time.Second, time.Minute)
@@ -45,12 +52,7 @@ func TestServeAnswersAnOversizeRequest(t *testing.T) {
 // answer.
 func TestServeMixesCNICallsAndProbesOnOneWorker(t *testing.T) {
 	h := startAgent(t)
-	socket := filepath.Join(t.TempDir(), "agent.sock")
-	l, err := Listen(socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = h.agent.Serve(h.ctx, l) }()
+	socket := serve(t, h)
 	cniCall := func() {
 		t.Helper()
 		status, payload, err := cniwire.Call(socket, []byte(`{"command":`), 5*time.Second, time.Minute)
