@@ -348,7 +348,7 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 				}
 			}
 			i = idx + 1 // idx < size <= MaxUint64: no overflow
-			if cache && a.f.Store.Taken(reservation.Name(a.network, a.space.Kind(), item)) {
+			if cache && a.f.Store.Taken(reservation.NameInScope(a.label, a.space.Kind(), item)) {
 				// Assumed by an ADD in flight that read the cursor before
 				// this one (both waited on the window): passed by its name,
 				// not built whole to be refused.

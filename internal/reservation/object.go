@@ -61,7 +61,7 @@ func New(s Spec) *tenurev1alpha1.IPReservation {
 	}
 	return withSpecSummary(&tenurev1alpha1.IPReservation{
 		TypeMeta:   metav1.TypeMeta{APIVersion: tenurev1alpha1.GroupVersion.String(), Kind: "IPReservation"},
-		ObjectMeta: metav1.ObjectMeta{Name: nameOf(scope, s.Kind, s.Item), Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: NameInScope(scope, s.Kind, s.Item), Labels: labels},
 		Spec: tenurev1alpha1.IPReservationSpec{
 			Network:    s.Network,
 			Kind:       s.Kind,
@@ -77,10 +77,12 @@ func New(s Spec) *tenurev1alpha1.IPReservation {
 // Name is the object name of item on a network: PrefixName for a delegated
 // prefix, AddressName for an address.
 func Name(network string, kind tenurev1alpha1.ReservationKind, item netip.Prefix) string {
-	return nameOf(ScopeLabel(network), kind, item)
+	return NameInScope(ScopeLabel(network), kind, item)
 }
 
-func nameOf(scopeLabel string, kind tenurev1alpha1.ReservationKind, item netip.Prefix) string {
+// NameInScope is Name for a network given by its ScopeLabel, for callers
+// that hold the label already.
+func NameInScope(scopeLabel string, kind tenurev1alpha1.ReservationKind, item netip.Prefix) string {
 	if kind == tenurev1alpha1.KindDelegatedPrefix {
 		return prefixName(scopeLabel, item)
 	}
