@@ -44,6 +44,7 @@ func benchCommand(e *env) *cobra.Command {
 	fs.BoolVar(&f.compareCBOR, "compare-cbor", false, "with --quick: run it with the agents' reservations in JSON and in CBOR alternating, on an API server that serves custom resources as CBOR, reported side by side")
 	fs.IntVar(&f.psPods, "pod-start-pods", 30, "the pod-start scenario's pods per IPAM, in waves")
 	fs.IntVar(&f.psWave, "pod-start-wave", 10, "the pod-start scenario's pods created at once in a wave")
+	fs.IntVar(&f.psSets, "pod-start-sets", 6, "the pod-start scenario's sets of waves: times the pods per IPAM are run in waves, the IPAMs' order rotating on (1 to 20)")
 	fs.IntVar(&f.psNodes, "pod-start-nodes", 1, fmt.Sprintf("the pod-start scenario's real nodes, the pods spread over them (1 to %d; more than one: nodes in namespaces of their own, as dev up --node --nodes N)", devnode.MaxNodes))
 	fs.IntVar(&f.psStorm, "pod-start-storm", 50, "the pod-start scenario's pods per IPAM created at once after the waves (-1: none)")
 	fs.IntVar(&f.psStorms, "pod-start-storms", 3, "the pod-start scenario's storms per IPAM, the IPAMs' order rotating storm by storm")
@@ -54,15 +55,15 @@ func benchCommand(e *env) *cobra.Command {
 }
 
 type benchFlags struct {
-	quick, skipScale           bool
-	compareCBOR                bool
-	output, out, agents        string
-	baseline                   string
-	scale                      int
-	psPods, psWave             int
-	psStorm, psStorms, psNodes int
-	named                      []string
-	fullPoolFor                time.Duration
+	quick, skipScale                   bool
+	compareCBOR                        bool
+	output, out, agents                string
+	baseline                           string
+	scale                              int
+	psPods, psWave                     int
+	psStorm, psStorms, psNodes, psSets int
+	named                              []string
+	fullPoolFor                        time.Duration
 }
 
 func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) error {
@@ -97,9 +98,9 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		fmt.Fprintf(e.stderr, "tenurectl bench: --full-pool-duration must be positive, got %v\n", f.fullPoolFor)
 		return errUsage
 	}
-	podStart := bench.PodStartOptions{Pods: f.psPods, Wave: f.psWave, Storm: f.psStorm, Storms: f.psStorms, Nodes: f.psNodes}
-	if f.psPods <= 0 || f.psWave <= 0 || f.psNodes <= 0 {
-		fmt.Fprintf(e.stderr, "tenurectl bench: --pod-start-pods, --pod-start-wave and --pod-start-nodes must be positive, got %d, %d and %d\n", f.psPods, f.psWave, f.psNodes)
+	podStart := bench.PodStartOptions{Pods: f.psPods, Wave: f.psWave, Sets: f.psSets, Storm: f.psStorm, Storms: f.psStorms, Nodes: f.psNodes}
+	if f.psPods <= 0 || f.psWave <= 0 || f.psSets <= 0 || f.psNodes <= 0 {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --pod-start-pods, --pod-start-wave, --pod-start-sets and --pod-start-nodes must be positive, got %d, %d, %d and %d\n", f.psPods, f.psWave, f.psSets, f.psNodes)
 		return errUsage
 	}
 	if perr := podStart.Validate(); perr != nil {

@@ -162,7 +162,8 @@ func TestDevCommandsUsage(t *testing.T) {
 		{[]string{"bench", "--full-pool-duration", "0s"}, 2, "--full-pool-duration must be positive"},
 		{[]string{"bench", "--compare-cbor"}, 2, "--compare-cbor needs --quick and no --baseline-bin"},
 		{[]string{"bench", "--quick", "--compare-cbor", "--baseline-bin", "/nonexistent"}, 2, "--compare-cbor needs --quick and no --baseline-bin"},
-		{[]string{"bench", "--pod-start-nodes", "0"}, 2, "--pod-start-nodes must be positive, got 30, 10 and 0"},
+		{[]string{"bench", "--pod-start-nodes", "0"}, 2, "--pod-start-nodes must be positive, got 30, 10, 6 and 0"},
+		{[]string{"bench", "--pod-start-sets", "0"}, 2, "--pod-start-sets and --pod-start-nodes must be positive, got 30, 10, 0 and 1"},
 		{[]string{"bench", "--pod-start-nodes", "4"}, 2, "pod-start nodes: 4: from 1 to 3"},
 	})
 }

@@ -16,6 +16,8 @@ func TestPodStartOptionsRefuseWhatCannotRunNamingTheField(t *testing.T) {
 		{PodStartOptions{Storm: 500}, "storm 500"},
 		{PodStartOptions{Nodes: 4}, "pod-start nodes: 4"},
 		{PodStartOptions{Nodes: -1}, "pod-start nodes: -1"},
+		{PodStartOptions{Sets: -1}, "pod-start sets: -1"},
+		{PodStartOptions{Sets: 21}, "pod-start sets: 21"},
 	} {
 		err := tc.o.withDefaults().Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -67,6 +69,39 @@ func TestPodStartRowsRatioTenureToEachOtherIPAM(t *testing.T) {
 	if got["pod start (to Ready) p50, waves, tenure / host-local"] != "not met" || got["pod start p99, storm, tenure / host-local"] != "n/a" ||
 		got["pod start, waves, tenure: every pod Ready"] != "not met" {
 		t.Errorf("targets: %v", got)
+	}
+}
+
+func TestPodStartRatioCarriesTheSpreadOfItsBatches(t *testing.T) {
+	// Two batches per IPAM: tenure's p50s 100 and 140 (mean 120, standard
+	// deviation 28.28, CV 0.2357), host-local's steady at 100; the pooled
+	// p50s 120 and 100.
+	samples := map[string]*podSample{
+		"waves/host-local": {ready: []float64{100, 100}, batchReadyP50: []float64{100, 100}},
+		"waves/tenure":     {ready: []float64{120}, batchReadyP50: []float64{100, 140}},
+		"storm/host-local": {ready: []float64{100}, batchReadyP50: []float64{100}},
+		"storm/tenure":     {ready: []float64{100}, batchReadyP50: []float64{100}},
+	}
+	byID := map[string]Result{}
+	for _, r := range podStartRows(samples) {
+		byID[r.ID] = r
+	}
+	tn := byID["pod-start-waves-tenure"].Figures
+	if tn["batches"] != 2 || tn["ready_p50_batch_cv"] != 0.236 {
+		t.Errorf("tenure's waves: batches %v, CV %v; want 2 and 0.236", tn["batches"], tn["ready_p50_batch_cv"])
+	}
+	// ratio 1.2 (120 / 100) × √(0.2357² / 2 + 0)
+	if se := byID["pod-start-waves-tenure/host-local"].Figures["ready_p50_ms_stderr"]; se != 0.2 {
+		t.Errorf("the ratio's standard error: %v, want 0.2", se)
+	}
+	if _, ok := byID["pod-start-storm-tenure/host-local"].Figures["ready_p50_ms_stderr"]; ok {
+		t.Error("a standard error from one batch per IPAM")
+	}
+	rep := &Report{Scenarios: []Result{byID["pod-start-waves-tenure/host-local"]}}
+	for _, tg := range podStartTargets(rep) {
+		if strings.HasPrefix(tg.Name, "pod start (to Ready) p50, waves") && tg.Measured != "1.20× (± 0.20 from batch to batch)" {
+			t.Errorf("target measured %q", tg.Measured)
+		}
 	}
 }
 
