@@ -163,6 +163,40 @@ type podSample struct {
 	cpu map[string]float64
 	// api is the API server's requests in the same spans, summed.
 	api RequestCounts
+	// reruns counts the batches run again, the hypervisor having taken
+	// the machine from under them.
+	reruns int
+}
+
+// add pools batch b into s.
+func (s *podSample) add(b *podSample) {
+	s.ready, s.netStatus = append(s.ready, b.ready...), append(s.netStatus, b.netStatus...)
+	s.batchReadyP50 = append(s.batchReadyP50, b.batchReadyP50...)
+	s.addWall, s.addCPU = append(s.addWall, b.addWall...), append(s.addCPU, b.addCPU...)
+	s.notReady, s.addFailures = s.notReady+b.notReady, s.addFailures+b.addFailures
+	for g, ms := range b.cpu {
+		s.cpu[g] += ms
+	}
+	for k, v := range b.api {
+		s.api[k] += v
+	}
+}
+
+// runAgain says whether a batch, its attempt-th run (0 the first), is
+// run again: one during which the hypervisor took more than stolenLimit
+// of the machine measured the host, not the node, whichever its IPAM. One
+// with a pod not Ready or an ADD that failed is kept: no failure is
+// discarded.
+func runAgain(b *podSample, stolen float64, attempt int) bool {
+	return stolen > stolenLimit && attempt < rerunsPerBatch && b.notReady == 0 && b.addFailures == 0
+}
+
+// againNote names a batch's rerun in its log line.
+func againNote(attempt int) string {
+	if attempt == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (run %d)", attempt+1)
 }
 
 // PodStart runs the pod-start scenario on cl: for each IPAM a macvlan
@@ -256,23 +290,24 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 	samples := map[string]*podSample{} // "phase/ipam"
 	var logOff int64
 	quiet := 1.0 // the warm-up's batches wait one window; see settle
-	batch := func(phase, ipam string, round, n int) error {
-		key := phase + "/" + ipam
-		if samples[key] == nil {
-			samples[key] = &podSample{}
-		}
-		s := samples[key]
+	// try runs one batch and returns what it measured, and the share of
+	// the machine's time the hypervisor took meanwhile.
+	try := func(phase, ipam string, round, attempt, n int) (*podSample, float64, error) {
+		s := &podSample{}
 		names := make([]string, n)
 		for i := range names {
 			names[i] = fmt.Sprintf("%s-%s-r%d-%d", phase, ipam, round, i)
+			if attempt > 0 {
+				names[i] = fmt.Sprintf("%s-%s-r%d-again%d-%d", phase, ipam, round, attempt, i)
+			}
 		}
 		settled, share, err := settle(ctx, machineBusy, settleWindow, quiet, settleDeadline)
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
 		apiBefore, err := apiRequests(ctx, cs)
 		if err != nil {
-			return fmt.Errorf("the API server's request counts: %w", err)
+			return nil, 0, fmt.Errorf("the API server's request counts: %w", err)
 		}
 		begin, cpuBefore := time.Now(), sampleMachineCPU()
 		var wg sync.WaitGroup
@@ -289,28 +324,25 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			return err
+			return nil, 0, err
 		}
 		timeout := 3 * time.Minute
 		if phase == "storm" {
 			timeout = 6 * time.Minute
 		}
 		notReady := obs.waitReady(ctx, names, timeout)
-		cpu := cpuByGroup(cpuBefore, sampleMachineCPU())
+		cpuAfter := sampleMachineCPU()
+		cpu := cpuByGroup(cpuBefore, cpuAfter)
+		stolen := 0.0
+		if t := cpuAfter.total - cpuBefore.total; t > 0 {
+			stolen = cpu["steal"] / t
+		}
 		apiAfter, err := apiRequests(ctx, cs)
 		if err != nil {
-			return fmt.Errorf("the API server's request counts: %w", err)
+			return nil, 0, fmt.Errorf("the API server's request counts: %w", err)
 		}
 		api := apiAfter.Sub(apiBefore)
-		if s.cpu == nil {
-			s.cpu, s.api = map[string]float64{}, RequestCounts{}
-		}
-		for k, v := range api {
-			s.api[k] += v
-		}
-		for g, ms := range cpu {
-			s.cpu[g] += ms
-		}
+		s.cpu, s.api = cpu, api
 		r, st := obs.times(names)
 		s.ready, s.netStatus = append(s.ready, r...), append(s.netStatus, st...)
 		if len(r) > 0 {
@@ -319,7 +351,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		s.notReady += len(notReady)
 		lines, off, err := readIPAMTimings(timerLog, logOff)
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
 		logOff = off
 		added := map[string]bool{}
@@ -328,7 +360,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 				continue
 			}
 			if l.IPAM != ipam {
-				return fmt.Errorf("an ADD through %s during a %s batch: batches overlap", l.IPAM, ipam)
+				return nil, 0, fmt.Errorf("an ADD through %s during a %s batch: batches overlap", l.IPAM, ipam)
 			}
 			s.addWall, s.addCPU = append(s.addWall, l.WallMs), append(s.addCPU, l.CPUMs)
 			if l.Exit != 0 {
@@ -338,13 +370,13 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 			}
 		}
 		apiReqs, _ := splitWatchEvents(Cost(api).ByVerbResource)
-		logf("%s %s round %d: %d pods, Ready p50 %.0f ms in %v%s (after %v for the machine to settle, %.0f %% busy); CPU ms per pod: %s; API requests per pod: %s",
-			phase, ipam, round, n, SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100,
+		logf("%s %s round %d%s: %d pods, Ready p50 %.0f ms in %v%s (after %v for the machine to settle, %.0f %% busy; %.1f %% stolen); CPU ms per pod: %s; API requests per pod: %s",
+			phase, ipam, round, againNote(attempt), n, SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100, stolen*100,
 			cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
 		// The next batch starts on a node that has finished this one:
 		// the pods gone and each sandbox's DEL seen.
 		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(podStartNamespace)); err != nil {
-			return err
+			return nil, 0, err
 		}
 		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 			var list corev1.PodList
@@ -366,9 +398,28 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 			}
 			return len(added) == 0, nil
 		}); err != nil {
-			return fmt.Errorf("%s %s round %d: pods not gone or %d DELs not seen: %w", phase, ipam, round, len(added), err)
+			return nil, 0, fmt.Errorf("%s %s round %d: pods not gone or %d DELs not seen: %w", phase, ipam, round, len(added), err)
 		}
-		return nil
+		return s, stolen, nil
+	}
+	batch := func(phase, ipam string, round, n int) error {
+		key := phase + "/" + ipam
+		if samples[key] == nil {
+			samples[key] = &podSample{cpu: map[string]float64{}, api: RequestCounts{}}
+		}
+		for attempt := 0; ; attempt++ {
+			b, stolen, err := try(phase, ipam, round, attempt, n)
+			if err != nil {
+				return err
+			}
+			if runAgain(b, stolen, attempt) {
+				logf("%s %s round %d: the hypervisor took %.1f %% of the machine (more than %.0f %%): run again", phase, ipam, round, stolen*100, stolenLimit*100)
+				samples[key].reruns++
+				continue
+			}
+			samples[key].add(b)
+			return nil
+		}
 	}
 
 	// One pod per IPAM first, unmeasured: the first ADD on a network pays
@@ -429,6 +480,16 @@ const (
 	settleDeadline    = 30 * time.Second
 )
 
+// A batch during which the hypervisor ran something else for more than
+// stolenLimit of the machine's time (steal in /proc/stat) is run again, at
+// most rerunsPerBatch times. On this machine most batches lose under 1 %;
+// one in ten loses 5 to 30 %, and its pods start up to 40 % slower
+// (docs/performance.md, "One wave's p50 moves a tenth").
+const (
+	stolenLimit    = 0.05
+	rerunsPerBatch = 3
+)
+
 // settle waits until the machine's busy share over one window is at most
 // quiet, or deadline has passed (0: after one window), and returns how
 // long it waited and the last window's share. sample reads the machine's
@@ -456,10 +517,12 @@ func settle(ctx context.Context, sample func() (busy, total float64), window tim
 	}
 }
 
-// machineBusy reads the machine's busy and total CPU time (ms).
+// machineBusy reads the machine's busy and total CPU time (ms); time the
+// hypervisor took (steal) counts as busy, the machine not being the
+// node's then either.
 func machineBusy() (busy, total float64) {
-	busy, total, _ = readMachineCPU()
-	return busy, total
+	busy, total, steal := readMachineCPU()
+	return busy + steal, total
 }
 
 // apiRequests reads the API server's request counters
@@ -703,6 +766,9 @@ func podStartRows(samples map[string]*podSample) []Result {
 			"ipam_adds": float64(aw.N), "ipam_add_failures": float64(s.addFailures),
 			"ipam_add_p50_ms": round3(aw.P50), "ipam_add_p90_ms": round3(aw.P90), "ipam_add_p99_ms": round3(aw.P99),
 			"ipam_add_cpu_ms_mean": round3(ac.Mean),
+		}
+		if s.reruns > 0 {
+			f["batches_rerun"] = float64(s.reruns)
 		}
 		if cv, ok := spread(s.batchReadyP50); ok {
 			f["batches"], f["ready_p50_batch_cv"] = float64(len(s.batchReadyP50)), round3(cv)

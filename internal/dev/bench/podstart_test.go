@@ -105,6 +105,38 @@ func TestPodStartRatioCarriesTheSpreadOfItsBatches(t *testing.T) {
 	}
 }
 
+func TestBatchRunAgainOnlyWhenTheHypervisorTookTheMachineAndNothingFailed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		b       podSample
+		stolen  float64
+		attempt int
+		want    bool
+	}{
+		{"quiet", podSample{}, 0.01, 0, false},
+		{"at the limit", podSample{}, stolenLimit, 0, false},
+		{"stolen", podSample{}, 0.12, 0, true},
+		{"stolen, third rerun", podSample{}, 0.12, rerunsPerBatch - 1, true},
+		{"stolen, reruns spent", podSample{}, 0.12, rerunsPerBatch, false},
+		{"stolen, a pod not Ready", podSample{notReady: 1}, 0.3, 0, false},
+		{"stolen, an ADD failed", podSample{addFailures: 1}, 0.3, 0, false},
+	} {
+		if got := runAgain(&tc.b, tc.stolen, tc.attempt); got != tc.want {
+			t.Errorf("%s: run again %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPodSamplePoolsBatches(t *testing.T) {
+	post := RequestKey{Verb: "POST", Resource: "pods", Code: "201"}
+	s := &podSample{cpu: map[string]float64{}, api: RequestCounts{}, reruns: 1}
+	s.add(&podSample{ready: []float64{1, 2}, batchReadyP50: []float64{1}, notReady: 1, cpu: map[string]float64{"kubelet": 5}, api: RequestCounts{post: 2}})
+	s.add(&podSample{ready: []float64{3}, batchReadyP50: []float64{3}, addFailures: 2, cpu: map[string]float64{"kubelet": 7}, api: RequestCounts{post: 1}})
+	if len(s.ready) != 3 || len(s.batchReadyP50) != 2 || s.notReady != 1 || s.addFailures != 2 || s.cpu["kubelet"] != 12 || s.api[post] != 3 || s.reruns != 1 {
+		t.Errorf("pooled: %+v", s)
+	}
+}
+
 func TestSideBySideMeansPerBinaryAndTheirRatio(t *testing.T) {
 	row := func(bin string, opsPerS, shim float64) Result {
 		return Result{Command: "ADD", Binary: bin, OpsPerS: opsPerS, CPUMsPerOp: map[string]float64{"shim": shim}}
