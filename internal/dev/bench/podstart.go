@@ -412,7 +412,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 			if err != nil {
 				return err
 			}
-			if runAgain(b, stolen, attempt) {
+			if phase != "warmup" && runAgain(b, stolen, attempt) { // the warm-up measures nothing
 				logf("%s %s round %d: the hypervisor took %.1f %% of the machine (more than %.0f %%): run again", phase, ipam, round, stolen*100, stolenLimit*100)
 				samples[key].reruns++
 				continue
