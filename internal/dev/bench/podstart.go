@@ -51,10 +51,10 @@ const (
 	podStartPods = 30 // per IPAM, in waves
 	podStartWave = 10
 	// Times the waves' pods are run, the IPAMs' order rotating on: one
-	// wave's Ready p50 moves 7 to 10 % wave to wave on this machine with
+	// wave's Ready p50 moves 8 to 11 % from the next on this machine with
 	// the host's speed, the IPAM aside, so three waves per IPAM cannot
-	// resolve a 5 % target; eighteen bring the ratio's spread to about
-	// 3 % (docs/performance.md, "Pod start").
+	// resolve a 5 % target; eighteen bring the ratio's standard error to
+	// about 3 % (docs/performance.md, "One wave's p50 moves a tenth").
 	podStartSets  = 6
 	podStartStorm = 50 // per IPAM, at once
 	// Storms per IPAM, the IPAMs' order rotating storm by storm: the p99
@@ -201,9 +201,11 @@ func againNote(attempt int) string {
 
 // PodStart runs the pod-start scenario on cl: for each IPAM a macvlan
 // network of its own on one master, opts.Pods pods per IPAM in waves of
-// opts.Wave (IPAMs alternating wave by wave), then opts.Storms storms of
-// opts.Storm pods per IPAM at once (IPAMs alternating storm by storm).
-// Each batch is deleted, and its DELs seen, before the next.
+// opts.Wave (IPAMs alternating wave by wave), opts.Sets times over, then
+// opts.Storms storms of opts.Storm pods per IPAM at once (IPAMs alternating
+// storm by storm). Each batch is deleted, and its DELs seen, before the
+// next; one the hypervisor took the machine from under is run again
+// (runAgain).
 //
 // Times are taken by this process: creation is the moment the pod's Create
 // call is made, Ready and network-status are the moments a watch event
