@@ -15,8 +15,9 @@ const clockTick = 100.0
 // by the whole machine.
 type cpuSample struct {
 	groups map[string]float64
-	// busy and total are the machine's (all CPUs) busy and total time.
-	busy, total float64
+	// busy, total and steal are the machine's (all CPUs) busy, total
+	// and stolen time.
+	busy, total, steal float64
 }
 
 // procCPU returns utime+stime of a process (all its threads), in ms.
@@ -105,8 +106,17 @@ func (e *env) sampleCPU() cpuSample {
 		add("kube-apiserver", pids[1])
 	}
 	add("bench", os.Getpid())
-	s.busy, s.total, _ = readMachineCPU()
+	s.busy, s.total, s.steal = readMachineCPU()
 	return s
+}
+
+// stolenPct is the share (%) of the machine's time between two samples
+// that the hypervisor took.
+func stolenPct(before, after cpuSample) float64 {
+	if total := after.total - before.total; total > 0 {
+		return round3(100 * (after.steal - before.steal) / total)
+	}
+	return 0
 }
 
 // cpuPerOp turns two samples and the shims' own CPU into ms per op by

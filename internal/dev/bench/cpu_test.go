@@ -39,6 +39,13 @@ func TestParseMachineCPUAndPerOp(t *testing.T) {
 	if per["shim"] != 10 || per["agent"] != 2 || per["kube-apiserver"] != 4 || per["other"] != 4 || pct != 50 {
 		t.Fatalf("per op %v busy %v", per, pct)
 	}
+	after.steal = 200 // of the 4000 ms the machine's CPUs had
+	if got := stolenPct(before, after); got != 5 {
+		t.Fatalf("stolen %v %%, want 5", got)
+	}
+	if got := stolenPct(before, before); got != 0 {
+		t.Fatalf("stolen %v %% over no time, want 0", got)
+	}
 }
 
 // A --compare-cbor run's target reads the API server's CPU per ADD of the

@@ -72,6 +72,10 @@ type Result struct {
 	// machine), in ms, and how busy the machine was during the calls.
 	CPUMsPerOp     map[string]float64 `json:"cpu_ms_per_op,omitempty"`
 	MachineBusyPct float64            `json:"machine_busy_pct,omitempty"`
+	// MachineStolenPct is the share of the machine's time the hypervisor
+	// ran something else during the calls (steal): the CPU per call of a
+	// row with much of it was taken on a slower machine.
+	MachineStolenPct float64 `json:"machine_stolen_pct,omitempty"`
 
 	// Scale rows.
 	SyncS       float64 `json:"sync_s,omitempty"`

@@ -300,6 +300,7 @@ func (e *env) measure(ctx context.Context, s spec) (Result, error) {
 		shimMs += v
 	}
 	r.CPUMsPerOp, r.MachineBusyPct = cpuPerOp(cpuBefore, cpuAfter, shimMs, len(s.calls))
+	r.MachineStolenPct = stolenPct(cpuBefore, cpuAfter)
 	if other := r.CPUMsPerOp["other"]; other >= 2 {
 		// Other users of the machine took CPU during the calls: the wall
 		// times of this row are pessimistic; per-op API figures are not.

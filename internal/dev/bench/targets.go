@@ -188,7 +188,7 @@ func observe(rep *Report) []string {
 		}
 		line := fmt.Sprintf("%s: API per call: %s", r.Name, FormatBreakdown(nonWatch(r.APIByVerbResource), float64(r.Ops)))
 		if len(r.CPUMsPerOp) > 0 {
-			line += fmt.Sprintf("; CPU ms per call: %s (machine %.0f %% busy)", FormatBreakdown(r.CPUMsPerOp, 1), r.MachineBusyPct)
+			line += fmt.Sprintf("; CPU ms per call: %s (machine %.0f %% busy, %.1f %% stolen)", FormatBreakdown(r.CPUMsPerOp, 1), r.MachineBusyPct, r.MachineStolenPct)
 		}
 		if len(r.APIErrors) > 0 {
 			line += fmt.Sprintf("; error answers over the %d calls: %s", r.Ops, FormatBreakdown(r.APIErrors, 1))
