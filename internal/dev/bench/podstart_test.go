@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPodStartOptionsRefuseWhatCannotRunNamingTheField(t *testing.T) {
@@ -157,5 +159,41 @@ func TestSideBySideMeansPerBinaryAndTheirRatio(t *testing.T) {
 	}
 	if _, ok := byID["del-c50-n4-new/baseline"]; ok {
 		t.Error("a DEL ratio without DEL rows")
+	}
+}
+
+func TestAwaitHostProbesUntilTheHypervisorGivesTheMachineBack(t *testing.T) {
+	probes := func(shares ...float64) (func(time.Duration) float64, *int) {
+		n := new(int)
+		return func(time.Duration) float64 {
+			s := shares[min(*n, len(shares)-1)]
+			*n++
+			return s
+		}, n
+	}
+	ctx := context.Background()
+	p, n := probes(0.01)
+	if waited, stolen, err := awaitHost(ctx, p, 0, time.Millisecond, time.Minute); err != nil || waited != 0 || stolen != 0.01 || *n != 1 {
+		t.Errorf("a quiet host: waited %v, stolen %v, %d probes, %v; want no wait after one probe", waited, stolen, *n, err)
+	}
+	p, n = probes(0.2, 0.1, 0.01)
+	if waited, stolen, err := awaitHost(ctx, p, 0, time.Millisecond, time.Minute); err != nil || waited <= 0 || stolen != 0.01 || *n != 3 {
+		t.Errorf("a burst of steal: waited %v, stolen %v, %d probes, %v; want three probes, the last quiet", waited, stolen, *n, err)
+	}
+	p, _ = probes(0.5)
+	if waited, stolen, err := awaitHost(ctx, p, 0, time.Millisecond, 20*time.Millisecond); err != nil || waited < 20*time.Millisecond || stolen != 0.5 {
+		t.Errorf("steal past the deadline: waited %v, stolen %v, %v; want the deadline's wait and the last share", waited, stolen, err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	p, _ = probes(0.5)
+	if _, _, err := awaitHost(cctx, p, 0, time.Hour, time.Hour); err == nil {
+		t.Error("a cancelled context: no error")
+	}
+}
+
+func TestProbeStealReadsAShare(t *testing.T) {
+	if s := probeSteal(20 * time.Millisecond); s < 0 || s > 1 {
+		t.Errorf("stolen share %v, want within [0, 1]", s)
 	}
 }
