@@ -293,6 +293,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 	samples := map[string]*podSample{} // "phase/ipam"
 	var logOff int64
 	quiet := 1.0 // the warm-up's batches wait one window; see settle
+	probeBudget := probeRunBudget
 	// try runs one batch and returns what it measured, and the share of
 	// the machine's time the hypervisor took meanwhile.
 	try := func(phase, ipam string, round, attempt, n int) (*podSample, float64, error) {
@@ -309,10 +310,11 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 			return nil, 0, err
 		}
 		if phase != "warmup" {
-			waited, stolen, err := awaitHost(ctx, probeSteal, probeWindow, probePause, probeDeadline)
+			waited, stolen, err := awaitHost(ctx, probeSteal, probeWindow, probePause, min(probeDeadline, probeBudget))
 			if err != nil {
 				return nil, 0, err
 			}
+			probeBudget = max(probeBudget-waited, 0)
 			if waited > 0 {
 				logf("%s %s round %d: waited %v for the hypervisor to give the machine back (%.1f %% stolen under load at the last probe)", phase, ipam, round, waited.Round(time.Second), stolen*100)
 			}
@@ -507,11 +509,15 @@ const (
 // batch run again right after a stolen one lands in the same burst (they
 // last a minute or two here). Before a batch, every CPU is kept busy for
 // probeWindow and the share stolen read; while it is over stolenLimit the
-// batch waits probePause and probes again, up to probeDeadline.
+// batch waits probePause and probes again, up to probeDeadline (and
+// probeRunBudget over the run).
 const (
 	probeWindow   = 500 * time.Millisecond
 	probePause    = 5 * time.Second
 	probeDeadline = 3 * time.Minute
+	// probeRunBudget bounds the waiting of one run, all its batches
+	// together: a host busy for longer is measured as it is.
+	probeRunBudget = 6 * time.Minute
 )
 
 // awaitHost probes (probe keeps the machine busy for window and returns
