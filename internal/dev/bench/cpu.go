@@ -110,13 +110,19 @@ func (e *env) sampleCPU() cpuSample {
 	return s
 }
 
+// stolenShare is the share of the machine's time the hypervisor took:
+// steal over total, both the difference of two readings of /proc/stat.
+func stolenShare(steal, total float64) float64 {
+	if total <= 0 {
+		return 0
+	}
+	return steal / total
+}
+
 // stolenPct is the share (%) of the machine's time between two samples
 // that the hypervisor took.
 func stolenPct(before, after cpuSample) float64 {
-	if total := after.total - before.total; total > 0 {
-		return round3(100 * (after.steal - before.steal) / total)
-	}
-	return 0
+	return round3(100 * stolenShare(after.steal-before.steal, after.total-before.total))
 }
 
 // cpuPerOp turns two samples and the shims' own CPU into ms per op by

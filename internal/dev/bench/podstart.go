@@ -347,10 +347,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		notReady := obs.waitReady(ctx, names, timeout)
 		cpuAfter := sampleMachineCPU()
 		cpu := cpuByGroup(cpuBefore, cpuAfter)
-		stolen := 0.0
-		if t := cpuAfter.total - cpuBefore.total; t > 0 {
-			stolen = cpu["steal"] / t
-		}
+		stolen := stolenShare(cpuAfter.steal-cpuBefore.steal, cpuAfter.total-cpuBefore.total)
 		apiAfter, err := apiRequests(ctx, cs)
 		if err != nil {
 			return nil, 0, fmt.Errorf("the API server's request counts: %w", err)
@@ -359,8 +356,9 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		s.cpu, s.api = cpu, api
 		r, st := obs.times(names)
 		s.ready, s.netStatus = append(s.ready, r...), append(s.netStatus, st...)
+		p50 := SummarizeMs(r).P50
 		if len(r) > 0 {
-			s.batchReadyP50 = append(s.batchReadyP50, SummarizeMs(r).P50)
+			s.batchReadyP50 = append(s.batchReadyP50, p50)
 		}
 		s.notReady += len(notReady)
 		lines, off, err := readIPAMTimings(timerLog, logOff)
@@ -385,7 +383,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		}
 		apiReqs, _ := splitWatchEvents(Cost(api).ByVerbResource)
 		logf("%s %s round %d%s: %d pods, Ready p50 %.0f ms in %v%s (after %v for the machine to settle, %.0f %% busy; %.1f %% stolen); CPU ms per pod: %s; API requests per pod: %s",
-			phase, ipam, round, againNote(attempt), n, SummarizeMs(r).P50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100, stolen*100,
+			phase, ipam, round, againNote(attempt), n, p50, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100, stolen*100,
 			cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
 		// The next batch starts on a node that has finished this one:
 		// the pods gone and each sandbox's DEL seen.
@@ -561,10 +559,7 @@ func probeSteal(window time.Duration) float64 {
 	}
 	wg.Wait()
 	_, t1, s1 := readMachineCPU()
-	if t1 <= t0 {
-		return 0
-	}
-	return (s1 - s0) / (t1 - t0)
+	return stolenShare(s1-s0, t1-t0)
 }
 
 // settle waits until the machine's busy share over one window is at most
