@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,3 +389,76 @@ func TestIndexHoldsThisNodesReservationsFromTheNodeCache(t *testing.T) {
 	}
 	eventually(t, ctx, "the index drops this node's deleted reservation", func() bool { return next() == "10.0.0.6" })
 }
+
+// TestAnAttachmentIsFoundWhileTheInformerTakesOver: between our Create and
+// the node cache's report of it, and between our Delete and its report,
+// every read of the attachment answers what the API holds. A read that
+// took the node cache's index before the informer added the object, and
+// the ledger of our writes after its handler dropped the assumption, found
+// nothing: a DEL then answered success and left the reservation, and a
+// retried ADD created a second address.
+func TestAnAttachmentIsFoundWhileTheInformerTakesOver(t *testing.T) {
+	s, fc, ctx := startStore(t)
+	const rounds = 300
+	for i := range rounds {
+		r := resv(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String(), "o1", "n1")
+		if !s.TryAssume(r) {
+			t.Fatalf("round %d: TryAssume of a free name: false", i)
+		}
+		if err := fc.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		s.Confirm(r)
+		readUntil(t, ctx, s, i, "create", 1, func() bool {
+			_, inLocal := s.localGet(r.Name, r.UID)
+			return inLocal && !assumedHolds(s, s.assumed, r.Name)
+		})
+		if err := fc.Delete(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		s.Released(r.Name, r.UID)
+		// The record of our release outlives the report when the
+		// informer's handler ran before Released: done once the cache
+		// lets the object go.
+		readUntil(t, ctx, s, i, "delete", 0, func() bool {
+			_, inLocal, _ := s.local.GetIndexer().GetByKey(r.Name)
+			return !inLocal
+		})
+	}
+}
+
+// readUntil reads the attachment of owner o1 from several goroutines
+// without pause until done, and fails on any read that does not find want
+// reservations.
+func readUntil(t *testing.T, ctx context.Context, s *Store, round int, after string, want int, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var stop atomic.Bool
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			for reads := 0; !stop.Load(); reads++ {
+				if got := s.ByAttachment("c-o1", "net1"); len(got) != want {
+					errs <- fmt.Errorf("round %d, read %d after our %s: ByAttachment found %d reservations, want %d", round, reads, after, len(got), want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for !done() && time.Now().Before(deadline) && ctx.Err() == nil {
+		runtime.Gosched()
+	}
+	stop.Store(true)
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !done() {
+		t.Fatalf("round %d: the node cache never reported our %s", round, after)
+	}
+}
+
+// readers is how many goroutines read at once in readUntil.
+const readers = 4

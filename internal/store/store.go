@@ -487,6 +487,15 @@ func (s *Store) Local() []*tenurev1alpha1.IPReservation {
 // window (as partial reservations where the node cache lacks the name), then
 // lays our unconfirmed writes and releases over them.
 func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alpha1.IPReservation) bool) []*tenurev1alpha1.IPReservation {
+	// The caches are read under mu, as the handlers that settle our
+	// writes run under it: the informer updates its index before its
+	// handler drops our record of the write, so a read under mu sees the
+	// write in one or the other. Read before mu, the index could predate
+	// the informer's update and the record postdate its handler, and the
+	// attachment's reservation be missing (a DEL that answers success and
+	// leaves it) or a deleted one be found again.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var local, others []any
 	if index == "" {
 		local = s.local.GetIndexer().List()
@@ -500,8 +509,6 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 			others = s.win.Load().byIndex(index, ckey)
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.expireLocked()
 	out := make([]*tenurev1alpha1.IPReservation, 0, len(local)+len(others))
 	seen := make(map[string]bool, len(local)+len(others))
