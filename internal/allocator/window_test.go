@@ -113,8 +113,13 @@ func TestWindowWidensBlockByBlockThenAsksTheLiveList(t *testing.T) {
 	if err := other.Release(ctx, &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: freed}}); err != nil {
 		t.Fatal(err)
 	}
+	// Reached: the window's cache lets the name go, and its index of held
+	// addresses (kept by a handler of the same informer, so a moment
+	// later) no longer skips the address.
+	freedAddr := netip.MustParseAddr("10.7.0.77")
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return !win.Taken(freed), nil
+		next, _ := win.NextUnheldAddress(reservation.ScopeLabel(network), freedAddr)
+		return !win.Taken(freed) && next == freedAddr, nil
 	}); err != nil {
 		t.Fatalf("the release never reached the window: %v", err)
 	}
