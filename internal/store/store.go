@@ -487,13 +487,12 @@ func (s *Store) Local() []*tenurev1alpha1.IPReservation {
 // window (as partial reservations where the node cache lacks the name), then
 // lays our unconfirmed writes and releases over them.
 func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alpha1.IPReservation) bool) []*tenurev1alpha1.IPReservation {
-	// The caches are read under mu, as the handlers that settle our
-	// writes run under it: the informer updates its index before its
-	// handler drops our record of the write, so a read under mu sees the
-	// write in one or the other. Read before mu, the index could predate
-	// the informer's update and the record postdate its handler, and the
-	// attachment's reservation be missing (a DEL that answers success and
-	// leaves it) or a deleted one be found again.
+	// The caches are read under mu, which the handlers that settle our
+	// writes hold: an informer updates its index before its handler drops
+	// our record of the write, so under mu a write is in one or the
+	// other. An index read outside mu could predate the update while the
+	// record postdates the handler: a reservation missing (a DEL answering
+	// success and leaving it) or a deleted one found again.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var local, others []any

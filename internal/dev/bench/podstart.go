@@ -357,9 +357,8 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		r, st := obs.times(names)
 		s.ready, s.netStatus = append(s.ready, r...), append(s.netStatus, st...)
 		rs, sts := SummarizeMs(r), SummarizeMs(st)
-		p50 := rs.P50
 		if len(r) > 0 {
-			s.batchReadyP50 = append(s.batchReadyP50, p50)
+			s.batchReadyP50 = append(s.batchReadyP50, rs.P50)
 		}
 		s.notReady += len(notReady)
 		lines, off, err := readIPAMTimings(timerLog, logOff)
@@ -386,7 +385,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		// The slowest pod of each batch is logged: a pooled p99 is the
 		// second-slowest of a few hundred pods, so it is one batch's.
 		logf("%s %s round %d%s: %d pods, Ready p50 %.0f ms, slowest %.0f ms, network-status slowest %.0f ms, in %v%s (after %v for the machine to settle, %.0f %% busy; %.1f %% stolen); CPU ms per pod: %s; API requests per pod: %s",
-			phase, ipam, round, againNote(attempt), n, p50, rs.Max, sts.Max, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100, stolen*100,
+			phase, ipam, round, againNote(attempt), n, rs.P50, rs.Max, sts.Max, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100, stolen*100,
 			cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
 		// The next batch starts on a node that has finished this one:
 		// the pods gone and each sandbox's DEL seen.

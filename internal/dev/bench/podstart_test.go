@@ -192,8 +192,23 @@ func TestAwaitHostProbesUntilTheHypervisorGivesTheMachineBack(t *testing.T) {
 	}
 }
 
-func TestProbeStealReadsAShare(t *testing.T) {
-	if s := probeSteal(20 * time.Millisecond); s < 0 || s > 1 {
+// TestProbeStealKeepsTheMachineBusy: steal shows only on a busy vCPU, so
+// the probe must leave no CPU idle over its window; its share is of the
+// same readings, so it lies in [0, 1].
+func TestProbeStealKeepsTheMachineBusy(t *testing.T) {
+	busy0, total0, steal0 := readMachineCPU()
+	s := probeSteal(300 * time.Millisecond)
+	busy1, total1, steal1 := readMachineCPU()
+	if s < 0 || s > 1 {
 		t.Errorf("stolen share %v, want within [0, 1]", s)
+	}
+	total := total1 - total0
+	if total <= 0 {
+		t.Fatal("/proc/stat's CPU time did not advance over the probe")
+	}
+	// Busy or stolen: the time no CPU sat idle. Half is far below what a
+	// spinning goroutine per CPU leaves; an idle machine shows near none.
+	if used := (busy1 - busy0 + steal1 - steal0) / total; used < 0.5 {
+		t.Errorf("over the probe the CPUs were busy or stolen %.0f %% of the time, want most of it", used*100)
 	}
 }
