@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/atomicfile"
@@ -16,10 +17,17 @@ import (
 
 // stateFile is the persisted form of the learnt settings.
 type stateFile struct {
-	Networks map[string]stateNetwork `json:"networks"`
+	// NADs are the settings by NAD (namespace/name).
+	NADs map[string]stateNetwork `json:"nads"`
 }
 
 type stateNetwork struct {
+	// Network is the CNI network name the NAD defines; Enabled whether it
+	// has enabled dhcpv6 (the other fields are then unset); Link its
+	// main plugin's node-side interface.
+	Network           string   `json:"network"`
+	Enabled           bool     `json:"enabled"`
+	Link              string   `json:"link,omitempty"`
 	Interfaces        []string `json:"interfaces"`
 	PreferredLifetime int64    `json:"preferred_lifetime"`
 	ValidLifetime     int64    `json:"valid_lifetime"`
@@ -53,12 +61,23 @@ func (s *Service) load() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for name, n := range st.Networks {
-		d := config.DHCPv6{Enabled: true, Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
+	now := time.Now()
+	for name, n := range st.NADs {
+		ns, nadName, _ := strings.Cut(name, "/")
+		if ns == "" || nadName == "" || n.Network == "" {
+			s.log.Warn("ignoring an entry of the dataplane state file that names no NAD and network", "nad", name, "network", n.Network)
+			continue
+		}
+		if !n.Enabled {
+			s.networks[name] = config.DHCPv6{Network: n.Network}
+			s.learnt[name] = now
+			continue
+		}
+		d := config.DHCPv6{Enabled: true, Network: n.Network, Link: n.Link, Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
 			PreferredLifetime: time.Duration(n.PreferredLifetime) * time.Second, ValidLifetime: time.Duration(n.ValidLifetime) * time.Second,
 			RouterAdvertisements: n.RouterAdvertisements, OnLink: n.OnLink, Gateway: n.Gateway}
 		if d.PreferredLifetime <= 0 || d.ValidLifetime < d.PreferredLifetime {
-			s.log.Warn("ignoring invalid network in the dataplane state file", "network", name)
+			s.log.Warn("ignoring invalid settings in the dataplane state file", "nad", name)
 			continue
 		}
 		bad := false
@@ -71,10 +90,11 @@ func (s *Service) load() error {
 			d.TrustedRelays = append(d.TrustedRelays, config.TrustedRelay{Interface: r.Interface, MAC: mac, Address: r.Address})
 		}
 		if bad {
-			s.log.Warn("ignoring invalid trusted relay in the dataplane state file", "network", name)
+			s.log.Warn("ignoring invalid trusted relay in the dataplane state file", "nad", name)
 			continue
 		}
 		s.networks[name] = d
+		s.learnt[name] = now
 	}
 	s.log.Info("dhcpv6 settings restored", "path", s.opts.StateFile, "networks", slices.Sorted(maps.Keys(s.networks)))
 	return nil
@@ -90,15 +110,19 @@ func (s *Service) persist() {
 		s.mu.Unlock()
 		return
 	}
-	st := stateFile{Networks: map[string]stateNetwork{}}
+	st := stateFile{NADs: map[string]stateNetwork{}}
 	for name, n := range s.networks {
-		sn := stateNetwork{Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
+		if !n.Enabled {
+			st.NADs[name] = stateNetwork{Network: n.Network}
+			continue
+		}
+		sn := stateNetwork{Network: n.Network, Enabled: true, Link: n.Link, Interfaces: n.Interfaces, InstallRoutes: n.InstallRoutes,
 			PreferredLifetime: int64(n.PreferredLifetime / time.Second), ValidLifetime: int64(n.ValidLifetime / time.Second),
 			RouterAdvertisements: n.RouterAdvertisements, OnLink: n.OnLink, Gateway: n.Gateway}
 		for _, r := range n.TrustedRelays {
 			sn.TrustedRelays = append(sn.TrustedRelays, stateRelay{Interface: r.Interface, MAC: r.MAC.String(), Address: r.Address})
 		}
-		st.Networks[name] = sn
+		st.NADs[name] = sn
 	}
 	s.dirty = false
 	s.mu.Unlock()
