@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/dataplane"
 )
 
 // The dhcpv6 settings the dataplane learns at ADD carry what the network's
@@ -184,5 +186,34 @@ func TestTwoNADsOfANetworkThatDisagreeRefuseTheADD(t *testing.T) {
 	}
 	if r := h.do(call{cmd: "ADD", ctr: "c-second", pod: "second", conf: b}); r.Error != nil {
 		t.Fatalf("ADD through ns/vmnet-b once no pod names ns/vmnet-a: %s", r.Error.Msg)
+	}
+}
+
+// A MAC conflict the dataplane reports becomes one Warning Event on each
+// pod that holds one of its bindings, naming every binding and its pod.
+func TestAMACConflictIsAnEventOnEachPod(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	h := startAgentWith(t, Options{NodeName: thisNode, Recorder: rec, PodWait: 50 * time.Millisecond},
+		pod("virt-launcher-a", thisNode, nil), pod("tenant-0", thisNode, nil))
+	h.agent.recordMACConflict(dataplane.MACConflict{MAC: "02:00:00:aa:bb:01", Interface: "br0", Holders: []dataplane.Holder{
+		{Key: "ns/vm1.vmnet", Pod: "ns/virt-launcher-a", PodInterface: "net1"},
+		{Key: "ns/tenant-0/net1", Pod: "ns/tenant-0", PodInterface: "net1"},
+	}})
+	var events []string
+	for len(events) < 2 {
+		select {
+		case e := <-rec.Events:
+			events = append(events, e)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events %q, want two", events)
+		}
+	}
+	for _, e := range events {
+		for _, w := range []string{"Warning " + EventMACConflict, "02:00:00:aa:bb:01", "br0",
+			"ns/vm1.vmnet (pod ns/virt-launcher-a interface net1)", "ns/tenant-0/net1 (pod ns/tenant-0 interface net1)", thisNode} {
+			if !strings.Contains(e, w) {
+				t.Errorf("event %q does not name %q", e, w)
+			}
+		}
 	}
 }
