@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -220,8 +219,7 @@ func (s *Service) Learn(nad, network string, d *config.DHCPv6) error {
 // without the in-use set (nil). Called with s.mu held.
 func (s *Service) disagreement(nad string, d config.DHCPv6, inUse map[string]bool) (conflict *SettingsConflict, needPods bool) {
 	ns, _, _ := strings.Cut(nad, "/")
-	for _, other := range slices.Sorted(maps.Keys(s.networks)) {
-		o := s.networks[other]
+	for other, o := range s.networks {
 		ons, _, _ := strings.Cut(other, "/")
 		if other == nad || ons != ns || o.Network != d.Network {
 			continue
@@ -233,11 +231,12 @@ func (s *Service) disagreement(nad string, d config.DHCPv6, inUse map[string]boo
 		if inUse == nil {
 			return nil, true
 		}
-		if inUse[other] {
-			return &SettingsConflict{Network: d.Network, NAD: nad, Other: other, Field: field, Value: mine, OtherValue: theirs}, false
+		// Of several, the one first by name, as every ADD reports it.
+		if inUse[other] && (conflict == nil || other < conflict.Other) {
+			conflict = &SettingsConflict{Network: d.Network, NAD: nad, Other: other, Field: field, Value: mine, OtherValue: theirs}
 		}
 	}
-	return nil, false
+	return conflict, false
 }
 
 // SettingsConflict is Learn's refusal: two NADs of one namespace define one

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"errors"
 	"net"
 	"slices"
 	"strings"
@@ -336,3 +337,35 @@ func TestABindingIsServedWithItsOwnNADsSettings(t *testing.T) {
 	}
 
 }
+
+// The settings of a NAD no pod of this node names are forgotten once no
+// ADD gave them for pruneAfter: an edited or deleted NAD's old settings
+// then neither serve anyone nor refuse its namespace's other NADs' ADDs.
+func TestTheSettingsOfANADNoPodNamesAreForgotten(t *testing.T) {
+	used := testPod("virt-launcher-a", map[string]string{nets: `[{"name":"san","interface":"net1"}]`})
+	done := testPod("job-0", map[string]string{nets: `[{"name":"san-old","interface":"net1"}]`})
+	done.Status.Phase = corev1.PodSucceeded
+	src := &fakeSource{pods: []*corev1.Pod{used, done}}
+	old := san["vms/san"]
+	old.PreferredLifetime = time.Minute
+	// vms/san-old first: nothing names it, so vms/san need not agree.
+	s := sharedService(t, src, map[string]config.DHCPv6{"vms/san-old": old}, Options{})
+	learn(t, s, "vms/san", "san", ptr(san["vms/san"]))
+	// vms/san is in use and differs; vms/san-old agrees, and is not in use.
+	var conflict *SettingsConflict
+	if err := s.Learn("vms/san-new", "san", &old); !errors.As(err, &conflict) || conflict.Other != "vms/san" || conflict.Field != "dhcpv6.preferred_lifetime" {
+		t.Fatalf("Learn(vms/san-new) = %v, want a conflict with vms/san on dhcpv6.preferred_lifetime", err)
+	}
+	now := time.Now()
+	s.prune(src.Pods(), now.Add(pruneAfter/2))
+	if n := s.Networks(); len(n) != 2 {
+		t.Fatalf("forgotten within pruneAfter: %v", n)
+	}
+	s.prune(src.Pods(), now.Add(pruneAfter+time.Second))
+	n := s.Networks()
+	if _, ok := n["vms/san"]; !ok || len(n) != 1 {
+		t.Fatalf("after pruneAfter: %v, want vms/san (named by a running pod) alone", n)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
