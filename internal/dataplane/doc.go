@@ -260,8 +260,11 @@
 // --socket path + ".dataplane.json", on the host's /run/tenure in the
 // DaemonSet), by NAD, and read back at start, so an agent restart keeps
 // serving the guests already running instead of waiting for the next ADD
-// through each NAD. Without a state file (or with one of an earlier format,
-// keyed by network name, which is ignored), a restarted agent serves a
+// through each NAD. Settings a file holds by CNI network name alone (one
+// written without NADs) are given, at the first reconcile, to each NAD
+// without settings through which a pod of this node attaches that network,
+// so the guests running through an upgrade stay served; the file is then
+// written back by NAD. Without a state file, a restarted agent serves a
 // NAD's guests again from its next ADD on this node.
 //
 // # Network namespace

@@ -100,6 +100,7 @@ type Service struct {
 	mu       sync.Mutex
 	networks map[string]config.DHCPv6 // by NAD (namespace/name), with or without dhcpv6
 	learnt   map[string]time.Time     // by NAD: when an ADD (or the state file) last gave its settings
+	legacy   map[string]config.DHCPv6 // by CNI network: the state file's settings without a NAD, until adopt
 	dirty    bool                     // networks changed since the state file was written
 
 	index atomic.Pointer[index]
@@ -143,7 +144,7 @@ func New(opts Options) (*Service, error) {
 	}
 	s := &Service{
 		opts: opts, log: opts.Logger.With("component", "dataplane"), ns: ns, nl: nl,
-		trigger: make(chan struct{}, 1), networks: map[string]config.DHCPv6{}, learnt: map[string]time.Time{},
+		trigger: make(chan struct{}, 1), networks: map[string]config.DHCPv6{}, learnt: map[string]time.Time{}, legacy: map[string]config.DHCPv6{},
 		heard: map[string]string{}, servers: map[string]*server{}, advertisers: map[string]*advertiser{}, lastErrs: map[string]string{},
 	}
 	s.index.Store(&index{byMACIf: map[string]Binding{}})
@@ -455,6 +456,7 @@ func (s *Service) shutdown() {
 
 func (s *Service) reconcile() {
 	pods := s.opts.Source.Pods()
+	s.adopt(pods)
 	s.prune(pods, time.Now())
 	networks := s.Networks()
 	s.persist()

@@ -256,3 +256,44 @@ func TestRoutesInANamespace(t *testing.T) {
 }
 
 var _ dhcp6.Lookup = (*Service)(nil)
+
+// A state file that holds settings by CNI network name alone (written
+// without NADs) keeps the node's running guests served across the agent's
+// restart: the first reconcile gives each network's settings to the NADs
+// this node's pods attach it through, and the file is written back by NAD.
+func TestAStateFileWithoutNADsKeepsTheGuestsServed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock.dataplane.json")
+	if err := os.WriteFile(path, []byte(`{"networks":{"san":{"interfaces":["br0"],"preferred_lifetime":600,"valid_lifetime":900,"install_routes":true},
+		"gone":{"interfaces":["br9"],"preferred_lifetime":600,"valid_lifetime":900,"install_routes":true}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeSource{
+		pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
+			nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"02:00:00:aa:bb:01"}]`})},
+		claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::7/64"}, nil)},
+	}
+	s, err := New(Options{Source: src, StateFile: path, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.nl.Close(); s.ns.close() })
+	s.adopt(src.Pods())
+	want := config.DHCPv6{Enabled: true, Network: "san", Interfaces: []string{"br0"}, InstallRoutes: true, PreferredLifetime: 600 * time.Second, ValidLifetime: 900 * time.Second}
+	if got := s.Networks(); len(got) != 1 || !sameSettings(got["vms/san"], want) {
+		t.Fatalf("after the first reconcile: %+v, want vms/san alone with the network's settings", got)
+	}
+	mac, _ := net.ParseMAC(vmMAC)
+	s.rebind(src.Pods(), s.Networks())
+	if b, ok := s.Lookup(mac, "br0"); !ok || b.Key != "vms/vm1.san" || b.PreferredLifetime != 600*time.Second {
+		t.Fatalf("lookup %+v %v: want vms/vm1.san served at 600 s", b, ok)
+	}
+	s.persist()
+	again, err := New(Options{Source: &fakeSource{}, StateFile: path, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { again.nl.Close(); again.ns.close() })
+	if got := again.Networks(); len(got) != 1 || !sameSettings(got["vms/san"], want) || len(again.legacy) != 0 {
+		t.Fatalf("the file written back holds %+v (and %v by network), want vms/san alone", got, again.legacy)
+	}
+}
