@@ -1,9 +1,11 @@
 package dhcp6
 
 import (
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
@@ -101,4 +103,47 @@ func TestHeardIsOptional(t *testing.T) {
 	if r.Outcome != OutcomeReply || !r.Heard {
 		t.Fatalf("outcome %s, heard %v; want a reply that places the client", r.Outcome, r.Heard)
 	}
+}
+
+// A binding's own relays and lifetimes: a Relay-forward the interface's
+// Config trusts is answered for a binding only through a relay the binding
+// trusts too (nil: the Config decides), and a binding with lifetimes of its
+// own is served at them, T1 and T2 following.
+func TestABindingsOwnRelaysAndLifetimes(t *testing.T) {
+	relayed := encapsulate(t, solicit(t, withPD), net.ParseIP("fe80::1"))
+	relayed.AddOption(dhcpv6.OptClientLinkLayerAddress(iana.HWTypeEthernet, clientMAC))
+	src := Source{Ifname: ifname, MAC: relayMAC, Peer: relayLL}
+	for _, tc := range []struct {
+		name   string
+		relays []Relay
+		want   string
+	}{
+		{"nil: the Config's relays", nil, OutcomeAdvertise},
+		{"empty: none", []Relay{}, OutcomeUntrustedRelay},
+		{"the relay, on this interface", []Relay{{MAC: relayMAC, Ifname: ifname}}, OutcomeAdvertise},
+		{"the relay, on any interface", []Relay{{MAC: relayMAC}}, OutcomeAdvertise},
+		{"the relay, on another interface", []Relay{{MAC: relayMAC, Ifname: "br9"}}, OutcomeUntrustedRelay},
+		{"another relay", []Relay{{MAC: otherMAC, Ifname: ifname}}, OutcomeUntrustedRelay},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := fullBinding()
+			b.TrustedRelays = tc.relays
+			r := NewHandler(relayConfig(), newFakeLookup(b), nil).HandleFrom(relayed, src)
+			if r.Outcome != tc.want || (r.Reply != nil) != (tc.want == OutcomeAdvertise) {
+				t.Errorf("outcome %s (%s), reply %v; want %s", r.Outcome, r.Reason, r.Reply != nil, tc.want)
+			}
+		})
+	}
+
+	b := fullBinding()
+	b.PreferredLifetime, b.ValidLifetime = 10*time.Minute, 20*time.Minute
+	r := NewHandler(testConfig(), newFakeLookup(b), nil).HandleFrom(solicit(t, withPD), Source{Ifname: ifname, MAC: clientMAC})
+	adv, ok := r.Reply.(*dhcpv6.Message)
+	if !ok {
+		t.Fatalf("outcome %s, no Advertise", r.Outcome)
+	}
+	checkNA(t, adv.Options.IANA(), []iaWant{{iaid: naIAID, t1: 5 * time.Minute, t2: 8 * time.Minute,
+		leases: []leaseWant{{lease: bindAddr.String(), preferred: 10 * time.Minute, valid: 20 * time.Minute}}}})
+	checkPD(t, adv.Options.IAPD(), []iaWant{{iaid: pdIAID, t1: 5 * time.Minute, t2: 8 * time.Minute,
+		leases: []leaseWant{{lease: bindPrefix.String(), preferred: 10 * time.Minute, valid: 20 * time.Minute}}}})
 }
