@@ -43,10 +43,11 @@ type Binding struct {
 	// NAD is namespace/name of the NetworkAttachmentDefinition the pod's
 	// network-selection element names: whose learnt settings serve it.
 	NAD string
-	// Home is the one DHCPv6 interface the binding is served on, when its
-	// NAD's main plugin plugs the attachment into an interface the network
-	// lists (its Link); "" when the NAD names none of them.
-	Home string
+	// OwnInterface is the one DHCPv6 interface the binding is served on
+	// (its own interface), when its NAD's main plugin plugs the attachment
+	// into an interface the network lists (its Link); "" when the NAD names
+	// none of them.
+	OwnInterface string
 	// Pod is namespace/name of the owner pod, PodInterface its interface.
 	Pod, PodInterface string
 	// MACSource is MACFromSelection or MACFromNetworkStatus.
@@ -290,9 +291,9 @@ func (b *Binding) serveWith(nad string, s config.DHCPv6) {
 	b.InstallRoutes = s.InstallRoutes
 	b.PreferredLifetime, b.ValidLifetime = s.PreferredLifetime, s.ValidLifetime
 	b.Interfaces = slices.Clone(s.Interfaces)
-	b.Home = ""
+	b.OwnInterface = ""
 	if s.Link != "" && slices.Contains(s.Interfaces, s.Link) {
-		b.Home = s.Link
+		b.OwnInterface = s.Link
 		b.Interfaces = []string{s.Link}
 	}
 	b.TrustedRelays = []dhcp6.Relay{}
@@ -565,7 +566,7 @@ func (r Route) String() string { return fmt.Sprintf("%s via %s dev %s onlink", r
 
 // DesiredRoutes returns the routes this node must have, sorted by prefix:
 // one per binding with an address and a prefix on a network with
-// install_routes, through the binding's Home when it has one; otherwise
+// install_routes, through the binding's OwnInterface when it has one; otherwise
 // through the interface the client was last heard on (lastHeard, by
 // binding Key: an answered Request, Renew or Rebind from its MAC, see
 // Service.Heard) when the binding is served there, else the first one it
@@ -577,7 +578,7 @@ func DesiredRoutes(bs []Binding, lastHeard map[string]string) []Route {
 			continue
 		}
 		dev := b.Interfaces[0]
-		if h, ok := lastHeard[b.Key]; ok && b.Home == "" && slices.Contains(b.Interfaces, h) {
+		if h, ok := lastHeard[b.Key]; ok && b.OwnInterface == "" && slices.Contains(b.Interfaces, h) {
 			dev = h
 		}
 		out = append(out, Route{Prefix: b.Prefix.Masked(), Via: b.Address, Dev: dev})

@@ -119,7 +119,8 @@
 // Where a binding is served: on its NAD's Link (the node-side interface
 // its main plugin plugs the attachment into: a bridge plugin's "bridge", a
 // macvlan or ipvlan plugin's "master") when the network's dhcpv6.interfaces
-// lists it, and there alone: that is the binding's own interface (Home).
+// lists it, and there alone: that is the binding's own interface
+// (Binding.OwnInterface).
 // A NAD whose link is none of the listed interfaces gives bindings served
 // on every listed interface, without an own interface.
 //

@@ -36,12 +36,12 @@ func (s *Service) Lookup(mac net.HardwareAddr, ifname string) (dhcp6.Binding, bo
 
 // Heard implements dhcp6.Heard: the handler answered a Request, Renew or
 // Rebind of b's client, from b's MAC as the link gives it, on ifname. A
-// binding without a Home is routed through the interface it was last heard
-// on this way; one with a Home is served on its Home alone, and never
+// binding without an own interface is routed through the interface it was last heard
+// on this way; one with an own interface is served there alone, and never
 // moves. The binding must still be the one this MAC maps to there.
 func (s *Service) Heard(b dhcp6.Binding, ifname string) {
 	cur, ok := s.index.Load().byMACIf[macIfKey(b.MAC, ifname)]
-	if !ok || cur.Key != b.Key || cur.Home != "" {
+	if !ok || cur.Key != b.Key || cur.OwnInterface != "" {
 		return
 	}
 	s.heardMu.Lock()
