@@ -147,21 +147,25 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 			return Verdict{}, fmt.Errorf("decoding the reservation: %w", err)
 		}
 		o := r.Spec.Owner
-		decide := func(pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) Verdict {
+		decide := func(pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmi *kubevirt.VMI) Verdict {
 			if op == admissionv1.Create {
-				return ReservationCreate(node, r, claim, pods)
+				return ReservationCreate(node, r, claim, pods, vmi)
 			}
-			return ReservationDelete(node, r, claim, pods)
+			return ReservationDelete(node, r, claim, pods, vmi)
 		}
 		if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
-			return decide(nil, nil), nil
+			return decide(nil, nil, nil), nil
 		}
 		claim, err := h.claim(ctx, o.Namespace, o.Name)
 		if err != nil {
 			return Verdict{}, err
 		}
+		vmi, err := h.claimVMI(ctx, claim)
+		if err != nil {
+			return Verdict{}, err
+		}
 		return h.namedPodsFirst(ctx, o.Namespace, node, []string{o.PodName}, func(pods []corev1.Pod) (Verdict, error) {
-			return decide(pods, claim), nil
+			return decide(pods, claim, vmi), nil
 		})
 
 	case res.Group == ipamclaimsv1alpha1.GroupVersion.Group && res.Resource == "ipamclaims" && req.SubResource == "" && op == admissionv1.Create:
@@ -207,9 +211,13 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 				named = append(named, o.PodName)
 			}
 		}
+		claimVMI, err := h.claimVMI(ctx, c)
+		if err != nil {
+			return Verdict{}, err
+		}
 		return h.namedPodsFirst(ctx, c.Namespace, node, named, func(pods []corev1.Pod) (Verdict, error) {
-			f := ClaimStatus{Pods: pods, Owned: owned}
-			if from, to := ownerPod(old), ownerPod(c); from != "" && to != "" && from != to {
+			f := ClaimStatus{Pods: pods, Owned: owned, VMI: claimVMI}
+			if from, to := ownerPod(old), ownerPod(c); claimVMI == nil && from != "" && to != "" && from != to {
 				var err error
 				if f.VMI, err = h.vmiOf(ctx, c, to, f.Pods); err != nil {
 					return Verdict{}, err
@@ -242,6 +250,11 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 				}
 				if e.Pods, err = h.podsOn(ctx, s.Namespace, node); err != nil {
 					return Verdict{}, err
+				}
+				if e.Claim != nil {
+					if e.VMI, err = h.claimVMI(ctx, e.Claim); err != nil {
+						return Verdict{}, err
+					}
 				}
 			}
 			subjects = append(subjects, e)
@@ -354,6 +367,30 @@ func (h *Handler) ownedBy(ctx context.Context, uid string) ([]tenurev1alpha1.IPR
 		return nil, fmt.Errorf("listing the reservations of owner %s: %w", uid, err)
 	}
 	return l.Items, nil
+}
+
+// claimVMI is the VirtualMachineInstance of a KubeVirt VM's claim
+// (claims.KubeVirtVMI), read from the API server; nil for a claim of no
+// VM, and where the VMI does not exist or the API serves no VMIs (then no
+// pod presents the claim).
+func (h *Handler) claimVMI(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) (*kubevirt.VMI, error) {
+	if c == nil {
+		return nil, nil
+	}
+	name, ok := claims.KubeVirtVMI(c)
+	if !ok {
+		return nil, nil
+	}
+	v, exists, err := kubevirt.Read(ctx, h.Reader, c.Namespace, name)
+	switch {
+	case meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", c.Namespace, name, err)
+	case !exists:
+		return nil, nil
+	}
+	return &v, nil
 }
 
 // vmiOf is the VMI behind claim c and its new ownerPod (a pod of pods),
