@@ -142,14 +142,7 @@ func FromUnstructured(u *unstructured.Unstructured) VMI {
 		m.End = timeField(ms, "endTimestamp")
 		v.Migration = m
 	}
-	if pods, ok, _ := unstructured.NestedMap(u.Object, "status", "activePods"); ok {
-		v.ActivePods = make(map[string]string, len(pods))
-		for uid, node := range pods {
-			if n, isString := node.(string); isString {
-				v.ActivePods[uid] = n
-			}
-		}
-	}
+	v.ActivePods = activePods(u)
 	return v
 }
 
@@ -184,10 +177,31 @@ var Trim = transform(func(u, out *unstructured.Unstructured) {
 		}
 		_ = unstructured.SetNestedMap(out.Object, keep, "status", "migrationState")
 	}
-	if pods, ok, _ := unstructured.NestedMap(u.Object, "status", "activePods"); ok {
-		_ = unstructured.SetNestedMap(out.Object, pods, "status", "activePods")
+	if pods := activePods(u); pods != nil {
+		keep := make(map[string]any, len(pods))
+		for uid, node := range pods {
+			keep[uid] = node
+		}
+		_ = unstructured.SetNestedMap(out.Object, keep, "status", "activePods")
 	}
 })
+
+// activePods reads status.activePods; entries whose node is no string
+// read as absent, and nil when there is no such map.
+func activePods(u *unstructured.Unstructured) map[string]string {
+	raw, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "activePods")
+	m, isMap := raw.(map[string]any)
+	if !ok || !isMap {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for uid, node := range m {
+		if n, isString := node.(string); isString {
+			out[uid] = n
+		}
+	}
+	return out
+}
 
 // transform is an informer transform that hands trim an unstructured object
 // and its identity (out), to which trim copies what is kept; objects of

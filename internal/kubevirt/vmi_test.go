@@ -185,7 +185,7 @@ func TestMigrationSignal(t *testing.T) {
 }
 
 func TestActivePodsSurviveTrim(t *testing.T) {
-	u := vmiObject(map[string]any{"nodeName": "a", "activePods": map[string]any{"uid-src": "a", "uid-dst": "b", "uid-bad": 7},
+	u := vmiObject(map[string]any{"nodeName": "a", "activePods": map[string]any{"uid-src": "a", "uid-dst": "b", "uid-bad": int64(7)},
 		"migrationState": map[string]any{"targetNode": "b", "targetPod": "dst"}})
 	trimmed, err := Trim(u)
 	if err != nil {
