@@ -67,10 +67,10 @@ func deny(rule, format string, args ...any) Verdict {
 // pod's name, named as claims.StickyClaimName names it for its interface,
 // and the pod is that StatefulSet's); and claims.MayPresent lets it: no
 // mirror pod, no pod being deleted or finished, and for a KubeVirt VM's
-// claim only a pod its VirtualMachineInstance vmi (nil: none exists)
-// names as its own.
-func Presents(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmi *kubevirt.VMI) bool {
-	return pod != nil && claim != nil && names(pod, claim) && claims.MayPresent(pod, claim, vmi) == nil
+// claim only a pod its VirtualMachineInstance
+// names as its own (vmis finds it; nil where the API serves no VMIs).
+func Presents(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) bool {
+	return pod != nil && claim != nil && names(pod, claim) && claims.MayPresent(pod, claim, vmis) == nil
 }
 
 // names reports whether pod names claim (Presents), whatever its kind or
@@ -100,12 +100,11 @@ func names(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
 }
 
 // presenters are the pods of node (pods: those the caller's node runs)
-// that present claim, by name (vmi: the claim's VirtualMachineInstance,
-// as Presents takes it).
-func presenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmi *kubevirt.VMI) []string {
+// that present claim, by name (vmis: as Presents takes it).
+func presenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) []string {
 	var out []string
 	for i := range pods {
-		if pods[i].Spec.NodeName == node && Presents(&pods[i], claim, vmi) {
+		if pods[i].Spec.NodeName == node && Presents(&pods[i], claim, vmis) {
 			out = append(out, pods[i].Name)
 		}
 	}
@@ -115,14 +114,14 @@ func presenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMCl
 
 // refusedPresenters says, for the pods of node that name claim but do not
 // present it, why not: what a refusal adds so that it names the cause.
-func refusedPresenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmi *kubevirt.VMI) string {
+func refusedPresenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) string {
 	var why []string
 	for i := range pods {
 		p := &pods[i]
 		if p.Spec.NodeName != node || !names(p, claim) {
 			continue
 		}
-		if err := claims.MayPresent(p, claim, vmi); err != nil {
+		if err := claims.MayPresent(p, claim, vmis); err != nil {
 			why = append(why, err.Error())
 		}
 	}
@@ -141,9 +140,9 @@ func refusedPresenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1
 // owner-UID label, by which the agent and controller find a claim's
 // reservations, must be spec.owner.uid (deploy/policy checks it too, and
 // is all that judges a pod's reservation: deploy/webhook does not send
-// those). vmi is the claim's VirtualMachineInstance for a KubeVirt VM's
-// claim (claims.KubeVirtVMI), nil when there is none.
-func ReservationCreate(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmi *kubevirt.VMI) Verdict {
+// those). vmis finds the VirtualMachineInstance of a KubeVirt VM's claim
+// (Presents).
+func ReservationCreate(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmis kubevirt.Lookup) Verdict {
 	o := r.Spec.Owner
 	if got := r.Labels[reservation.LabelOwnerUID]; got != o.UID {
 		return deny(RuleReservationOwnerLabel, "reservation %s has label %s=%q but spec.owner.uid %q", r.Name, reservation.LabelOwnerUID, got, o.UID)
@@ -151,25 +150,25 @@ func ReservationCreate(node string, r *tenurev1alpha1.IPReservation, claim *ipam
 	if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
 		return Allow()
 	}
-	if v := claimPresentedBy(node, o, claim, pods, vmi, RuleReservationClaim); !v.Allowed {
+	if v := claimPresentedBy(node, o, claim, pods, vmis, RuleReservationClaim); !v.Allowed {
 		return v
 	}
-	if local := presenters(node, pods, claim, vmi); !slices.Contains(local, o.PodName) {
+	if local := presenters(node, pods, claim, vmis); !slices.Contains(local, o.PodName) {
 		return deny(RuleReservationClaim, "reservation %s for IPAMClaim %s/%s names spec.owner.podName %q, which is no pod of node %s presenting that claim (presenting it there: %s)%s",
-			r.Name, o.Namespace, o.Name, o.PodName, node, list(local), refusedPresenters(node, pods, claim, vmi))
+			r.Name, o.Namespace, o.Name, o.PodName, node, list(local), refusedPresenters(node, pods, claim, vmis))
 	}
 	return Allow()
 }
 
-func claimPresentedBy(node string, o tenurev1alpha1.ReservationOwner, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmi *kubevirt.VMI, rule string) Verdict {
+func claimPresentedBy(node string, o tenurev1alpha1.ReservationOwner, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmis kubevirt.Lookup, rule string) Verdict {
 	if claim == nil {
 		return deny(rule, "IPAMClaim %s/%s of the reservation does not exist", o.Namespace, o.Name)
 	}
 	if string(claim.UID) != o.UID {
 		return deny(rule, "the reservation names IPAMClaim %s/%s with UID %s, but that claim has UID %s", o.Namespace, o.Name, o.UID, claim.UID)
 	}
-	if len(presenters(node, pods, claim, vmi)) == 0 {
-		return deny(rule, "no pod of node %s presents IPAMClaim %s/%s%s", node, o.Namespace, o.Name, refusedPresenters(node, pods, claim, vmi))
+	if len(presenters(node, pods, claim, vmis)) == 0 {
+		return deny(rule, "no pod of node %s presents IPAMClaim %s/%s%s", node, o.Namespace, o.Name, refusedPresenters(node, pods, claim, vmis))
 	}
 	return Allow()
 }
@@ -179,8 +178,8 @@ func claimPresentedBy(node string, o tenurev1alpha1.ReservationOwner, claim *ipa
 // (node label and owner node). A claim's reservations are the controller's
 // to release, except the rollback of a losing concurrent ADD: an item made
 // on node that the claim's status does not record, while a pod of node
-// presents the claim (vmi: as ReservationCreate takes it).
-func ReservationDelete(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmi *kubevirt.VMI) Verdict {
+// presents the claim (vmis: as ReservationCreate takes it).
+func ReservationDelete(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmis kubevirt.Lookup) Verdict {
 	o := r.Spec.Owner
 	if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
 		return Allow()
@@ -188,7 +187,7 @@ func ReservationDelete(node string, r *tenurev1alpha1.IPReservation, claim *ipam
 	if o.Node != node {
 		return deny(RuleReservationRollback, "reservation %s of IPAMClaim %s/%s was made on node %s: only the controller releases it", r.Name, o.Namespace, o.Name, orNone(o.Node))
 	}
-	if v := claimPresentedBy(node, o, claim, pods, vmi, RuleReservationRollback); !v.Allowed {
+	if v := claimPresentedBy(node, o, claim, pods, vmis, RuleReservationRollback); !v.Allowed {
 		return v
 	}
 	item, err := reservation.ParseItem(r.Spec.Address)
@@ -228,12 +227,14 @@ type ClaimStatus struct {
 	// right after creating it); needed only where the update adds items
 	// (AddsItems).
 	Owned []tenurev1alpha1.IPReservation
-	// VMI is the KubeVirt VirtualMachineInstance of the claim: for a
-	// KubeVirt VM's claim (claims.KubeVirtVMI) the one it names, which
-	// decides which pods present it; for another claim whose ownerPod
-	// moves, the one its new ownerPod belongs to (kubevirt.VMOf). nil
-	// where there is none.
+	// VMI is the KubeVirt VirtualMachineInstance of the claim and its new
+	// ownerPod where the API serves VMIs and one runs on a node (VMOf);
+	// nil otherwise.
 	VMI *kubevirt.VMI
+	// VMIs finds the VirtualMachineInstance of a KubeVirt VM's claim,
+	// which decides which pods present it (Presents); nil where the API
+	// serves no VMIs.
+	VMIs kubevirt.Lookup
 }
 
 // ClaimStatusUpdate judges a status update of a claim (old: stored, new:
@@ -249,10 +250,10 @@ type ClaimStatus struct {
 // CEL policy's as well.)
 func ClaimStatusUpdate(node string, old, new *ipamclaimsv1alpha1.IPAMClaim, f ClaimStatus) Verdict {
 	key := claims.Key(new)
-	local := presenters(node, f.Pods, new, f.VMI)
+	local := presenters(node, f.Pods, new, f.VMIs)
 	if len(local) == 0 {
 		return deny(RuleClaimStatusPresented, "no pod of node %s presents IPAMClaim %s: its agent may not write that claim's status%s",
-			node, key, refusedPresenters(node, f.Pods, new, f.VMI))
+			node, key, refusedPresenters(node, f.Pods, new, f.VMIs))
 	}
 	if v := appendOnly(old, new); !v.Allowed {
 		return v
@@ -261,9 +262,9 @@ func ClaimStatusUpdate(node string, old, new *ipamclaimsv1alpha1.IPAMClaim, f Cl
 	if newOwner != oldOwner && newOwner != "" {
 		if !slices.Contains(local, newOwner) {
 			return deny(RuleClaimStatusOwnerPod, "status.ownerPod of IPAMClaim %s may only name a pod of node %s presenting it (%s), not %q%s",
-				key, node, list(local), newOwner, refusedPresenters(node, f.Pods, new, f.VMI))
+				key, node, list(local), newOwner, refusedPresenters(node, f.Pods, new, f.VMIs))
 		}
-		if oldOwner != "" && f.VMI != nil && f.VMI.Node() != "" && f.VMI.Node() != node {
+		if oldOwner != "" && f.VMI != nil && f.VMI.Node() != node {
 			return deny(RuleClaimStatusOwnerPodVM, "IPAMClaim %s: VirtualMachineInstance %s/%s runs on node %s, so only that node's agent moves status.ownerPod (from %s)",
 				key, f.VMI.Namespace, f.VMI.Name, f.VMI.Node(), oldOwner)
 		}
@@ -455,9 +456,9 @@ type EventSubject struct {
 	Pod     *corev1.Pod
 	Claim   *ipamclaimsv1alpha1.IPAMClaim
 	Pods    []corev1.Pod
-	// VMI is the claim's VirtualMachineInstance for a KubeVirt VM's
-	// claim (claims.KubeVirtVMI), nil when there is none.
-	VMI *kubevirt.VMI
+	// VMIs finds the VirtualMachineInstance of a KubeVirt VM's claim
+	// (Presents); nil where the API serves no VMIs.
+	VMIs kubevirt.Lookup
 }
 
 // EventWrite judges an Event created or patched by the agent of node: it
@@ -473,7 +474,7 @@ func EventWrite(node string, subjects ...EventSubject) Verdict {
 				return deny(RuleEventSubject, "the agent of node %s records Events only about pods of its node and the claims they present; %s is no pod of node %s", node, what, node)
 			}
 		case s.Kind == "IPAMClaim" && strings.HasPrefix(s.APIVersion, ipamclaimsv1alpha1.GroupVersion.Group+"/"):
-			if e.Claim == nil || (s.UID != "" && s.UID != string(e.Claim.UID)) || len(presenters(node, e.Pods, e.Claim, e.VMI)) == 0 {
+			if e.Claim == nil || (s.UID != "" && s.UID != string(e.Claim.UID)) || len(presenters(node, e.Pods, e.Claim, e.VMIs)) == 0 {
 				return deny(RuleEventSubject, "the agent of node %s records Events only about pods of its node and the claims they present; no pod of node %s presents %s", node, node, what)
 			}
 		default:

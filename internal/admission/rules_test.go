@@ -133,7 +133,7 @@ func TestPresents(t *testing.T) {
 		{"another pod of the StatefulSet", stsPod("web-1", "a", "web"), sticky, nil, false},
 		{"the pod's name without a StatefulSet", podOn("web-0", "a", ""), sticky, nil, false},
 	} {
-		if got := Presents(&tc.pod, tc.claim, tc.vmi); got != tc.want {
+		if got := Presents(&tc.pod, tc.claim, claims.LookupOf(tc.vmi)); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -160,18 +160,18 @@ func TestReservationCreate(t *testing.T) {
 		{"a claim's name with another UID", res("10.0.0.2/32", "a", vm, "launcher-a"), forged, RuleReservationClaim},
 		{"owner-uid label not the owner's", badLabel, nil, RuleReservationOwnerLabel},
 	} {
-		check(t, tc.name, ReservationCreate("a", tc.r, tc.claim, pods, nil), tc.rule)
+		check(t, tc.name, ReservationCreate("a", tc.r, tc.claim, pods, claims.LookupOf(nil)), tc.rule)
 	}
-	check(t, "a claim no pod of the node presents", ReservationCreate("c", res("10.0.0.2/32", "c", vm, "launcher-a"), vm, pods, nil), RuleReservationClaim)
+	check(t, "a claim no pod of the node presents", ReservationCreate("c", res("10.0.0.2/32", "c", vm, "launcher-a"), vm, pods, claims.LookupOf(nil)), RuleReservationClaim)
 	mirror := podOn("static-a", "a", "vm")
 	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "hash"
 	check(t, "for a claim a mirror pod names", ReservationCreate("a", res("10.0.0.2/32", "a", vm, "static-a"), vm, []corev1.Pod{mirror}, nil), RuleReservationClaim)
 	kv := kubeVirtClaim("kv")
 	kvPods := []corev1.Pod{podOn("launcher-a", "a", "kv"), podOn("stray-a", "a", "kv")}
 	vmi := &kubevirt.VMI{Namespace: ns, Name: "kv", NodeName: "a", ActivePods: map[string]string{"uid-launcher-a": "a"}}
-	check(t, "for a VM's claim, by the VMI's pod", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "launcher-a"), kv, kvPods, vmi), "")
-	check(t, "for a VM's claim, by a pod the VMI does not name", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "stray-a"), kv, kvPods, vmi), RuleReservationClaim)
-	check(t, "for a VM's claim whose VMI does not exist", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "launcher-a"), kv, kvPods, nil), RuleReservationClaim)
+	check(t, "for a VM's claim, by the VMI's pod", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "launcher-a"), kv, kvPods, claims.LookupOf(vmi)), "")
+	check(t, "for a VM's claim, by a pod the VMI does not name", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "stray-a"), kv, kvPods, claims.LookupOf(vmi)), RuleReservationClaim)
+	check(t, "for a VM's claim whose VMI does not exist", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "launcher-a"), kv, kvPods, claims.LookupOf(nil)), RuleReservationClaim)
 }
 
 func TestReservationDelete(t *testing.T) {
@@ -192,7 +192,7 @@ func TestReservationDelete(t *testing.T) {
 		{"no pod of the node presents the claim any more", "c", res("10.0.0.3/32", "c", vm, "launcher-a"), vm, RuleReservationRollback},
 		{"the claim is gone (the controller releases)", "a", res("10.0.0.3/32", "a", vm, "launcher-a"), nil, RuleReservationRollback},
 	} {
-		check(t, tc.name, ReservationDelete(tc.node, tc.r, tc.claim, pods, nil), tc.rule)
+		check(t, tc.name, ReservationDelete(tc.node, tc.r, tc.claim, pods, claims.LookupOf(nil)), tc.rule)
 	}
 }
 

@@ -147,11 +147,11 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 			return Verdict{}, fmt.Errorf("decoding the reservation: %w", err)
 		}
 		o := r.Spec.Owner
-		decide := func(pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmi *kubevirt.VMI) Verdict {
+		decide := func(pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) Verdict {
 			if op == admissionv1.Create {
-				return ReservationCreate(node, r, claim, pods, vmi)
+				return ReservationCreate(node, r, claim, pods, vmis)
 			}
-			return ReservationDelete(node, r, claim, pods, vmi)
+			return ReservationDelete(node, r, claim, pods, vmis)
 		}
 		if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
 			return decide(nil, nil, nil), nil
@@ -160,12 +160,12 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 		if err != nil {
 			return Verdict{}, err
 		}
-		vmi, err := h.claimVMI(ctx, claim)
+		vmis, err := h.claimVMIs(ctx, claim)
 		if err != nil {
 			return Verdict{}, err
 		}
 		return h.namedPodsFirst(ctx, o.Namespace, node, []string{o.PodName}, func(pods []corev1.Pod) (Verdict, error) {
-			return decide(pods, claim, vmi), nil
+			return decide(pods, claim, vmis), nil
 		})
 
 	case res.Group == ipamclaimsv1alpha1.GroupVersion.Group && res.Resource == "ipamclaims" && req.SubResource == "" && op == admissionv1.Create:
@@ -211,13 +211,13 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 				named = append(named, o.PodName)
 			}
 		}
-		claimVMI, err := h.claimVMI(ctx, c)
+		vmis, err := h.claimVMIs(ctx, c)
 		if err != nil {
 			return Verdict{}, err
 		}
 		return h.namedPodsFirst(ctx, c.Namespace, node, named, func(pods []corev1.Pod) (Verdict, error) {
-			f := ClaimStatus{Pods: pods, Owned: owned, VMI: claimVMI}
-			if from, to := ownerPod(old), ownerPod(c); claimVMI == nil && from != "" && to != "" && from != to {
+			f := ClaimStatus{Pods: pods, Owned: owned, VMIs: vmis}
+			if from, to := ownerPod(old), ownerPod(c); from != "" && to != "" && from != to {
 				var err error
 				if f.VMI, err = h.vmiOf(ctx, c, to, f.Pods); err != nil {
 					return Verdict{}, err
@@ -252,7 +252,7 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 					return Verdict{}, err
 				}
 				if e.Claim != nil {
-					if e.VMI, err = h.claimVMI(ctx, e.Claim); err != nil {
+					if e.VMIs, err = h.claimVMIs(ctx, e.Claim); err != nil {
 						return Verdict{}, err
 					}
 				}
@@ -369,17 +369,17 @@ func (h *Handler) ownedBy(ctx context.Context, uid string) ([]tenurev1alpha1.IPR
 	return l.Items, nil
 }
 
-// claimVMI is the VirtualMachineInstance of a KubeVirt VM's claim
-// (claims.KubeVirtVMI), read from the API server; nil for a claim of no
-// VM, and where the VMI does not exist or the API serves no VMIs (then no
-// pod presents the claim).
-func (h *Handler) claimVMI(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) (*kubevirt.VMI, error) {
+// claimVMIs finds the VirtualMachineInstance of a KubeVirt VM's claim
+// (claims.KubeVirtVMI), read once from the API server: a Lookup that
+// finds it, or nothing where it does not exist; nil where the API serves
+// no VMIs. For a claim of no VM it finds nothing (and is not asked).
+func (h *Handler) claimVMIs(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) (kubevirt.Lookup, error) {
 	if c == nil {
-		return nil, nil
+		return claims.LookupOf(nil), nil
 	}
 	name, ok := claims.KubeVirtVMI(c)
 	if !ok {
-		return nil, nil
+		return claims.LookupOf(nil), nil
 	}
 	v, exists, err := kubevirt.Read(ctx, h.Reader, c.Namespace, name)
 	switch {
@@ -388,9 +388,9 @@ func (h *Handler) claimVMI(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim)
 	case err != nil:
 		return nil, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", c.Namespace, name, err)
 	case !exists:
-		return nil, nil
+		return claims.LookupOf(nil), nil
 	}
-	return &v, nil
+	return claims.LookupOf(&v), nil
 }
 
 // vmiOf is the VMI behind claim c and its new ownerPod (a pod of pods),

@@ -93,10 +93,13 @@ func KubeVirtVMI(claim *ipamclaimsv1alpha1.IPAMClaim) (name string, ok bool) {
 // it: only what the pod's node could not have made up counts. Never a
 // mirror pod, a pod being deleted or a finished pod (PodMayPresent); for
 // a KubeVirt VM's claim (KubeVirtVMI), only a pod the VM's
-// VirtualMachineInstance vmi names as its own (kubevirt.VMI.RunsPod:
+// VirtualMachineInstance names as its own (kubevirt.VMI.RunsPod:
 // virt-controller's status.activePods, or the migration's target pod),
-// nil when the VMI does not exist. The error is a *PresentError.
-func MayPresent(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmi *kubevirt.VMI) error {
+// and none while that VMI does not exist. vmis finds the VMI; nil where
+// the API serves no VMIs (KubeVirt is not installed, which no node can
+// bring about), and then a VM's claim is judged as any other. The error
+// is a *PresentError.
+func MayPresent(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) error {
 	refuse := func(reason, vmiName string) error {
 		return &PresentError{Pod: pod.Namespace + "/" + pod.Name, Claim: Key(claim), VMI: vmiName, Reason: reason}
 	}
@@ -107,15 +110,26 @@ func MayPresent(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmi *kubev
 		return refuse(reason, "")
 	}
 	name, isVM := KubeVirtVMI(claim)
-	if !isVM {
+	if !isVM || vmis == nil {
 		return nil
 	}
 	vmiName := claim.Namespace + "/" + name
+	vmi, ok := vmis(claim.Namespace, name)
 	switch {
-	case vmi == nil || vmi.Namespace != claim.Namespace || vmi.Name != name:
+	case !ok:
 		return refuse(RefusedNoVMI, vmiName)
 	case !vmi.RunsPod(string(pod.UID), pod.Name, pod.Spec.NodeName):
 		return refuse(RefusedNotVMIsPod, vmiName)
 	}
 	return nil
+}
+
+// LookupOf is a kubevirt.Lookup that finds only vmi (nil: none).
+func LookupOf(vmi *kubevirt.VMI) kubevirt.Lookup {
+	return func(namespace, name string) (kubevirt.VMI, bool) {
+		if vmi == nil || vmi.Namespace != namespace || vmi.Name != name {
+			return kubevirt.VMI{}, false
+		}
+		return *vmi, true
+	}
 }

@@ -55,7 +55,7 @@ func TestMayPresent(t *testing.T) {
 		{"a VM's claim with another VM's VMI", pod("src", "a", nil), owned, &kubevirt.VMI{Namespace: "vms", Name: "vm2", ActivePods: vmi.ActivePods}, RefusedNoVMI},
 		{"a mirror pod the VMI names", pod("src", "a", func(p *corev1.Pod) { p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"} }), owned, vmi, RefusedMirrorPod},
 	} {
-		err := MayPresent(tc.pod, tc.claim, tc.vmi)
+		err := MayPresent(tc.pod, tc.claim, LookupOf(tc.vmi))
 		var pe *PresentError
 		switch {
 		case tc.reason == "" && err != nil:
@@ -65,5 +65,13 @@ func TestMayPresent(t *testing.T) {
 		case pe != nil && (pe.Pod != tc.pod.Namespace+"/"+tc.pod.Name || pe.Claim != Key(tc.claim)):
 			t.Errorf("%s: %v names pod %s and claim %s", tc.name, err, pe.Pod, pe.Claim)
 		}
+	}
+	// Where the API serves no VMIs, a VM's claim is judged as any other;
+	// a mirror pod still presents nothing.
+	if err := MayPresent(pod("other", "a", nil), owned, nil); err != nil {
+		t.Errorf("a VM's claim without KubeVirt's API: %v, want it presents", err)
+	}
+	if err := MayPresent(pod("p", "a", func(p *corev1.Pod) { p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"} }), owned, nil); err == nil {
+		t.Errorf("a mirror pod presents a VM's claim without KubeVirt's API")
 	}
 }
