@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -381,16 +382,31 @@ func (h *Handler) claimVMIs(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim
 	if !ok {
 		return claims.LookupOf(nil), nil
 	}
-	v, exists, err := kubevirt.Read(ctx, h.Reader, c.Namespace, name)
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(kubevirt.VMIKind)
+	err := h.Reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, u)
 	switch {
-	case meta.IsNoMatchError(err):
+	case meta.IsNoMatchError(err) || resourceNotServed(err):
 		return nil, nil
+	case apierrors.IsNotFound(err):
+		return claims.LookupOf(nil), nil
 	case err != nil:
 		return nil, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", c.Namespace, name, err)
-	case !exists:
-		return claims.LookupOf(nil), nil
 	}
+	v := kubevirt.FromUnstructured(u)
 	return claims.LookupOf(&v), nil
+}
+
+// resourceNotServed tells the API server's 404 for a resource it does not
+// serve (a CRD deleted after the client's REST mapper learnt it), which
+// names no object, from its 404 for an object that does not exist.
+func resourceNotServed(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d == nil || d.Name == ""
 }
 
 // vmiOf is the VMI behind claim c and its new ownerPod (a pod of pods),
