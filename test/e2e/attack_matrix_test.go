@@ -342,7 +342,7 @@ func TestAgentAttackMatrix(t *testing.T) {
 		}, "claim-status-presented"),
 		S("claim A's and B's pods present", "reorder its ips: A's family first", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = []string{s.IPs[1], s.IPs[0]} }, "claim-status-append-only"),
 		S("claim A's and B's pods present", "prepend its own address", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append([]string{"10.90.0.41/24"}, s.IPs...) }, "claim-status-append-only"),
-		S("claim A's and B's pods present", "drop B's IPv6 address", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = s.IPs[:1] }, "claim-status-append-only"),
+		S("claim A's and B's pods present", "drop B's IPv6 address", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = s.IPs[:1] }, "claim-status-keeps-ips"),
 		S("claim A's and B's pods present", "a second IPv4 address, one it holds", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append(s.IPs, "10.90.0.41/24") }, "claim-status-one-per-slot"),
 		S("claim A's and B's pods present", "move ownerPod to its mirror pod", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
 			s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: mirrorShared.Name}

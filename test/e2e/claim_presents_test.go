@@ -267,8 +267,9 @@ func TestClaimStatusIsAppendOnlyByPosition(t *testing.T) {
 	}{
 		{"reorder ips", func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = []string{s.IPs[1], s.IPs[0]} }, admission.RuleClaimStatusAppendOnly},
 		{"prepend its address to ips", func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append([]string{"10.77.0.9/24"}, s.IPs...) }, admission.RuleClaimStatusAppendOnly},
-		{"replace B's address with its own", func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs[0] = "10.77.0.9/24" }, admission.RuleClaimStatusAppendOnly},
-		{"drop B's IPv6 address", func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = s.IPs[:1] }, admission.RuleClaimStatusAppendOnly},
+		// The CEL policy refuses these first, on the request alone.
+		{"replace B's address with its own", func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs[0] = "10.77.0.9/24" }, "claim-status-keeps-ips"},
+		{"drop B's IPv6 address", func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = s.IPs[:1] }, "claim-status-keeps-ips"},
 		{"a second IPv4 address", func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append(s.IPs, "10.77.0.9/24") }, admission.RuleClaimStatusOnePerSlot},
 		{"a second IPv6 address", func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append(s.IPs, "fd00:77::9/64") }, admission.RuleClaimStatusOnePerSlot},
 	} {
