@@ -398,15 +398,25 @@ func (h *Handler) claimVMIs(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim
 }
 
 // resourceNotServed tells the API server's 404 for a resource it does not
-// serve (a CRD deleted after the client's REST mapper learnt it), which
-// names no object, from its 404 for an object that does not exist.
+// serve (a CRD deleted after the client's REST mapper learnt it) from its
+// 404 for an object that does not exist: the latter is a Status naming
+// the object; the former is no Status at all (client-go then records the
+// body as an unexpected server response) or one that names nothing.
 func resourceNotServed(err error) bool {
 	var status apierrors.APIStatus
 	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
 		return false
 	}
 	d := status.Status().Details
-	return d == nil || d.Name == ""
+	if d == nil || d.Name == "" {
+		return true
+	}
+	for _, c := range d.Causes {
+		if c.Type == metav1.CauseTypeUnexpectedServerResponse {
+			return true
+		}
+	}
+	return false
 }
 
 // vmiOf is the VMI behind claim c and its new ownerPod (a pod of pods),

@@ -217,6 +217,7 @@ func TestResourceNotServed(t *testing.T) {
 	}{
 		{"the VMI does not exist", apierrors.NewNotFound(gr, "vm1"), false},
 		{"the resource is not served", unserved, true},
+		{"the resource is not served: no Status in the answer", apierrors.NewGenericServerResponse(http.StatusNotFound, "get", gr, "vm1", "404 page not found", 0, true), true},
 		{"the resource is not served, no details", &apierrors.StatusError{ErrStatus: metav1.Status{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound}}, true},
 		{"another error", apierrors.NewForbidden(gr, "vm1", fmt.Errorf("no")), false},
 		{"no error", nil, false},
