@@ -20,7 +20,7 @@ const (
 	RefusedFinished    = "it has finished"
 	RefusedNoVMI       = "the claim is a KubeVirt VM's and the VM's VirtualMachineInstance does not exist"
 	RefusedNotVMIsPod  = "the claim is a KubeVirt VM's and the VirtualMachineInstance names the pod neither in status.activePods nor as status.migrationState.targetPod"
-	RefusedOtherDomain = "the pod is in another namespace than the claim"
+	RefusedOtherNamespace = "the pod is in another namespace than the claim"
 )
 
 // PresentError says which pod may not present which claim, and why.
@@ -104,7 +104,7 @@ func MayPresent(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubev
 		return &PresentError{Pod: pod.Namespace + "/" + pod.Name, Claim: Key(claim), VMI: vmiName, Reason: reason}
 	}
 	if pod.Namespace != claim.Namespace {
-		return refuse(RefusedOtherDomain, "")
+		return refuse(RefusedOtherNamespace, "")
 	}
 	if reason := PodMayPresent(pod); reason != "" {
 		return refuse(reason, "")

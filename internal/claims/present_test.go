@@ -42,7 +42,7 @@ func TestMayPresent(t *testing.T) {
 		{"a pod being deleted", pod("p", "a", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }), plain, nil, RefusedDeleting},
 		{"a pod that failed", pod("p", "a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), plain, nil, RefusedFinished},
 		{"a pod that succeeded", pod("p", "a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), plain, nil, RefusedFinished},
-		{"a pod of another namespace", pod("p", "a", func(p *corev1.Pod) { p.Namespace = "x" }), plain, nil, RefusedOtherDomain},
+		{"a pod of another namespace", pod("p", "a", func(p *corev1.Pod) { p.Namespace = "x" }), plain, nil, RefusedOtherNamespace},
 		{"the VMI's active pod", pod("src", "a", nil), owned, vmi, ""},
 		{"an active pod listed before it was scheduled", pod("new", "c", nil), owned, vmi, ""},
 		{"the migration's target pod", pod("dst", "b", nil), owned, vmi, ""},
