@@ -15,11 +15,11 @@ const LabelKubeVirtVM = "kubevirt.io/vm"
 
 // Why a pod may not present a claim, as PresentError names it.
 const (
-	RefusedMirrorPod   = "it is a mirror pod, which the kubelet of its node writes"
-	RefusedDeleting    = "it is being deleted"
-	RefusedFinished    = "it has finished"
-	RefusedNoVMI       = "the claim is a KubeVirt VM's and the VM's VirtualMachineInstance does not exist"
-	RefusedNotVMIsPod  = "the claim is a KubeVirt VM's and the VirtualMachineInstance names the pod neither in status.activePods nor as status.migrationState.targetPod"
+	RefusedMirrorPod      = "it is a mirror pod, which the kubelet of its node writes"
+	RefusedDeleting       = "it is being deleted"
+	RefusedFinished       = "it has finished"
+	RefusedNoVMI          = "the claim is a KubeVirt VM's and the VM's VirtualMachineInstance does not exist"
+	RefusedNotVMIsPod     = "the claim is a KubeVirt VM's and the VirtualMachineInstance names the pod neither in status.activePods nor as status.migrationState.targetPod"
 	RefusedOtherNamespace = "the pod is in another namespace than the claim"
 )
 
