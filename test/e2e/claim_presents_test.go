@@ -170,8 +170,10 @@ func TestADeletingPodPresentsNoClaim(t *testing.T) {
 // claim of a VM is presented by the pods its VMI names (status.activePods,
 // the migration's target pod) and by no other: a pod on node B naming the
 // claim that the VMI does not list gets 11 naming the pod, the claim and
-// the VMI, the VM's claim stays as it was, and the migration target the
-// VMI lists gets the VM's addresses.
+// the VMI; the webhook refuses a third node's agent, where another such
+// pod runs, a reservation for the claim and its ownerPod; the VM's claim
+// stays as it was; and the migration target the VMI lists gets the VM's
+// addresses.
 func TestOnlyTheVMIsPodsPresentItsClaim(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	c := apiClient(t)
@@ -202,6 +204,26 @@ func TestOnlyTheVMIsPodsPresentItsClaim(t *testing.T) {
 	}
 	if after := claimStateOf(t, ctx, c, vm.Namespace, vm.Claim); !after.equal(before) {
 		t.Fatalf("the VM's claim: %s after the stray pod's ADD, %s before", after, before)
+	}
+
+	// The webhook counts the stray pod no more than the agent does: the
+	// agent of a third node where such a pod runs may neither reserve for
+	// the claim nor move its ownerPod there, and is told why.
+	third := newNodeAgent(t, ctx, "vmipods-c")
+	strayC := newPod(t, ctx, c, vm.Namespace, third.node, map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(
+		`[{"name":%q,"namespace":%q,"interface":%q,"ipam-claim-reference":%q}]`, kvNAD, vm.Namespace, testbed.LauncherInterface(vm.Network), vm.Claim)})
+	vmClaim := getClaim(t, ctx, c, vm.Namespace, vm.Claim)
+	err = third.c.Create(ctx, heldFor(third.node, "vmipods", "10.96.1.200", vmClaim, strayC.name))
+	wantRefused(t, "a reservation for the VM's claim by a pod its VMI does not list", err, admission.RuleReservationClaim)
+	if err != nil && !strings.Contains(err.Error(), "status.activePods") {
+		t.Errorf("the refusal %q does not say the VMI does not list the pod", err)
+	}
+	err = updateStatusFresh(ctx, c, third.c, vm.Namespace, vm.Claim, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+		s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: strayC.name}
+	})
+	wantRefused(t, "ownerPod of the VM's claim to a pod its VMI does not list", err, admission.RuleClaimStatusPresented)
+	if after := claimStateOf(t, ctx, c, vm.Namespace, vm.Claim); !after.equal(before) {
+		t.Fatalf("the VM's claim: %s after the third node's writes, %s before", after, before)
 	}
 
 	// The migration's target, which virt-controller lists: the VM's items.
