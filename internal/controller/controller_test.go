@@ -85,15 +85,23 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 	terminating.Finalizers = []string{"hold"} // the fake refuses a deletionTimestamp without one
 	deadNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
+	// The same, fenced: NotReady and tainted out-of-service.
+	termFenced := pod("ns", "term-fenced", "uid-term-fenced", "fenced")
+	termFenced.DeletionTimestamp = &now
+	termFenced.Finalizers = []string{"hold"}
+	fencedNode := deadNode.DeepCopy()
+	fencedNode.Name = "fenced"
+	fencedNode.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
 	objs := []client.Object{
 		pod("ns", "live", "uid-live", "a"),
 		pod("ns", "db-0", "uid-new", "a"), // recreated: uid-old is gone
-		terminating, deadNode,
+		terminating, deadNode, termFenced, fencedNode,
 		reservationOf("n.1", "10.0.0.1", podOwner("ns", "live", "uid-live", "c1", "a")),
 		reservationOf("n.2", "10.0.0.2", podOwner("ns", "gone", "uid-gone", "c2", "a")),
 		reservationOf("n.3", "10.0.0.3", podOwner("ns", "db-0", "uid-old", "c3", "a")),
 		reservationOf("n.4", "10.0.0.4", podOwner("ns", "db-0", "uid-new", "c4", "a")),
 		reservationOf("n.5", "10.0.0.5", podOwner("ns", "term", "uid-term", "c5", "dead")),
+		reservationOf("n.6", "10.0.0.6", podOwner("ns", "term-fenced", "uid-term-fenced", "c6", "fenced")),
 	}
 	c := newFake(objs...)
 	rec := &fakeRecorder{}
@@ -105,7 +113,8 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]repair.Reason{"n.2": repair.PodGone, "n.3": repair.PodReplaced, "n.5": repair.NodeNotReady}
+	// n.5, on a node NotReady for an hour but not fenced, is kept.
+	want := map[string]repair.Reason{"n.2": repair.PodGone, "n.3": repair.PodReplaced, "n.6": repair.NodeOutOfService}
 	got := map[string]repair.Reason{}
 	for _, o := range res.Outcomes {
 		if o.Released {
@@ -139,7 +148,7 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 	if released != 3 {
 		t.Fatalf("released %d, want 3: %+v", released, res.Outcomes)
 	}
-	for n, want := range map[string]bool{"n.1": true, "n.2": false, "n.3": false, "n.4": true, "n.5": false} {
+	for n, want := range map[string]bool{"n.1": true, "n.2": false, "n.3": false, "n.4": true, "n.5": true, "n.6": false} {
 		if exists(t, c, n) != want {
 			t.Errorf("%s exists=%v, want %v", n, !want, want)
 		}
@@ -151,14 +160,95 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 		if e.reason != EventReason {
 			t.Errorf("event reason %q", e.reason)
 		}
-		if strings.Contains(e.message, "10.0.0.5") {
+		if strings.Contains(e.message, "10.0.0.6") {
 			// The terminating pod still exists: the event is about it.
-			if p, ok := e.obj.(*corev1.Pod); !ok || p.Name != "term" {
+			if p, ok := e.obj.(*corev1.Pod); !ok || p.Name != "term-fenced" {
 				t.Errorf("event for the terminating pod's release is on %T", e.obj)
 			}
 		} else if _, ok := e.obj.(*tenurev1alpha1.IPReservation); !ok {
 			t.Errorf("event for a gone pod's release is on %T, want the reservation (no pool)", e.obj)
 		}
+	}
+}
+
+// A terminating pod on a node that is NotReady but not fenced keeps its
+// addresses; one Warning Event on the pod per reservation says that it
+// waits for the node to be fenced and names the taint, however often it is
+// decided again; once the node is tainted out-of-service it is released
+// and forgotten.
+func TestFenceWaitIsToldOnceThenReleased(t *testing.T) {
+	ctx := context.Background()
+	now := metav1.Now()
+	term := pod("ns", "term", "uid-term", "lost")
+	term.DeletionTimestamp = &now
+	term.Finalizers = []string{"hold"}
+	lost := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lost"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
+	r1 := reservationOf("n.1", "10.0.0.1", podOwner("ns", "term", "uid-term", "c1", "lost"))
+	r2 := reservationOf("n.2", "10.0.0.2", podOwner("ns", "term", "uid-term", "c1", "lost"))
+	r2.Spec.Network = "m"
+	c := newFake(term, lost, r1, r2)
+	rec := &fakeRecorder{}
+	waits := newFenceWaits(rec)
+	rel := &Releaser{Live: c, Writer: c, Events: rec, Observe: waits.observe, Policy: repair.Policy{NodeGracePeriod: time.Minute}}
+	sw := NewSweeper(c, c, rel)
+	for range 2 {
+		res, err := sw.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Outcomes) != 0 {
+			t.Fatalf("released on an unfenced node: %+v", res.Outcomes)
+		}
+		// The watch path decides the same and tells nothing new.
+		for _, r := range []*tenurev1alpha1.IPReservation{r1, r2} {
+			if _, out, err := nominate(ctx, liveSource{c}, rel, r, false, slog.Default()); err != nil || out != nil {
+				t.Fatalf("%s nominated on an unfenced node: %+v, %v", r.Name, out, err)
+			}
+		}
+	}
+	for _, n := range []string{"n.1", "n.2"} {
+		if !exists(t, c, n) {
+			t.Fatalf("%s released on an unfenced node", n)
+		}
+	}
+	told := map[string]bool{}
+	for _, e := range rec.events {
+		p, ok := e.obj.(*corev1.Pod)
+		if e.reason != EventReasonFenceWait || !ok || p.Name != "term" || p.UID != "uid-term" {
+			t.Errorf("event %q on %T %+v, want %s on pod ns/term", e.reason, e.obj, e.obj, EventReasonFenceWait)
+			continue
+		}
+		for _, w := range []string{"waiting for node lost to be fenced", "kubectl taint node lost node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"} {
+			if !strings.Contains(e.message, w) {
+				t.Errorf("event message %q lacks %q", e.message, w)
+			}
+		}
+		for _, n := range []string{"n.1", "n.2"} {
+			if strings.Contains(e.message, "(IPReservation "+n+")") {
+				if told[n] {
+					t.Errorf("%s told twice", n)
+				}
+				told[n] = true
+			}
+		}
+	}
+	if !told["n.1"] || !told["n.2"] || len(rec.events) != 2 {
+		t.Fatalf("told %v in %d events, want n.1 and n.2 once each", told, len(rec.events))
+	}
+
+	lost.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	if err := c.Update(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*tenurev1alpha1.IPReservation{r1, r2} {
+		_, out, err := nominate(ctx, liveSource{c}, rel, r, false, slog.Default())
+		if err != nil || out == nil || !out.Released || out.Decision.Reason != repair.NodeOutOfService {
+			t.Fatalf("%s on the fenced node: %+v, %v; want released as NodeOutOfService", r.Name, out, err)
+		}
+	}
+	if len(waits.told) != 0 {
+		t.Fatalf("released reservations still waiting: %v", waits.told)
 	}
 }
 
