@@ -199,7 +199,7 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 	}
 	c := &Controller{opts: o, log: o.Logger, mgr: mgr, cache: mgr.GetCache(), live: live, reservations: reservationInformers(live),
 		resQReady: make(chan struct{}), syncedCh: make(chan struct{})}
-	c.fence = newFenceWaits(o.Events)
+	c.fence = newFenceWaits(o.Events, o.Logger)
 	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Log: o.Logger, Observe: c.fence.observe,
 		Policy: repair.Policy{ReleaseUnfenced: o.ReleaseUnfenced, NodeGracePeriod: o.NodeGracePeriod}}
 	c.cf = &claimFinalizer{live: live, writer: live, rel: c.rel, cached: func(_ context.Context, uid string) []string {

@@ -189,7 +189,7 @@ func TestFenceWaitIsToldOnceThenReleased(t *testing.T) {
 	r2.Spec.Network = "m"
 	c := newFake(term, lost, r1, r2)
 	rec := &fakeRecorder{}
-	waits := newFenceWaits(rec)
+	waits := newFenceWaits(rec, slog.Default())
 	rel := &Releaser{Live: c, Writer: c, Events: rec, Observe: waits.observe, Policy: repair.Policy{NodeGracePeriod: time.Minute}}
 	sw := NewSweeper(c, c, rel)
 	for range 2 {
@@ -235,6 +235,14 @@ func TestFenceWaitIsToldOnceThenReleased(t *testing.T) {
 	}
 	if !told["n.1"] || !told["n.2"] || len(rec.events) != 2 {
 		t.Fatalf("told %v in %d events, want n.1 and n.2 once each", told, len(rec.events))
+	}
+
+	// A keep for another reason (a sweep's view of the node from before it
+	// was lost) neither forgets the wait nor tells it again.
+	waits.observe(r1, repair.Decision{Message: "pod ns/term is terminating on Ready node lost: its kubelet runs the DEL"})
+	waits.observe(r1, repair.Decide(r1, repair.Facts{Now: time.Now(), Pod: repair.PodFactOf(term), Node: repair.NodeFactOf(lost)}, rel.Policy))
+	if _, ok := waits.told["n.1"]; !ok || len(rec.events) != 2 {
+		t.Fatalf("after a keep for another reason: told %v, %d events; want n.1 still told, no new event", waits.told, len(rec.events))
 	}
 
 	lost.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
