@@ -18,9 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -630,5 +633,65 @@ func TestReservationCountsFollowEvents(t *testing.T) {
 	h.OnDelete(resEntryOf(pd))
 	if _, ok := c.snapshot()["p1"]; ok {
 		t.Fatal("an empty pool keeps no entry")
+	}
+}
+
+// A node's watch event hands its reservations to the queue at once when
+// it is fenced (the out-of-service taint comes, or goes), when its
+// readiness changes and when it is deleted; a change of neither (a
+// heartbeat, another taint) hands nothing.
+func TestNodeEventsRecheckTheNodesReservations(t *testing.T) {
+	c := &Controller{idx: newIndex()}
+	for _, r := range []*tenurev1alpha1.IPReservation{
+		reservationOf("n.1", "10.0.0.1", podOwner("ns", "a", "uid-a", "c1", "lost")),
+		reservationOf("n.2", "10.0.0.2", podOwner("ns", "b", "uid-b", "c2", "lost")),
+		reservationOf("n.3", "10.0.0.3", podOwner("ns", "c", "uid-c", "c3", "other")),
+	} {
+		if err := c.idx.add(resEntryOf(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notReady := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lost", ResourceVersion: "1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
+	with := func(n *corev1.Node, f func(*corev1.Node)) *corev1.Node {
+		n = n.DeepCopy()
+		f(n)
+		return n
+	}
+	fenced := with(notReady, func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	})
+	unreachable := with(notReady, func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute})
+	})
+	ready := with(notReady, func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
+	heartbeat := with(notReady, func(n *corev1.Node) { n.Status.Conditions[0].LastHeartbeatTime = metav1.Now() })
+	h := c.nodeEvents()
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.Node
+		want     []string
+	}{
+		{"tainted out-of-service", notReady, fenced, []string{"n.1", "n.2"}},
+		{"taint removed", fenced, notReady, []string{"n.1", "n.2"}},
+		{"Ready to NotReady", ready, notReady, []string{"n.1", "n.2"}},
+		{"tainted unreachable", notReady, unreachable, nil},
+		{"a heartbeat", notReady, heartbeat, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			h.Update(context.Background(), event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}, q)
+			var got []string
+			for q.Len() > 0 {
+				req, _ := q.Get()
+				got = append(got, req.Name)
+				q.Done(req)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("queued %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
