@@ -63,10 +63,10 @@ const (
 // wire answers whether an address may be handed out as far as the segment
 // is concerned, from probes it keeps (results) and sends.
 type wire struct {
-	prober *probe.Prober
-	opts   WireOptions
-	log    *slog.Logger
-	rec    record.EventRecorder
+	prober   *probe.Prober
+	opts     WireOptions
+	log      *slog.Logger
+	rec      record.EventRecorder
 	upcoming func(scope string, space allocator.Space, n int) []netip.Prefix
 
 	conflicts *prometheus.CounterVec

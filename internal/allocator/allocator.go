@@ -103,7 +103,7 @@ func (f *Factory) For(network string, space Space) Interface {
 type allocator struct {
 	f *Factory
 	// vet checks a candidate on the wire (ForVetted); nil checks none.
-	vet Vet
+	vet     Vet
 	network string
 	// label is reservation.NetworkLabel(network), what the store's
 	// labels and indexes know the network by.
