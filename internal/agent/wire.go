@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/probe"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // WireOptions turn on the wire check: an address is handed out only once
@@ -46,19 +47,9 @@ const (
 	DefaultWireIdle  = 10 * time.Minute
 )
 
-// EventAddressConflict is the reason of the Warning Event recorded on a
-// pod whose ADD skipped an address because something answered for it on
-// the wire. Its annotations name the network, address and MAC
-// (AnnotationConflict*), which `tenurectl check` reads.
-const EventAddressConflict = "AddressConflict"
-
-// Annotations of an EventAddressConflict Event.
-const (
-	AnnotationConflictNetwork   = "ipam.tenure.dev/network"
-	AnnotationConflictAddress   = "ipam.tenure.dev/address"
-	AnnotationConflictMAC       = "ipam.tenure.dev/mac"
-	AnnotationConflictInterface = "ipam.tenure.dev/interface"
-)
+// EventAddressConflict is reservation.EventAddressConflict: the Warning
+// Event on a pod whose ADD skipped an address that answered on the wire.
+const EventAddressConflict = reservation.EventAddressConflict
 
 // wire answers whether an address may be handed out as far as the segment
 // is concerned, from probes it keeps (results) and sends.
@@ -209,8 +200,8 @@ func (w *wire) vet(iface, scope string, space allocator.Space, network string, p
 		w.log.Warn("address answers on the wire; skipped", "network", network, "address", item.Addr(), "mac", ans.MAC.String(), "answer", ans.Kind, "interface", iface)
 		if w.rec != nil && pod != nil {
 			w.rec.AnnotatedEventf(pod, map[string]string{
-				AnnotationConflictNetwork: network, AnnotationConflictAddress: item.Addr().String(),
-				AnnotationConflictMAC: ans.MAC.String(), AnnotationConflictInterface: iface,
+				reservation.AnnotationConflictNetwork: network, reservation.AnnotationConflictAddress: item.Addr().String(),
+				reservation.AnnotationConflictMAC: ans.MAC.String(), reservation.AnnotationConflictInterface: iface,
 			}, corev1.EventTypeWarning, EventAddressConflict,
 				"address %s of network %s answers on the wire from MAC %s (%s on %s) though no reservation holds it: skipped, and tried again later",
 				item.Addr(), network, ans.MAC, ans.Kind, iface)
