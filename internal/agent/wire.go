@@ -89,6 +89,16 @@ type wireResult struct {
 	// not probed again while it is being configured (an IPv6 host takes a
 	// duplicate-address probe for its tentative address as a conflict).
 	handedOut time.Time
+	// prev is the result a probe ahead of time renews; it stands while
+	// fresh, and cancel stops the renewal when an ADD takes it.
+	prev   *wireResult
+	cancel context.CancelFunc
+}
+
+// usable reports whether r is an ended probe's result an ADD may take:
+// no error, younger than fresh, not yet handed out.
+func (r *wireResult) usable(fresh time.Duration) bool {
+	return r != nil && r.ended() && r.err == nil && time.Since(r.end) < fresh && r.handedOut.IsZero()
 }
 
 func (r *wireResult) ended() bool {
@@ -127,7 +137,7 @@ func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcom
 		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tenure_address_conflicts_total",
 			Help: "Addresses an ADD skipped because something answered for them on the wire (an ARP or neighbour probe), by network."}, []string{"network"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tenure_agent_probes_total",
-			Help: "Probes of candidate addresses on the wire, by outcome (silent, answered, error)."}, []string{"outcome"}),
+			Help: "Probes of candidate addresses on the wire, by outcome (silent, answered, error, cancelled: a renewal ahead of time an ADD took the fresh result of)."}, []string{"outcome"}),
 		waited: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tenure_agent_probe_wait_seconds",
 			Help:    "How long an ADD waited for the wire check of one candidate (0 when a fresh probe made ahead of time answered).",
 			Buckets: []float64{0.0001, 0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2}}),
@@ -186,12 +196,15 @@ type configProbe struct {
 func (w *wire) vet(iface, scope string, space allocator.Space, network string, pod *corev1.Pod) allocator.Vet {
 	w.use(iface, scope, space)
 	return func(ctx context.Context, item netip.Prefix) (bool, error) {
+		// The next candidates are probed while this one is: the ADD
+		// after a network's first (or after this one) finds its
+		// candidate probed rather than in flight.
+		w.kickRefresh()
 		start := time.Now()
 		ans, err := w.check(ctx, iface, item.Addr())
 		w.waited.Observe(time.Since(start).Seconds())
-		w.kickRefresh()
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("network %s: the wire check could not probe on interface %s (set ipam.probe false for a segment where no probe can work): %w", network, iface, err)
 		}
 		if ans == nil {
 			return true, nil
@@ -219,6 +232,19 @@ func (w *wire) check(ctx context.Context, iface string, addr netip.Addr) (*probe
 	for {
 		w.mu.Lock()
 		r := w.results[k]
+		if r != nil && !r.ended() && r.prev.usable(w.opts.Fresh) {
+			// A renewal ahead of time is in flight over a fresh result:
+			// the result stands, and the renewal stops before the address
+			// is the ADD's (its probes sent so far precede the hand-out).
+			r.cancel()
+			prev := r.prev
+			w.results[k] = prev
+			if prev.answer == nil {
+				prev.handedOut = time.Now()
+			}
+			w.mu.Unlock()
+			return prev.answer, nil
+		}
 		if r != nil && !r.ended() {
 			w.mu.Unlock()
 			select {
@@ -260,6 +286,8 @@ func (w *wire) run(ctx context.Context, k wireKey, r *wireResult) {
 	ans, err := w.prober.Probe(ctx, k.iface, k.addr)
 	outcome := "silent"
 	switch {
+	case err != nil && ctx.Err() != nil:
+		outcome = "cancelled"
 	case err != nil:
 		outcome = "error"
 	case ans != nil:
@@ -344,11 +372,18 @@ func (w *wire) refresh(ctx context.Context) {
 				w.mu.Unlock()
 				continue
 			}
+			prev := r
 			r = w.startLocked(k)
+			if prev.usable(w.opts.Fresh) {
+				r.prev = prev
+			}
+			pctx, cancel := context.WithCancel(ctx)
+			r.cancel = cancel
 			w.mu.Unlock()
 			select {
 			case w.sem <- struct{}{}:
 			case <-ctx.Done():
+				cancel()
 				w.mu.Lock()
 				r.err, r.end = ctx.Err(), time.Now()
 				close(r.done)
@@ -357,7 +392,8 @@ func (w *wire) refresh(ctx context.Context) {
 			}
 			go func() {
 				defer func() { <-w.sem }()
-				w.run(ctx, k, r)
+				defer cancel()
+				w.run(pctx, k, r)
 			}()
 		}
 	}

@@ -38,7 +38,7 @@ type segment struct {
 	squatMAC                 net.HardwareAddr
 }
 
-func newSegment(t *testing.T, squat netip.Prefix) *segment {
+func newSegment(t testing.TB, squat netip.Prefix) *segment {
 	t.Helper()
 	if ok, why := testbed.CanPlumb(); !ok {
 		t.Fatal(why)
@@ -85,7 +85,7 @@ func newSegment(t *testing.T, squat netip.Prefix) *segment {
 
 // startProbingAgent starts the agent of node with the wire check on, in
 // the segment's namespace, a probe's answer standing for fresh.
-func startProbingAgent(t *testing.T, ctx context.Context, node string, s *segment, fresh time.Duration) (*testbed.Agent, string) {
+func startProbingAgent(t testing.TB, ctx context.Context, node string, s *segment, fresh time.Duration, extra ...string) (*testbed.Agent, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -94,7 +94,7 @@ func startProbingAgent(t *testing.T, ctx context.Context, node string, s *segmen
 	maddr := l.Addr().String()
 	l.Close()
 	a, err := testbed.StartNodeAgent(ctx, bins, t.TempDir(), cptest.Current().Config, node,
-		"--probe=true", "--dataplane-netns", s.hostPath, "--probe-fresh", fresh.String(), "--metrics-addr", maddr)
+		append([]string{"--probe=true", "--dataplane-netns", s.hostPath, "--probe-fresh", fresh.String(), "--metrics-addr", maddr}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
