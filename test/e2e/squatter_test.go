@@ -18,9 +18,12 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
@@ -296,6 +299,21 @@ func squatterTest(t *testing.T, tc squatterCase) {
 	var ce *types.Error
 	if !errors.As(err, &ce) || ce.Code != agent.CodeAddressConflict || !strings.Contains(ce.Msg, tc.squat.Addr().String()) {
 		t.Fatalf("21st ADD: %v, want CNI error %d naming %s", err, agent.CodeAddressConflict, tc.squat.Addr())
+	}
+
+	// A claim-bound interface is refused the same, and its claim says
+	// why: IPsAllocated false, IPAddressConflict, naming the address.
+	claimName := "sq-" + node
+	createClaim(t, ctx, c, b.k8sNs, claimName, network)
+	vm := newPod(t, ctx, c, b.k8sNs, node, vmAnnotations(network, claimName))
+	vmConf := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"bridge","bridge":%q,
+		"ipam":{"type":"tenure","agent_socket":%q,%s,"network_name":%q}}`, network, s.bridge, a.Socket, tc.rangeKeys, network))
+	if _, err := add(ctx, vm, vmConf); err == nil || !strings.Contains(err.Error(), tc.squat.Addr().String()) {
+		t.Fatalf("claim-bound ADD: %v, want a refusal naming %s", err, tc.squat.Addr())
+	}
+	cond := meta.FindStatusCondition(getClaim(t, ctx, c, b.k8sNs, claimName).Status.Conditions, ipamclaimsv1alpha1.ConditionIPsAllocated)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != ipamclaimsv1alpha1.ReasonIPAddressConflict || !strings.Contains(cond.Message, tc.squat.Addr().String()) {
+		t.Fatalf("claim %s condition %+v, want IPsAllocated false, %s, naming %s", claimName, cond, ipamclaimsv1alpha1.ReasonIPAddressConflict, tc.squat.Addr())
 	}
 
 	// The squatter leaves: once its last answer is older than the
