@@ -58,7 +58,7 @@ type wire struct {
 	opts     WireOptions
 	log      *slog.Logger
 	rec      record.EventRecorder
-	upcoming func(scope string, space allocator.Space, n int) []netip.Prefix
+	upcoming func(ctx context.Context, scope string, space allocator.Space, n int) []netip.Prefix
 
 	conflicts *prometheus.CounterVec
 	probes    *prometheus.CounterVec
@@ -122,7 +122,7 @@ type wireNet struct {
 	used  time.Time
 }
 
-func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcoming func(string, allocator.Space, int) []netip.Prefix) *wire {
+func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcoming func(context.Context, string, allocator.Space, int) []netip.Prefix) *wire {
 	if opts.Fresh <= 0 {
 		opts.Fresh = DefaultWireFresh
 	}
@@ -364,7 +364,7 @@ func (w *wire) refresh(ctx context.Context) {
 	w.mu.Unlock()
 	renew := w.opts.Fresh * 2 / 3
 	for _, n := range nets {
-		for _, item := range w.upcoming(n.scope, n.space, w.opts.Ahead) {
+		for _, item := range w.upcoming(ctx, n.scope, n.space, w.opts.Ahead) {
 			k := wireKey{n.iface, item.Addr()}
 			w.mu.Lock()
 			r := w.results[k]

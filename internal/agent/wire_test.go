@@ -97,7 +97,7 @@ func TestTheWireCheckProbesTheNextCandidatesAhead(t *testing.T) {
 	next := []netip.Prefix{netip.MustParsePrefix("10.98.0.20/32"), netip.MustParsePrefix("10.98.0.21/32")}
 	space := allocator.AddressSpace{}
 	w := newWire(WireOptions{Netns: path, Interval: 50 * time.Millisecond, Fresh: time.Minute, Ahead: 2}, slog.Default(), nil,
-		func(string, allocator.Space, int) []netip.Prefix { return next })
+		func(context.Context, string, allocator.Space, int) []netip.Prefix { return next })
 	ctx := context.Background()
 	w.use("seg0", "scope", space)
 	w.refresh(ctx)

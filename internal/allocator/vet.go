@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -86,12 +85,13 @@ func (a *allocator) vetted(ctx context.Context, name string, item netip.Prefix) 
 
 // Upcoming is up to n candidates of space that AllocateNext on this node
 // would try next, as the store knows them now: from the node's cursor on,
-// wrapping, past what the store holds or has set aside. It reads the
-// store's window only, widens nothing, and stops at the first block the
-// window does not hold, where it knows nothing; what it returns may be
-// taken by the time a call comes, which the call finds out as always.
-// The agent probes these ahead of time (ForVetted).
-func (f *Factory) Upcoming(network string, space Space, n int) []netip.Prefix {
+// wrapping, past what the store holds or has set aside. Where the walk
+// reaches a block the window does not hold, it widens the window by that
+// block, as the next AllocateNext would (once per call; it stops at a
+// second, or when the widening fails). What it returns may be taken by
+// the time a call comes, which the call finds out as always. The agent
+// probes these ahead of time (ForVetted).
+func (f *Factory) Upcoming(ctx context.Context, network string, space Space, n int) []netip.Prefix {
 	if n <= 0 || space.Size() == 0 || !f.Store.HasSynced() {
 		return nil
 	}
@@ -101,14 +101,14 @@ func (f *Factory) Upcoming(network string, space Space, n int) []netip.Prefix {
 	// Each step passes a run the store holds or one candidate; the bound
 	// only guards against a window of many runs of one address each.
 	steps := 0
+	widened := maxWiden - 1 // one widening
 	for _, span := range [...]struct{ from, to uint64 }{{start, size}, {0, start}} {
 		for i := span.from; i < span.to && len(out) < n && steps < upcomingSteps; steps++ {
 			idx, item, ok := space.Next(i)
 			if !ok || idx >= span.to {
 				break
 			}
-			block := reservation.BlockLabel(a.label, space.Kind() == tenurev1alpha1.KindDelegatedPrefix, item)
-			if !f.Store.Watching(block, a.label) {
+			if err := a.widen(ctx, item, &widened); err != nil {
 				return out
 			}
 			if next, skip := a.skipHeld(idx, item); skip {

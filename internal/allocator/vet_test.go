@@ -100,7 +100,7 @@ func TestUpcomingIsWhatTheNextAllocationsTake(t *testing.T) {
 		}
 		held[netip.MustParseAddr(r.Spec.Address)] = true
 	}
-	next := f.Upcoming("upcoming", space, 4)
+	next := f.Upcoming(ctx, "upcoming", space, 4)
 	if len(next) != 4 {
 		t.Fatalf("Upcoming = %v, want 4 candidates", next)
 	}
@@ -116,6 +116,26 @@ func TestUpcomingIsWhatTheNextAllocationsTake(t *testing.T) {
 		}
 		if r.Spec.Address != next[i].Addr().String() {
 			t.Fatalf("allocation %d took %s, Upcoming said %v", i, r.Spec.Address, next)
+		}
+	}
+}
+
+func TestUpcomingWidensTheWindowIntoTheNextBlock(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newFactory(t, "n1")
+	// 21 addresses across two blocks (.0-.63 and .64-.127).
+	space := allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/24","range_start":"10.1.0.60","range_end":"10.1.0.80"}`)}
+	r, err := f.For("upcoming-widen", space).AllocateNext(ctx, owner("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := f.Upcoming(ctx, "upcoming-widen", space, 30)
+	if len(next) != 20 {
+		t.Fatalf("Upcoming = %v (%d), want the 20 addresses of both blocks but %s", next, len(next), r.Spec.Address)
+	}
+	for _, p := range next {
+		if p.Addr().String() == r.Spec.Address {
+			t.Fatalf("Upcoming %v holds the reserved %s", next, r.Spec.Address)
 		}
 	}
 }
