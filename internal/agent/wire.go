@@ -166,14 +166,19 @@ func (w *wire) collectors() []prometheus.Collector {
 
 // iface is the interface the wire check of cfg's network probes on, ""
 // when it probes none (probe off, or a segment the node cannot reach).
-func (w *wire) iface(cfg configProbe, v6 bool) (string, error) {
+func (w *wire) iface(cfg configProbe) (string, error) {
 	switch {
 	case !cfg.Probe || cfg.ProbeSkipped != "":
 		return "", nil
 	case cfg.ProbeInterface != "":
 		return cfg.ProbeInterface, nil
 	case cfg.ProbeDefaultRoute:
-		name, err := probe.DefaultRouteInterface(w.opts.Netns, v6)
+		// As the macvlan and ipvlan plugins choose it: the default
+		// route's interface, whatever the family of the address.
+		name, err := probe.DefaultRouteInterface(w.opts.Netns, false)
+		if err != nil {
+			name, err = probe.DefaultRouteInterface(w.opts.Netns, true)
+		}
 		if err != nil {
 			return "", fmt.Errorf("network %s: the plugin attaches to the default route's interface, which the wire check could not find (set ipam.probe_interface, or ipam.probe false): %w", cfg.Name, err)
 		}
@@ -408,7 +413,7 @@ func (a *Agent) nextAllocator(at *attachment, s slot) (allocator.Interface, erro
 	}
 	c := at.cfg
 	iface, err := a.wire.iface(configProbe{Name: c.Name, Probe: c.Probe, ProbeInterface: c.ProbeInterface,
-		ProbeDefaultRoute: c.ProbeDefaultRoute, ProbeSkipped: c.ProbeSkipped}, s.rng.Prefix.Addr().Is6())
+		ProbeDefaultRoute: c.ProbeDefaultRoute, ProbeSkipped: c.ProbeSkipped})
 	if err != nil {
 		return nil, err
 	}

@@ -226,3 +226,23 @@ func kindOf(a *Answer) string {
 	}
 	return a.Kind
 }
+
+func TestDefaultRouteInterfaceIsTheOneTheDefaultRouteLeavesBy(t *testing.T) {
+	nodeNs, _, _ := segment(t)
+	path := "/var/run/netns/" + nodeNs
+	if _, err := DefaultRouteInterface(path, false); err == nil {
+		t.Fatal("a namespace without a default route has a default route interface")
+	}
+	for _, args := range [][]string{
+		{"link", "add", "other0", "type", "veth", "peer", "name", "other1"}, {"link", "set", "other0", "up"},
+		{"addr", "add", "10.99.0.1/24", "dev", "wire0"}, {"route", "add", "10.98.0.0/16", "dev", "other0"},
+		{"route", "add", "default", "via", "10.99.0.254", "dev", "wire0"},
+	} {
+		if out, err := testbed.IPIn(nodeNs, args...); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	if name, err := DefaultRouteInterface(path, false); err != nil || name != "wire0" {
+		t.Fatalf("DefaultRouteInterface = %q, %v; want wire0", name, err)
+	}
+}
