@@ -145,23 +145,50 @@ func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcom
 	return w
 }
 
-// collectors are the wire's metrics, with the gauge of addresses whose
-// last probe was answered.
+// collectors are the wire's metrics, with squattedCollector's.
 func (w *wire) collectors() []prometheus.Collector {
-	squatted := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_squatted_addresses",
-		Help: "Free addresses whose last probe, within the freshness of a probe, something answered for on the wire."},
-		func() float64 {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			n := 0
-			for _, r := range w.results {
-				if r.ended() && r.answer != nil && time.Since(r.end) < w.opts.Fresh {
-					n++
-				}
-			}
-			return float64(n)
-		})
-	return []prometheus.Collector{w.conflicts, w.probes, w.waited, squatted}
+	return []prometheus.Collector{w.conflicts, w.probes, w.waited, squattedCollector{w}}
+}
+
+var (
+	squattedCount = prometheus.NewDesc("tenure_agent_squatted_addresses",
+		"Free addresses whose last probe, younger than --probe-fresh, something answered for on the wire.", nil, nil)
+	squattedAddress = prometheus.NewDesc("tenure_agent_squatted_address",
+		"1 for each free address whose last probe, younger than --probe-fresh, was answered: the interface probed, the address and the MAC that answered (at most maxSquattedSeries of them).",
+		[]string{"interface", "address", "mac"}, nil)
+)
+
+// maxSquattedSeries bounds tenure_agent_squatted_address's series: a
+// segment that answers every probe (proxy ARP, a hostile host) makes
+// one per address probed.
+const maxSquattedSeries = 64
+
+// squattedCollector reports the addresses whose last answer stands.
+type squattedCollector struct{ w *wire }
+
+func (c squattedCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- squattedCount
+	ch <- squattedAddress
+}
+
+func (c squattedCollector) Collect(ch chan<- prometheus.Metric) {
+	w := c.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for k, r := range w.results {
+		if !r.ended() {
+			r = r.prev // a renewal in flight: the result it renews stands
+		}
+		if r == nil || !r.ended() || r.answer == nil || time.Since(r.end) >= w.opts.Fresh {
+			continue
+		}
+		if n < maxSquattedSeries {
+			ch <- prometheus.MustNewConstMetric(squattedAddress, prometheus.GaugeValue, 1, k.iface, k.addr.String(), r.answer.MAC.String())
+		}
+		n++
+	}
+	ch <- prometheus.MustNewConstMetric(squattedCount, prometheus.GaugeValue, float64(n))
 }
 
 // iface is the interface the wire check of cfg's network probes on, ""

@@ -277,6 +277,19 @@ func squatterTest(t *testing.T, tc squatterCase) {
 	if n, ok := m.Sum("tenure_address_conflicts_total", fmt.Sprintf("network=%q", network)); !ok || n < 1 {
 		t.Fatalf("tenure_address_conflicts_total{network=%q} = %v (found %v), want at least 1", network, n, ok)
 	}
+	// The gauge names the address and the MAC while the network is kept
+	// probed ahead (its answer renewed within --probe-fresh).
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		m, err := testbed.ParseMetrics(scrape(t, metricsURL))
+		if err != nil {
+			return false, err
+		}
+		n, ok := m.Sum("tenure_agent_squatted_address", fmt.Sprintf("address=%q", tc.squat.Addr()), fmt.Sprintf("mac=%q", s.squatMAC))
+		return ok && n == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("tenure_agent_squatted_address{address=%q,mac=%q} never 1: %v", tc.squat.Addr(), s.squatMAC, err)
+	}
 
 	// tenurectl check names it.
 	rep, err := tenureops.New(c).Check(ctx, tenureops.CheckOptions{})
