@@ -266,12 +266,14 @@ func (w *wire) check(ctx context.Context, iface string, addr netip.Addr) (*probe
 		r := w.results[k]
 		if r != nil && !r.ended() && r.prev.usable(w.opts.Fresh) {
 			// A renewal ahead of time is in flight over a fresh result:
-			// the result stands, and the renewal stops before the address
-			// is the ADD's (its probes sent so far precede the hand-out).
-			r.cancel()
+			// the result stands. An answer is skipped on it while the
+			// renewal finds out whether it still answers; a silent address
+			// is handed out, and its renewal stops first (the probes it
+			// sent precede the hand-out).
 			prev := r.prev
-			w.results[k] = prev
 			if prev.answer == nil {
+				r.cancel()
+				w.results[k] = prev
 				prev.handedOut = time.Now()
 			}
 			w.mu.Unlock()
