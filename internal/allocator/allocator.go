@@ -101,7 +101,9 @@ func (f *Factory) For(network string, space Space) Interface {
 }
 
 type allocator struct {
-	f       *Factory
+	f *Factory
+	// vet checks a candidate on the wire (ForVetted); nil checks none.
+	vet     Vet
 	network string
 	// label is reservation.NetworkLabel(network), what the store's
 	// labels and indexes know the network by.
@@ -143,7 +145,7 @@ func (a *allocator) advance(next uint64) {
 	a.f.mu.Unlock()
 }
 
-func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alpha1.IPReservation, error) {
+func (a *allocator) AllocateNext(ctx context.Context, t Template) (created *tenurev1alpha1.IPReservation, err error) {
 	if !a.f.Store.HasSynced() {
 		return nil, ErrNotReady
 	}
@@ -153,8 +155,14 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	// taken decides candidates; first from the cache, then, if the cache
 	// says full or the pass has widened the window enough, from one live
 	// list of the network.
+	a, refused := a.counting()
+	defer func() {
+		if len(*refused) > 0 && errors.Is(err, ErrFull) {
+			err = &AnsweredError{Range: a.space.String(), Items: *refused}
+		}
+	}()
 	taken := func(obj *tenurev1alpha1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
-	created, err := a.firstFree(ctx, t, taken, true)
+	created, err = a.firstFree(ctx, t, taken, true)
 	widened := errors.Is(err, errWidened)
 	if widened {
 		err = nil
@@ -168,9 +176,9 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	// A live list tells a full range from a stale cache, and says where
 	// the free items are past the window; callers on one network share
 	// one list per LiveListInterval.
-	q, fresh, err := a.f.list(ctx, a.network)
-	if err != nil {
-		return nil, err
+	q, fresh, lerr := a.f.list(ctx, a.network)
+	if lerr != nil {
+		return nil, lerr
 	}
 	if q.heldIn(a.space) >= a.space.Capacity() {
 		if fresh {
@@ -362,6 +370,11 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 			// node's concurrent ADDs start after the items in flight rather
 			// than each building and refusing every one of them first.
 			a.advance(idx + 1)
+			if ok, err := a.vetted(ctx, obj.Name, item); err != nil {
+				return nil, err
+			} else if !ok {
+				continue
+			}
 			created, err := a.create(ctx, obj)
 			if apierrors.IsAlreadyExists(err) {
 				a.f.Store.MarkTakenElsewhere(obj.Name)
