@@ -225,8 +225,8 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 					t.Fatalf("%s: %v", r.Name, err)
 				}
 				got := repair.Decide(&scratch, ge.facts, policy)
-				if got.AskLive && len(repair.Duplicates(r, objects.byUID[r.Spec.Owner.UID])) > 1 {
-					// Which of a slot's reservations a pod uses is in its
+				if sibs := objects.byUID[r.Spec.Owner.UID]; got.AskLive && (len(repair.Duplicates(r, sibs)) > 1 || repair.NewerSandbox(r, sibs) != nil) {
+					// Which of a pod's reservations it uses is in its
 					// network-status, which only a live read gives.
 					if !want.Release {
 						askedLive++

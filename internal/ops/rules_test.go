@@ -119,6 +119,9 @@ func TestFindOwnersGone(t *testing.T) {
 			"node-down": {Exists: true, NotReadySince: now.Add(-10 * time.Minute)},
 		},
 		ByOwner: map[string][]*tenurev1alpha1.IPReservation{"u1": {alive, earlier}},
+		// The pod's network-status lists neither (its newest sandbox's ADD
+		// never returned): the sandboxes' order decides.
+		NetworkStatus: map[string]*repair.NetworkStatus{"ns/alive": repair.NetworkStatusOf(nil)},
 	}
 	wantFindings(t, "every owner state", FindOwnersGone(all, facts, policy, now), []string{
 		"OwnerGone IPReservation san.10.0.0.2", "OwnerGone IPReservation san.10.0.0.3", "OwnerGone IPReservation san.10.0.0.4",
