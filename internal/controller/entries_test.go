@@ -151,7 +151,9 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 	for i, r := range all {
 		r.ResourceVersion = fmt.Sprint(100 + i)
 		r.Spec.Pool, r.Spec.Range, r.Spec.CNINetwork = "p", "10.0.0.0/24", "n"
-		r.Labels[reservation.LabelNode] = r.Spec.Owner.Node
+		if r.Spec.Owner.Node != "" {
+			r.Labels[reservation.LabelNode] = r.Spec.Owner.Node
+		}
 	}
 	objects := objectSource{pods: map[types.NamespacedName]*corev1.Pod{}, nodes: map[string]*corev1.Node{"a": nodeA, "dead": dead},
 		byUID:  map[string][]*tenurev1alpha1.IPReservation{},
