@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/netip"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -38,7 +38,7 @@ func mustItem(s string) netip.Prefix {
 }
 
 func TestAPodsReservationIsTheAgentsOfThePodsNode(t *testing.T) {
-	p1 := podOn("p1", "b", "")  // the victim's pod, on node b
+	p1 := podOn("p1", "b", "")   // the victim's pod, on node b
 	own := podOn("own", "a", "") // node a's own pod
 	vm := claimObj("vm")
 	for _, tc := range []struct {

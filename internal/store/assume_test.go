@@ -1,11 +1,11 @@
 package store
 
 import (
-	"slices"
 	"context"
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
