@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,9 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kube"
@@ -114,5 +117,46 @@ func TestReservationShapeIsJudgedForEveryWriter(t *testing.T) {
 		case tc.rule != "" && (r.Allowed || r.Result == nil || !strings.HasPrefix(r.Result.Message, "["+tc.rule+"]")):
 			t.Errorf("%s: %+v, want refused by [%s]", tc.name, r, tc.rule)
 		}
+	}
+}
+
+// The controller's pod cache allows a pod's reservation without a read;
+// where it does not (no such pod yet, or bound elsewhere: a cache that lags
+// or a decoy), the live GET decides.
+func TestAPodsReservationIsAllowedOnTheCacheAndRefusedOnlyLive(t *testing.T) {
+	own := podOn("own", "a", "")
+	p1 := podOn("p1", "b", "")
+	gets := 0
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(&own, &p1).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			gets++
+			return cl.Get(ctx, key, obj, opts...)
+		}}).Build()
+	cache := map[string]*corev1.Pod{"own": &own, "p1": &p1}
+	h := &Handler{Reader: c, Pods: func(namespace, name string) (string, string, bool) {
+		p := cache[name]
+		if p == nil || namespace != ns {
+			return "", "", false
+		}
+		return string(p.UID), p.Spec.NodeName, true
+	}}
+	agentA := authenticationv1.UserInfo{Username: "system:serviceaccount:ipam:tenure-agent",
+		Extra: map[string]authenticationv1.ExtraValue{extraPodName: {"tenure-agent-x"}, extraNodeName: {"a"}}}
+	judge := func(r *tenurev1alpha1.IPReservation) Verdict {
+		return h.Judge(t.Context(), &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Name: r.Name,
+			Resource: metaGVR("ipam.tenure.dev", "ipreservations"), UserInfo: agentA, Object: raw(t, r)})
+	}
+	check(t, "its own pod, cached", judge(podRes("10.0.0.2/32", "a", "own")), "")
+	if gets != 0 {
+		t.Fatalf("%d GETs for a pod the cache holds bound to the caller's node; want none", gets)
+	}
+	check(t, "node b's pod", judge(podRes("10.0.0.3/32", "a", "p1")), RuleReservationPodBound)
+	if gets != 1 {
+		t.Fatalf("%d GETs for a pod the cache holds bound to another node; want the one that decides", gets)
+	}
+	delete(cache, "own") // the cache lags behind a new pod
+	check(t, "its own pod, not yet cached", judge(podRes("10.0.0.4/32", "a", "own")), "")
+	if gets != 2 {
+		t.Fatalf("%d GETs in all; want one more for the pod the cache lacks", gets)
 	}
 }

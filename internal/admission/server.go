@@ -51,6 +51,12 @@ const maxReview = 8 << 20
 type Handler struct {
 	Reader client.Reader
 	Log    *slog.Logger
+	// Pods, when set, answers a pod's UID and node from a cache
+	// (tenure-controller's), before the GET of a pod's reservation's pod:
+	// what it says of a UID stays true of it (a pod's UID and node never
+	// change once bound), so its word allows, and only where it does not
+	// is the pod read from the API server.
+	Pods func(namespace, name string) (uid, node string, ok bool)
 }
 
 // IsAgent reports whether username is the agent's service account, in
@@ -180,8 +186,16 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 			if v := decide(nil, nil); !v.Allowed || op != admissionv1.Create {
 				return v, nil
 			}
+			if h.Pods != nil {
+				if uid, bound, ok := h.Pods(o.Namespace, o.Name); ok {
+					cached := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: bound}}
+					if v := PodReservationCreate(node, r, cached); v.Allowed {
+						return v, nil
+					}
+				}
+			}
 			// The pod by name: a GET, read from etcd at once, and the one
-			// read a pod's ADD costs here.
+			// read a pod's ADD costs here where the cache does not allow.
 			pod, err := h.pod(ctx, o.Namespace, o.Name)
 			if err != nil {
 				return Verdict{}, err
