@@ -15,8 +15,9 @@ import (
 // writer say one thing to the lock and another to the readers.
 //
 // The block label and the spec summary may be absent (a writer of a
-// version that did not set them; readers then read the object whole or
-// watch its scope); present, they must be exact.
+// version that did not set them; readers then read the object whole, judge
+// it on live reads alone, or watch its scope); present, they must be
+// exact.
 func Check(r *tenurev1alpha1.IPReservation) error {
 	if err := checkNameOf(r); err != nil {
 		return err
@@ -110,8 +111,6 @@ func checkSummaryOf(r *tenurev1alpha1.IPReservation) error {
 	switch {
 	case labelled && label != SpecSummaryV1:
 		return fmt.Errorf("label %s=%q is not %q", LabelSpecSummary, label, SpecSummaryV1)
-	case labelled && !annotated:
-		return fmt.Errorf("label %s=%s without annotation %s", LabelSpecSummary, label, AnnotationSpecSummary)
 	case annotated:
 		if want := EncodeSpecSummary(&r.Spec); summary != want {
 			return fmt.Errorf("annotation %s=%q is not %q, what the spec says", AnnotationSpecSummary, summary, want)

@@ -202,6 +202,24 @@ func TestAgentAttackMatrix(t *testing.T) {
 		l.Labels[reservation.LabelOwnerUID] = string(c.UID)
 		return l
 	}
+	// Items 1, 4 and 5 of issue 42: reservations shaped as an agent writes
+	// them (reservation.New) unless the row is about the shape.
+	podOwned := func(addr string, o tenurev1alpha1.ReservationOwner) *tenurev1alpha1.IPReservation {
+		return rsv(reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix(addr + "/32"), Range: "10.90.0.0/24", Owner: o}))
+	}
+	decoyOwner := resB.Spec.Owner
+	decoyOwner.ContainerID, decoyOwner.Node = "ffff", a.node
+	decoyOfB := podOwned("10.90.0.40", decoyOwner)
+	withClaimUID := ownOwn.Spec.Owner
+	withClaimUID.UID, withClaimUID.PodUID = string(claimB.UID), string(claimB.UID)
+	podResWithClaimUID := podOwned("10.90.0.41", withClaimUID)
+	summaryClaimKind := podOwned("10.90.0.42", ownOwn.Spec.Owner)
+	summaryClaimKind.Annotations[reservation.AnnotationSpecSummary] = strings.Replace(summaryClaimKind.Annotations[reservation.AnnotationSpecSummary], "kind=Pod", "kind=IPAMClaim", 1)
+	lockOfAnother := podOwned("10.90.0.43", ownOwn.Spec.Owner)
+	lockOfAnother.Spec.Address = resB.Spec.Address
+	summaryOfB := podOwned("10.90.0.44", ownOwn.Spec.Owner)
+	summaryOfB.Annotations[reservation.AnnotationSpecSummary] = reservation.EncodeSpecSummary(&resB.Spec)
+	unconfigured := rsv(reservation.New(reservation.Spec{Network: "am-nowhere", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.90.0.45/32"), Range: "10.90.0.0/24", Owner: ownOwn.Spec.Owner}))
 	claimARes := claimHeld(a.node, "10.90.0.11", claimA, "launcher-a")
 	rollbackRes := claimHeld(a.node, "10.90.0.12", claimA, "launcher-a")
 	lease := map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": map[string]any{"name": b.node, "namespace": "kube-node-lease"}}
@@ -306,15 +324,32 @@ func TestAgentAttackMatrix(t *testing.T) {
 		R("A's pod", "events", "create", "an Event about its pod", http.MethodPost, eventsPath, "", event("own-pod", podRef(podA)), ""),
 		R("A's pod", "events", "patch (merge)", "count it again", http.MethodPatch, eventsPath+"/own-pod", merge, map[string]any{"count": 2}, ""),
 		R("claim of A's VM", "events", "create", "an Event about its VM's claim", http.MethodPost, eventsPath, "", event("own-claim", claimRef(claimA)), ""),
+		// What A writes for someone else to act on (no deputy): each is
+		// refused, or allowed and then judged by two controller sweeps
+		// below.
+		R("B's pod's reservation", "ipreservations", "create", "a decoy: a reservation naming B's pod, made on A (sandbox ffff), for the controller to take for B's newer sandbox", http.MethodPost, resPath, "", decoyOfB, "reservation-pod-bound"),
+		R("claim of B's VM", "ipreservations", "create", "its pod's reservation with B's VM's claim's UID, for B's agent to adopt", http.MethodPost, resPath, "", podResWithClaimUID, "reservation-pod-bound"),
+		R("claim of B's VM", "ipreservations", "create", "its pod's reservation whose summary says IPAMClaim, for the controller never to release", http.MethodPost, resPath, "", summaryClaimKind, "reservation-shape"),
+		R("B's pod's reservation", "ipreservations", "create", "the lock of a free address holding B's pod's address in its spec", http.MethodPost, resPath, "", lockOfAnother, "reservation-shape"),
+		R("B's pod", "ipreservations", "create", "its pod's reservation whose summary names B's live pod, for the controller never to release", http.MethodPost, resPath, "", summaryOfB, "reservation-shape"),
+		R("A's pod", "ipreservations", "create", "its pod's reservation in a network nothing configures", http.MethodPost, resPath, "", unconfigured, ""),
 	}
 
 	var table strings.Builder
 	table.WriteString(testbed.MatrixHeader("node B's unless A's"))
 	for i, r := range rows {
-		if r.bodyFn != nil {
-			r.body = r.bodyFn()
+		// A conflict is no verdict: the write is sent again on a fresh
+		// read of what it changes.
+		var err error
+		for try := 0; ; try++ {
+			if r.bodyFn != nil {
+				r.body = r.bodyFn()
+			}
+			if err = send(ctx, rc, r.attack); !apierrors.IsConflict(err) || r.bodyFn == nil || try == 4 {
+				break
+			}
 		}
-		got := testbed.RefusalRule(send(ctx, rc, r.attack))
+		got := testbed.RefusalRule(err)
 		line, ok := testbed.MatrixRow(i+1, r.target, r.resource, r.verb, r.what, r.rule, got)
 		if !ok {
 			t.Errorf("row %d: %s", i+1, strings.TrimSpace(line))
@@ -323,7 +358,13 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	t.Logf("attack matrix, agent of node %s against node %s:\n%s", a.node, b.node, table.String())
 
-	// What the refusals left: B's objects as B wrote them.
+	// What the refusals and the allowed writes left, after two full sweeps
+	// of a controller that saw them: B's objects as B wrote them.
+	ctrl := ctlStart(t, ctx, "e2e-attack-matrix", "--sweep-interval", "1s")
+	ctrl.waitLeading(t, ctx)
+	for range 2 {
+		ctrl.waitSweepAfter(t, ctx, time.Now())
+	}
 	for _, r := range []*tenurev1alpha1.IPReservation{resB, resClaimB, resMoved} {
 		got := &tenurev1alpha1.IPReservation{}
 		if err := admin.Get(ctx, client.ObjectKey{Name: r.Name}, got); err != nil || got.UID != r.UID {

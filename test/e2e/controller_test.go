@@ -905,6 +905,7 @@ func TestControllerJudgesReservationsWithoutATrustworthySpecSummary(t *testing.T
 	changeOwner := func(r *tenurev1alpha1.IPReservation, owner tenurev1alpha1.ReservationOwner) {
 		t.Helper()
 		r.Spec.Owner = owner
+		r.Labels[reservation.LabelOwnerUID] = owner.UID // admission holds the labels to the spec; the summary may go stale
 		if err := c.Update(ctx, r); err != nil {
 			t.Fatal(err)
 		}
