@@ -905,7 +905,8 @@ func TestControllerJudgesReservationsWithoutATrustworthySpecSummary(t *testing.T
 	changeOwner := func(r *tenurev1alpha1.IPReservation, owner tenurev1alpha1.ReservationOwner) {
 		t.Helper()
 		r.Spec.Owner = owner
-		r.Labels[reservation.LabelOwnerUID] = owner.UID // admission holds the labels to the spec; the summary may go stale
+		// Admission holds the labels to the spec; the summary may go stale.
+		r.Labels[reservation.LabelOwnerUID], r.Labels[reservation.LabelNode] = owner.UID, reservation.NodeLabel(owner.Node)
 		if err := c.Update(ctx, r); err != nil {
 			t.Fatal(err)
 		}
