@@ -419,3 +419,25 @@ func TestOnceSweepListsSummarizedAsMetadata(t *testing.T) {
 		t.Fatalf("swept %d, would release %v, kept %d on live reads; want 4, %v, 0", res.Reservations, got, res.Kept, want)
 	}
 }
+
+// Metadata that says one thing twice and differently makes an opaque
+// entry: the cache does not act on its word, the live reads judge it.
+func TestAnEntryWhoseMetadataDisagreesWithItselfIsOpaque(t *testing.T) {
+	r := reservationOf(reservation.AddressName("n", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", podOwner("ns", "p1", "uid-p1", "c1", "node-b"))
+	for _, tc := range []struct {
+		name   string
+		shape  func(*metav1.PartialObjectMetadata)
+		opaque bool
+	}{
+		{"as New makes it", func(*metav1.PartialObjectMetadata) {}, false},
+		{"another scope's network label", func(m *metav1.PartialObjectMetadata) { m.Labels[reservation.LabelNetwork] = "other" }, true},
+		{"a node label other than the summary's node", func(m *metav1.PartialObjectMetadata) { m.Labels[reservation.LabelNode] = "node-a" }, true},
+		{"no node label, the summary naming a node", func(m *metav1.PartialObjectMetadata) { delete(m.Labels, reservation.LabelNode) }, true},
+	} {
+		m := metadataOf(r)
+		tc.shape(m)
+		if got := resEntryOfMeta(m).opaque; got != tc.opaque {
+			t.Errorf("%s: opaque %v, want %v", tc.name, got, tc.opaque)
+		}
+	}
+}

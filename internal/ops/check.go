@@ -79,7 +79,8 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	}
 	rep.Counts.Pools, rep.Counts.NetworkConfigs, rep.Notes = inv.Pools, inv.NetworkConfigs, inv.Notes
 
-	rs, err := c.reservations(ctx, metav1.ListOptions{})
+	shapes := map[string]error{}
+	rs, err := c.reservationsShaped(ctx, metav1.ListOptions{}, shapes)
 	if err != nil {
 		return nil, fmt.Errorf("listing reservations: %w", err)
 	}
@@ -167,7 +168,7 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	outside, unknown := FindOutsideRanges(rs, inv)
 	rep.Findings = append(rep.Findings, outside...)
 	rep.Counts.RangeUnknown = unknown
-	rep.Findings = append(rep.Findings, FindMalformed(rs)...)
+	rep.Findings = append(rep.Findings, FindMalformed(rs, shapes)...)
 	sortFindings(rep.Findings)
 	return rep, nil
 }
