@@ -200,7 +200,7 @@ func New(opts Options) (*Agent, error) {
 	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
 		return nil, err
 	}
-	a.holdings = newClaimHoldings(a.store.ClaimHolds, a.store.ByOwnerUID, a.dataplane.svc.Trigger)
+	a.holdings = newClaimHoldings(a.store.ClaimHolds, a.claimOwnedCached, a.dataplane.svc.Trigger)
 	a.dataplane.metrics.registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_window_rebuilds_total",
 			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},
