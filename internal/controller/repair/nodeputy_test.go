@@ -104,7 +104,7 @@ func TestADecoyIsNoSandboxOfThePodsNode(t *testing.T) {
 	// that its siblings (db-0's real ones) do not turn into evidence
 	// about it either, and that PodGone still clears it.
 	v := victim()
-	d := decoy("net.10.0.0.12", "10.0.0.12", "c1", withSpec(func(s *tenurev1alpha1.IPReservationSpec) {}))
+	d := decoy("net.10.0.0.12", "10.0.0.12", "c1")
 	d.CreationTimestamp = metav1.NewTime(t0.Add(-time.Hour)) // older than the victim
 	got := Decide(d, Facts{Now: t0.Add(time.Hour), Pod: running, Siblings: sib(v, d), SiblingsKnown: true, NetworkStatus: NetworkStatusOf(networkStatus())}, Policy{})
 	if got.Release || !strings.Contains(got.Message, "made on node node-a") {
