@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -398,13 +399,8 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	t.Logf("attack matrix, agent of node %s against node %s:\n%s", a.node, b.node, table.String())
 
-	// What the refusals and the allowed writes left, after two full sweeps
-	// of a controller that saw them: B's objects as B wrote them.
-	ctrl := ctlStart(t, ctx, "e2e-attack-matrix", "--sweep-interval", "1s")
-	ctrl.waitLeading(t, ctx)
-	for range 2 {
-		ctrl.waitSweepAfter(t, ctx, time.Now())
-	}
+	// What the refusals and the allowed writes left: B's objects as B
+	// wrote them.
 	for _, r := range []*tenurev1alpha1.IPReservation{resB, resClaimB, resMoved} {
 		got := &tenurev1alpha1.IPReservation{}
 		if err := admin.Get(ctx, client.ObjectKey{Name: r.Name}, got); err != nil || got.UID != r.UID {
@@ -424,6 +420,39 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	if ev := (&corev1.Event{}); admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: evB.Name}, ev) != nil || ev.Message != "B's own" || ev.InvolvedObject.Name != podB.Name {
 		t.Errorf("B's Event: %+v", ev)
+	}
+
+	// And after two full sweeps of a controller that saw every row's
+	// write: B's reservations by name and UID, and its claims' records
+	// and the reservations they record. (What A holds unrecorded in a
+	// claim's slot is A's to lose: the controller releases it as a second
+	// item of the slot.)
+	ctrl := ctlStart(t, ctx, "e2e-attack-matrix", "--sweep-interval", "1s")
+	ctrl.waitLeading(t, ctx)
+	for range 2 {
+		ctrl.waitSweepAfter(t, ctx, time.Now())
+	}
+	for _, r := range []*tenurev1alpha1.IPReservation{resB, resClaimB, resMoved} {
+		got := &tenurev1alpha1.IPReservation{}
+		if err := admin.Get(ctx, client.ObjectKey{Name: r.Name}, got); err != nil || got.UID != r.UID {
+			t.Errorf("after two sweeps: reservation %s: %v (uid %s, want %s)", r.Name, err, got.UID, r.UID)
+		}
+	}
+	for name, want := range map[string]claimState{shared.Name: sharedBefore, claimB.Name: claimBBefore} {
+		got := claimStateOf(t, ctx, admin, ns, name)
+		if !slices.Equal(got.ips, want.ips) || !slices.Equal(got.prefixes, want.prefixes) || got.owner != want.owner {
+			t.Errorf("after two sweeps: claim %s: %s, %s before", name, got, want)
+		}
+		for _, rec := range append(slices.Clone(want.ips), want.prefixes...) {
+			p := netip.MustParsePrefix(rec)
+			n := reservation.AddressName(network, p.Addr())
+			if slices.Contains(want.prefixes, rec) {
+				n = reservation.PrefixName(network, p.Masked())
+			}
+			if got.held[n] != want.held[n] {
+				t.Errorf("after two sweeps: claim %s's recorded %s: reservation %s uid %q, %q before", name, rec, n, got.held[n], want.held[n])
+			}
+		}
 	}
 }
 
