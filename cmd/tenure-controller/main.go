@@ -263,7 +263,7 @@ func serve(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) int
 		}
 	}
 	if f.webhookAddr != "0" && f.webhookAddr != "" {
-		if err := serveWebhook(ctx, cfg, f, log); err != nil {
+		if err := serveWebhook(ctx, cfg, f, c.PodBinding, log); err != nil {
 			log.Error("starting the webhook", "err", err)
 			return 1
 		}
@@ -328,7 +328,7 @@ const webhookCertInterval = time.Minute
 // leader or not: it only reads) with the certificate of the shared Secret.
 // The first certificate is tried before it returns; renewals (and
 // retries) run in the background.
-func serveWebhook(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) error {
+func serveWebhook(ctx context.Context, cfg *rest.Config, f flags, pods func(namespace, name string) (string, string, bool), log *slog.Logger) error {
 	c, err := kube.NewClient(cfg)
 	if err != nil {
 		return err
@@ -367,7 +367,7 @@ func serveWebhook(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	admission.Serve(ctx, l, &admission.Handler{Reader: c, Log: log}, certs, log)
+	admission.Serve(ctx, l, &admission.Handler{Reader: c, Log: log, Pods: pods}, certs, log)
 	log.Info("serving", "endpoint", "webhook", "addr", l.Addr().String(), "path", admission.Path)
 	return nil
 }

@@ -52,6 +52,12 @@ const maxReview = 8 << 20
 type Handler struct {
 	Reader client.Reader
 	Log    *slog.Logger
+	// Pods, when set, answers a pod's UID and node from a cache
+	// (tenure-controller's), before the GET of a pod's reservation's pod:
+	// what it says of a UID stays true of it (a pod's UID and node never
+	// change once bound), so its word allows, and only where it does not
+	// is the pod read from the API server.
+	Pods func(namespace, name string) (uid, node string, ok bool)
 }
 
 // IsAgent reports whether username is the agent's service account, in
@@ -116,10 +122,33 @@ func extraOf(req *admissionv1.AdmissionRequest) map[string][]string {
 	return m
 }
 
-// Judge gathers the facts a request is judged on and decides. Only the
-// agent's requests are judged (the webhook configuration's matchConditions
-// send no others); an error reading the facts refuses.
+// isReservation reports whether req writes an IPReservation.
+func isReservation(req *admissionv1.AdmissionRequest) bool {
+	return req.Resource.Group == tenurev1alpha1.GroupVersion.Group && req.Resource.Resource == "ipreservations" && req.SubResource == ""
+}
+
+// Judge gathers the facts a request is judged on and decides. A
+// reservation's creation or update is judged on its shape whoever writes
+// it (ReservationShape); everything else only for the agent (the webhook
+// configuration's matchConditions send no other writer anything else). An
+// error reading the facts refuses.
 func (h *Handler) Judge(ctx context.Context, req *admissionv1.AdmissionRequest) Verdict {
+	if isReservation(req) && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update) {
+		r := &tenurev1alpha1.IPReservation{}
+		if err := json.Unmarshal(req.Object.Raw, r); err != nil {
+			return deny(RuleFacts, "decoding the reservation: %v", err)
+		}
+		var old *tenurev1alpha1.IPReservation
+		if req.Operation == admissionv1.Update {
+			old = &tenurev1alpha1.IPReservation{}
+			if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+				return deny(RuleFacts, "decoding the stored reservation: %v", err)
+			}
+		}
+		if v := ReservationShape(old, r); !v.Allowed {
+			return v
+		}
+	}
 	if !IsAgent(req.UserInfo.Username) {
 		return Allow()
 	}
@@ -155,7 +184,24 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 			return ReservationDelete(node, r, claim, pods, vmis)
 		}
 		if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
-			return decide(nil, nil, nil), nil
+			if v := decide(nil, nil, nil); !v.Allowed || op != admissionv1.Create {
+				return v, nil
+			}
+			if h.Pods != nil {
+				if uid, bound, ok := h.Pods(o.Namespace, o.Name); ok {
+					cached := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: bound}}
+					if v := PodReservationCreate(node, r, cached); v.Allowed {
+						return v, nil
+					}
+				}
+			}
+			// The pod by name: a GET, read from etcd at once, and the one
+			// read a pod's ADD costs here where the cache does not allow.
+			pod, err := h.pod(ctx, o.Namespace, o.Name)
+			if err != nil {
+				return Verdict{}, err
+			}
+			return PodReservationCreate(node, r, pod), nil
 		}
 		claim, err := h.claim(ctx, o.Namespace, o.Name)
 		if err != nil {

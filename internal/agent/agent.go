@@ -210,7 +210,7 @@ func New(opts Options) (*Agent, error) {
 		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
 		a.dataplane.metrics.registry.MustRegister(a.wire.collectors()...)
 	}
-	a.holdings = newClaimHoldings(a.store.HeldBy, a.store.ByOwnerUID, a.dataplane.svc.Trigger)
+	a.holdings = newClaimHoldings(a.store.ClaimHolds, a.claimOwnedCached, a.dataplane.svc.Trigger)
 	a.dataplane.metrics.registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_window_rebuilds_total",
 			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},

@@ -196,7 +196,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			return nil
 		}
 		var err error
-		if owned, err = a.store.HeldBy(ctx, string(claim.UID)); err != nil {
+		if owned, err = a.store.ClaimHolds(ctx, string(claim.UID)); err != nil {
 			return err
 		}
 		read = true

@@ -279,7 +279,11 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 func (a *Agent) attachmentHolds(ctx context.Context, containerID, ifName, podUID string, live, recreate bool) ([]*tenurev1alpha1.IPReservation, error) {
 	ours := func(r *tenurev1alpha1.IPReservation) bool {
 		o := r.Spec.Owner
-		return o.Kind == tenurev1alpha1.OwnerPod && o.ContainerID == containerID && o.Interface == ifName && (podUID == "" || o.UID == podUID)
+		// Made on this node: any node may write a reservation naming this
+		// node's pod and sandbox, and none but this node's is the
+		// attachment's.
+		return o.Kind == tenurev1alpha1.OwnerPod && o.ContainerID == containerID && o.Interface == ifName && (podUID == "" || o.UID == podUID) &&
+			o.Node == a.node
 	}
 	var out, unsettled []*tenurev1alpha1.IPReservation
 	for _, r := range a.store.ByAttachment(containerID, ifName) {
@@ -418,7 +422,7 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	}
 	if at.sel.Claim != "" {
 		if claim, err := a.getClaim(ctx, at.pod.Namespace, at.sel.Claim, false); err == nil {
-			owned, err := a.store.HeldBy(ctx, string(claim.UID))
+			owned, err := a.store.ClaimHolds(ctx, string(claim.UID))
 			if err != nil {
 				return err
 			}

@@ -247,6 +247,18 @@ func summarySelectors() (summarized, whole client.MatchingLabelsSelector) {
 // Ready reports whether the caches have synced.
 func (c *Controller) Ready() bool { return c.synced.Load() }
 
+// PodBinding is the UID and node of the pod namespace/name as the pod
+// cache holds it (every replica's, leader or not); ok is false when the
+// cache has no such pod bound to a node. A pod's UID and node never change
+// once bound, so what it says of a UID stays true of that UID.
+func (c *Controller) PodBinding(namespace, name string) (uid, node string, ok bool) {
+	if c.idx == nil || c.idx.pods == nil {
+		return "", "", false
+	}
+	f := c.idx.pod(namespace, name)
+	return f.UID, f.NodeName, f.Exists && f.UID != "" && f.NodeName != ""
+}
+
 // Run runs the caches, and while leading the controllers, the sweep and
 // the pool status writer, until ctx ends. A replica that loses the Lease
 // returns an error (to exit and restart as a follower).

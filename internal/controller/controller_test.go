@@ -54,11 +54,17 @@ func pod(ns, name, uid, node string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: node}}
 }
 
+// reservationOf is a reservation whose labels are what its spec implies
+// (reservation.Check): the live reads leave out any other as a sibling.
 func reservationOf(name, addr string, owner tenurev1alpha1.ReservationOwner) *tenurev1alpha1.IPReservation {
-	return &tenurev1alpha1.IPReservation{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("r-" + name), Labels: map[string]string{reservation.LabelOwnerUID: owner.UID}},
+	r := &tenurev1alpha1.IPReservation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("r-" + name), Labels: map[string]string{reservation.LabelOwnerUID: owner.UID, reservation.LabelNetwork: "n"}},
 		Spec:       tenurev1alpha1.IPReservationSpec{Network: "n", Kind: tenurev1alpha1.KindAddress, Address: addr, Owner: owner},
 	}
+	if owner.Node != "" {
+		r.Labels[reservation.LabelNode] = reservation.NodeLabel(owner.Node)
+	}
+	return r
 }
 
 func podOwner(ns, name, uid, container, node string) tenurev1alpha1.ReservationOwner {
@@ -633,6 +639,41 @@ func TestReservationCountsFollowEvents(t *testing.T) {
 	h.OnDelete(resEntryOf(pd))
 	if _, ok := c.snapshot()["p1"]; ok {
 		t.Fatal("an empty pool keeps no entry")
+	}
+}
+
+// A sibling whose metadata disagrees with its spec is no evidence on the
+// live reads: a newer sandbox's reservation of the pod's own node, but
+// named for another address than its spec holds, does not make the
+// pod's earlier one an EarlierSandbox; the same sibling, well formed,
+// does.
+func TestTheLiveReadsWeighNoMalformedSibling(t *testing.T) {
+	ctx := context.Background()
+	old := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	p := pod("ns", "p1", "uid-p1", "node-b")
+	earlier := reservationOf("n.10.0.0.1", "10.0.0.1", podOwner("ns", "p1", "uid-p1", "c1", "node-b"))
+	earlier.CreationTimestamp = old
+	for _, tc := range []struct {
+		name string
+		lock string // the newer sibling's name
+		want repair.Reason
+	}{
+		{"well formed", "n.10.0.0.2", repair.EarlierSandbox},
+		{"named for another address", "n.10.0.0.3", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			newer := reservationOf(tc.lock, "10.0.0.2", podOwner("ns", "p1", "uid-p1", "c2", "node-b"))
+			newer.CreationTimestamp = metav1.Now()
+			c := newFake(p.DeepCopy(), earlier.DeepCopy(), newer)
+			rel := &Releaser{Live: c, Writer: c, DryRun: true}
+			out, err := rel.Release(ctx, earlier.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Decision.Reason != tc.want || out.Decision.Release != (tc.want != "") {
+				t.Fatalf("Release(%s) decided %+v; want reason %q", earlier.Name, out.Decision, tc.want)
+			}
+		})
 	}
 }
 

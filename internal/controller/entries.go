@@ -102,7 +102,8 @@ func resEntryOfMeta(m *metav1.PartialObjectMetadata) *resEntry {
 	parsed, perr := reservation.Parse(m.Name)
 	// Generation 1 is the spec as created; any change of it raises the
 	// generation, and the summary may then be stale.
-	e.opaque = !hasSummary || serr != nil || perr != nil || m.Generation > 1 || !hasUID
+	e.opaque = !hasSummary || serr != nil || perr != nil || m.Generation > 1 || !hasUID ||
+		!metadataAgrees(m, sum)
 	if !hasSummary || serr != nil {
 		// Still the node the object was made on, for the node index.
 		sum.Owner.Node = m.Labels[reservation.LabelNode]
@@ -120,6 +121,23 @@ func resEntryOfMeta(m *metav1.PartialObjectMetadata) *resEntry {
 	e.owner = entryOwner{kind: intern(o.Kind), namespace: intern(o.Namespace), name: o.Name, uid: uid,
 		containerID: o.ContainerID, iface: intern(o.Interface), node: intern(o.Node)}
 	return e
+}
+
+// metadataAgrees reports whether what a reservation's metadata says twice
+// says it alike: the scope label of its name and its network label, the
+// node of its summary and its node label. Admission holds every writer's
+// metadata to its spec (reservation.Check); an object that disagrees with
+// itself was written past that, and the cache does not act on its word:
+// its entry is opaque, judged on live reads, which weigh its spec.
+func metadataAgrees(m *metav1.PartialObjectMetadata, sum reservation.SpecSummary) bool {
+	if m.Labels[reservation.LabelNetwork] != reservation.ScopeLabelOf(m.Name) {
+		return false
+	}
+	node, labelled := m.Labels[reservation.LabelNode]
+	if sum.Owner.Node == "" {
+		return !labelled
+	}
+	return node == reservation.NodeLabel(sum.Owner.Node)
 }
 
 // into fills r (reused by the caller) with what the entry knows: enough for

@@ -158,7 +158,9 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 	for i, r := range all {
 		r.ResourceVersion = fmt.Sprint(100 + i)
 		r.Spec.Pool, r.Spec.Range, r.Spec.CNINetwork = "p", "10.0.0.0/24", "n"
-		r.Labels[reservation.LabelNode] = r.Spec.Owner.Node
+		if r.Spec.Owner.Node != "" {
+			r.Labels[reservation.LabelNode] = r.Spec.Owner.Node
+		}
 	}
 	objects := objectSource{pods: map[types.NamespacedName]*corev1.Pod{}, nodes: map[string]*corev1.Node{"a": nodeA, "dead": dead, "fenced": fenced},
 		byUID:  map[string][]*tenurev1alpha1.IPReservation{},
@@ -237,8 +239,8 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 					t.Fatalf("%s: %v", r.Name, err)
 				}
 				got := repair.Decide(&scratch, ge.facts, policy)
-				if got.AskLive && len(repair.Duplicates(r, objects.byUID[r.Spec.Owner.UID])) > 1 {
-					// Which of a slot's reservations a pod uses is in its
+				if sibs := objects.byUID[r.Spec.Owner.UID]; got.AskLive && (len(repair.Duplicates(r, sibs)) > 1 || repair.NewerSandbox(r, sibs) != nil) {
+					// Which of a pod's reservations it uses is in its
 					// network-status, which only a live read gives.
 					if !want.Release {
 						askedLive++
@@ -427,5 +429,27 @@ func TestOnceSweepListsSummarizedAsMetadata(t *testing.T) {
 	// Kept 0: the cache judged every one itself, none was opaque.
 	if res.Reservations != 4 || fmt.Sprint(got) != fmt.Sprint(want) || res.Kept != 0 {
 		t.Fatalf("swept %d, would release %v, kept %d on live reads; want 4, %v, 0", res.Reservations, got, res.Kept, want)
+	}
+}
+
+// Metadata that says one thing twice and differently makes an opaque
+// entry: the cache does not act on its word, the live reads judge it.
+func TestAnEntryWhoseMetadataDisagreesWithItselfIsOpaque(t *testing.T) {
+	r := reservationOf(reservation.AddressName("n", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", podOwner("ns", "p1", "uid-p1", "c1", "node-b"))
+	for _, tc := range []struct {
+		name   string
+		shape  func(*metav1.PartialObjectMetadata)
+		opaque bool
+	}{
+		{"as New makes it", func(*metav1.PartialObjectMetadata) {}, false},
+		{"another scope's network label", func(m *metav1.PartialObjectMetadata) { m.Labels[reservation.LabelNetwork] = "other" }, true},
+		{"a node label other than the summary's node", func(m *metav1.PartialObjectMetadata) { m.Labels[reservation.LabelNode] = "node-a" }, true},
+		{"no node label, the summary naming a node", func(m *metav1.PartialObjectMetadata) { delete(m.Labels, reservation.LabelNode) }, true},
+	} {
+		m := metadataOf(r)
+		tc.shape(m)
+		if got := resEntryOfMeta(m).opaque; got != tc.opaque {
+			t.Errorf("%s: opaque %v, want %v", tc.name, got, tc.opaque)
+		}
 	}
 }

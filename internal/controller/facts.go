@@ -122,7 +122,10 @@ func (s liveSource) claim(ctx context.Context, ns, name string) (*ipamclaimsv1al
 	return getOrNil(ctx, s.r, types.NamespacedName{Namespace: ns, Name: name}, &ipamclaimsv1alpha1.IPAMClaim{})
 }
 
-// siblings selects by the owner label server-side, then by spec.
+// siblings selects by the owner label server-side, then by spec, and
+// leaves out a reservation whose name, labels or summary disagree with its
+// spec (reservation.Check): what its writer said twice and differently is
+// no evidence against another reservation.
 func (s liveSource) siblings(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
 	list := &tenurev1alpha1.IPReservationList{}
 	if err := s.r.List(ctx, list, client.MatchingLabels{reservation.LabelOwnerUID: uid}); err != nil {
@@ -130,7 +133,7 @@ func (s liveSource) siblings(ctx context.Context, uid string) ([]*tenurev1alpha1
 	}
 	out := make([]*tenurev1alpha1.IPReservation, 0, len(list.Items))
 	for i := range list.Items {
-		if list.Items[i].Spec.Owner.UID == uid {
+		if list.Items[i].Spec.Owner.UID == uid && reservation.Check(&list.Items[i]) == nil {
 			out = append(out, &list.Items[i])
 		}
 	}

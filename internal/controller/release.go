@@ -16,6 +16,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // ErrChanged: the reservation changed (or was re-created) between the
@@ -87,6 +88,12 @@ func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 		return out, fmt.Errorf("reading reservation %s: %w", name, err)
 	}
 	out.Reservation = r
+	if err := reservation.Check(r); err != nil {
+		// Judged on its spec, as every release is; its metadata, which the
+		// caches read, says otherwise, so the caches may not nominate it
+		// when they should.
+		rl.log().Warn("reservation's metadata disagrees with its spec", "reservation", name, "err", err)
+	}
 	g, err := gather(ctx, liveSource{rl.Live}, r, rl.now())
 	if err != nil {
 		return out, fmt.Errorf("reading the owner of reservation %s: %w", name, err)

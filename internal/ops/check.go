@@ -81,7 +81,8 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	}
 	rep.Counts.Pools, rep.Counts.NetworkConfigs, rep.Notes = inv.Pools, inv.NetworkConfigs, inv.Notes
 
-	rs, err := c.reservations(ctx, metav1.ListOptions{})
+	shapes := map[string]error{}
+	rs, err := c.reservationsShaped(ctx, metav1.ListOptions{}, shapes)
 	if err != nil {
 		return nil, fmt.Errorf("listing reservations: %w", err)
 	}
@@ -105,24 +106,39 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	if err != nil {
 		return nil, fmt.Errorf("listing IPAMClaims: %w", err)
 	}
-	// Which reservation of a slot a pod uses is in its network-status,
-	// an annotation that the metadata carries: kept for the pods whose
-	// attachments hold two of a slot.
-	duplicated := map[string]bool{}
+	// The rules that weigh a pod's reservations against each other read
+	// the node it runs on (only a sibling made there counts) and its
+	// network-status (which one it uses): the pods whose reservations
+	// have siblings are read whole.
+	siblings := map[string]bool{}
 	for _, r := range rs {
-		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && facts.HasDuplicates(r) {
-			duplicated[r.Spec.Owner.UID] = true
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerPod && len(facts.ByOwner[r.Spec.Owner.UID]) > 1 {
+			siblings[r.Spec.Owner.UID] = true
 		}
 	}
+	var whole []types.NamespacedName
 	err = c.podMeta(ctx, func(m *metav1.PartialObjectMetadata) {
 		key := m.Namespace + "/" + m.Name
 		facts.Pods[key] = &repair.PodFact{Exists: true, UID: string(m.UID), Terminating: m.DeletionTimestamp != nil}
-		if duplicated[string(m.UID)] {
-			facts.NetworkStatus[key] = repair.NetworkStatusOf(m.Annotations)
+		if siblings[string(m.UID)] {
+			whole = append(whole, types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	for _, key := range whole {
+		pod := &corev1.Pod{}
+		found, err := c.getIfExists(ctx, key, pod)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			facts.Pods[key.String()] = repair.PodFactOf(pod)
+			facts.NetworkStatus[key.String()] = repair.NetworkStatusOf(pod.Annotations)
+		} else {
+			delete(facts.Pods, key.String())
+		}
 	}
 	nodes := &corev1.NodeList{}
 	if err := c.c.List(ctx, nodes); err != nil {
@@ -154,7 +170,7 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	outside, unknown := FindOutsideRanges(rs, inv)
 	rep.Findings = append(rep.Findings, outside...)
 	rep.Counts.RangeUnknown = unknown
-	rep.Findings = append(rep.Findings, FindMalformed(rs)...)
+	rep.Findings = append(rep.Findings, FindMalformed(rs, shapes)...)
 	events, note := c.addressConflictEvents(ctx)
 	if note != "" {
 		rep.Notes = append(rep.Notes, note)

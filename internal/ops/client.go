@@ -81,9 +81,21 @@ func (c *Client) each(ctx context.Context, what string, newList func() client.Ob
 // reservations lists reservations (all, or those opts selects), compacted
 // as the caches keep them.
 func (c *Client) reservations(ctx context.Context, opts metav1.ListOptions) ([]*tenurev1alpha1.IPReservation, error) {
+	return c.reservationsShaped(ctx, opts, nil)
+}
+
+// reservationsShaped is reservations that, with shapes, records by name
+// what reservation.Check says of each before compaction drops the labels
+// and the summary it reads.
+func (c *Client) reservationsShaped(ctx context.Context, opts metav1.ListOptions, shapes map[string]error) ([]*tenurev1alpha1.IPReservation, error) {
 	var out []*tenurev1alpha1.IPReservation
 	err := c.each(ctx, "reservations", func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, opts, func(o runtime.Object) error {
 		r := o.(*tenurev1alpha1.IPReservation)
+		if shapes != nil {
+			if err := reservation.Check(r); err != nil {
+				shapes[r.Name] = err
+			}
+		}
 		if _, err := reservation.Compact(r); err != nil {
 			return err
 		}

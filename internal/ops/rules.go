@@ -102,7 +102,7 @@ func sameScope(a, b string) bool {
 // FindMalformed reports reservations whose address does not parse, does
 // not fit their kind, is a prefix with host bits set, or whose name is not
 // reservation.Name of their network and address.
-func FindMalformed(rs []*tenurev1alpha1.IPReservation) []Finding {
+func FindMalformed(rs []*tenurev1alpha1.IPReservation, shapes map[string]error) []Finding {
 	var out []Finding
 	for _, r := range rs {
 		f := Finding{Rule: RuleMalformed, Object: reservationObject(r), Network: r.Spec.Network, Address: r.Spec.Address}
@@ -115,6 +115,9 @@ func FindMalformed(rs []*tenurev1alpha1.IPReservation) []Finding {
 		case r.Name != reservation.Name(r.Spec.Network, r.Spec.Kind, item):
 			f.Message = fmt.Sprintf("the name is not %s, the one derived from its network and address: it does not lock %s, so another reservation can hold it",
 				reservation.Name(r.Spec.Network, r.Spec.Kind, item), r.Spec.Address)
+		case shapes[r.Name] != nil:
+			// Labels and summary: what readers act on without the spec.
+			f.Message = fmt.Sprintf("%v: readers that select by labels or read the summary (the controller's caches, the agents) are told other than the spec says", shapes[r.Name])
 		default:
 			continue
 		}

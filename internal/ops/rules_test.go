@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -35,7 +36,15 @@ func TestFindMalformed(t *testing.T) {
 	kindMismatch.Spec.Kind = tenurev1alpha1.KindDelegatedPrefix
 	hostBits := podRes("vm", "2001:db8:100::/56", "ns", "a", "ua", "node-a")
 	hostBits.Spec.Address = "2001:db8:100::1/56"
-	testRule(t, FindMalformed, []ruleCase{
+	// Labels and summary as Check finds them before compaction drops
+	// them.
+	lying := good.DeepCopy()
+	lying.Name = "san.10.0.0.8"
+	lying.Spec.Address = "10.0.0.8"
+	shapes := map[string]error{lying.Name: errors.New("annotation ipam.tenure.dev/spec-summary names another pod")}
+	malformed := func(rs []*tenurev1alpha1.IPReservation) []Finding { return FindMalformed(rs, shapes) }
+	testRule(t, malformed, []ruleCase{
+		{"a summary that says other than the spec", []*tenurev1alpha1.IPReservation{lying}, []string{"Malformed IPReservation san.10.0.0.8"}, []string{"names another pod: readers"}},
 		{"named as the agent names it", []*tenurev1alpha1.IPReservation{good, podRes("vm", "2001:db8:100::/56", "ns", "a", "ua", "node-a")}, nil, nil},
 		{"unparsable address", []*tenurev1alpha1.IPReservation{badAddr}, []string{"Malformed IPReservation san.10.0.0.6"}, []string{`"10.0.0.300" is not a valid IP`}},
 		{"address of kind DelegatedPrefix", []*tenurev1alpha1.IPReservation{kindMismatch}, []string{"Malformed IPReservation san.10.0.0.7"}, []string{"not a valid CIDR"}},
@@ -123,6 +132,9 @@ func TestFindOwnersGone(t *testing.T) {
 			"node-fenced": {Exists: true, NotReadySince: now.Add(-time.Minute), OutOfService: true},
 		},
 		ByOwner: map[string][]*tenurev1alpha1.IPReservation{"u1": {alive, earlier}},
+		// The pod's network-status lists neither (its newest sandbox's ADD
+		// never returned): the sandboxes' order decides.
+		NetworkStatus: map[string]*repair.NetworkStatus{"ns/alive": repair.NetworkStatusOf(nil)},
 	}
 	// A NotReady node that is not fenced keeps its pods' addresses.
 	wantFindings(t, "every owner state", FindOwnersGone(all, facts, policy, now), []string{

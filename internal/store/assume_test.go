@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -462,3 +463,47 @@ func readUntil(t *testing.T, ctx context.Context, s *Store, round int, after str
 
 // readers is how many goroutines read at once in readUntil.
 const readers = 4
+
+// A claim's items are claim-owned reservations: node n2's pod
+// reservation carrying the claim's UID (a decoy) is no item of the claim,
+// whether the window holds it or only a live read finds it, and neither
+// is one without a spec summary (its owner kind unknown).
+func TestClaimHoldsOnlyTheClaimsOwnReservations(t *testing.T) {
+	claimOwned := func(addr, node string) *tenurev1alpha1.IPReservation {
+		r := resv(addr, "claim-1", node)
+		r.Spec.Owner.Kind, r.Spec.Owner.Name = tenurev1alpha1.OwnerIPAMClaim, "vm1"
+		a := netip.MustParseAddr(addr)
+		return reservation.New(reservation.Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(a, 32), Owner: r.Spec.Owner})
+	}
+	item := claimOwned("10.0.0.5", "n2")
+	local := claimOwned("10.0.0.6", "n1")
+	decoy := resv("10.0.0.7", "claim-1", "n2") // Pod-kind, the claim's UID
+	unsummarised := claimOwned("10.0.0.8", "n2")
+	delete(unsummarised.Labels, reservation.LabelSpecSummary)
+	delete(unsummarised.Annotations, reservation.AnnotationSpecSummary)
+	s, _, ctx := startStore(t, item, local, decoy, unsummarised)
+	names := func() []string {
+		t.Helper()
+		held, err := s.ClaimHolds(ctx, "claim-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range held {
+			out = append(out, r.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := []string{item.Name, local.Name}
+	if got := names(); !slices.Equal(got, want) {
+		t.Fatalf("ClaimHolds from a live read = %v, want %v", got, want)
+	}
+	if err := s.Watch(ctx, "san", decoy.Labels[reservation.LabelBlock]); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the window holds the other node's three", func() bool { return s.WindowLen() == 3 })
+	if got := names(); !slices.Equal(got, want) {
+		t.Fatalf("ClaimHolds with the window = %v, want %v", got, want)
+	}
+}

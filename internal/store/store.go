@@ -25,6 +25,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -461,21 +462,51 @@ func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPRes
 		return nil, fmt.Errorf("listing reservations of owner %s: %w", uid, err)
 	}
 	out := s.ByOwnerUID(uid)
-	known := make(map[string]bool, len(out))
+	known := make(map[string]*tenurev1alpha1.IPReservation, len(out))
 	for _, r := range out {
-		known[r.Name] = true
+		known[r.Name] = r
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range list.Items {
 		m := &list.Items[i]
-		if s.hiddenLocked(m.Name, m.UID) || known[m.Name] {
+		if r := known[m.Name]; r != nil {
+			if r.Spec.Owner.Kind == "" && r.UID == m.UID {
+				r.Spec.Owner.Kind = ownerKindOf(m)
+			}
+			continue
+		}
+		if s.hiddenLocked(m.Name, m.UID) {
 			continue
 		}
 		e, _ := toEntry(m)
-		out = append(out, partial(e.(*entry)))
+		r := partial(e.(*entry))
+		r.Spec.Owner.Kind = ownerKindOf(m)
+		out = append(out, r)
 	}
 	return out, nil
+}
+
+// ClaimHolds is HeldBy of a claim's UID less every reservation that is not
+// the claim's: a pod's reservation carrying the claim's UID is no item of
+// the claim, and neither is one whose owner kind is unknown (no summary).
+func (s *Store) ClaimHolds(ctx context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
+	out, err := s.HeldBy(ctx, uid)
+	return slices.DeleteFunc(out, func(r *tenurev1alpha1.IPReservation) bool { return r.Spec.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim }), err
+}
+
+// ownerKindOf is the owner kind a reservation's spec summary says, ""
+// without one. Admission holds every writer's summary to its spec
+// (reservation.Check), so it says what the spec does.
+func ownerKindOf(m *metav1.PartialObjectMetadata) tenurev1alpha1.OwnerKind {
+	if m.Labels[reservation.LabelSpecSummary] != reservation.SpecSummaryV1 {
+		return ""
+	}
+	sum, err := reservation.ParseSpecSummary(m.Annotations[reservation.AnnotationSpecSummary])
+	if err != nil {
+		return ""
+	}
+	return sum.Owner.Kind
 }
 
 // Local returns every reservation of this node.

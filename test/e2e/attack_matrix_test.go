@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -228,6 +229,24 @@ func TestAgentAttackMatrix(t *testing.T) {
 		l.Labels[reservation.LabelOwnerUID] = string(c.UID)
 		return l
 	}
+	// Items 1, 4 and 5 of issue 42: reservations shaped as an agent writes
+	// them (reservation.New) unless the row is about the shape.
+	podOwned := func(addr string, o tenurev1alpha1.ReservationOwner) *tenurev1alpha1.IPReservation {
+		return rsv(reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix(addr + "/32"), Range: "10.90.0.0/24", Owner: o}))
+	}
+	decoyOwner := resB.Spec.Owner
+	decoyOwner.ContainerID, decoyOwner.Node = "ffff", a.node
+	decoyOfB := podOwned("10.90.0.60", decoyOwner)
+	withClaimUID := ownOwn.Spec.Owner
+	withClaimUID.UID, withClaimUID.PodUID = string(claimB.UID), string(claimB.UID)
+	podResWithClaimUID := podOwned("10.90.0.61", withClaimUID)
+	summaryClaimKind := podOwned("10.90.0.62", ownOwn.Spec.Owner)
+	summaryClaimKind.Annotations[reservation.AnnotationSpecSummary] = strings.Replace(summaryClaimKind.Annotations[reservation.AnnotationSpecSummary], "kind=Pod", "kind=IPAMClaim", 1)
+	lockOfAnother := podOwned("10.90.0.63", ownOwn.Spec.Owner)
+	lockOfAnother.Spec.Address = resB.Spec.Address
+	summaryOfB := podOwned("10.90.0.64", ownOwn.Spec.Owner)
+	summaryOfB.Annotations[reservation.AnnotationSpecSummary] = reservation.EncodeSpecSummary(&resB.Spec)
+	unconfigured := rsv(reservation.New(reservation.Spec{Network: "am-nowhere", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.90.0.65/32"), Range: "10.90.0.0/24", Owner: ownOwn.Spec.Owner}))
 	claimARes := claimHeld(a.node, "10.90.0.11", claimA, "launcher-a")
 	rollbackRes := claimHeld(a.node, "10.90.0.12", claimA, "launcher-a")
 	lease := map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": map[string]any{"name": b.node, "namespace": "kube-node-lease"}}
@@ -347,6 +366,15 @@ func TestAgentAttackMatrix(t *testing.T) {
 		S("claim A's and B's pods present", "move ownerPod to its mirror pod", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
 			s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: mirrorShared.Name}
 		}, "claim-status-owner-pod-local"),
+		// What A writes for someone else to act on (no deputy): each is
+		// refused, or allowed and then judged by two controller sweeps
+		// below.
+		R("B's pod's reservation", "ipreservations", "create", "a decoy: a reservation naming B's pod, made on A (sandbox ffff), for the controller to take for B's newer sandbox", http.MethodPost, resPath, "", decoyOfB, "reservation-pod-bound"),
+		R("claim of B's VM", "ipreservations", "create", "its pod's reservation with B's VM's claim's UID, for B's agent to adopt", http.MethodPost, resPath, "", podResWithClaimUID, "reservation-pod-bound"),
+		R("claim of B's VM", "ipreservations", "create", "its pod's reservation whose summary says IPAMClaim, for the controller never to release", http.MethodPost, resPath, "", summaryClaimKind, "reservation-shape"),
+		R("B's pod's reservation", "ipreservations", "create", "the lock of a free address holding B's pod's address in its spec", http.MethodPost, resPath, "", lockOfAnother, "reservation-shape"),
+		R("B's pod", "ipreservations", "create", "its pod's reservation whose summary names B's live pod, for the controller never to release", http.MethodPost, resPath, "", summaryOfB, "reservation-shape"),
+		R("A's pod", "ipreservations", "create", "its pod's reservation in a network nothing configures", http.MethodPost, resPath, "", unconfigured, ""),
 	}
 
 	var table strings.Builder
@@ -371,7 +399,8 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	t.Logf("attack matrix, agent of node %s against node %s:\n%s", a.node, b.node, table.String())
 
-	// What the refusals left: B's objects as B wrote them.
+	// What the refusals and the allowed writes left: B's objects as B
+	// wrote them.
 	for _, r := range []*tenurev1alpha1.IPReservation{resB, resClaimB, resMoved} {
 		got := &tenurev1alpha1.IPReservation{}
 		if err := admin.Get(ctx, client.ObjectKey{Name: r.Name}, got); err != nil || got.UID != r.UID {
@@ -391,6 +420,39 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	if ev := (&corev1.Event{}); admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: evB.Name}, ev) != nil || ev.Message != "B's own" || ev.InvolvedObject.Name != podB.Name {
 		t.Errorf("B's Event: %+v", ev)
+	}
+
+	// And after two full sweeps of a controller that saw every row's
+	// write: B's reservations by name and UID, and its claims' records
+	// and the reservations they record. (What A holds unrecorded in a
+	// claim's slot is A's to lose: the controller releases it as a second
+	// item of the slot.)
+	ctrl := ctlStart(t, ctx, "e2e-attack-matrix", "--sweep-interval", "1s")
+	ctrl.waitLeading(t, ctx)
+	for range 2 {
+		ctrl.waitSweepAfter(t, ctx, time.Now())
+	}
+	for _, r := range []*tenurev1alpha1.IPReservation{resB, resClaimB, resMoved} {
+		got := &tenurev1alpha1.IPReservation{}
+		if err := admin.Get(ctx, client.ObjectKey{Name: r.Name}, got); err != nil || got.UID != r.UID {
+			t.Errorf("after two sweeps: reservation %s: %v (uid %s, want %s)", r.Name, err, got.UID, r.UID)
+		}
+	}
+	for name, want := range map[string]claimState{shared.Name: sharedBefore, claimB.Name: claimBBefore} {
+		got := claimStateOf(t, ctx, admin, ns, name)
+		if !slices.Equal(got.ips, want.ips) || !slices.Equal(got.prefixes, want.prefixes) || got.owner != want.owner {
+			t.Errorf("after two sweeps: claim %s: %s, %s before", name, got, want)
+		}
+		for _, rec := range append(slices.Clone(want.ips), want.prefixes...) {
+			p := netip.MustParsePrefix(rec)
+			n := reservation.AddressName(network, p.Addr())
+			if slices.Contains(want.prefixes, rec) {
+				n = reservation.PrefixName(network, p.Masked())
+			}
+			if got.held[n] != want.held[n] {
+				t.Errorf("after two sweeps: claim %s's recorded %s: reservation %s uid %q, %q before", name, rec, n, got.held[n], want.held[n])
+			}
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"strings"
 	"testing"
@@ -87,6 +88,33 @@ func agentToken(t *testing.T, ctx context.Context, bound *authv1.BoundObjectRefe
 // or (claim set) by a claim.
 func heldBy(node, network, addr string, claim *ipamclaimsv1alpha1.IPAMClaim) *tenurev1alpha1.IPReservation {
 	return heldFor(node, network, addr, claim, "p-"+addr)
+}
+
+// podHeldBy is the reservation an agent of node makes for addr, owned by a
+// pod of namespace np bound to node, which it creates: the webhook admits a
+// pod's reservation only for a pod bound to the writer's node
+// (reservation-pod-bound).
+func podHeldBy(t *testing.T, ctx context.Context, node, network, addr string) *tenurev1alpha1.IPReservation {
+	t.Helper()
+	admin := apiClient(t)
+	if err := testbed.EnsureNamespace(ctx, admin, "np"); err != nil {
+		t.Fatal(err)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(node))
+	name := fmt.Sprintf("p-%s-%08x", addr, h.Sum32())
+	p, err := testbed.CreatePod(ctx, admin, "np", name, node, nil)
+	if apierrors.IsAlreadyExists(err) {
+		p = &corev1.Pod{}
+		err = admin.Get(ctx, client.ObjectKey{Namespace: "np", Name: name}, p)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := heldFor(node, network, addr, nil, name)
+	o := r.Spec.Owner
+	o.UID, o.PodUID = string(p.UID), string(p.UID)
+	return reservation.New(reservation.Spec{Network: network, Kind: r.Spec.Kind, Item: netip.MustParsePrefix(addr + "/32"), Range: r.Spec.Range, Owner: o})
 }
 
 // heldFor is heldBy with the pod whose ADD made it (for a claim, the pod
@@ -175,7 +203,7 @@ func TestNodeRestrictionOnReservations(t *testing.T) {
 	const network = "np-res"
 	claim := createClaim(t, ctx, admin, "np", "vm.np-res", network)
 
-	own := heldBy(a.node, network, "10.77.0.1", nil)
+	own := podHeldBy(t, ctx, a.node, network, "10.77.0.1")
 	wantAllowed(t, "A creates a reservation of node A", a.c.Create(ctx, own))
 
 	forged := heldBy(b.node, network, "10.77.0.2", nil)
@@ -205,7 +233,7 @@ func TestNodeRestrictionOnReservations(t *testing.T) {
 	delete(unlabelledOwner.Labels, reservation.LabelOwnerUID)
 	wantRefused(t, "A creates its pod's reservation without the owner-UID label", a.c.Create(ctx, unlabelledOwner), "reservation-owner-label")
 
-	theirs := heldBy(b.node, network, "10.77.0.3", nil)
+	theirs := podHeldBy(t, ctx, b.node, network, "10.77.0.3")
 	wantAllowed(t, "B creates a reservation of node B", b.c.Create(ctx, theirs))
 	wantRefused(t, "A deletes a reservation of node B", a.c.Delete(ctx, theirs.DeepCopy()), "reservation-delete-own-node")
 
@@ -323,7 +351,7 @@ func TestTokenBoundToNoPodWritesNothing(t *testing.T) {
 	a := newNodeAgent(t, ctx, "np-unbound")
 	const network = "np-unbound"
 	createClaim(t, ctx, admin, "np", "vm.np-unbound", network)
-	existing := heldBy(a.node, network, "10.79.0.1", nil)
+	existing := podHeldBy(t, ctx, a.node, network, "10.79.0.1")
 	wantAllowed(t, "the node's agent creates a reservation", a.c.Create(ctx, existing))
 
 	nodeBound := &authv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: a.node}
@@ -366,7 +394,7 @@ func TestNodeRestrictionWithLongNodeNames(t *testing.T) {
 		t.Fatalf("node %s (%d bytes) has label %s: not the hashed form this test is about", long, len(long), l)
 	}
 	const network = "np-long"
-	own := heldBy(long, network, "10.76.0.1", nil)
+	own := podHeldBy(t, ctx, long, network, "10.76.0.1")
 	wantAllowed(t, "the long-named node's agent creates its reservation", a.c.Create(ctx, own))
 	wantAllowed(t, "and deletes it", a.c.Delete(ctx, own))
 
@@ -387,7 +415,7 @@ func TestNodeRestrictionWithLongNodeNames(t *testing.T) {
 	for i, node := range longNodeNames(t) {
 		t.Run(fmt.Sprintf("%d bytes, label %s", len(node), reservation.NodeLabel(node)), func(t *testing.T) {
 			ag := newNodeAgent(t, ctx, node)
-			r := heldBy(node, network, fmt.Sprintf("10.76.1.%d", i+1), nil)
+			r := podHeldBy(t, ctx, node, network, fmt.Sprintf("10.76.1.%d", i+1))
 			wantAllowed(t, "create", ag.c.Create(ctx, r))
 			wantAllowed(t, "delete", ag.c.Delete(ctx, r))
 		})
@@ -418,17 +446,22 @@ func longNodeNames(t *testing.T) []string {
 }
 
 // While no webhook replica answers, deploy/webhook's configuration fails
-// closed, but only for what it is sent: a claim's reservation is refused,
-// and a pod's reservation, which its matchConditions do not send, is
-// created and deleted as the policy allows. (Its copy here calls a port
+// closed for what it is sent: a claim's reservation and a pod's are
+// refused (only the webhook reads that the pod is bound to the writer's
+// node, and a check that lets writes through while it cannot answer is
+// one an attacker who overloads it passes), while a pod's reservation's
+// deletion, which its matchConditions do not send, goes on as the policy
+// allows, so a pod's DEL does not wait on it. (Its copy here calls a port
 // on 127.0.0.1 nothing listens on; TestMain's own stays in force.)
-func TestAPodsReservationDoesNotWaitOnTheWebhook(t *testing.T) {
+func TestWhileNoWebhookReplicaAnswersAgentsOnlyRelease(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	admin := apiClient(t)
 	a := newNodeAgent(t, ctx, "np-nowebhook")
 	const network = "np-nowebhook"
 	claim := createClaim(t, ctx, admin, "np", "vm.np-nowebhook", network)
 	launcher := presentOn(t, ctx, a.node, "np-nowebhook-vm", claim)
+	own := podHeldBy(t, ctx, a.node, network, "10.77.1.2")
+	wantAllowed(t, "A creates its pod's reservation while the webhook answers", a.c.Create(ctx, own))
 
 	data, err := deploy.AgentWebhook.ReadFile("webhook/agent-node-restriction.yaml")
 	if err != nil {
@@ -459,10 +492,13 @@ func TestAPodsReservationDoesNotWaitOnTheWebhook(t *testing.T) {
 	}
 	t.Logf("a claim's reservation while no replica answers: %v", last)
 
-	own := heldBy(a.node, network, "10.77.1.2", nil)
-	wantAllowed(t, "A creates its pod's reservation while no webhook replica answers", a.c.Create(ctx, own))
-	wantAllowed(t, "A deletes it", a.c.Delete(ctx, own, client.Preconditions{UID: &own.UID}))
-	forged := heldBy(a.node, network, "10.77.1.3", nil)
+	another := podHeldBy(t, ctx, a.node, network, "10.77.1.4")
+	err = a.c.Create(ctx, another, client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), "down.") {
+		t.Errorf("A creates its pod's reservation while no webhook replica answers: %v; want the unanswered webhook's refusal", err)
+	}
+	wantAllowed(t, "A deletes its pod's reservation while no webhook replica answers", a.c.Delete(ctx, own, client.Preconditions{UID: &own.UID}))
+	forged := podHeldBy(t, ctx, a.node, network, "10.77.1.3")
 	forged.Labels[reservation.LabelOwnerUID] = string(claim.UID)
 	wantRefused(t, "A creates its pod's reservation labelled with a claim's UID", a.c.Create(ctx, forged), "reservation-owner-label")
 }

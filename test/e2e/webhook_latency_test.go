@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
+	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // TestWebhookLatency measures what the webhook adds to the agent's judged
@@ -34,10 +37,20 @@ func TestWebhookLatency(t *testing.T) {
 		}
 	}
 
+	podLat, err := testbed.CreatePod(ctx, admin, ns, "pod-lat", a.node, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podOwner := testbed.PodOwner(podLat, a.node)
+
 	kinds := []struct {
 		name string
 		do   func(i int) error
 	}{
+		{"pod's reservation create", func(i int) error {
+			return a.c.Create(ctx, reservation.New(reservation.Spec{Network: network, Kind: tenurev1alpha1.KindAddress,
+				Item: netip.MustParsePrefix(fmt.Sprintf("10.96.%d.%d/32", i/200, i%200+1)), Range: "10.96.0.0/16", Owner: podOwner}), client.DryRunAll)
+		}},
 		{"claim's reservation create", func(i int) error {
 			return a.c.Create(ctx, heldFor(a.node, network, fmt.Sprintf("10.95.%d.%d", i/200, i%200+1), claim, "launcher-lat"), client.DryRunAll)
 		}},

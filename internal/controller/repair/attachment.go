@@ -169,8 +169,8 @@ func familyText(r *tenurev1alpha1.IPReservation, n int) string {
 // newest (Newer), once DuplicateGrace has passed since it was made.
 // Without network-status facts (a cache does not keep them) it keeps r and
 // asks for the live read.
-func duplicatePod(r *tenurev1alpha1.IPReservation, f Facts) (Decision, bool) {
-	group := Duplicates(r, f.Siblings)
+func duplicatePod(r *tenurev1alpha1.IPReservation, f Facts, evidence []*tenurev1alpha1.IPReservation) (Decision, bool) {
+	group := Duplicates(r, evidence)
 	if len(group) < 2 {
 		return Decision{}, false
 	}

@@ -13,10 +13,11 @@
 //     recreated it); the owner's UID can never come back, and the new pod's
 //     own reservations are untouched (they carry its UID).
 //   - EarlierSandbox: the pod exists, and another pod-owned reservation with
-//     the same owner UID, interface, network, kind and address family but a
+//     the same owner, interface, network, kind and address family but a
 //     different containerID is newer (creationTimestamp, then
-//     resourceVersion, then name): the older sandbox died mid-ADD and never
-//     got its DEL.
+//     resourceVersion, then name), and the pod's network-status does not
+//     list this one on its interface: the older sandbox died mid-ADD and
+//     never got its DEL.
 //   - DuplicateAttachment: the pod exists, and the same attachment (pod
 //     UID, containerID, interface) holds another reservation of the same
 //     network, kind, family and range: a second item of one slot (an ADD
@@ -38,6 +39,13 @@
 //     NodeNotReady, the one release of an address whose node may still
 //     run, applies only with Policy.ReleaseUnfenced, once the node has not
 //     been Ready for the grace period.
+//
+// No deputy: both sibling rules weigh only reservations made on the node
+// the pod runs on (spec.owner.node is the pod's spec.nodeName, for the
+// reservation judged and for each sibling; Evidence), since any node may
+// write a reservation naming any pod, and the policy holds spec.owner.node
+// to the writer's node. What the pod's network-status lists is never
+// released by them.
 //
 // Owner kind IPAMClaim (the claim named owner.namespace/owner.name):
 //   - ClaimGone: no claim of that name, or one with another UID.
@@ -237,11 +245,17 @@ func decidePod(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 			o.Namespace, o.Name, pod.UID, o.UID)
 	}
 	if NeedsSiblings(r, pod) && f.SiblingsKnown {
-		if n := NewerSandbox(r, f.Siblings); n != nil {
-			return release(EarlierSandbox, "pod %s/%s interface %s: sandbox %s got %s (reservation %s) after sandbox %s got this one, which never got its DEL",
-				o.Namespace, o.Name, o.Interface, short(n.Spec.Owner.ContainerID), n.Spec.Address, n.Name, short(o.ContainerID))
+		// NeedsNode implies MadeOnPodsNode: a reservation of another node
+		// meets no rule below.
+		if !MadeOnPodsNode(r, pod) {
+			return keep("pod %s/%s (uid %s) exists on node %s; this reservation says it was made on node %s, where the pod has no sandbox, so no rule of its siblings applies to it",
+				o.Namespace, o.Name, o.UID, orNone(pod.NodeName), orNone(o.Node))
 		}
-		if d, ok := duplicatePod(r, f); ok {
+		evidence := Evidence(r, pod, f.Siblings)
+		if d, ok := earlierSandbox(r, f, evidence); ok {
+			return d
+		}
+		if d, ok := duplicatePod(r, f, evidence); ok {
 			if d.Release || d.AskLive || !NeedsNode(r, pod) {
 				return d
 			}
@@ -322,6 +336,13 @@ func plural(n int, one, many string) string {
 	return many
 }
 
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
 func short(id string) string {
 	if len(id) > 16 {
 		return id[:16]
@@ -358,6 +379,64 @@ func sameSlot(a, b *tenurev1alpha1.IPReservation) bool {
 	return ob.Kind == tenurev1alpha1.OwnerPod && oa.Kind == tenurev1alpha1.OwnerPod && oa.UID == ob.UID &&
 		oa.Interface == ob.Interface && a.Spec.Network == b.Spec.Network && a.Spec.Kind == b.Spec.Kind &&
 		family(a) != 0 && family(a) == family(b)
+}
+
+// MadeOnPodsNode reports whether pod-owned r says it was made on the node
+// its pod runs on. Any node may write a reservation that names any pod;
+// only one its pod's node made is that pod's sandbox.
+func MadeOnPodsNode(r *tenurev1alpha1.IPReservation, pod *PodFact) bool {
+	return pod != nil && pod.NodeName != "" && r.Spec.Owner.Node == pod.NodeName
+}
+
+// Evidence is what of siblings may speak against pod-owned r: the
+// reservations of the same owner (kind, namespace, name and UID) that were
+// made on the node the pod runs on, and none when r was not. So a
+// reservation another node wrote naming the pod (a decoy) makes no rule
+// release anything of the pod: the sandboxes of a pod are those of its own
+// node.
+func Evidence(r *tenurev1alpha1.IPReservation, pod *PodFact, siblings []*tenurev1alpha1.IPReservation) []*tenurev1alpha1.IPReservation {
+	if !MadeOnPodsNode(r, pod) {
+		return nil
+	}
+	o := r.Spec.Owner
+	out := make([]*tenurev1alpha1.IPReservation, 0, len(siblings))
+	for _, s := range siblings {
+		if s == nil {
+			continue
+		}
+		so := s.Spec.Owner
+		if so.Kind == o.Kind && so.Namespace == o.Namespace && so.Name == o.Name && so.UID == o.UID && MadeOnPodsNode(s, pod) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// earlierSandbox applies EarlierSandbox to pod-owned r, whose pod exists
+// with the owner's UID, given the evidence of its siblings. The pod's
+// network-status outranks a sandbox's claims: what it lists on r's
+// interface is in use, whatever sandbox is newer. Without network-status
+// facts (a cache does not keep them) it keeps r and asks for the live read.
+func earlierSandbox(r *tenurev1alpha1.IPReservation, f Facts, evidence []*tenurev1alpha1.IPReservation) (Decision, bool) {
+	n := NewerSandbox(r, evidence)
+	if n == nil {
+		return Decision{}, false
+	}
+	o := r.Spec.Owner
+	what := fmt.Sprintf("pod %s/%s interface %s: sandbox %s got %s (reservation %s) after sandbox %s got this one",
+		o.Namespace, o.Name, o.Interface, short(n.Spec.Owner.ContainerID), n.Spec.Address, n.Name, short(o.ContainerID))
+	ns := f.NetworkStatus
+	switch {
+	case ns == nil:
+		d := keep("%s; whether the pod still uses this one is for a live read of its network-status to say", what)
+		d.AskLive = true
+		return d, true
+	case ns.Err != nil:
+		return keep("%s; whether the pod still uses this one is unknown: %v", what, ns.Err), true
+	case ns.lists(r):
+		return keep("%s; its network-status lists %s on %s, so the pod uses it", what, r.Spec.Address, o.Interface), true
+	}
+	return release(EarlierSandbox, "%s, which never got its DEL", what), true
 }
 
 // NewerSandbox returns the newest reservation among siblings that fills the

@@ -88,8 +88,10 @@ func TestDecide(t *testing.T) {
 	prefixOlder := podRes("net.pd0", "2001:db8:0:100::/56", "sandbox-1", t0.Add(-time.Minute), "99", withSpec(func(s *tenurev1alpha1.IPReservationSpec) { s.Kind = tenurev1alpha1.KindDelegatedPrefix }))
 	newPodRes := podRes("net.10.0.0.20", "10.0.0.20", "sandbox-new", t0, "500", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.UID, o.PodUID = uid2, uid2 }))
 
+	// The pod's network-status lists nothing on net1 (a sandbox whose
+	// ADD never returned): the sandboxes' order decides.
 	sib := func(rs ...*tenurev1alpha1.IPReservation) Facts {
-		return Facts{Now: t0, Pod: running, Siblings: rs, SiblingsKnown: true}
+		return Facts{Now: t0, Pod: running, Siblings: rs, SiblingsKnown: true, NetworkStatus: NetworkStatusOf(networkStatus())}
 	}
 
 	cases := []struct {
@@ -126,6 +128,8 @@ func TestDecide(t *testing.T) {
 		{"newest sandbox", newer, sib(older, newer), "", "exists"},
 		{"newest sandbox holds two addresses of one family", newer, sib(older, newer, newer2), "", "exists"},
 		{"newest sandbox, its second address", newer2, sib(older, newer, newer2), "", "exists"},
+		{"earlier sandbox, network-status not yet read", older, Facts{Now: t0, Pod: running, Siblings: []*tenurev1alpha1.IPReservation{older, newer}, SiblingsKnown: true}, "", "live read of its network-status"},
+		{"earlier sandbox, network-status unparsable", older, Facts{Now: t0, Pod: running, Siblings: []*tenurev1alpha1.IPReservation{older, newer}, SiblingsKnown: true, NetworkStatus: NetworkStatusOf(map[string]string{"k8s.v1.cni.cncf.io/network-status": "{"})}, "", "unknown"},
 		{"older sandbox, siblings unknown", older, Facts{Now: t0, Pod: running, Siblings: []*tenurev1alpha1.IPReservation{newer}}, "", "exists"},
 		{"newer sandbox of the other family only", older, sib(older, v6newer), "", "exists"},
 		{"newer sandbox on another interface", older, sib(older, otherIf), "", "exists"},

@@ -14,11 +14,15 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -83,7 +87,11 @@ func StartAgentWebhook(ctx context.Context, admin *rest.Config, nodeDir string, 
 		return nil, err
 	}
 	go certs.Run(sctx, time.Minute)
-	admission.Serve(sctx, l, &admission.Handler{Reader: cc, Log: log}, certs, log)
+	pods, err := podBindings(sctx, WithToken(admin, token))
+	if err != nil {
+		return nil, err
+	}
+	admission.Serve(sctx, l, &admission.Handler{Reader: cc, Log: log, Pods: pods}, certs, log)
 
 	// In force: an agent pod's token is refused a claim that is no sticky
 	// claim, by the webhook's rule (dry run: nothing is written).
@@ -183,4 +191,31 @@ func Main(m *testing.M, bins *Binaries, wh **AgentWebhook, before func(ctx conte
 		(*wh).Stop()
 	}
 	return code
+}
+
+// podBindings is the webhook's pod cache as a controller replica keeps
+// it (Controller.PodBinding): an informer on every pod, read with the
+// controller's service account, synced before it returns.
+func podBindings(ctx context.Context, cfg *rest.Config) (func(namespace, name string) (string, string, bool), error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	inf := factory.Core().V1().Pods().Informer()
+	factory.Start(ctx.Done())
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil, fmt.Errorf("the webhook's pod cache did not sync")
+	}
+	return func(namespace, name string) (string, string, bool) {
+		obj, ok, err := inf.GetStore().GetByKey(namespace + "/" + name)
+		if err != nil || !ok {
+			return "", "", false
+		}
+		p, isPod := obj.(*corev1.Pod)
+		if !isPod || p.Spec.NodeName == "" {
+			return "", "", false
+		}
+		return string(p.UID), p.Spec.NodeName, true
+	}, nil
 }
