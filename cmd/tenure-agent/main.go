@@ -20,11 +20,13 @@ import (
 	"runtime"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/health"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/store"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -57,6 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 type agentOptions struct {
 	node, socket, kubeconfig, metricsAddr, dataplaneNetns, apiEncoding string
+	releaseCooldown                                                    time.Duration
 }
 
 // agentFlags is the flag set of the agent itself; its usage lists the
@@ -75,6 +78,7 @@ func agentFlags(stderr io.Writer) (*flag.FlagSet, *agentOptions) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. :9466); empty disables it")
 	fs.StringVar(&o.apiEncoding, "api-encoding", kube.EncodingJSON, "how reservations go to and from the API server: json, or auto (CBOR where the API server serves custom resources as CBOR, else JSON)")
 	fs.StringVar(&o.dataplaneNetns, "dataplane-netns", "", "network namespace (path) DHCPv6 is served in and prefix routes are installed in; empty is the agent's own")
+	fs.DurationVar(&o.releaseCooldown, "release-cooldown", store.DefaultCooldown, "how long an address released on a network is kept from a different pod or claim while other addresses are free (when none is, the one released longest ago goes first); 0 turns it off")
 	return fs, &o
 }
 
@@ -128,6 +132,14 @@ func serve(args []string, stderr io.Writer) int {
 		log.Error("--api-encoding", "err", err)
 		return 2
 	}
+	if o.releaseCooldown < 0 {
+		log.Error("--release-cooldown must not be negative", "value", o.releaseCooldown.String())
+		return 2
+	}
+	cooldown := o.releaseCooldown
+	if cooldown == 0 {
+		cooldown = agent.NoCooldown
+	}
 	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		log.Error("loading API client config", "err", err)
@@ -135,7 +147,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := agent.NewForConfig(cfg, agent.Options{NodeName: o.node, Logger: log, APIEncoding: o.apiEncoding,
+	a, err := agent.NewForConfig(cfg, agent.Options{NodeName: o.node, Logger: log, APIEncoding: o.apiEncoding, ReleaseCooldown: cooldown,
 		Dataplane: agent.DataplaneOptions{Netns: o.dataplaneNetns, StateFile: o.socket + ".dataplane.json"}})
 	if err != nil {
 		log.Error("creating agent", "err", err)
