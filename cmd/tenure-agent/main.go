@@ -3,6 +3,8 @@
 //
 //	tenure-agent --node-name NAME --socket PATH [--kubeconfig PATH]
 //	             [--metrics-addr ADDR] [--dataplane-netns PATH]
+//	             [--probe=false] [--probe-count N] [--probe-interval D]
+//	             [--probe-fresh D] [--probe-ahead N]
 //	tenure-agent install ...   (the DaemonSet's init container)
 //	tenure-agent health --socket PATH   (liveness/readiness probe)
 package main
@@ -26,6 +28,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/health"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/probe"
 	"github.com/tenure-ipam/tenure/internal/store"
 )
 
@@ -59,7 +62,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 type agentOptions struct {
 	node, socket, kubeconfig, metricsAddr, dataplaneNetns, apiEncoding string
-	releaseCooldown                                                    time.Duration
+
+	probe                     bool
+	probeCount, probeAhead    int
+	probeInterval, probeFresh time.Duration
+
+	releaseCooldown time.Duration
 }
 
 // agentFlags is the flag set of the agent itself; its usage lists the
@@ -77,7 +85,12 @@ func agentFlags(stderr io.Writer) (*flag.FlagSet, *agentOptions) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. :9466); empty disables it")
 	fs.StringVar(&o.apiEncoding, "api-encoding", kube.EncodingJSON, "how reservations go to and from the API server: json, or auto (CBOR where the API server serves custom resources as CBOR, else JSON)")
-	fs.StringVar(&o.dataplaneNetns, "dataplane-netns", "", "network namespace (path) DHCPv6 is served in and prefix routes are installed in; empty is the agent's own")
+	fs.StringVar(&o.dataplaneNetns, "dataplane-netns", "", "network namespace (path) DHCPv6 is served in, prefix routes are installed in and addresses are probed in; empty is the agent's own")
+	fs.BoolVar(&o.probe, "probe", true, "hand out an address only once an ARP or neighbour probe on the network's parent interface found nothing answering for it (a network opts out with ipam.probe false)")
+	fs.IntVar(&o.probeCount, "probe-count", probe.DefaultCount, "probes sent per address")
+	fs.DurationVar(&o.probeInterval, "probe-interval", probe.DefaultInterval, "time between probes of an address, and waited after the last")
+	fs.DurationVar(&o.probeFresh, "probe-fresh", agent.DefaultWireFresh, "how long a probe's answer stands (a silent address probed longer ago is probed again before it is handed out)")
+	fs.IntVar(&o.probeAhead, "probe-ahead", agent.DefaultWireAhead, "candidate addresses of each network in use kept probed ahead of the ADDs")
 	fs.DurationVar(&o.releaseCooldown, "release-cooldown", store.DefaultCooldown, "how long an address released on a network is kept from a different pod or claim while other addresses are free (when none is, the one released longest ago goes first); 0 turns it off")
 	return fs, &o
 }
@@ -147,8 +160,17 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := agent.NewForConfig(cfg, agent.Options{NodeName: o.node, Logger: log, APIEncoding: o.apiEncoding, ReleaseCooldown: cooldown,
-		Dataplane: agent.DataplaneOptions{Netns: o.dataplaneNetns, StateFile: o.socket + ".dataplane.json"}})
+	opts := agent.Options{NodeName: o.node, Logger: log, APIEncoding: o.apiEncoding, ReleaseCooldown: cooldown,
+		Dataplane: agent.DataplaneOptions{Netns: o.dataplaneNetns, StateFile: o.socket + ".dataplane.json"}}
+	if o.probe {
+		if o.probeCount < 1 || o.probeInterval <= 0 || o.probeFresh <= 0 || o.probeAhead < 0 {
+			log.Error("--probe-count, --probe-interval and --probe-fresh must be positive, --probe-ahead not negative",
+				"probe-count", o.probeCount, "probe-interval", o.probeInterval, "probe-fresh", o.probeFresh, "probe-ahead", o.probeAhead)
+			return 2
+		}
+		opts.Wire = &agent.WireOptions{Netns: o.dataplaneNetns, Count: o.probeCount, Interval: o.probeInterval, Fresh: o.probeFresh, Ahead: o.probeAhead}
+	}
+	a, err := agent.NewForConfig(cfg, opts)
 	if err != nil {
 		log.Error("creating agent", "err", err)
 		return 1

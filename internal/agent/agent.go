@@ -46,6 +46,9 @@ type Options struct {
 	PodWait time.Duration
 	// Dataplane configures the DHCPv6 service and prefix routes.
 	Dataplane DataplaneOptions
+	// Wire turns on the wire check (WireOptions); nil hands addresses out
+	// without probing them.
+	Wire *WireOptions
 	// APIEncoding is how NewForConfig's client encodes the reservations
 	// it creates, deletes, lists and watches: kube.EncodingJSON (the
 	// default) or kube.EncodingAuto.
@@ -90,6 +93,9 @@ type Agent struct {
 	heads headCache
 
 	dataplane *agentDataplane
+	// wire probes candidates on the segment before they are handed out;
+	// nil when off.
+	wire *wire
 	// holdings are the claims' reservations, as the dataplane reads them.
 	holdings *claimHoldings
 	// vmis caches KubeVirt's VirtualMachineInstances while they are served.
@@ -213,6 +219,10 @@ func New(opts Options) (*Agent, error) {
 	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
 		return nil, err
 	}
+	if opts.Wire != nil {
+		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
+		a.dataplane.metrics.registry.MustRegister(a.wire.collectors()...)
+	}
 	a.holdings = newClaimHoldings(a.store.HeldBy, a.store.ByOwnerUID, a.dataplane.svc.Trigger)
 	a.dataplane.metrics.registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_window_rebuilds_total",
@@ -266,6 +276,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.holdings.run(ctx)
 	go a.dataplane.Run(ctx)
 	go a.runOwnerFollow(ctx)
+	if a.wire != nil {
+		go a.wire.runAhead(ctx)
+	}
 	// The initial list's decoding garbage is several times the cache itself
 	// in a large cluster; hand it back now rather than at the GC's leisure.
 	debug.FreeOSMemory()

@@ -233,7 +233,11 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			held = append(held, heldSlot{s, r})
 			continue
 		}
-		r, err := a.alloc.For(s.scope, s.space).AllocateNext(ctx, tmpl)
+		al, err := a.nextAllocator(at, s)
+		if err != nil {
+			return nil, false, err
+		}
+		r, err := al.AllocateNext(ctx, tmpl)
 		if err != nil {
 			return nil, false, err
 		}

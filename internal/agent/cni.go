@@ -253,7 +253,10 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 		if s.requested.IsValid() {
 			r, err = a.allocateRequested(ctx, s, tmpl)
 		} else {
-			r, err = a.alloc.For(s.scope, s.space).AllocateNext(ctx, tmpl)
+			var al allocator.Interface
+			if al, err = a.nextAllocator(at, s); err == nil {
+				r, err = al.AllocateNext(ctx, tmpl)
+			}
 		}
 		if err != nil {
 			a.rollback(created)

@@ -55,6 +55,7 @@ func toCNI(err error) *types.Error {
 	var cfgErr *config.Error
 	var full *allocator.FullError
 	var conflict *allocator.ConflictError
+	var answered *allocator.AnsweredError
 	var notInRange *allocator.ErrNotInRange
 	var outside *outsideRangeError
 	switch {
@@ -70,6 +71,8 @@ func toCNI(err error) *types.Error {
 		return &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: cfgErr.Error()}
 	case errors.As(err, &full):
 		return &types.Error{Code: CodeRangeFull, Msg: full.Error()}
+	case errors.As(err, &answered):
+		return &types.Error{Code: CodeAddressConflict, Msg: answered.Error()}
 	case errors.As(err, &conflict):
 		return &types.Error{Code: CodeAddressConflict, Msg: conflict.Error()}
 	case errors.As(err, &notInRange):

@@ -102,7 +102,9 @@ func (f *Factory) For(network string, space Space) Interface {
 }
 
 type allocator struct {
-	f       *Factory
+	f *Factory
+	// vet checks a candidate on the wire (ForVetted); nil checks none.
+	vet     Vet
 	network string
 	// label is reservation.NetworkLabel(network), what the store's
 	// labels and indexes know the network by.
@@ -144,7 +146,7 @@ func (a *allocator) advance(next uint64) {
 	a.f.mu.Unlock()
 }
 
-func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alpha1.IPReservation, error) {
+func (a *allocator) AllocateNext(ctx context.Context, t Template) (created *tenurev1alpha1.IPReservation, err error) {
 	if !a.f.Store.HasSynced() {
 		return nil, ErrNotReady
 	}
@@ -154,8 +156,14 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	// taken decides candidates; first from the cache, then, if the cache
 	// says full or the pass has widened the window enough, from one live
 	// list of the network.
+	a, refused := a.counting()
+	defer func() {
+		if len(*refused) > 0 && errors.Is(err, ErrFull) {
+			err = &AnsweredError{Range: a.space.String(), Items: *refused}
+		}
+	}()
 	taken := func(obj *tenurev1alpha1.IPReservation) bool { return !a.f.Store.TryAssume(obj) }
-	created, err := a.firstFree(ctx, t, taken, true)
+	created, err = a.firstFree(ctx, t, taken, true)
 	widened := errors.Is(err, errWidened)
 	if widened {
 		err = nil
@@ -169,9 +177,9 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	// A live list tells a full range from a stale cache, and says where
 	// the free items are past the window; callers on one network share
 	// one list per LiveListInterval.
-	q, fresh, err := a.f.list(ctx, a.network)
-	if err != nil {
-		return nil, err
+	q, fresh, lerr := a.f.list(ctx, a.network)
+	if lerr != nil {
+		return nil, lerr
 	}
 	if q.heldIn(a.space) >= a.space.Capacity() {
 		if fresh {
@@ -385,7 +393,8 @@ type cooling struct {
 }
 
 // try creates the reservation of the candidate item at idx unless taken
-// refuses it or another node has created it (nil, nil).
+// refuses it, the vet finds it answering, or another node has created it
+// (nil, nil).
 func (a *allocator) try(ctx context.Context, idx uint64, item netip.Prefix, t Template, taken func(*tenurev1alpha1.IPReservation) bool) (*tenurev1alpha1.IPReservation, error) {
 	obj := a.object(item, t)
 	if taken(obj) {
@@ -395,6 +404,9 @@ func (a *allocator) try(ctx context.Context, idx uint64, item netip.Prefix, t Te
 	// concurrent ADDs start after the items in flight rather than each
 	// building and refusing every one of them first.
 	a.advance(idx + 1)
+	if ok, err := a.vetted(ctx, obj.Name, item); err != nil || !ok {
+		return nil, err
+	}
 	created, err := a.create(ctx, obj)
 	if apierrors.IsAlreadyExists(err) {
 		a.f.Store.MarkTakenElsewhere(obj.Name)

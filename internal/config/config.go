@@ -76,6 +76,19 @@ type Config struct {
 	// this network keeps its addresses in a claim of its own, as if its
 	// template carried the sticky annotation (internal/claims).
 	StickyStatefulSets bool
+	// Probe (probe, default true): the agent hands out an address only
+	// once a probe on ProbeInterface found nothing answering for it
+	// (internal/probe). ProbeInterface is probe_interface, else the main
+	// plugin's parent interface (mainPlugin); "" with ProbeDefaultRoute
+	// is the interface of the node's default route (a macvlan or ipvlan
+	// config without master); "" without it is a segment tenure cannot
+	// reach from the node (see ProbeSkipped).
+	Probe             bool
+	ProbeInterface    string
+	ProbeDefaultRoute bool
+	// ProbeSkipped says why a config with probe on has no interface to
+	// probe on ("" when it has one).
+	ProbeSkipped string
 
 	own sources // what the config itself set, for ApplyPool and messages
 }
@@ -142,6 +155,9 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 	}
 	if err == nil {
 		err = c.parseDelegationKeys(k)
+	}
+	if err == nil {
+		err = c.parseProbeKeys(k, netconf)
 	}
 	if err == nil && c.Pool == "" {
 		err = c.finish(built, c.own)

@@ -44,6 +44,8 @@ type ipamKeys struct {
 	StickyStatefulSets      val[bool]             `json:"sticky_statefulsets"`
 	PrefixDelegation        val[pdKeys]           `json:"prefix_delegation"`
 	DHCPv6                  val[dhcpv6Keys]       `json:"dhcpv6"`
+	Probe                   val[bool]             `json:"probe"`
+	ProbeInterface          val[string]           `json:"probe_interface"`
 }
 
 func (ipamKeys) open() {} // with whereaboutsKeys: checkKnownKeys

@@ -155,6 +155,11 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	rep.Findings = append(rep.Findings, outside...)
 	rep.Counts.RangeUnknown = unknown
 	rep.Findings = append(rep.Findings, FindMalformed(rs)...)
+	events, note := c.addressConflictEvents(ctx)
+	if note != "" {
+		rep.Notes = append(rep.Notes, note)
+	}
+	rep.Findings = append(rep.Findings, FindAddressConflicts(events, rs)...)
 	sortFindings(rep.Findings)
 	return rep, nil
 }

@@ -46,7 +46,7 @@ const (
 	RuleMalformed = Rule("Malformed")
 )
 
-var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleDuplicateAttachment, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed}
+var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleDuplicateAttachment, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed, RuleAddressConflict}
 
 // Finding is one problem.
 type Finding struct {

@@ -288,7 +288,7 @@ func startDataplaneAgent(t *testing.T, ctx context.Context, node, netnsPath, dir
 	socket := filepath.Join(dir, node+".sock")
 	p, err := testbed.StartProcess("agent-"+node, bins.Agent, filepath.Join(dir, node+".log"),
 		"--node-name", node, "--socket", socket, "--kubeconfig", kubeconfig,
-		"--dataplane-netns", netnsPath, "--metrics-addr", addr)
+		"--dataplane-netns", netnsPath, "--metrics-addr", addr, testbed.NoProbe)
 	if err != nil {
 		t.Fatal(err)
 	}

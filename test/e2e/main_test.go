@@ -80,7 +80,7 @@ func startAgents(t *testing.T, ctx context.Context, nodes ...string) map[string]
 // agent anything (or anything of a restart that logged to the same file):
 // a refused rollback or release is only logged, and would otherwise show
 // only as a leak.
-func checkNotRefused(t *testing.T, a *testbed.Agent) {
+func checkNotRefused(t testing.TB, a *testbed.Agent) {
 	t.Helper()
 	if refused := testbed.PolicyRefusals(a.Log); len(refused) > 0 {
 		t.Errorf("the node-restriction policy refused agent %s:\n%s", a.Node, strings.Join(refused, "\n"))

@@ -1,0 +1,81 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/internal/kube"
+)
+
+// BenchmarkAddWithWireCheck times ADDs (the shim's call to the agent, the
+// IPAM part of a pod's start) on a real bridge segment, one after
+// another, with the wire check off, probing ahead of the ADDs (the
+// default), and probing in each ADD (--probe-ahead 0). It reports the
+// p50 and p99 of one ADD; paced is the pause between two ADDs, as pods
+// of a node start over time rather than all in one instant.
+//
+//	go test -tags integration -run '^$' -bench AddWithWireCheck -benchtime 100x ./test/e2e/
+func BenchmarkAddWithWireCheck(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		paced time.Duration
+	}{
+		{"probe=off", []string{"--probe=false"}, 0},
+		{"probe=ahead/back-to-back", nil, 0},
+		{"probe=ahead/paced-100ms", nil, 100 * time.Millisecond},
+		{"probe=in-ADD", []string{"--probe-ahead", "0"}, 0},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			c, err := kube.NewClient(cptest.Current().Config)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := newSegment(b, netip.MustParsePrefix("10.73.255.254/16"))
+			node := fmt.Sprintf("nwb-%d", time.Now().UnixNano()%1e6)
+			a, _ := startProbingAgent(b, ctx, node, s, 10*time.Second, tc.args...)
+			conf := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"wb-%s","type":"bridge","bridge":%q,
+				"ipam":{"type":"tenure","agent_socket":%q,"range":"10.73.0.0/16","network_name":"wb-%s"}}`, node, s.bridge, a.Socket, node))
+			const ns = "e2e-wirebench"
+			if err := testbed.EnsureNamespace(ctx, c, ns); err != nil {
+				b.Fatal(err)
+			}
+			took := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				name := fmt.Sprintf("wb-%s-%d", node, i)
+				p, err := testbed.CreatePod(ctx, c, ns, name, node, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				call := testbed.CNICall{Command: "ADD", ContainerID: fmt.Sprintf("sandbox-%s", p.UID), IfName: "net1",
+					Args: testbed.PodArgs(ns, name, string(p.UID)), Config: conf}
+				if tc.paced > 0 {
+					time.Sleep(tc.paced)
+				}
+				b.StartTimer()
+				start := time.Now()
+				if _, err := testbed.ExecShim(ctx, bins.Shim, call); err != nil {
+					b.Fatalf("ADD %d: %v", i, err)
+				}
+				took = append(took, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(took)
+			q := func(f float64) float64 { return float64(took[int(f*float64(len(took)-1))].Microseconds()) / 1000 }
+			b.ReportMetric(q(0.5), "p50-ms")
+			b.ReportMetric(q(0.99), "p99-ms")
+		})
+	}
+}
