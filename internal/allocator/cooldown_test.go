@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/store"
 )
 
@@ -153,6 +158,87 @@ func TestTheSameOwnerTakesItsAddressBackAtOnce(t *testing.T) {
 			o := withIf(allocator.Template{Owner: p.first.Spec.Owner}, tc.ifc)
 			if got := p.next(t, o); got != want {
 				t.Fatalf("%s/%s got %s, want %s (its own: %s)", o.Owner.UID, tc.ifc, got, want, p.first.Spec.Address)
+			}
+		})
+	}
+}
+
+// TestAnotherAgentCoolsWhatItsWindowSawReleased: node n2 allocates from a
+// /29 (its window then holds the block), node n1 releases the address
+// n2's search meets next: once n2's window has seen the delete, a new
+// owner on n2 gets the other free address; with n2's cooldown off, the
+// released one.
+func TestAnotherAgentCoolsWhatItsWindowSawReleased(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cooldown time.Duration
+		wantX    bool
+	}{
+		{"on", time.Hour, false},
+		{"off", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			network := "cool-window-" + tc.name
+			sp := space(t)
+			n1, _ := newFactory(t, "n1")
+			n1.Store.(*store.Store).SetCooldown(tc.cooldown)
+			n2, _ := newFactory(t, "n2")
+			st2 := n2.Store.(*store.Store)
+			st2.SetCooldown(tc.cooldown)
+			a1, a2 := n1.For(network, sp), n2.For(network, sp)
+
+			b0, err := a2.AllocateNext(ctx, owner("b0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cands []netip.Prefix
+			for i := uint64(0); ; {
+				idx, item, ok := sp.Next(i)
+				if !ok {
+					break
+				}
+				cands, i = append(cands, item), idx+1
+			}
+			pos := slices.IndexFunc(cands, func(p netip.Prefix) bool { return p.Addr().String() == b0.Spec.Address })
+			x, y := cands[(pos+1)%len(cands)], cands[(pos+2)%len(cands)]
+			var xr *tenurev1alpha1.IPReservation
+			for i, c := range cands {
+				if c == y || i == pos {
+					continue
+				}
+				r, err := a1.Allocate(ctx, c, owner(fmt.Sprintf("h%d", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c == x {
+					xr = r
+				}
+			}
+			if err := n1.Release(ctx, xr); err != nil {
+				t.Fatal(err)
+			}
+			name := reservation.NameInScope(reservation.ScopeLabel(network), tenurev1alpha1.KindAddress, x)
+			err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				if st2.Taken(name) {
+					return false, nil
+				}
+				_, cooling := st2.Cooling(name, owner("new").Owner)
+				return cooling == (tc.cooldown > 0), nil
+			})
+			if err != nil {
+				t.Fatalf("n2's window never saw %s released (cooling as its cooldown %v says): %v", x.Addr(), tc.cooldown, err)
+			}
+			want := y
+			if tc.wantX {
+				want = x
+			}
+			r, err := a2.AllocateNext(ctx, owner("new"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Spec.Address != want.Addr().String() {
+				t.Fatalf("new owner on n2 got %s, want %s (released on n1: %s)", r.Spec.Address, want.Addr(), x.Addr())
 			}
 		})
 	}
