@@ -29,6 +29,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/health"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/probe"
+	"github.com/tenure-ipam/tenure/internal/store"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -65,6 +66,8 @@ type agentOptions struct {
 	probe                     bool
 	probeCount, probeAhead    int
 	probeInterval, probeFresh time.Duration
+
+	releaseCooldown time.Duration
 }
 
 // agentFlags is the flag set of the agent itself; its usage lists the
@@ -88,6 +91,7 @@ func agentFlags(stderr io.Writer) (*flag.FlagSet, *agentOptions) {
 	fs.DurationVar(&o.probeInterval, "probe-interval", probe.DefaultInterval, "time between probes of an address, and waited after the last")
 	fs.DurationVar(&o.probeFresh, "probe-fresh", agent.DefaultWireFresh, "how long a probe's answer stands (a silent address probed longer ago is probed again before it is handed out)")
 	fs.IntVar(&o.probeAhead, "probe-ahead", agent.DefaultWireAhead, "candidate addresses of each network in use kept probed ahead of the ADDs")
+	fs.DurationVar(&o.releaseCooldown, "release-cooldown", store.DefaultCooldown, "how long an address released on a network is kept from a different pod or claim while other addresses are free (when none is, the one released longest ago goes first); 0 turns it off")
 	return fs, &o
 }
 
@@ -141,6 +145,14 @@ func serve(args []string, stderr io.Writer) int {
 		log.Error("--api-encoding", "err", err)
 		return 2
 	}
+	if o.releaseCooldown < 0 {
+		log.Error("--release-cooldown must not be negative", "value", o.releaseCooldown.String())
+		return 2
+	}
+	cooldown := o.releaseCooldown
+	if cooldown == 0 {
+		cooldown = agent.NoCooldown
+	}
 	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		log.Error("loading API client config", "err", err)
@@ -148,7 +160,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	opts := agent.Options{NodeName: o.node, Logger: log, APIEncoding: o.apiEncoding,
+	opts := agent.Options{NodeName: o.node, Logger: log, APIEncoding: o.apiEncoding, ReleaseCooldown: cooldown,
 		Dataplane: agent.DataplaneOptions{Netns: o.dataplaneNetns, StateFile: o.socket + ".dataplane.json"}}
 	if o.probe {
 		if o.probeCount < 1 || o.probeInterval <= 0 || o.probeFresh <= 0 || o.probeAhead < 0 {

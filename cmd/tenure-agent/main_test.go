@@ -28,6 +28,8 @@ func TestRun(t *testing.T) {
 		{[]string{"--nope"}, 2, "flag provided but not defined: -nope"},
 		{[]string{"--node-name="}, 2, "--node-name (or $NODE_NAME) is required"},
 		{[]string{"--api-encoding", "cbor", "--kubeconfig", missing}, 2, `api encoding \"cbor\": want \"auto\" or \"json\"`},
+		{[]string{"--release-cooldown", "-5s", "--kubeconfig", missing}, 2, `--release-cooldown must not be negative" value=-5s`},
+		{[]string{"--release-cooldown", "soon", "--kubeconfig", missing}, 2, `invalid value "soon" for flag -release-cooldown`},
 		{[]string{"health", "--ready=maybe"}, 2, `invalid boolean value "maybe"`},
 		{[]string{"health", "extra"}, 2, `tenure-agent health: unknown argument "extra"`},
 		{[]string{"health", "-h"}, 0, "-ready"},

@@ -53,7 +53,14 @@ type Options struct {
 	// it creates, deletes, lists and watches: kube.EncodingJSON (the
 	// default) or kube.EncodingAuto.
 	APIEncoding string
+	// ReleaseCooldown is how long an address released on the network is
+	// kept from a different owner while others are free (the glossary's
+	// cooldown): 0 is store.DefaultCooldown, NoCooldown none.
+	ReleaseCooldown time.Duration
 }
+
+// NoCooldown as Options.ReleaseCooldown turns the cooldown off.
+const NoCooldown time.Duration = -1
 
 // Agent serves CNI calls for one node.
 type Agent struct {
@@ -196,6 +203,12 @@ func New(opts Options) (*Agent, error) {
 		netconfs: newNetconfCache(netconfCacheSize)}
 	a.requests = newRequestBudget(headBytes, headPoolBytes, tailPoolBytes)
 	a.store = store.New(c, opts.NodeName)
+	switch {
+	case opts.ReleaseCooldown == 0:
+		a.store.SetCooldown(store.DefaultCooldown)
+	case opts.ReleaseCooldown > 0:
+		a.store.SetCooldown(opts.ReleaseCooldown)
+	}
 	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Live: c, Node: opts.NodeName}
 	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})

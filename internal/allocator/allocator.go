@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -337,6 +338,7 @@ func (a *allocator) skipHeld(idx uint64, item netip.Prefix) (next uint64, ok boo
 func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenurev1alpha1.IPReservation) bool, cache bool) (*tenurev1alpha1.IPReservation, error) {
 	start, size := a.start(), a.space.Size()
 	widened := 0
+	var cooled []cooling
 	for _, span := range [...]struct{ from, to uint64 }{{start, size}, {0, start}} {
 		for i := span.from; i < span.to; {
 			if err := ctx.Err(); err != nil {
@@ -362,31 +364,55 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 				// not built whole to be refused.
 				continue
 			}
-			obj := a.object(item, t)
-			if taken(obj) {
+			if at, ok := a.f.Store.Cooling(reservation.NameInScope(a.label, a.space.Kind(), item), t.Owner); ok {
+				cooled = append(cooled, cooling{idx: idx, item: item, at: at})
 				continue
 			}
-			// Past the candidate once it is assumed, not once created: the
-			// node's concurrent ADDs start after the items in flight rather
-			// than each building and refusing every one of them first.
-			a.advance(idx + 1)
-			if ok, err := a.vetted(ctx, obj.Name, item); err != nil {
-				return nil, err
-			} else if !ok {
-				continue
+			if created, err := a.try(ctx, idx, item, t, taken); created != nil || err != nil {
+				return created, err
 			}
-			created, err := a.create(ctx, obj)
-			if apierrors.IsAlreadyExists(err) {
-				a.f.Store.MarkTakenElsewhere(obj.Name)
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			return created, nil
+		}
+	}
+	// Nothing else is free: the cooling candidates, released longest ago
+	// first.
+	slices.SortStableFunc(cooled, func(x, y cooling) int { return x.at.Compare(y.at) })
+	for _, c := range cooled {
+		if created, err := a.try(ctx, c.idx, c.item, t, taken); created != nil || err != nil {
+			return created, err
 		}
 	}
 	return nil, nil
+}
+
+// cooling is a candidate firstFree passed over because another owner
+// released it within the cooldown: its fallback.
+type cooling struct {
+	idx  uint64
+	item netip.Prefix
+	at   time.Time
+}
+
+// try creates the reservation of the candidate item at idx unless taken
+// refuses it, the vet finds it answering, or another node has created it
+// (nil, nil).
+func (a *allocator) try(ctx context.Context, idx uint64, item netip.Prefix, t Template, taken func(*tenurev1alpha1.IPReservation) bool) (*tenurev1alpha1.IPReservation, error) {
+	obj := a.object(item, t)
+	if taken(obj) {
+		return nil, nil
+	}
+	// Past the candidate once it is assumed, not once created: the node's
+	// concurrent ADDs start after the items in flight rather than each
+	// building and refusing every one of them first.
+	a.advance(idx + 1)
+	if ok, err := a.vetted(ctx, obj.Name, item); err != nil || !ok {
+		return nil, err
+	}
+	created, err := a.create(ctx, obj)
+	if apierrors.IsAlreadyExists(err) {
+		a.f.Store.MarkTakenElsewhere(obj.Name)
+		return nil, nil
+	}
+	return created, err
 }
 
 // liveList is one live list of a network: the names held then.

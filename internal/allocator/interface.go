@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -119,6 +120,9 @@ type Store interface {
 	// Released records a delete of ours of the object of uid (empty: by
 	// name, whatever held it).
 	Released(name string, uid types.UID)
+	// Cooling reports whether name was released within the cooldown by
+	// another owner than o, and when (see store.Store.Cooling).
+	Cooling(name string, o tenurev1alpha1.ReservationOwner) (releasedAt time.Time, cooling bool)
 
 	// Watching reports whether the window holds every reservation of that
 	// block or of that whole network (reservation.LabelBlock and

@@ -75,6 +75,9 @@ type Store struct {
 	assumed map[string]assumedEntry
 	// released: deleted by us, an informer may still hold them.
 	released map[string]releasedEntry
+	// cool: the names released lately, kept from other owners
+	// (cooldown.go).
+	cool cooldown
 
 	// clusterAdded is told each name the window adds (benchmarks time the
 	// fan-out with it); set before Run.
@@ -147,10 +150,16 @@ func (hs handlers) OnDelete(obj any) {
 }
 
 // confirmations is the handler every informer of the store gets: it
-// settles the agent's unconfirmed writes and releases.
+// settles the agent's unconfirmed writes and releases, and keeps the
+// cooldown's ledger.
 func (s *Store) confirmations() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.observed,
+		AddFunc: func(obj any) {
+			if name, _, ok := nameUID(obj); ok {
+				s.cool.held(name)
+			}
+			s.observed(obj)
+		},
 		UpdateFunc: func(_, obj any) { s.observed(obj) },
 		DeleteFunc: s.deleted,
 	}
@@ -211,8 +220,10 @@ func (s *Store) observed(obj any) {
 	delete(s.assumed, name)
 }
 
-// deleted forgets a release once no cache holds the name any more.
+// deleted forgets a release once no cache holds the name any more, and
+// starts the name's cooldown.
 func (s *Store) deleted(obj any) {
+	s.sawFreed(obj)
 	name, _, ok := nameUID(kube.DeletedObject(obj))
 	if !ok {
 		return
@@ -428,6 +439,11 @@ func (s *Store) Released(name string, uid types.UID) {
 		// delete: the release is of an object gone before it.
 		s.mu.Unlock()
 		return
+	}
+	if r, ok := s.getLocked(name); ok {
+		s.cool.record(name, r.Spec.Owner.UID, r.Spec.Owner.Interface)
+	} else {
+		s.cool.record(name, "", "")
 	}
 	delete(s.assumed, name)
 	s.released[name] = releasedEntry{at: time.Now(), uid: uid}

@@ -357,3 +357,77 @@ func TestDeclaredPool(t *testing.T) {
 		t.Fatalf("unknown pool: %v", err)
 	}
 }
+
+// TestCooldownGivesANewPodADifferentAddress: on a /29 with a free address,
+// a pod deleted and another created at once on the same node: the new pod
+// gets the free address, not the one just released, although the agent's
+// search meets that one first (the agent restarted after the free address
+// was released, so its search starts where the pool's first address was
+// handed out and it has no cooldown of its own for the free one). Once
+// only the released address is free, the next pod gets it: a cooling
+// address is never the reason for a "full".
+func TestCooldownGivesANewPodADifferentAddress(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	c := apiClient(t)
+	const node = "ncool"
+	agents := startAgents(t, ctx, node)
+	first := agents[node]
+	conf := netconf("cool29", first.Socket, `{"range":"10.31.0.0/29","network_name":"cool29"}`)
+
+	var pods []pod
+	var addrs []string
+	for i := 0; i < 6; i++ {
+		p := newPod(t, ctx, c, "e2e-cool", node, nil)
+		r, err := add(ctx, p, conf)
+		if err != nil {
+			t.Fatalf("ADD %d: %v", i+1, err)
+		}
+		pods, addrs = append(pods, p), append(addrs, r.IPs[0].Address.IP.String())
+	}
+	p1, last := pods[0], pods[5]
+	if err := del(ctx, last, conf); err != nil {
+		t.Fatalf("DEL %s: %v", last.name, err)
+	}
+
+	// A restarted agent: the search starts at p1's address again, and
+	// the last address was released before this agent's time.
+	first.Stop()
+	again, err := testbed.StartAgent(ctx, bins, t.TempDir(), first.Kubeconfig, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(again.Stop)
+	conf = netconf("cool29", again.Socket, `{"range":"10.31.0.0/29","network_name":"cool29"}`)
+
+	if err := del(ctx, p1, conf); err != nil {
+		t.Fatalf("DEL %s: %v", p1.name, err)
+	}
+	p2 := newPod(t, ctx, c, "e2e-cool", node, nil)
+	r, err := add(ctx, p2, conf)
+	if err != nil {
+		t.Fatalf("ADD %s at once after DEL %s: %v", p2.name, p1.name, err)
+	}
+	if got := r.IPs[0].Address.IP.String(); got != addrs[5] {
+		t.Fatalf("%s got %s, want %s, the free address other than %s's %s, just released", p2.name, got, addrs[5], p1.name, addrs[0])
+	}
+
+	p3 := newPod(t, ctx, c, "e2e-cool", node, nil)
+	r, err = add(ctx, p3, conf)
+	if err != nil {
+		t.Fatalf("ADD %s with only %s's cooling address free: %v, want that address", p3.name, p1.name, err)
+	}
+	if got := r.IPs[0].Address.IP.String(); got != addrs[0] {
+		t.Fatalf("%s got %s, want %s, the only free address", p3.name, got, addrs[0])
+	}
+	want := map[string]string{addrs[0]: p3.uid, addrs[5]: p2.uid}
+	for i := 1; i < 5; i++ {
+		want[addrs[i]] = pods[i].uid
+	}
+	held := map[string]string{}
+	for _, res := range reservationsOf(t, ctx, "cool29") {
+		held[res.Spec.Address] = res.Spec.Owner.UID
+	}
+	if fmt.Sprint(held) != fmt.Sprint(want) {
+		t.Fatalf("reservations (address -> owner UID) %v, want %v", held, want)
+	}
+}
