@@ -87,7 +87,8 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 		if off == lastFree {
 			continue
 		}
-		o := directReservation(fullPoolNetwork, space.String(), space.Range.At(off), owners[int(off)%len(owners)], "net1")
+		// Each its own interface of its owner: one attachment, one address.
+		o := directReservation(fullPoolNetwork, space.String(), space.Range.At(off), owners[int(off)%len(owners)], fmt.Sprintf("net%d", off/uint64(len(owners))))
 		objs = append(objs, o)
 		names = append(names, o.Name)
 	}
