@@ -206,11 +206,11 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 // (a reservation of an earlier attempt the caller's cache did not show):
 // then that reservation, read live. An attachment is never told a range
 // is full while it holds an address of it.
+//
+// The list's names are looked up by the owner's UID: a waiting pod holds
+// none, so "full" costs no read and no walk of the network's names.
 func (a *allocator) full(ctx context.Context, q *liveList, t Template) (*tenurev1alpha1.IPReservation, error) {
-	for name, owner := range q.held {
-		if owner != t.Owner.UID {
-			continue
-		}
+	for _, name := range q.byOwner[t.Owner.UID] {
 		if !InSpace(a.space, name) {
 			continue
 		}
@@ -378,8 +378,9 @@ func (a *allocator) firstFree(ctx context.Context, t Template, taken func(*tenur
 
 // liveList is one live list of a network: the names held then.
 type liveList struct {
-	at   time.Time
-	held map[string]string // name -> owner UID (its label)
+	at      time.Time
+	held    map[string]string   // name -> owner UID (its label)
+	byOwner map[string][]string // owner UID -> the names it holds
 
 	mu     sync.Mutex
 	inSpan map[string]uint64 // by Space.String(): held names inside it
@@ -438,7 +439,10 @@ func (f *Factory) list(ctx context.Context, network string) (q *liveList, fresh 
 		if err != nil {
 			return nil, err
 		}
-		q := &liveList{at: time.Now(), held: held}
+		q := &liveList{at: time.Now(), held: held, byOwner: make(map[string][]string)}
+		for name, owner := range held {
+			q.byOwner[owner] = append(q.byOwner[owner], name)
+		}
 		f.liveMu.Lock()
 		if f.liveLast == nil {
 			f.liveLast = map[string]*liveList{}
