@@ -236,7 +236,7 @@ func (a *allocator) full(ctx context.Context, q *liveList, t Template) (*tenurev
 // this ADD's "full" answer need not wait for), outliving the ADD.
 func (a *allocator) watchWhole(ctx context.Context) {
 	w, network := a.f.Store, a.label
-	if w.Watching("", network) {
+	if w.Watching("", network) || w.TakingInWhole(network) {
 		return
 	}
 	go func() {
@@ -259,6 +259,13 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 	block := reservation.BlockLabel(network, a.space.Kind() == tenurev1alpha1.KindDelegatedPrefix, item)
 	if w.Watching(block, network) {
 		return nil
+	}
+	if w.TakingInWhole(network) {
+		// The window is taking in the whole network (a live list found
+		// its range full): a Watch of a block would wait behind that list
+		// of every reservation, seconds on a large network. The live list
+		// answers the pass meanwhile, "full" included.
+		return errWidened
 	}
 	if *added >= maxWiden {
 		return errWidened

@@ -127,6 +127,9 @@ type Store interface {
 	// WatchedBlocks is how many blocks of the network of that label the
 	// window holds one by one (none once it holds the network whole).
 	WatchedBlocks(networkLabel string) int
+	// TakingInWhole reports whether a Watch of the whole network of that
+	// label is under way (it returns once the window holds the network).
+	TakingInWhole(networkLabel string) bool
 	// Watch makes the window hold one block of the network of that label,
 	// or the whole network when block is "", and returns once it does.
 	Watch(ctx context.Context, networkLabel, block string) error

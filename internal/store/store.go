@@ -68,6 +68,11 @@ type Store struct {
 	wanted   map[string]time.Time
 	runCtx   context.Context
 	rebuilds atomic.Int64
+	// takingInWhole counts the Watch calls of a whole network under way,
+	// by network label (TakingInWhole); wholeMu guards it, apart from
+	// winMu, which such a call holds throughout.
+	wholeMu       sync.Mutex
+	takingInWhole map[string]int
 
 	mu sync.Mutex
 	// assumed: created by us, not yet seen by the informers.
@@ -100,7 +105,7 @@ const uncertainTTL = 10 * time.Minute
 // New builds the store of node on a watching client. Call Run, then
 // WaitForSync.
 func New(c client.WithWatch, node string) *Store {
-	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]releasedEntry{}, wanted: map[string]time.Time{}}
+	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]releasedEntry{}, wanted: map[string]time.Time{}, takingInWhole: map[string]int{}}
 	s.win.Store(&window{held: &heldIndex{}, cancel: func() {}})
 	s.local = kube.NewInformer(&trackedClient{WithWatch: c, s: s}, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
 		indexAttachment: func(obj any) ([]string, error) {

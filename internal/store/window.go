@@ -82,12 +82,34 @@ func (s *Store) WatchedBlocks(networkLabel string) int {
 	return s.win.Load().blocksOf[networkLabel]
 }
 
+// TakingInWhole reports whether a Watch of the whole network of that label
+// is under way. It lists every reservation of the network and holds the
+// window's lock until its informer has them all: a large network's takes
+// seconds, and a Watch of a block meanwhile waits for it.
+func (s *Store) TakingInWhole(networkLabel string) bool {
+	s.wholeMu.Lock()
+	defer s.wholeMu.Unlock()
+	return s.takingInWhole[networkLabel] > 0
+}
+
 // Watch makes the window hold the reservations of one block of the network
 // of that label, or of the whole network when block is "", and returns
 // once it does (a list of just those, then a watch): until then the cache
 // says nothing about them. The new window keeps what was asked for in the
 // last windowKeep and drops the rest.
 func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
+	if block == "" {
+		s.wholeMu.Lock()
+		s.takingInWhole[networkLabel]++
+		s.wholeMu.Unlock()
+		defer func() {
+			s.wholeMu.Lock()
+			if s.takingInWhole[networkLabel]--; s.takingInWhole[networkLabel] == 0 {
+				delete(s.takingInWhole, networkLabel)
+			}
+			s.wholeMu.Unlock()
+		}()
+	}
 	s.winMu.Lock()
 	defer s.winMu.Unlock()
 	if s.runCtx == nil {
