@@ -80,6 +80,13 @@ type Factory struct {
 // DefaultLiveListInterval is Factory.LiveListInterval's default.
 const DefaultLiveListInterval = 5 * time.Second
 
+// WholeLiveListInterval is the least time between two live lists of a
+// network the window holds whole (when LiveListInterval is shorter): its
+// watch reports every create and delete in the network as it happens, so
+// the cache answers "full", and the list only checks now and then that
+// the window has not fallen behind.
+const WholeLiveListInterval = 30 * time.Second
+
 // DefaultSettleTimeout is Factory.SettleTimeout's default: well inside a
 // runtime's patience for one CNI call (minutes), long enough to ride out
 // an API server restart.
@@ -168,7 +175,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	// A live list tells a full range from a stale cache, and says where
 	// the free items are past the window; callers on one network share
 	// one list per LiveListInterval.
-	q, fresh, err := a.f.list(ctx, a.network)
+	q, fresh, err := a.f.list(ctx, a.network, a.f.Store.Watching("", a.label))
 	if err != nil {
 		return nil, err
 	}
@@ -416,12 +423,16 @@ func (q *liveList) heldIn(space Space) uint64 {
 }
 
 // list returns the network's live list: the last one if younger than
-// LiveListInterval (fresh false), else a new one shared by every concurrent
-// caller (fresh true).
-func (f *Factory) list(ctx context.Context, network string) (q *liveList, fresh bool, err error) {
+// LiveListInterval (WholeLiveListInterval at least when the window holds
+// the network whole) (fresh false), else a new one shared by every
+// concurrent caller (fresh true).
+func (f *Factory) list(ctx context.Context, network string, whole bool) (q *liveList, fresh bool, err error) {
 	interval := f.LiveListInterval
 	if interval <= 0 {
 		interval = DefaultLiveListInterval
+	}
+	if whole {
+		interval = max(interval, WholeLiveListInterval)
 	}
 	f.liveMu.Lock()
 	last := f.liveLast[network]

@@ -312,4 +312,17 @@ func TestAFullNetworkAnswersWhileTheWindowTakesItInWhole(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the network is not watched whole once its list went through: %v", err)
 	}
+
+	// Watched whole, the window answers "full": a live list at most once
+	// per WholeLiveListInterval, however short LiveListInterval is.
+	lists := &countingReader{Reader: mine.Live}
+	mine.Live, mine.LiveListInterval = lists, time.Nanosecond
+	for i := 0; i < 3; i++ {
+		if _, err := a.AllocateNext(ctx, owner("w3")); !errors.Is(err, allocator.ErrFull) {
+			t.Fatalf("an ADD on the network watched whole: %v, want ErrFull", err)
+		}
+	}
+	if n := lists.lists.Load(); n != 0 {
+		t.Fatalf("3 ADDs on a full network watched whole sent %d live lists, want 0 within %v of the last", n, allocator.WholeLiveListInterval)
+	}
 }
