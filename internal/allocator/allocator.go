@@ -281,8 +281,18 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 	if w.WatchedBlocks(network) >= a.wholeAfter() {
 		block = "" // the whole network
 	}
-	return w.Watch(ctx, network, block)
+	if err := w.Watch(ctx, network, block); errors.Is(err, ErrTakingInWhole) {
+		return errWidened // as above: the live list answers meanwhile
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
+
+// ErrTakingInWhole is a Store's answer to a Watch of a block whose whole
+// network it is taking in (a list of every reservation of it): the
+// allocator asks the live list rather than wait for it.
+var ErrTakingInWhole = errors.New("reservation window: taking in the whole network")
 
 // A window that needed wholeAfter blocks of one network takes in the whole
 // network instead of a next block: wholeNetworkMinBlocks, or a

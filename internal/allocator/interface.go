@@ -129,6 +129,7 @@ type Store interface {
 	WatchedBlocks(networkLabel string) int
 	// TakingInWhole reports whether a Watch of the whole network of that
 	// label is under way (it returns once the window holds the network).
+	// A Watch of a block of it then answers ErrTakingInWhole.
 	TakingInWhole(networkLabel string) bool
 	// Watch makes the window hold one block of the network of that label,
 	// or the whole network when block is "", and returns once it does.
