@@ -193,7 +193,9 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (*tenurev1alph
 	// the pass, and the Create decides.
 	if fresh || widened {
 		taken = func(obj *tenurev1alpha1.IPReservation) bool {
-			if _, ok := q.held[obj.Name]; ok {
+			// A name this node released after the list was made is free
+			// as far as the list can tell (the Create decides).
+			if _, ok := q.held[obj.Name]; ok && !a.f.Store.ReleasedSince(obj.Name, q.at) {
 				return true
 			}
 			if fresh {

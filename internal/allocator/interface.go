@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -119,6 +120,9 @@ type Store interface {
 	// Released records a delete of ours of the object of uid (empty: by
 	// name, whatever held it).
 	Released(name string, uid types.UID)
+	// ReleasedSince reports whether this node released name at t or later
+	// (a live list made at t still names it).
+	ReleasedSince(name string, t time.Time) bool
 
 	// Watching reports whether the window holds every reservation of that
 	// block or of that whole network (reservation.LabelBlock and

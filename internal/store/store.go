@@ -446,6 +446,15 @@ func (s *Store) Released(name string, uid types.UID) {
 	s.win.Load().held.apply(name, false)
 }
 
+// ReleasedSince reports whether this agent released name at t or later
+// (and has not created it since).
+func (s *Store) ReleasedSince(name string, t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.released[name]
+	return ok && !e.at.Before(t)
+}
+
 // ByAttachment returns what one attachment of this node holds.
 func (s *Store) ByAttachment(containerID, ifName string) []*tenurev1alpha1.IPReservation {
 	return s.collect(indexAttachment, reservation.AttachmentKey(containerID, ifName), false, func(r *tenurev1alpha1.IPReservation) bool {
