@@ -81,6 +81,13 @@ type Factory struct {
 // DefaultLiveListInterval is Factory.LiveListInterval's default.
 const DefaultLiveListInterval = 5 * time.Second
 
+// WholeLiveListInterval is the least time between two live lists of a
+// network the window holds whole (when LiveListInterval is shorter): its
+// watch reports every create and delete in the network as it happens, so
+// the cache answers "full", and the list only checks now and then that
+// the window has not fallen behind.
+const WholeLiveListInterval = 30 * time.Second
+
 // DefaultSettleTimeout is Factory.SettleTimeout's default: well inside a
 // runtime's patience for one CNI call (minutes), long enough to ride out
 // an API server restart.
@@ -177,7 +184,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (created *tenu
 	// A live list tells a full range from a stale cache, and says where
 	// the free items are past the window; callers on one network share
 	// one list per LiveListInterval.
-	q, fresh, lerr := a.f.list(ctx, a.network)
+	q, fresh, lerr := a.f.list(ctx, a.network, a.f.Store.Watching("", a.label))
 	if lerr != nil {
 		return nil, lerr
 	}
@@ -195,7 +202,9 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (created *tenu
 	// the pass, and the Create decides.
 	if fresh || widened {
 		taken = func(obj *tenurev1alpha1.IPReservation) bool {
-			if _, ok := q.held[obj.Name]; ok {
+			// A name this node released after the list was made is free
+			// as far as the list can tell (the Create decides).
+			if _, ok := q.held[obj.Name]; ok && !a.f.Store.ReleasedSince(obj.Name, q.at) {
 				return true
 			}
 			if fresh {
@@ -215,11 +224,11 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (created *tenu
 // (a reservation of an earlier attempt the caller's cache did not show):
 // then that reservation, read live. An attachment is never told a range
 // is full while it holds an address of it.
+//
+// The list's names are looked up by the owner's UID: a waiting pod holds
+// none, so "full" costs no read and no walk of the network's names.
 func (a *allocator) full(ctx context.Context, q *liveList, t Template) (*tenurev1alpha1.IPReservation, error) {
-	for name, owner := range q.held {
-		if owner != t.Owner.UID {
-			continue
-		}
+	for _, name := range q.byOwner[t.Owner.UID] {
 		if !InSpace(a.space, name) {
 			continue
 		}
@@ -245,7 +254,7 @@ func (a *allocator) full(ctx context.Context, q *liveList, t Template) (*tenurev
 // this ADD's "full" answer need not wait for), outliving the ADD.
 func (a *allocator) watchWhole(ctx context.Context) {
 	w, network := a.f.Store, a.label
-	if w.Watching("", network) {
+	if w.Watching("", network) || w.TakingInWhole(network) {
 		return
 	}
 	go func() {
@@ -269,6 +278,13 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 	if w.Watching(block, network) {
 		return nil
 	}
+	if w.TakingInWhole(network) {
+		// The window is taking in the whole network (a live list found
+		// its range full): a Watch of a block would wait behind that list
+		// of every reservation, seconds on a large network. The live list
+		// answers the pass meanwhile, "full" included.
+		return errWidened
+	}
 	if *added >= maxWiden {
 		return errWidened
 	}
@@ -276,8 +292,18 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 	if w.WatchedBlocks(network) >= a.wholeAfter() {
 		block = "" // the whole network
 	}
-	return w.Watch(ctx, network, block)
+	if err := w.Watch(ctx, network, block); errors.Is(err, ErrTakingInWhole) {
+		return errWidened // as above: the live list answers meanwhile
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
+
+// ErrTakingInWhole is a Store's answer to a Watch of a block whose whole
+// network it is taking in (a list of every reservation of it): the
+// allocator asks the live list rather than wait for it.
+var ErrTakingInWhole = errors.New("reservation window: taking in the whole network")
 
 // A window that needed wholeAfter blocks of one network takes in the whole
 // network instead of a next block: wholeNetworkMinBlocks, or a
@@ -417,8 +443,9 @@ func (a *allocator) try(ctx context.Context, idx uint64, item netip.Prefix, t Te
 
 // liveList is one live list of a network: the names held then.
 type liveList struct {
-	at   time.Time
-	held map[string]string // name -> owner UID (its label)
+	at      time.Time
+	held    map[string]string   // name -> owner UID (its label)
+	byOwner map[string][]string // owner UID -> the names it holds
 
 	mu     sync.Mutex
 	inSpan map[string]uint64 // by Space.String(): held names inside it
@@ -447,12 +474,16 @@ func (q *liveList) heldIn(space Space) uint64 {
 }
 
 // list returns the network's live list: the last one if younger than
-// LiveListInterval (fresh false), else a new one shared by every concurrent
-// caller (fresh true).
-func (f *Factory) list(ctx context.Context, network string) (q *liveList, fresh bool, err error) {
+// LiveListInterval (WholeLiveListInterval at least when the window holds
+// the network whole) (fresh false), else a new one shared by every
+// concurrent caller (fresh true).
+func (f *Factory) list(ctx context.Context, network string, whole bool) (q *liveList, fresh bool, err error) {
 	interval := f.LiveListInterval
 	if interval <= 0 {
 		interval = DefaultLiveListInterval
+	}
+	if whole {
+		interval = max(interval, WholeLiveListInterval)
 	}
 	f.liveMu.Lock()
 	last := f.liveLast[network]
@@ -477,7 +508,10 @@ func (f *Factory) list(ctx context.Context, network string) (q *liveList, fresh 
 		if err != nil {
 			return nil, err
 		}
-		q := &liveList{at: time.Now(), held: held}
+		q := &liveList{at: time.Now(), held: held, byOwner: make(map[string][]string)}
+		for name, owner := range held {
+			q.byOwner[owner] = append(q.byOwner[owner], name)
+		}
 		f.liveMu.Lock()
 		if f.liveLast == nil {
 			f.liveLast = map[string]*liveList{}

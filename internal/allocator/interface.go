@@ -123,6 +123,9 @@ type Store interface {
 	// Cooling reports whether name was released within the cooldown by
 	// another owner than o, and when (see store.Store.Cooling).
 	Cooling(name string, o tenurev1alpha1.ReservationOwner) (releasedAt time.Time, cooling bool)
+	// ReleasedSince reports whether this node released name at t or later
+	// (a live list made at t still names it).
+	ReleasedSince(name string, t time.Time) bool
 
 	// Watching reports whether the window holds every reservation of that
 	// block or of that whole network (reservation.LabelBlock and
@@ -131,6 +134,10 @@ type Store interface {
 	// WatchedBlocks is how many blocks of the network of that label the
 	// window holds one by one (none once it holds the network whole).
 	WatchedBlocks(networkLabel string) int
+	// TakingInWhole reports whether a Watch of the whole network of that
+	// label is under way (it returns once the window holds the network).
+	// A Watch of a block of it then answers ErrTakingInWhole.
+	TakingInWhole(networkLabel string) bool
 	// Watch makes the window hold one block of the network of that label,
 	// or the whole network when block is "", and returns once it does.
 	Watch(ctx context.Context, networkLabel, block string) error

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/watchlist"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 
@@ -198,5 +202,127 @@ func TestWindowTakesInTheWholeNetworkOnceItHasWalkedAQuarterOfTheRange(t *testin
 	}
 	if n := lists.lists.Load(); n != 0 {
 		t.Fatalf("%d live lists, want none: the walk found each free address in the window", n)
+	}
+}
+
+// wholeGate holds back the store's lists and watches of a whole network
+// (its window's informer of the network label, not the one of the
+// network's unlabelled reservations) until open is closed.
+type wholeGate struct {
+	client.WithWatch
+	open chan struct{}
+}
+
+// IsWatchListSemanticsUnSupported passes on what the wrapped client says
+// (the in-memory API cannot stream a watch's initial events).
+func (g *wholeGate) IsWatchListSemanticsUnSupported() bool {
+	return watchlist.DoesClientNotSupportWatchListSemantics(g.WithWatch)
+}
+
+func (g *wholeGate) hold(ctx context.Context, opts []client.ListOption) error {
+	var o client.ListOptions
+	o.ApplyOptions(opts)
+	if o.LabelSelector == nil {
+		return nil
+	}
+	sel := o.LabelSelector.String()
+	if !strings.Contains(sel, reservation.LabelNetwork+" in (") || strings.Contains(sel, "!"+reservation.LabelBlock) {
+		return nil
+	}
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *wholeGate) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := g.hold(ctx, opts); err != nil {
+		return err
+	}
+	return g.WithWatch.List(ctx, list, opts...)
+}
+
+func (g *wholeGate) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	if err := g.hold(ctx, opts); err != nil {
+		return nil, err
+	}
+	return g.WithWatch.Watch(ctx, list, opts...)
+}
+
+// TestAFullNetworkAnswersWhileTheWindowTakesItInWhole: once a live list
+// has found a range full, the window takes in the whole network, a list
+// of every reservation in it (seconds on a large network). An ADD that
+// comes meanwhile and reaches a block the window does not hold is
+// answered "full" from the live list; it does not wait for the window.
+func TestAFullNetworkAnswersWhileTheWindowTakesItInWhole(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const network = "alloc-taking-in"
+	label := reservation.ScopeLabel(network)
+	rng := rangeOf(t, `{"type":"tenure","range":"10.8.0.0/23"}`)
+	other, _ := newFactory(t, "n2")
+	b := other.For(network, allocator.AddressSpace{Range: rng})
+	for i := 1; i <= 510; i++ { // 10.8.0.1 to 10.8.1.254: the range, full
+		a := netip.AddrFrom4([4]byte{10, 8, byte(i / 256), byte(i % 256)})
+		if _, err := b.Allocate(ctx, netip.PrefixFrom(a, 32), ownerOn(fmt.Sprint("o", i), "n2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	gate := &wholeGate{WithWatch: testClient(t), open: make(chan struct{})}
+	opened := false
+	defer func() {
+		if !opened {
+			close(gate.open)
+		}
+	}()
+	win := store.New(gate, "n1")
+	go win.Run(ctx)
+	if err := win.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mine := &allocator.Factory{Store: win, Writer: gate.WithWatch, Live: gate.WithWatch, Node: "n1"}
+	a := mine.For(network, allocator.AddressSpace{Range: rng})
+
+	// The first ADD widens the window by 4 blocks of the 8, then a live
+	// list finds the range full: the answer, and the window starts taking
+	// in the whole network, held back here.
+	if _, err := a.AllocateNext(ctx, owner("w1")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("the first ADD on a full range: %v, want ErrFull", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return win.TakingInWhole(label), nil
+	}); err != nil {
+		t.Fatalf("a range found full must have its network taken in whole: %v", err)
+	}
+	// The next ADD walks past the window's blocks to one it does not
+	// hold, while the whole network's list is held back.
+	if _, err := a.AllocateNext(ctx, owner("w2")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("an ADD while the network is taken in whole: %v, want ErrFull", err)
+	}
+	if win.Watching("no-such-block", label) {
+		t.Fatal("the network was watched whole before its list was let through")
+	}
+	opened = true
+	close(gate.open)
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return win.Watching("no-such-block", label), nil
+	}); err != nil {
+		t.Fatalf("the network is not watched whole once its list went through: %v", err)
+	}
+
+	// Watched whole, the window answers "full": a live list at most once
+	// per WholeLiveListInterval, however short LiveListInterval is.
+	lists := &countingReader{Reader: mine.Live}
+	mine.Live, mine.LiveListInterval = lists, time.Nanosecond
+	for i := 0; i < 3; i++ {
+		if _, err := a.AllocateNext(ctx, owner("w3")); !errors.Is(err, allocator.ErrFull) {
+			t.Fatalf("an ADD on the network watched whole: %v, want ErrFull", err)
+		}
+	}
+	if n := lists.lists.Load(); n != 0 {
+		t.Fatalf("3 ADDs on a full network watched whole sent %d live lists, want 0 within %v of the last", n, allocator.WholeLiveListInterval)
 	}
 }

@@ -69,6 +69,15 @@ type Store struct {
 	wanted   map[string]time.Time
 	runCtx   context.Context
 	rebuilds atomic.Int64
+	// takingInWhole counts the Watch calls of a whole network under way,
+	// by network label (TakingInWhole), and wholeBegun is closed (and
+	// made anew) when one begins; wholeMu guards them, apart from the
+	// rebuild such a call holds throughout. rebuild (one slot) is held by
+	// the Watch that rebuilds the window.
+	wholeMu       sync.Mutex
+	takingInWhole map[string]int
+	wholeBegun    chan struct{}
+	rebuild       chan struct{}
 
 	mu sync.Mutex
 	// assumed: created by us, not yet seen by the informers.
@@ -104,7 +113,8 @@ const uncertainTTL = 10 * time.Minute
 // New builds the store of node on a watching client. Call Run, then
 // WaitForSync.
 func New(c client.WithWatch, node string) *Store {
-	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]releasedEntry{}, wanted: map[string]time.Time{}}
+	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]releasedEntry{}, wanted: map[string]time.Time{}, takingInWhole: map[string]int{},
+		wholeBegun: make(chan struct{}), rebuild: make(chan struct{}, 1)}
 	s.win.Store(&window{held: &heldIndex{}, cancel: func() {}})
 	s.local = kube.NewInformer(&trackedClient{WithWatch: c, s: s}, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
 		indexAttachment: func(obj any) ([]string, error) {
@@ -451,6 +461,15 @@ func (s *Store) Released(name string, uid types.UID) {
 	// After the unlock: a window installed meanwhile applied the assumed writes
 	// above under the lock, and this applies to it again, harmlessly.
 	s.win.Load().held.apply(name, false)
+}
+
+// ReleasedSince reports whether this agent released name at t or later
+// (and has not created it since).
+func (s *Store) ReleasedSince(name string, t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.released[name]
+	return ok && !e.at.Before(t)
 }
 
 // ByAttachment returns what one attachment of this node holds.

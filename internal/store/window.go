@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -82,12 +83,65 @@ func (s *Store) WatchedBlocks(networkLabel string) int {
 	return s.win.Load().blocksOf[networkLabel]
 }
 
+// lockRebuild takes the right to rebuild the window, which one Watch
+// holds at a time; a Watch of a block of networkLabel gives up once a
+// Watch of that whole network is under way.
+func (s *Store) lockRebuild(ctx context.Context, networkLabel, block string) error {
+	for {
+		s.wholeMu.Lock()
+		begun, taking := s.wholeBegun, s.takingInWhole[networkLabel] > 0
+		s.wholeMu.Unlock()
+		if block != "" && taking {
+			return allocator.ErrTakingInWhole
+		}
+		select {
+		case s.rebuild <- struct{}{}:
+			return nil
+		case <-begun: // a take-in of a whole network began: look again
+		case <-ctx.Done():
+			return fmt.Errorf("reservation window: %w", ctx.Err())
+		}
+	}
+}
+
+// TakingInWhole reports whether a Watch of the whole network of that label
+// is under way. It lists every reservation of the network and holds the
+// window's lock until its informer has them all: a large network's takes
+// seconds, and a Watch of a block meanwhile waits for it.
+func (s *Store) TakingInWhole(networkLabel string) bool {
+	s.wholeMu.Lock()
+	defer s.wholeMu.Unlock()
+	return s.takingInWhole[networkLabel] > 0
+}
+
 // Watch makes the window hold the reservations of one block of the network
 // of that label, or of the whole network when block is "", and returns
 // once it does (a list of just those, then a watch): until then the cache
 // says nothing about them. The new window keeps what was asked for in the
 // last windowKeep and drops the rest.
+//
+// A Watch of a block gives up with allocator.ErrTakingInWhole once a Watch
+// of its whole network is under way, rather than wait for that list of
+// every reservation.
 func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
+	if block == "" {
+		s.wholeMu.Lock()
+		s.takingInWhole[networkLabel]++
+		close(s.wholeBegun)
+		s.wholeBegun = make(chan struct{})
+		s.wholeMu.Unlock()
+		defer func() {
+			s.wholeMu.Lock()
+			if s.takingInWhole[networkLabel]--; s.takingInWhole[networkLabel] == 0 {
+				delete(s.takingInWhole, networkLabel)
+			}
+			s.wholeMu.Unlock()
+		}()
+	}
+	if err := s.lockRebuild(ctx, networkLabel, block); err != nil {
+		return err
+	}
+	defer func() { <-s.rebuild }()
 	s.winMu.Lock()
 	defer s.winMu.Unlock()
 	if s.runCtx == nil {

@@ -74,7 +74,7 @@ func (e *env) rawCreate(ctx context.Context, n, conc int) (perS float64, stats S
 		a[1] += byte(seq >> 16)
 		a[2] = byte(seq >> 8)
 		a[3] = byte(seq)
-		objs[i] = directReservation(rawNetwork, "10.192.0.0/12", netip.AddrFrom4(a), e.rawOwner)
+		objs[i] = directReservation(rawNetwork, "10.192.0.0/12", netip.AddrFrom4(a), e.rawOwner, fmt.Sprintf("net%d", seq))
 		names[i] = objs[i].Name
 	}
 	before := e.sampleCPU()

@@ -147,7 +147,7 @@ func (e *env) fillReservations(ctx context.Context, n int) ([]string, error) {
 	a := base
 	for i := range objs {
 		a = a.Next()
-		objs[i] = directReservation(ctlScaleNetwork, ctlScaleRange, a, owners[i%len(owners)])
+		objs[i] = directReservation(ctlScaleNetwork, ctlScaleRange, a, owners[i%len(owners)], "net1")
 		names[i] = objs[i].Name
 	}
 	e.logf("controller-scale: creating %d reservations (the cluster holds %d) at concurrency %d", len(objs), have, scaleFillConc)

@@ -268,7 +268,7 @@ func (e *env) fanoutFill(ctx context.Context, space allocator.AddressSpace) erro
 			continue
 		}
 		picked[off] = true
-		objs = append(objs, directReservation(fanoutNetwork, space.String(), space.Range.At(off), owners[len(objs)/e.perOwner]))
+		objs = append(objs, directReservation(fanoutNetwork, space.String(), space.Range.At(off), owners[len(objs)/e.perOwner], "net1"))
 	}
 	e.logf("fanout: creating %d reservations in %s", len(objs), space)
 	_, _, err = e.createAll(ctx, objs, 32, 0)

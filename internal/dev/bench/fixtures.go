@@ -79,13 +79,16 @@ func (e *env) ensureOwners(ctx context.Context, reservations int) ([]benchPod, e
 }
 
 // directReservation is a reservation as the agent would have made it for
-// owner, created by the bench straight through the API.
-func directReservation(network, rng string, addr netip.Addr, owner benchPod) *tenurev1alpha1.IPReservation {
+// owner's interface ifName, created by the bench straight through the
+// API. The controller's DuplicateAttachment rule takes two reservations of
+// one (sandbox, interface, range) for a lost DEL and releases all but one:
+// reservations of one range that share an owner must differ in ifName.
+func directReservation(network, rng string, addr netip.Addr, owner benchPod, ifName string) *tenurev1alpha1.IPReservation {
 	return reservation.New(reservation.Spec{
 		Network: network, Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(addr, addr.BitLen()), Range: rng, CNINetwork: network,
 		Owner: tenurev1alpha1.ReservationOwner{
 			Kind: tenurev1alpha1.OwnerPod, Namespace: owner.ns, Name: owner.name, UID: owner.uid,
-			PodName: owner.name, PodUID: owner.uid, ContainerID: owner.containerID, Interface: "net1", Node: owner.node,
+			PodName: owner.name, PodUID: owner.uid, ContainerID: owner.containerID, Interface: ifName, Node: owner.node,
 		},
 	})
 }

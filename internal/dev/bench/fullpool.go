@@ -7,7 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 )
@@ -84,7 +87,8 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 		if off == lastFree {
 			continue
 		}
-		o := directReservation(fullPoolNetwork, space.String(), space.Range.At(off), owners[int(off)%len(owners)])
+		// Each its own interface of its owner: one attachment, one address.
+		o := directReservation(fullPoolNetwork, space.String(), space.Range.At(off), owners[int(off)%len(owners)], fmt.Sprintf("net%d", off/uint64(len(owners))))
 		objs = append(objs, o)
 		names = append(names, o.Name)
 	}
@@ -106,7 +110,12 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 	if hadController {
 		e.startController(ctx)
 	}
-	if !sc.Last {
+	if sc.Last {
+		r.fill = make(map[string]types.UID, len(objs))
+		for _, o := range objs {
+			r.fill[o.Name] = o.UID
+		}
+	} else {
 		// Later scenarios get the cluster without the fill.
 		defer func() {
 			if _, err := e.deleteAll(context.WithoutCancel(ctx), names, scaleFillConc); err != nil {
@@ -134,6 +143,8 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 	type attempt struct {
 		start, end time.Time
 		ok         bool
+		full       bool // answered "range is full"
+		err        error
 		pod        int
 	}
 	var mu sync.Mutex
@@ -157,7 +168,7 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 				o := execShim(cctx, e.bins.Shim, call{pod: p, command: "ADD", conf: conf, wantIPs: 1})
 				cancel()
 				mu.Lock()
-				attempts = append(attempts, attempt{start: t, end: t.Add(o.dur), ok: o.err == nil, pod: i})
+				attempts = append(attempts, attempt{start: t, end: t.Add(o.dur), ok: o.err == nil, full: o.code == agent.CodeRangeFull, err: o.err, pod: i})
 				cpuMs = append(cpuMs, float64(o.cpu)/float64(time.Millisecond))
 				mu.Unlock()
 				if o.err == nil {
@@ -188,6 +199,7 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 
 	var failedLat []time.Duration
 	var winner *attempt
+	fullAnswers := 0
 	for i := range attempts {
 		a := &attempts[i]
 		if a.ok {
@@ -197,6 +209,11 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 			continue
 		}
 		failedLat = append(failedLat, a.end.Sub(a.start))
+		if a.full {
+			fullAnswers++
+		} else if len(r.Errors) < 5 {
+			r.Errors = append(r.Errors, a.err.Error())
+		}
 	}
 	failed := len(failedLat)
 	freedToWaiting, failedAfterDel, lostRace := -1.0, 0, 0
@@ -241,6 +258,8 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 	r.Figures = map[string]float64{
 		"pool_addresses":                  float64(space.Capacity()),
 		"failed_adds":                     float64(failed),
+		"full_answers":                    float64(fullAnswers),
+		"other_failures":                  float64(failed - fullAnswers),
 		"retries_per_s":                   round3(float64(len(attempts)) / wall.Seconds()),
 		"quorum_lists_per_s_per_network":  round3(lists / wall.Seconds()),
 		"quorum_lists":                    lists,
@@ -255,8 +274,8 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 		"lost_race_after_del":             float64(lostRace),
 		"loadavg1":                        loadAvg(),
 	}
-	r.Notes = fmt.Sprintf("%d failed ADDs (%.0f/s); quorum LISTs %.0f (%.3f/s); API req/failed ADD %.3f; agent CPU/failed ADD %.2f ms; API server CPU %.0f ms/s; freed→waiting %.3f s with %d failed ADDs in between; machine %.0f %% busy",
-		failed, float64(failed)/wall.Seconds(), lists, lists/wall.Seconds(), r.Figures["api_requests_per_failed_add"], r.Figures["failed_add_agent_cpu_ms"],
+	r.Notes = fmt.Sprintf("%d failed ADDs (%d answered full, %.0f/s); quorum LISTs %.0f (%.3f/s); API req/failed ADD %.3f; agent CPU/failed ADD %.2f ms; API server CPU %.0f ms/s; freed→waiting %.3f s with %d failed ADDs in between; machine %.0f %% busy",
+		failed, fullAnswers, float64(failed)/wall.Seconds(), lists, lists/wall.Seconds(), r.Figures["api_requests_per_failed_add"], r.Figures["failed_add_agent_cpu_ms"],
 		r.Figures["apiserver_cpu_ms_per_s"], freedToWaiting, failedAfterDel, busy)
 	e.logf("%s: %s", r.Name, r.Notes)
 	if winner != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Result is one scenario's row. These JSON names are stable, scripts
@@ -100,6 +102,9 @@ type Result struct {
 	Figures map[string]float64 `json:"figures,omitempty"`
 
 	shimCPU []float64 // per call, ms
+	// fill: the reservations a scenario made straight through the API
+	// and left in place (full-pool run last), by name to UID.
+	fill map[string]types.UID
 }
 
 // Machine describes where the run happened.

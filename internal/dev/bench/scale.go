@@ -75,7 +75,7 @@ func (e *env) scaleScenario(ctx context.Context, n int, rep *Report) ([]Result, 
 		picked[off] = true
 		v := baseU + off
 		a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-		objs = append(objs, directReservation(scaleNetwork, prefix.String(), a, owners[len(objs)/e.perOwner]))
+		objs = append(objs, directReservation(scaleNetwork, prefix.String(), a, owners[len(objs)/e.perOwner], "net1"))
 	}
 	e.logf("scale: creating %d reservations in %s (owned by %d pods) at concurrency %d", n, prefix, len(owners), scaleFillConc)
 	e.quiesce(ctx, 10*time.Second)

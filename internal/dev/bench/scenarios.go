@@ -508,7 +508,7 @@ func (e *env) usageScenario(ctx context.Context, nets *netAlloc) ([]Result, erro
 		}
 		rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 		for i, a := range cands[:fill] {
-			objs = append(objs, directReservation(network, space.String(), a, owners[i/e.perOwner]))
+			objs = append(objs, directReservation(network, space.String(), a, owners[i/e.perOwner], "net1"))
 		}
 		pools = append(pools, pool{pct: pct, network: network, conf: ipam, fill: fill, free: uint64(len(cands) - fill)})
 	}

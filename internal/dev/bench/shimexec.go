@@ -33,6 +33,7 @@ type callOutcome struct {
 	minflt int64 // minor page faults of the child
 	addrs  []string
 	err    error
+	code   uint // the CNI error code the shim printed; 0 when none
 }
 
 // execShim runs the tenure binary once, as a runtime does (the same
@@ -60,7 +61,7 @@ func execShim(ctx context.Context, shim string, c call) callOutcome {
 		var exitErr *exec.ExitError
 		var cniErr types.Error
 		if errors.As(err, &exitErr) && json.Unmarshal(stdout.Bytes(), &cniErr) == nil && cniErr.Code != 0 {
-			out.err = fmt.Errorf("%s %s: CNI error %d: %s %s", c.command, c.pod.name, cniErr.Code, cniErr.Msg, cniErr.Details)
+			out.err, out.code = fmt.Errorf("%s %s: CNI error %d: %s %s", c.command, c.pod.name, cniErr.Code, cniErr.Msg, cniErr.Details), cniErr.Code
 		} else {
 			out.err = fmt.Errorf("%s %s: shim: %v: stdout %q stderr %q", c.command, c.pod.name, err, stdout.String(), strings.TrimSpace(stderr.String()))
 		}
