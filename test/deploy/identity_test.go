@@ -134,14 +134,19 @@ func serviceAccountWithRole(t *testing.T, ctx context.Context, c client.Client, 
 	}
 }
 
-// podOn creates a pod bound to node in namespace, removed at cleanup.
-func podOn(t *testing.T, ctx context.Context, c client.Client, namespace, name, node string, annotations map[string]string) *corev1.Pod {
+// podOn creates a pod of service account sa ("" for none) bound to node in
+// namespace, removed at cleanup.
+func podOn(t *testing.T, ctx context.Context, c client.Client, namespace, name, node, sa string, annotations map[string]string) *corev1.Pod {
 	t.Helper()
 	if err := testbed.EnsureNamespace(ctx, c, namespace); err != nil {
 		t.Fatal(err)
 	}
-	p, err := testbed.CreatePod(ctx, c, namespace, name, node, annotations)
-	if err != nil {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: sa,
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if err := c.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = testbed.ForceDeletePod(context.Background(), c, namespace, name) })
@@ -174,14 +179,17 @@ func TestTheControllersTokenCannotSwitchItsWebhookOff(t *testing.T) {
 
 	ctrl := tokenClient(t, ctx, namespace, controllerSA, nil)
 	patch := func(change func(*admissionregistrationv1.ValidatingWebhookConfiguration), opts ...client.PatchOption) error {
-		return onFreshRead(ctx, ctrl, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhookConfigName}},
-			change, func(ctx context.Context, o *admissionregistrationv1.ValidatingWebhookConfiguration) error {
-				// What the controller sends: a merge patch with the
-				// resourceVersion (internal/admission/certs.go).
-				orig := o.DeepCopy()
-				change(o)
-				return ctrl.Patch(ctx, o, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), opts...)
-			})
+		// What the controller sends: a merge patch of a fresh read, with
+		// its resourceVersion (internal/admission/certs.go).
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			o := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := ctrl.Get(ctx, client.ObjectKey{Name: webhookConfigName}, o); err != nil {
+				return err
+			}
+			orig := o.DeepCopy()
+			change(o)
+			return ctrl.Patch(ctx, o, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), opts...)
+		})
 	}
 	ignore := func(o *admissionregistrationv1.ValidatingWebhookConfiguration) {
 		o.Webhooks[0].FailurePolicy = new(admissionregistrationv1.Ignore)
@@ -364,8 +372,8 @@ func TestTheKubeletCannotRewriteItsPodsNetworks(t *testing.T) {
 		t.Fatal(err)
 	}
 	networks := `[{"name":"vm-net","interface":"pod16367aacb67","ipam-claim-reference":"vm-a.vm-net"}]`
-	victim := podOn(t, ctx, c, ns, "virt-launcher-vm-a", nodeA, map[string]string{networksKey: networks})
-	plain := podOn(t, ctx, c, ns, "plain", nodeA, nil)
+	victim := podOn(t, ctx, c, ns, "virt-launcher-vm-a", nodeA, "", map[string]string{networksKey: networks})
+	plain := podOn(t, ctx, c, ns, "plain", nodeA, "", nil)
 
 	kubeletCS, err := testbed.KubeletClientset(cptest.Current(), nodeA)
 	if err != nil {
@@ -402,7 +410,7 @@ func TestTheKubeletCannotRewriteItsPodsNetworks(t *testing.T) {
 	serviceAccountWithRole(t, ctx, c, "kube-system", "multus", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods", "pods/status"}, Verbs: []string{"get", "list", "update", "watch"}},
 	})
-	multusPod := podOn(t, ctx, c, "kube-system", "kube-multus-ds-a", nodeA, nil)
+	multusPod := podOn(t, ctx, c, "kube-system", "kube-multus-ds-a", nodeA, "multus", nil)
 	multus := tokenClient(t, ctx, "kube-system", "multus", multusPod)
 	wantRefused(t, "Multus' token on node A naming another claim in a pod's networks", onFreshRead(ctx, multus, victim.DeepCopy(),
 		claimOther, func(ctx context.Context, p *corev1.Pod) error { return multus.Update(ctx, p) }), podNetworksPolicy, "pod-networks-immutable")
@@ -462,7 +470,7 @@ func TestOnlyTenureAndClaimWritersWriteClaims(t *testing.T) {
 		{APIGroups: []string{"ipam.tenure.dev"}, Resources: []string{"ipreservations", "ipreservations/status"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	})
-	multus := tokenClient(t, ctx, "kube-system", "multus-writer", podOn(t, ctx, c, "kube-system", "kube-multus-ds-writer", nodeA, nil))
+	multus := tokenClient(t, ctx, "kube-system", "multus-writer", podOn(t, ctx, c, "kube-system", "kube-multus-ds-writer", nodeA, "multus-writer", nil))
 
 	newClaim := func(name string) *ipamclaimsv1alpha1.IPAMClaim {
 		return &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -505,7 +513,7 @@ func TestOnlyTenureAndClaimWritersWriteClaims(t *testing.T) {
 		{APIGroups: []string{"k8s.cni.cncf.io"}, Resources: []string{"ipamclaims"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	})
 	ipamExt := tokenClient(t, ctx, "kubevirt-ipam-controller-system", "kubevirt-ipam-controller-manager",
-		podOn(t, ctx, c, "kubevirt-ipam-controller-system", "kubevirt-ipam-controller-manager-0", nodeA, nil))
+		podOn(t, ctx, c, "kubevirt-ipam-controller-system", "kubevirt-ipam-controller-manager-0", nodeA, "kubevirt-ipam-controller-manager", nil))
 	made := newClaim("vm-c.vm-net")
 	made.Finalizers = []string{"kubevirt.io/persistent-ipam"}
 	if err := ipamExt.Create(ctx, made); err != nil {
