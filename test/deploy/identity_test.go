@@ -669,3 +669,38 @@ func localOverlay(t *testing.T) []*unstructured.Unstructured {
 	}
 	return objs
 }
+
+// TestChartIdentityWriterLists: the chart's nodeRestriction.claimWriters
+// and podNetworksWriters become the first variable of their policies, a
+// CEL list the API server accepts; a value that is not a list is refused
+// naming it.
+func TestChartIdentityWriterLists(t *testing.T) {
+	writeChartCRDs(t)
+	ctx := testContext(t, time.Minute)
+	c := adminClient(t)
+	got := byKey(helmTemplateStdin(t, `
+nodeRestriction:
+  claimWriters: [system:serviceaccount:ovn-kubernetes:ovnkube-cluster-manager, "system:serviceaccount:vm-ops:it's"]
+  podNetworksWriters: []
+`))
+	for name, want := range map[string]string{
+		writersPolicy:     `["system:serviceaccount:ovn-kubernetes:ovnkube-cluster-manager","system:serviceaccount:vm-ops:it's"]`,
+		podNetworksPolicy: `[]`,
+	} {
+		u := got["admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy "+name]
+		if u == nil {
+			t.Fatalf("the chart renders no ValidatingAdmissionPolicy %s", name)
+		}
+		vap := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, u)
+		if v := vap.Spec.Variables[0]; v.Expression != want {
+			t.Errorf("%s: first variable %s = %s, want %s", name, v.Name, v.Expression, want)
+		}
+		if err := c.Create(ctx, vap, client.DryRunAll); err != nil {
+			t.Errorf("%s as rendered: %v", name, err)
+		}
+	}
+	_, stderr, err := helm(t, "template", "tenure", "charts/tenure", "--set", "nodeRestriction.claimWriters=system:serviceaccount:x:y")
+	if err == nil || !strings.Contains(stderr, "nodeRestriction.claimWriters: want a list of user names") {
+		t.Errorf("claimWriters as a string: %v\n%s", err, stderr)
+	}
+}
