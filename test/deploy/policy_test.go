@@ -663,6 +663,9 @@ func TestRBACAuthorizer(t *testing.T) {
 			cluster([]string{"update", "delete"}, "", "nodes"),
 			inNamespace(namespace, cluster([]string{"get", "update"}, "coordination.k8s.io", "leases")),
 			cluster([]string{"create", "update"}, "rbac.authorization.k8s.io", "clusterrolebindings"),
+			cluster([]string{"update", "patch", "delete"}, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+			cluster([]string{"update", "patch", "delete"}, "admissionregistration.k8s.io", "validatingadmissionpolicies"),
+			cluster([]string{"update", "patch", "delete"}, "admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
 		),
 	}, {
 		sa: controllerSA,
