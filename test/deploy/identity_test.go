@@ -695,6 +695,8 @@ nodeRestriction:
 		if v := vap.Spec.Variables[0]; v.Expression != want {
 			t.Errorf("%s: first variable %s = %s, want %s", name, v.Name, v.Expression, want)
 		}
+		// Under a name of its own: deploy/'s may be in force already.
+		vap.Name += "-rendered"
 		if err := c.Create(ctx, vap, client.DryRunAll); err != nil {
 			t.Errorf("%s as rendered: %v", name, err)
 		}
