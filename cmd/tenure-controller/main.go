@@ -1,6 +1,6 @@
 // Command tenure-controller gives back what leaked and never what is live:
 // it releases IPReservations whose owner is gone (pod deleted or replaced,
-// an earlier sandbox of a pod, terminating pods of a lost node, IPAMClaims
+// an earlier sandbox of a pod, terminating pods of a fenced node, IPAMClaims
 // deleted), deletes sticky StatefulSet claims whose StatefulSet is gone or
 // was scaled below their ordinal for --sticky-release-after, writes pool usage to IPPool status, and exports Events and
 // Prometheus metrics. Replicas elect a leader with a coordination.k8s.io
@@ -28,6 +28,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -65,6 +66,7 @@ type flags struct {
 	retryPeriod        time.Duration
 	sweepInterval      time.Duration
 	nodeGrace          time.Duration
+	releaseUnfenced    bool
 	stickyReleaseAfter time.Duration
 	poolStatusInterval time.Duration
 	workers            int
@@ -92,7 +94,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up (and exits)")
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between lease acquire/renew attempts")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", 10*time.Minute, "interval between full sweeps over every reservation (the backstop of the watch-driven release)")
-	fs.DurationVar(&f.nodeGrace, "node-grace-period", 5*time.Minute, "how long a node must be NotReady before its terminating or finished pods lose their addresses")
+	fs.BoolVar(&f.releaseUnfenced, "release-unfenced", false, "release the addresses of terminating or finished pods on a node NotReady for --node-grace-period that is not fenced; off, they wait for the node to be tainted node.kubernetes.io/out-of-service or deleted (a partitioned node still runs its pods: two hosts may answer for one address)")
+	fs.DurationVar(&f.nodeGrace, "node-grace-period", 5*time.Minute, "with --release-unfenced: how long a node must be NotReady before its terminating or finished pods lose their addresses")
 	fs.DurationVar(&f.stickyReleaseAfter, "sticky-release-after", controller.DefaultStickyReleaseAfter, "how long a sticky StatefulSet pod's ordinal must stay outside its StatefulSet's (scaled below it), with no pod of its name, before its IPAMClaim and addresses are released")
 	fs.DurationVar(&f.poolStatusInterval, "pool-status-interval", 5*time.Second, "at most one IPPool status write per pool per interval")
 	fs.IntVar(&f.workers, "workers", 8, "reservations reconciled concurrently")
@@ -149,6 +152,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error(fmt.Sprintf("--node-grace-period must not be negative, got %s", f.nodeGrace))
 		return 2
 	}
+	if !f.releaseUnfenced {
+		fs.Visit(func(fl *flag.Flag) {
+			if fl.Name == "node-grace-period" {
+				log.Warn("--node-grace-period has no effect without --release-unfenced: the addresses of terminating pods on a NotReady node wait for the node to be fenced (tainted " +
+					corev1.TaintNodeOutOfService + ", or deleted)")
+			}
+		})
+	}
 	if f.workers < 1 {
 		log.Error(fmt.Sprintf("--workers must be at least 1, got %d", f.workers))
 		return 2
@@ -174,7 +185,7 @@ func once(ctx context.Context, cfg *rest.Config, f flags, stdout io.Writer, log 
 		return 1
 	}
 	rel := &controller.Releaser{Live: c, Writer: c, DryRun: f.dryRun, Log: log}
-	rel.Policy.NodeGracePeriod = f.nodeGrace
+	rel.Policy.NodeGracePeriod, rel.Policy.ReleaseUnfenced = f.nodeGrace, f.releaseUnfenced
 	if !f.dryRun {
 		rel.Events = &controller.SyncEventRecorder{Client: c, Log: log}
 	}
@@ -218,7 +229,7 @@ func serve(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) int
 	}
 	defer shutdownEvents()
 	o := controller.Options{
-		NodeGracePeriod: f.nodeGrace, SweepInterval: f.sweepInterval, PoolStatusInterval: f.poolStatusInterval,
+		ReleaseUnfenced: f.releaseUnfenced, NodeGracePeriod: f.nodeGrace, SweepInterval: f.sweepInterval, PoolStatusInterval: f.poolStatusInterval,
 		StickyReleaseAfter: f.stickyReleaseAfter, Workers: f.workers, Events: events, Logger: log,
 	}
 	if f.leaderElect {

@@ -28,11 +28,13 @@ func TestRun(t *testing.T) {
 		kc + "--pool-status-interval -1s": {2, "--pool-status-interval must be positive, got -1s"},
 		kc + "--node-grace-period -5m":    {2, "--node-grace-period must not be negative, got -5m0s"},
 		kc + "--workers 0":                {2, "--workers must be at least 1, got 0"},
-		kc + "--leader-election-lease-duration -15s": {2, "--leader-election-lease-duration must be positive, got -15s"},
-		kc + "--leader-election-renew-deadline 0s":   {2, "--leader-election-renew-deadline must be positive, got 0s"},
-		kc + "--leader-election-retry-period -2s":    {2, "--leader-election-retry-period must be positive, got -2s"},
-		kc + "--sticky-release-after 0s":             {2, "--sticky-release-after must be positive"},
-		kc + "--once":                                {1, "loading API client config"},
+		kc + "--leader-election-lease-duration -15s":            {2, "--leader-election-lease-duration must be positive, got -15s"},
+		kc + "--leader-election-renew-deadline 0s":              {2, "--leader-election-renew-deadline must be positive, got 0s"},
+		kc + "--leader-election-retry-period -2s":               {2, "--leader-election-retry-period must be positive, got -2s"},
+		kc + "--sticky-release-after 0s":                        {2, "--sticky-release-after must be positive"},
+		kc + "--once":                                           {1, "loading API client config"},
+		kc + "--node-grace-period 1m --once":                    {1, "--node-grace-period has no effect without --release-unfenced"},
+		kc + "--release-unfenced --node-grace-period 1m --once": {1, "loading API client config"},
 	}
 	for line, w := range want {
 		var stdout, stderr bytes.Buffer

@@ -92,11 +92,7 @@ func demoOnNode(ctx context.Context, e *env, image string) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, cp.Stop()) }()
-	// The controller releases a lost node's addresses after 5 s here, not
-	// the shipped 5 min, so that the demo can show it.
-	node, err := localnode.Start(ctx, cp, localnode.Options{
-		Dir: filepath.Join(dir, "node"), Image: image, Mutate: localnode.ControllerNodeGrace(5 * time.Second),
-	})
+	node, err := localnode.Start(ctx, cp, localnode.Options{Dir: filepath.Join(dir, "node"), Image: image})
 	if err != nil {
 		return err
 	}

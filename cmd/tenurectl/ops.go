@@ -93,13 +93,21 @@ func (oc *opsCommand) command(e *env) *cobra.Command {
 
 // The flags of release and check.
 type releaseFlags struct {
-	network     string
-	force       bool
-	gracePeriod time.Duration
+	network string
+	force   bool
+	policyFlags
 }
 
-func gracePeriodFlag(fs *pflag.FlagSet, d *time.Duration) {
-	nonNegativeDuration(fs, d, "node-grace-period", ops.DefaultNodeGracePeriod, "tenure-controller's --node-grace-period: how long a node is NotReady before its terminating pods count as gone")
+// policyFlags are the controller's flags that decide when an owner is
+// gone.
+type policyFlags struct {
+	releaseUnfenced bool
+	gracePeriod     time.Duration
+}
+
+func (p *policyFlags) add(fs *pflag.FlagSet) {
+	fs.BoolVar(&p.releaseUnfenced, "release-unfenced", false, "tenure-controller's --release-unfenced: the terminating pods of a node NotReady for --node-grace-period count as gone though the node is not fenced")
+	nonNegativeDuration(fs, &p.gracePeriod, "node-grace-period", ops.DefaultNodeGracePeriod, "tenure-controller's --node-grace-period: with --release-unfenced, how long a node is NotReady before its terminating pods count as gone")
 }
 
 // opsCommands are the operator commands but import.
@@ -152,22 +160,22 @@ func opsCommands(e *env) []*cobra.Command {
 				f := &releaseFlags{}
 				fs.StringVar(&f.network, "network", "", "the network (allocation scope) holding it, when several do")
 				fs.BoolVar(&f.force, "force", false, "release it even though its owner is alive")
-				gracePeriodFlag(fs, &f.gracePeriod)
+				f.add(fs)
 				return f
 			},
 			run: func(ctx context.Context, st *opsState, args []string) (report, error) {
 				f := st.own.(*releaseFlags)
 				return call(st, func(c *ops.Client) (report, error) {
-					return c.Release(ctx, args[0], ops.ReleaseOptions{Network: f.network, Force: f.force, NodeGracePeriod: f.gracePeriod})
+					return c.Release(ctx, args[0], ops.ReleaseOptions{Network: f.network, Force: f.force, ReleaseUnfenced: f.releaseUnfenced, NodeGracePeriod: f.gracePeriod})
 				})
 			},
 		},
 		{
 			use: "check", summary: "check every reservation, claim, pod and node; exit 1 on problems",
 			flags: func(fs *pflag.FlagSet) any {
-				d := new(time.Duration)
-				gracePeriodFlag(fs, d)
-				return d
+				f := &policyFlags{}
+				f.add(fs)
+				return f
 			},
 			run: runCheck,
 		},
@@ -220,7 +228,8 @@ func runCheck(ctx context.Context, st *opsState, _ []string) (report, error) {
 		c.Progress = func(what string, n int) { fmt.Fprintf(f, "\r\033[Kreading %s: %d", what, n) }
 		clear = func() { fmt.Fprint(f, "\r\033[K") }
 	}
-	rep, err := c.Check(ctx, ops.CheckOptions{NodeGracePeriod: *st.own.(*time.Duration)})
+	f := st.own.(*policyFlags)
+	rep, err := c.Check(ctx, ops.CheckOptions{ReleaseUnfenced: f.releaseUnfenced, NodeGracePeriod: f.gracePeriod})
 	clear()
 	if err != nil {
 		fmt.Fprintf(st.e.stderr, "tenurectl check: %v\n", err)

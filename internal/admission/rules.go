@@ -37,6 +37,8 @@ const (
 	RuleClaimStatusOwnerPod   = "claim-status-owner-pod-local"
 	RuleClaimStatusOwnerPodVM = "claim-status-owner-pod-vm-node"
 	RuleClaimStatusItemsOwned = "claim-status-items-owned"
+	RuleClaimStatusAppendOnly = "claim-status-append-only"
+	RuleClaimStatusOnePerSlot = "claim-status-one-per-slot"
 	RuleClaimCreateSticky     = "claim-create-sticky"
 	RuleEventSubject          = "event-subject"
 	RuleUnjudged              = "admission-unjudged"
@@ -58,16 +60,23 @@ func deny(rule, format string, args ...any) Verdict {
 	return Verdict{Rule: rule, Message: "[" + rule + "] " + fmt.Sprintf(format, args...)}
 }
 
-// Presents reports whether pod presents claim: the pod is in the claim's
-// namespace, not finished, and either an element of its
-// k8s.v1.cni.cncf.io/networks annotation has ipam-claim-reference = the
-// claim's name, or the claim is the sticky StatefulSet claim of the pod
-// (labelled sticky, annotated with the pod's name, named as
-// claims.StickyClaimName names it for its interface, and the pod is that
-// StatefulSet's).
-func Presents(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
-	if pod == nil || claim == nil || pod.Namespace != claim.Namespace ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+// Presents reports whether pod presents claim: the pod names it, either
+// by an element of its k8s.v1.cni.cncf.io/networks annotation whose
+// ipam-claim-reference is the claim's name, or because the claim is the
+// sticky StatefulSet claim of the pod (labelled sticky, annotated with the
+// pod's name, named as claims.StickyClaimName names it for its interface,
+// and the pod is that StatefulSet's); and claims.MayPresent lets it: no
+// mirror pod, no pod being deleted or finished, and for a KubeVirt VM's
+// claim only a pod its VirtualMachineInstance
+// names as its own (vmis finds it; nil where the API serves no VMIs).
+func Presents(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) bool {
+	return pod != nil && claim != nil && names(pod, claim) && claims.MayPresent(pod, claim, vmis) == nil
+}
+
+// names reports whether pod names claim (Presents), whatever its kind or
+// state.
+func names(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
+	if pod.Namespace != claim.Namespace {
 		return false
 	}
 	// A claim's name (a DNS subdomain) needs no escaping in JSON: an
@@ -91,16 +100,36 @@ func Presents(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) bool {
 }
 
 // presenters are the pods of node (pods: those the caller's node runs)
-// that present claim, by name.
-func presenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) []string {
+// that present claim, by name (vmis: as Presents takes it).
+func presenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) []string {
 	var out []string
 	for i := range pods {
-		if pods[i].Spec.NodeName == node && Presents(&pods[i], claim) {
+		if pods[i].Spec.NodeName == node && Presents(&pods[i], claim, vmis) {
 			out = append(out, pods[i].Name)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// refusedPresenters says, for the pods of node that name claim but do not
+// present it, why not: what a refusal adds so that it names the cause.
+func refusedPresenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) string {
+	var why []string
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName != node || !names(p, claim) {
+			continue
+		}
+		if err := claims.MayPresent(p, claim, vmis); err != nil {
+			why = append(why, err.Error())
+		}
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	slices.Sort(why)
+	return " (" + strings.Join(why, "; ") + ")"
 }
 
 // ReservationCreate judges the creation of r by the agent of node. A
@@ -111,8 +140,9 @@ func presenters(node string, pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMCl
 // owner-UID label, by which the agent and controller find a claim's
 // reservations, must be spec.owner.uid (deploy/policy checks it too, and
 // is all that judges a pod's reservation: deploy/webhook does not send
-// those).
-func ReservationCreate(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod) Verdict {
+// those). vmis finds the VirtualMachineInstance of a KubeVirt VM's claim
+// (Presents).
+func ReservationCreate(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmis kubevirt.Lookup) Verdict {
 	o := r.Spec.Owner
 	if got := r.Labels[reservation.LabelOwnerUID]; got != o.UID {
 		return deny(RuleReservationOwnerLabel, "reservation %s has label %s=%q but spec.owner.uid %q", r.Name, reservation.LabelOwnerUID, got, o.UID)
@@ -120,25 +150,25 @@ func ReservationCreate(node string, r *tenurev1alpha1.IPReservation, claim *ipam
 	if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
 		return Allow()
 	}
-	if v := claimPresentedBy(node, o, claim, pods, RuleReservationClaim); !v.Allowed {
+	if v := claimPresentedBy(node, o, claim, pods, vmis, RuleReservationClaim); !v.Allowed {
 		return v
 	}
-	if !slices.Contains(presenters(node, pods, claim), o.PodName) {
-		return deny(RuleReservationClaim, "reservation %s for IPAMClaim %s/%s names spec.owner.podName %q, which is no pod of node %s presenting that claim (presenting it there: %s)",
-			r.Name, o.Namespace, o.Name, o.PodName, node, list(presenters(node, pods, claim)))
+	if local := presenters(node, pods, claim, vmis); !slices.Contains(local, o.PodName) {
+		return deny(RuleReservationClaim, "reservation %s for IPAMClaim %s/%s names spec.owner.podName %q, which is no pod of node %s presenting that claim (presenting it there: %s)%s",
+			r.Name, o.Namespace, o.Name, o.PodName, node, list(local), refusedPresenters(node, pods, claim, vmis))
 	}
 	return Allow()
 }
 
-func claimPresentedBy(node string, o tenurev1alpha1.ReservationOwner, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, rule string) Verdict {
+func claimPresentedBy(node string, o tenurev1alpha1.ReservationOwner, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmis kubevirt.Lookup, rule string) Verdict {
 	if claim == nil {
 		return deny(rule, "IPAMClaim %s/%s of the reservation does not exist", o.Namespace, o.Name)
 	}
 	if string(claim.UID) != o.UID {
 		return deny(rule, "the reservation names IPAMClaim %s/%s with UID %s, but that claim has UID %s", o.Namespace, o.Name, o.UID, claim.UID)
 	}
-	if len(presenters(node, pods, claim)) == 0 {
-		return deny(rule, "no pod of node %s presents IPAMClaim %s/%s", node, o.Namespace, o.Name)
+	if len(presenters(node, pods, claim, vmis)) == 0 {
+		return deny(rule, "no pod of node %s presents IPAMClaim %s/%s%s", node, o.Namespace, o.Name, refusedPresenters(node, pods, claim, vmis))
 	}
 	return Allow()
 }
@@ -148,8 +178,8 @@ func claimPresentedBy(node string, o tenurev1alpha1.ReservationOwner, claim *ipa
 // (node label and owner node). A claim's reservations are the controller's
 // to release, except the rollback of a losing concurrent ADD: an item made
 // on node that the claim's status does not record, while a pod of node
-// presents the claim.
-func ReservationDelete(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod) Verdict {
+// presents the claim (vmis: as ReservationCreate takes it).
+func ReservationDelete(node string, r *tenurev1alpha1.IPReservation, claim *ipamclaimsv1alpha1.IPAMClaim, pods []corev1.Pod, vmis kubevirt.Lookup) Verdict {
 	o := r.Spec.Owner
 	if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
 		return Allow()
@@ -157,7 +187,7 @@ func ReservationDelete(node string, r *tenurev1alpha1.IPReservation, claim *ipam
 	if o.Node != node {
 		return deny(RuleReservationRollback, "reservation %s of IPAMClaim %s/%s was made on node %s: only the controller releases it", r.Name, o.Namespace, o.Name, orNone(o.Node))
 	}
-	if v := claimPresentedBy(node, o, claim, pods, RuleReservationRollback); !v.Allowed {
+	if v := claimPresentedBy(node, o, claim, pods, vmis, RuleReservationRollback); !v.Allowed {
 		return v
 	}
 	item, err := reservation.ParseItem(r.Spec.Address)
@@ -201,26 +231,38 @@ type ClaimStatus struct {
 	// ownerPod where the API serves VMIs and one runs on a node (VMOf);
 	// nil otherwise.
 	VMI *kubevirt.VMI
+	// VMIs finds the VirtualMachineInstance of a KubeVirt VM's claim,
+	// which decides which pods present it (Presents); nil where the API
+	// serves no VMIs.
+	VMIs kubevirt.Lookup
 }
 
 // ClaimStatusUpdate judges a status update of a claim (old: stored, new:
-// sent) by the agent of node. Some pod of node must present the claim. A
-// changed status.ownerPod must name one of them, and where KubeVirt's VMI
+// sent) by the agent of node. Some pod of node must present the claim
+// (Presents). status.ips and status.delegatedPrefixes are append-only by
+// position, with at most one item per slot (appendOnly): what every node
+// serves and routes first stays first, and no item a node adds makes a
+// slot ambiguous for the ADDs of another. A changed status.ownerPod must
+// name a pod of node that presents the claim, and where KubeVirt's VMI
 // says where the VM runs, a recorded ownerPod moves only to that node's
 // pod. Addresses and prefixes may only be added when a reservation owned
 // by the claim holds them. (What must never be dropped or changed is the
-// CEL policy's.)
+// CEL policy's as well.)
 func ClaimStatusUpdate(node string, old, new *ipamclaimsv1alpha1.IPAMClaim, f ClaimStatus) Verdict {
 	key := claims.Key(new)
-	local := presenters(node, f.Pods, new)
+	local := presenters(node, f.Pods, new, f.VMIs)
 	if len(local) == 0 {
-		return deny(RuleClaimStatusPresented, "no pod of node %s presents IPAMClaim %s: its agent may not write that claim's status", node, key)
+		return deny(RuleClaimStatusPresented, "no pod of node %s presents IPAMClaim %s: its agent may not write that claim's status%s",
+			node, key, refusedPresenters(node, f.Pods, new, f.VMIs))
+	}
+	if v := appendOnly(old, new); !v.Allowed {
+		return v
 	}
 	oldOwner, newOwner := ownerPod(old), ownerPod(new)
 	if newOwner != oldOwner && newOwner != "" {
 		if !slices.Contains(local, newOwner) {
-			return deny(RuleClaimStatusOwnerPod, "status.ownerPod of IPAMClaim %s may only name a pod of node %s presenting it (%s), not %q",
-				key, node, list(local), newOwner)
+			return deny(RuleClaimStatusOwnerPod, "status.ownerPod of IPAMClaim %s may only name a pod of node %s presenting it (%s), not %q%s",
+				key, node, list(local), newOwner, refusedPresenters(node, f.Pods, new, f.VMIs))
 		}
 		if oldOwner != "" && f.VMI != nil && f.VMI.Node() != node {
 			return deny(RuleClaimStatusOwnerPodVM, "IPAMClaim %s: VirtualMachineInstance %s/%s runs on node %s, so only that node's agent moves status.ownerPod (from %s)",
@@ -247,6 +289,62 @@ func ClaimStatusUpdate(node string, old, new *ipamclaimsv1alpha1.IPAMClaim, f Cl
 			key, new.UID, strings.Join(unowned, ", "))
 	}
 	return Allow()
+}
+
+// appendOnly judges the lists of a claim's status: new's status.ips and
+// status.delegatedPrefixes start with old's, item by item, and each item
+// new appends fills a slot neither old nor an earlier appended item
+// fills: one address per family (a configuration has at most one range of
+// each), one delegated prefix (a claim is bound to one interface, which
+// has one delegation pool). A slot old already holds twice is left as it
+// is: the rule judges what a write adds.
+func appendOnly(old, new *ipamclaimsv1alpha1.IPAMClaim) Verdict {
+	key := claims.Key(new)
+	for _, l := range []struct {
+		field    string
+		old, new []string
+		slot     func(string) (string, bool)
+	}{
+		{"status.ips", old.Status.IPs, new.Status.IPs, addressSlot},
+		{"status.delegatedPrefixes", old.Status.DelegatedPrefixes, new.Status.DelegatedPrefixes, func(string) (string, bool) { return "the delegated prefix", true }},
+	} {
+		for i, o := range l.old {
+			switch {
+			case i >= len(l.new):
+				return deny(RuleClaimStatusAppendOnly, "IPAMClaim %s: %s drops %s (item %d): its items are only ever appended", key, l.field, o, i)
+			case l.new[i] != o:
+				return deny(RuleClaimStatusAppendOnly, "IPAMClaim %s: %s has %s as item %d, where it records %s: its items are only ever appended, never reordered, prepended or changed", key, l.field, l.new[i], i, o)
+			}
+		}
+		for i := len(l.old); i < len(l.new); i++ {
+			slot, ok := l.slot(l.new[i])
+			if !ok {
+				continue // unparsable: claim-status-items-owned names it
+			}
+			for j := 0; j < i; j++ {
+				if other, ok := l.slot(l.new[j]); ok && other == slot {
+					return deny(RuleClaimStatusOnePerSlot, "IPAMClaim %s: %s item %d, %s, is a second item of %s after %s: a claim records one item per slot", key, l.field, i, l.new[i], slot, l.new[j])
+				}
+			}
+		}
+	}
+	return Allow()
+}
+
+// addressSlot is the slot of an item of status.ips (CIDR form, or a bare
+// address): its family.
+func addressSlot(item string) (string, bool) {
+	a, err := netip.ParseAddr(item)
+	if p, perr := netip.ParsePrefix(item); perr == nil {
+		a, err = p.Addr(), nil
+	}
+	switch {
+	case err != nil:
+		return "", false
+	case a.Is4():
+		return "IPv4", true
+	}
+	return "IPv6", true
 }
 
 // added are the addresses and prefixes the status of new records that
@@ -358,6 +456,9 @@ type EventSubject struct {
 	Pod     *corev1.Pod
 	Claim   *ipamclaimsv1alpha1.IPAMClaim
 	Pods    []corev1.Pod
+	// VMIs finds the VirtualMachineInstance of a KubeVirt VM's claim
+	// (Presents); nil where the API serves no VMIs.
+	VMIs kubevirt.Lookup
 }
 
 // EventWrite judges an Event created or patched by the agent of node: it
@@ -373,7 +474,7 @@ func EventWrite(node string, subjects ...EventSubject) Verdict {
 				return deny(RuleEventSubject, "the agent of node %s records Events only about pods of its node and the claims they present; %s is no pod of node %s", node, what, node)
 			}
 		case s.Kind == "IPAMClaim" && strings.HasPrefix(s.APIVersion, ipamclaimsv1alpha1.GroupVersion.Group+"/"):
-			if e.Claim == nil || (s.UID != "" && s.UID != string(e.Claim.UID)) || len(presenters(node, e.Pods, e.Claim)) == 0 {
+			if e.Claim == nil || (s.UID != "" && s.UID != string(e.Claim.UID)) || len(presenters(node, e.Pods, e.Claim, e.VMIs)) == 0 {
 				return deny(RuleEventSubject, "the agent of node %s records Events only about pods of its node and the claims they present; no pod of node %s presents %s", node, node, what)
 			}
 		default:

@@ -32,6 +32,15 @@ func claimObj(name string, status ...string) *ipamclaimsv1alpha1.IPAMClaim {
 	return c
 }
 
+// kubeVirtClaim is a claim as KubeVirt's ipam-extensions makes it for VM
+// name: owned by the VM, labelled with it.
+func kubeVirtClaim(name string) *ipamclaimsv1alpha1.IPAMClaim {
+	c := claimObj(name)
+	c.Labels = map[string]string{claims.LabelKubeVirtVM: name}
+	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: name, UID: "uid-vm-" + types.UID(name)}}
+	return c
+}
+
 func withOwner(c *ipamclaimsv1alpha1.IPAMClaim, pod string) *ipamclaimsv1alpha1.IPAMClaim {
 	c = c.DeepCopy()
 	c.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod}
@@ -86,23 +95,45 @@ func TestPresents(t *testing.T) {
 	done.Status.Phase = corev1.PodSucceeded
 	other := podOn("x", "a", "vm")
 	other.Namespace = "elsewhere"
+	mirror := podOn("static", "a", "vm")
+	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "hash"
+	nodeOwned := podOn("static2", "a", "vm")
+	nodeOwned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "a", UID: "uid-node-a"}}
+	deleting := podOn("going", "a", "vm")
+	deleting.DeletionTimestamp = &metav1.Time{}
+	kv := kubeVirtClaim("kv")
+	active, target, stray := podOn("launcher-a", "a", "kv"), podOn("launcher-b", "b", "kv"), podOn("stray-a", "a", "kv")
+	vmi := &kubevirt.VMI{Namespace: ns, Name: "kv", NodeName: "a", ActivePods: map[string]string{string(active.UID): "a"},
+		Migration: &kubevirt.Migration{SourceNode: "a", SourcePod: "launcher-a", TargetNode: "b", TargetPod: "launcher-b"}}
+	targetElsewhere := podOn("launcher-b", "c", "kv")
+	otherVMI := &kubevirt.VMI{Namespace: ns, Name: "kv2", ActivePods: vmi.ActivePods}
 	for _, tc := range []struct {
 		name  string
 		pod   corev1.Pod
 		claim *ipamclaimsv1alpha1.IPAMClaim
+		vmi   *kubevirt.VMI
 		want  bool
 	}{
-		{"network element names the claim", podOn("p", "a", "vm"), vm, true},
-		{"element names another claim", podOn("p", "a", "other"), vm, false},
-		{"no networks annotation", podOn("p", "a", ""), vm, false},
-		{"finished pod", done, vm, false},
-		{"pod of another namespace", other, vm, false},
-		{"the sticky claim's StatefulSet pod", stsPod("web-0", "a", "web"), sticky, true},
-		{"a pod of that name of another StatefulSet", stsPod("web-0", "a", "webx"), sticky, false},
-		{"another pod of the StatefulSet", stsPod("web-1", "a", "web"), sticky, false},
-		{"the pod's name without a StatefulSet", podOn("web-0", "a", ""), sticky, false},
+		{"network element names the claim", podOn("p", "a", "vm"), vm, nil, true},
+		{"a mirror pod (annotation) naming the claim", mirror, vm, nil, false},
+		{"a mirror pod (owned by its Node) naming the claim", nodeOwned, vm, nil, false},
+		{"a pod being deleted", deleting, vm, nil, false},
+		{"the VMI's active pod", active, kv, vmi, true},
+		{"the VMI's migration target pod", target, kv, vmi, true},
+		{"a pod the VMI does not name", stray, kv, vmi, false},
+		{"the target pod's name on another node than the migration's target", targetElsewhere, kv, vmi, false},
+		{"the VM's claim while its VMI does not exist", active, kv, nil, false},
+		{"another VMI naming the pod", active, kv, otherVMI, false},
+		{"element names another claim", podOn("p", "a", "other"), vm, nil, false},
+		{"no networks annotation", podOn("p", "a", ""), vm, nil, false},
+		{"finished pod", done, vm, nil, false},
+		{"pod of another namespace", other, vm, nil, false},
+		{"the sticky claim's StatefulSet pod", stsPod("web-0", "a", "web"), sticky, nil, true},
+		{"a pod of that name of another StatefulSet", stsPod("web-0", "a", "webx"), sticky, nil, false},
+		{"another pod of the StatefulSet", stsPod("web-1", "a", "web"), sticky, nil, false},
+		{"the pod's name without a StatefulSet", podOn("web-0", "a", ""), sticky, nil, false},
 	} {
-		if got := Presents(&tc.pod, tc.claim); got != tc.want {
+		if got := Presents(&tc.pod, tc.claim, claims.LookupOf(tc.vmi)); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -129,9 +160,18 @@ func TestReservationCreate(t *testing.T) {
 		{"a claim's name with another UID", res("10.0.0.2/32", "a", vm, "launcher-a"), forged, RuleReservationClaim},
 		{"owner-uid label not the owner's", badLabel, nil, RuleReservationOwnerLabel},
 	} {
-		check(t, tc.name, ReservationCreate("a", tc.r, tc.claim, pods), tc.rule)
+		check(t, tc.name, ReservationCreate("a", tc.r, tc.claim, pods, claims.LookupOf(nil)), tc.rule)
 	}
-	check(t, "a claim no pod of the node presents", ReservationCreate("c", res("10.0.0.2/32", "c", vm, "launcher-a"), vm, pods), RuleReservationClaim)
+	check(t, "a claim no pod of the node presents", ReservationCreate("c", res("10.0.0.2/32", "c", vm, "launcher-a"), vm, pods, claims.LookupOf(nil)), RuleReservationClaim)
+	mirror := podOn("static-a", "a", "vm")
+	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "hash"
+	check(t, "for a claim a mirror pod names", ReservationCreate("a", res("10.0.0.2/32", "a", vm, "static-a"), vm, []corev1.Pod{mirror}, nil), RuleReservationClaim)
+	kv := kubeVirtClaim("kv")
+	kvPods := []corev1.Pod{podOn("launcher-a", "a", "kv"), podOn("stray-a", "a", "kv")}
+	vmi := &kubevirt.VMI{Namespace: ns, Name: "kv", NodeName: "a", ActivePods: map[string]string{"uid-launcher-a": "a"}}
+	check(t, "for a VM's claim, by the VMI's pod", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "launcher-a"), kv, kvPods, claims.LookupOf(vmi)), "")
+	check(t, "for a VM's claim, by a pod the VMI does not name", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "stray-a"), kv, kvPods, claims.LookupOf(vmi)), RuleReservationClaim)
+	check(t, "for a VM's claim whose VMI does not exist", ReservationCreate("a", res("10.0.0.2/32", "a", kv, "launcher-a"), kv, kvPods, claims.LookupOf(nil)), RuleReservationClaim)
 }
 
 func TestReservationDelete(t *testing.T) {
@@ -152,7 +192,7 @@ func TestReservationDelete(t *testing.T) {
 		{"no pod of the node presents the claim any more", "c", res("10.0.0.3/32", "c", vm, "launcher-a"), vm, RuleReservationRollback},
 		{"the claim is gone (the controller releases)", "a", res("10.0.0.3/32", "a", vm, "launcher-a"), nil, RuleReservationRollback},
 	} {
-		check(t, tc.name, ReservationDelete(tc.node, tc.r, tc.claim, pods), tc.rule)
+		check(t, tc.name, ReservationDelete(tc.node, tc.r, tc.claim, pods, claims.LookupOf(nil)), tc.rule)
 	}
 }
 
@@ -191,6 +231,67 @@ func TestClaimStatusUpdate(t *testing.T) {
 		{"another local presenter", "a", filled, withOwner(filled, "launcher-a2"), owned, vmiOnA, ""},
 	} {
 		check(t, tc.name, ClaimStatusUpdate(tc.node, tc.old, tc.new, ClaimStatus{Pods: pods, Owned: tc.owned, VMI: tc.vmi}), tc.rule)
+	}
+}
+
+func TestClaimStatusIsAppendOnlyByPosition(t *testing.T) {
+	pods := []corev1.Pod{podOn("launcher-a", "a", "vm")}
+	owned := []tenurev1alpha1.IPReservation{}
+	claim := func(ips, prefixes []string) *ipamclaimsv1alpha1.IPAMClaim {
+		c := withOwner(claimObj("vm"), "launcher-a")
+		c.Status.IPs, c.Status.DelegatedPrefixes = ips, prefixes
+		return c
+	}
+	for _, item := range []string{"10.0.0.2/32", "10.0.0.3/32", "fd00::5/128", "fd00::6/128", "fd00:1::/56", "fd00:2::/56"} {
+		owned = append(owned, *res(item, "a", claimObj("vm"), "launcher-a"))
+	}
+	v4, v4b, v6, v6b := "10.0.0.2/24", "10.0.0.3/24", "fd00::5/64", "fd00::6/64"
+	p1, p2 := "fd00:1::/56", "fd00:2::/56"
+	for _, tc := range []struct {
+		name     string
+		old, new *ipamclaimsv1alpha1.IPAMClaim
+		rule     string
+	}{
+		{"the first ADD records both families and the prefix", claim(nil, nil), claim([]string{v4, v6}, []string{p1}), ""},
+		{"a grown configuration appends the other family", claim([]string{v4}, nil), claim([]string{v4, v6}, nil), ""},
+		{"a grown configuration appends the prefix", claim([]string{v4}, nil), claim([]string{v4}, []string{p1}), ""},
+		{"nothing changes but the condition", claim([]string{v4, v6}, []string{p1}), claim([]string{v4, v6}, []string{p1}), ""},
+		{"reorder ips", claim([]string{v4, v6}, nil), claim([]string{v6, v4}, nil), RuleClaimStatusAppendOnly},
+		{"prepend to ips", claim([]string{v6}, nil), claim([]string{v4, v6}, nil), RuleClaimStatusAppendOnly},
+		{"remove from ips", claim([]string{v4, v6}, nil), claim([]string{v4}, nil), RuleClaimStatusAppendOnly},
+		{"replace an address", claim([]string{v4}, nil), claim([]string{v4b}, nil), RuleClaimStatusAppendOnly},
+		{"the same address in another prefix length", claim([]string{v4}, nil), claim([]string{"10.0.0.2/32"}, nil), RuleClaimStatusAppendOnly},
+		{"prepend a delegated prefix", claim(nil, []string{p1}), claim(nil, []string{p2, p1}), RuleClaimStatusAppendOnly},
+		{"remove the delegated prefix", claim(nil, []string{p1}), claim(nil, nil), RuleClaimStatusAppendOnly},
+		{"a second IPv4 address appended", claim([]string{v4}, nil), claim([]string{v4, v4b}, nil), RuleClaimStatusOnePerSlot},
+		{"a second IPv6 address appended", claim([]string{v4, v6}, nil), claim([]string{v4, v6, v6b}, nil), RuleClaimStatusOnePerSlot},
+		{"two IPv4 addresses at once", claim(nil, nil), claim([]string{v4, v4b}, nil), RuleClaimStatusOnePerSlot},
+		{"a second delegated prefix", claim(nil, []string{p1}), claim(nil, []string{p1, p2}), RuleClaimStatusOnePerSlot},
+	} {
+		check(t, tc.name, ClaimStatusUpdate("a", tc.old, tc.new, ClaimStatus{Pods: pods, Owned: owned}), tc.rule)
+	}
+}
+
+func TestAMirrorPodPresentsNoClaimToTheWebhook(t *testing.T) {
+	filled := withOwner(claimObj("vm", "10.0.0.2/24"), "launcher-b")
+	mirror := podOn("static-a", "a", "vm")
+	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "hash"
+	owned := []tenurev1alpha1.IPReservation{*res("10.0.0.2/32", "b", claimObj("vm"), "launcher-b"), *res("10.0.0.7/32", "a", claimObj("vm"), "static-a")}
+	for _, tc := range []struct {
+		name string
+		pods []corev1.Pod
+		new  *ipamclaimsv1alpha1.IPAMClaim
+		rule string
+	}{
+		{"ownerPod moved to the mirror pod", []corev1.Pod{mirror}, withOwner(filled, "static-a"), RuleClaimStatusPresented},
+		{"ownerPod moved to the mirror pod beside a real presenter", []corev1.Pod{mirror, podOn("launcher-a", "a", "vm")}, withOwner(filled, "static-a"), RuleClaimStatusOwnerPod},
+		{"an address appended for the mirror pod", []corev1.Pod{mirror}, withOwner(claimObj("vm", "10.0.0.2/24", "fd00::7/64"), "launcher-b"), RuleClaimStatusPresented},
+	} {
+		v := ClaimStatusUpdate("a", filled, tc.new, ClaimStatus{Pods: tc.pods, Owned: owned})
+		check(t, tc.name, v, tc.rule)
+		if !v.Allowed && tc.rule == RuleClaimStatusPresented && !strings.Contains(v.Message, "mirror pod") {
+			t.Errorf("%s: %q does not say the pod is a mirror pod", tc.name, v.Message)
+		}
 	}
 }
 

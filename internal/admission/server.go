@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -147,21 +148,25 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 			return Verdict{}, fmt.Errorf("decoding the reservation: %w", err)
 		}
 		o := r.Spec.Owner
-		decide := func(pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) Verdict {
+		decide := func(pods []corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis kubevirt.Lookup) Verdict {
 			if op == admissionv1.Create {
-				return ReservationCreate(node, r, claim, pods)
+				return ReservationCreate(node, r, claim, pods, vmis)
 			}
-			return ReservationDelete(node, r, claim, pods)
+			return ReservationDelete(node, r, claim, pods, vmis)
 		}
 		if o.Kind != tenurev1alpha1.OwnerIPAMClaim {
-			return decide(nil, nil), nil
+			return decide(nil, nil, nil), nil
 		}
 		claim, err := h.claim(ctx, o.Namespace, o.Name)
 		if err != nil {
 			return Verdict{}, err
 		}
+		vmis, err := h.claimVMIs(ctx, claim)
+		if err != nil {
+			return Verdict{}, err
+		}
 		return h.namedPodsFirst(ctx, o.Namespace, node, []string{o.PodName}, func(pods []corev1.Pod) (Verdict, error) {
-			return decide(pods, claim), nil
+			return decide(pods, claim, vmis), nil
 		})
 
 	case res.Group == ipamclaimsv1alpha1.GroupVersion.Group && res.Resource == "ipamclaims" && req.SubResource == "" && op == admissionv1.Create:
@@ -207,8 +212,12 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 				named = append(named, o.PodName)
 			}
 		}
+		vmis, err := h.claimVMIs(ctx, c)
+		if err != nil {
+			return Verdict{}, err
+		}
 		return h.namedPodsFirst(ctx, c.Namespace, node, named, func(pods []corev1.Pod) (Verdict, error) {
-			f := ClaimStatus{Pods: pods, Owned: owned}
+			f := ClaimStatus{Pods: pods, Owned: owned, VMIs: vmis}
 			if from, to := ownerPod(old), ownerPod(c); from != "" && to != "" && from != to {
 				var err error
 				if f.VMI, err = h.vmiOf(ctx, c, to, f.Pods); err != nil {
@@ -242,6 +251,11 @@ func (h *Handler) judge(ctx context.Context, node string, req *admissionv1.Admis
 				}
 				if e.Pods, err = h.podsOn(ctx, s.Namespace, node); err != nil {
 					return Verdict{}, err
+				}
+				if e.Claim != nil {
+					if e.VMIs, err = h.claimVMIs(ctx, e.Claim); err != nil {
+						return Verdict{}, err
+					}
 				}
 			}
 			subjects = append(subjects, e)
@@ -354,6 +368,55 @@ func (h *Handler) ownedBy(ctx context.Context, uid string) ([]tenurev1alpha1.IPR
 		return nil, fmt.Errorf("listing the reservations of owner %s: %w", uid, err)
 	}
 	return l.Items, nil
+}
+
+// claimVMIs finds the VirtualMachineInstance of a KubeVirt VM's claim
+// (claims.KubeVirtVMI), read once from the API server: a Lookup that
+// finds it, or nothing where it does not exist; nil where the API serves
+// no VMIs. For a claim of no VM it finds nothing (and is not asked).
+func (h *Handler) claimVMIs(ctx context.Context, c *ipamclaimsv1alpha1.IPAMClaim) (kubevirt.Lookup, error) {
+	if c == nil {
+		return claims.LookupOf(nil), nil
+	}
+	name, ok := claims.KubeVirtVMI(c)
+	if !ok {
+		return claims.LookupOf(nil), nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(kubevirt.VMIKind)
+	err := h.Reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, u)
+	switch {
+	case meta.IsNoMatchError(err) || resourceNotServed(err):
+		return nil, nil
+	case apierrors.IsNotFound(err):
+		return claims.LookupOf(nil), nil
+	case err != nil:
+		return nil, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", c.Namespace, name, err)
+	}
+	v := kubevirt.FromUnstructured(u)
+	return claims.LookupOf(&v), nil
+}
+
+// resourceNotServed tells the API server's 404 for a resource it does not
+// serve (a CRD deleted after the client's REST mapper learnt it) from its
+// 404 for an object that does not exist: the latter is a Status naming
+// the object; the former is no Status at all (client-go then records the
+// body as an unexpected server response) or one that names nothing.
+func resourceNotServed(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	if d == nil || d.Name == "" {
+		return true
+	}
+	for _, c := range d.Causes {
+		if c.Type == metav1.CauseTypeUnexpectedServerResponse {
+			return true
+		}
+	}
+	return false
 }
 
 // vmiOf is the VMI behind claim c and its new ownerPod (a pod of pods),

@@ -13,8 +13,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -198,5 +200,30 @@ func TestNamedPodsAreReadBeforeTheNodesPods(t *testing.T) {
 				t.Errorf("the refusal names no presenting pods of the node: %s", v.Message)
 			}
 		})
+	}
+}
+
+// TestResourceNotServed: the API server's 404 for an object names it; its
+// 404 for a resource it does not serve (a VMI CRD deleted after the REST
+// mapper learnt it) names nothing, and then no VMI decides a claim.
+func TestResourceNotServed(t *testing.T) {
+	gr := schema.GroupResource{Group: "kubevirt.io", Resource: "virtualmachineinstances"}
+	unserved := &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound,
+		Reason: metav1.StatusReasonNotFound, Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the VMI does not exist", apierrors.NewNotFound(gr, "vm1"), false},
+		{"the resource is not served", unserved, true},
+		{"the resource is not served: no Status in the answer", apierrors.NewGenericServerResponse(http.StatusNotFound, "get", gr, "vm1", "404 page not found", 0, true), true},
+		{"the resource is not served, no details", &apierrors.StatusError{ErrStatus: metav1.Status{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound}}, true},
+		{"another error", apierrors.NewForbidden(gr, "vm1", fmt.Errorf("no")), false},
+		{"no error", nil, false},
+	} {
+		if got := resourceNotServed(tc.err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -68,6 +68,9 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		if claim.Spec.Network != at.cfg.Name {
 			return codedf(types.ErrInvalidNetworkConfig, nil, "IPAMClaim %s has spec.network %q but the CNI network is %q", claims.Key(claim), claim.Spec.Network, at.cfg.Name)
 		}
+		if err := a.mayPresent(ctx, at.pod, claim); err != nil {
+			return err
+		}
 		rec, bad := claims.ParseStatus(claim.Status)
 		if len(bad) > 0 {
 			return codedf(CodeClaimMismatch, nil, "IPAMClaim %s: unparsable %s", claims.Key(claim), strings.Join(bad, ", "))
@@ -94,6 +97,37 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		return nil, codedf(types.ErrTryAgainLater, err, "IPAMClaim %s/%s: too many concurrent updates", ns, at.sel.Claim)
 	}
 	return held, err
+}
+
+// mayPresent refuses the ADD of a pod that names claim but may not present
+// it (claims.MayPresent), with an error naming the pod, the claim and why:
+// what a node can write itself (a mirror pod, a pod of its own it keeps
+// after deletion) is no evidence that a workload uses a claim, and for a
+// KubeVirt VM's claim only the pods its VMI names are. The VMI cache may
+// be behind virt-controller's write of status.activePods: before refusing
+// on the VMI, the API server's VMI decides.
+func (a *Agent) mayPresent(ctx context.Context, pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	lookup := a.vmiLookup()
+	err := claims.MayPresent(pod, claim, lookup)
+	var pe *claims.PresentError
+	if err == nil || !errors.As(err, &pe) {
+		return err
+	}
+	byVMI := func() bool { return pe.Reason == claims.RefusedNoVMI || pe.Reason == claims.RefusedNotVMIsPod }
+	if byVMI() && lookup != nil {
+		var readErr error
+		err = claims.MayPresent(pod, claim, kubevirt.LiveLookup(ctx, a.client, &readErr))
+		if readErr != nil {
+			return readErr
+		}
+		if err == nil || !errors.As(err, &pe) {
+			return err
+		}
+	}
+	if byVMI() {
+		return codedf(types.ErrTryAgainLater, nil, "%v", err)
+	}
+	return codedf(CodeNotPresented, nil, "%v", err)
 }
 
 // claimUpdateBackoff spaces the re-reads of a claim whose status update
@@ -206,21 +240,79 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		*mine = append(*mine, r)
 		held = append(held, heldSlot{s, r})
 	}
-	var outside []string
+	var unserved []claimItem
 	for _, p := range rec.Addresses {
-		if !used[netip.PrefixFrom(p.Addr(), p.Addr().BitLen())] {
-			outside = append(outside, p.String())
+		if item := netip.PrefixFrom(p.Addr(), p.Addr().BitLen()); !used[item] {
+			unserved = append(unserved, describeItem(p.String(), item, ss, wants))
 		}
 	}
 	for _, p := range rec.Prefixes {
 		if !used[p] {
-			outside = append(outside, p.String())
+			unserved = append(unserved, describeItem(p.String(), p, ss, wants))
 		}
 	}
-	if len(outside) > 0 {
-		return nil, false, &outsideRangeError{claim: claims.Key(claim), items: outside}
+	if len(unserved) > 0 {
+		a.whoMade(ctx, claim, unserved)
+		return nil, false, &outsideRangeError{claim: claims.Key(claim), items: unserved}
 	}
 	return held, fresh, nil
+}
+
+// claimItem is an item a claim's status records that its ADD cannot
+// serve, and who made it.
+type claimItem struct {
+	// item is as the status records it; addr the item as a reservation
+	// holds it (an address as a single-address prefix).
+	item string
+	addr netip.Prefix
+	// slot is the configuration's range (or delegation pool) it lies in
+	// and first that slot's item the ADD serves, for a second item of a
+	// slot; both "" for an item outside every range.
+	slot, first string
+	// reservation is the reservation of the claim that holds it, with its
+	// spec.owner's node and pod; "" when none does.
+	reservation, node, pod string
+}
+
+// describeItem places item (recorded as recorded) among the slots ss,
+// whose recorded items are wants.
+func describeItem(recorded string, item netip.Prefix, ss []slot, wants [][]netip.Prefix) claimItem {
+	c := claimItem{item: recorded, addr: item}
+	for i, s := range ss {
+		if len(wants[i]) > 0 && s.space.Contains(item) {
+			c.slot, c.first = s.space.String(), wants[i][0].String()
+		}
+	}
+	return c
+}
+
+// whoMade fills in, for each item, the claim's reservation that holds it
+// and the node and pod its spec.owner names: the node whose agent wrote
+// the item into the claim. The agent's cache holds other nodes'
+// reservations as names only; those are read in full. Best effort: the
+// ADD fails either way, and an item no reservation holds says so.
+func (a *Agent) whoMade(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, items []claimItem) {
+	owned, err := a.store.HeldBy(ctx, string(claim.UID))
+	if err != nil {
+		a.log.Info("cannot list the claim's reservations to name who made its items", "claim", claims.Key(claim), "err", err)
+		return
+	}
+	for i := range items {
+		for _, r := range owned {
+			p, err := reservation.ParseItem(r.Spec.Address)
+			if err != nil || p != items[i].addr {
+				continue
+			}
+			if r.Spec.Owner.Node == "" {
+				full := &tenurev1alpha1.IPReservation{}
+				if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: r.Name}, full); err == nil {
+					r = full
+				}
+			}
+			items[i].reservation, items[i].node, items[i].pod = r.Name, r.Spec.Owner.Node, r.Spec.Owner.PodName
+			break
+		}
+	}
 }
 
 // recordedIn is what the claim's status records in slot s.
@@ -242,13 +334,37 @@ func recordedIn(s slot, rec claims.Recorded) []netip.Prefix {
 	return want
 }
 
+// outsideRangeError is an ADD of a claim whose status records items the
+// ADD cannot serve: outside every range of the configuration, or a second
+// item of one slot. It names each, the reservation that holds it and the
+// node that made it, since that node's agent wrote it into the claim.
 type outsideRangeError struct {
 	claim string
-	items []string
+	items []claimItem
 }
 
 func (e *outsideRangeError) Error() string {
-	return fmt.Sprintf("IPAMClaim %s records %s outside every range of the current configuration; it is not re-allocated", e.claim, strings.Join(e.items, ", "))
+	var parts []string
+	for _, c := range e.items {
+		what := c.item + " outside every range of the current configuration"
+		if c.slot != "" {
+			what = fmt.Sprintf("%s, a second item of the slot %s after %s", c.item, c.slot, c.first)
+		}
+		if c.reservation == "" {
+			what += " (no reservation of the claim holds it)"
+		} else {
+			what += fmt.Sprintf(" (reservation %s, made on node %s for pod %s)", c.reservation, orUnknown(c.node), orUnknown(c.pod))
+		}
+		parts = append(parts, what)
+	}
+	return fmt.Sprintf("IPAMClaim %s records %s; nothing is re-allocated", e.claim, strings.Join(parts, "; "))
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
 }
 
 // recordClaim writes status.ips, status.delegatedPrefixes, ownerPod and the
@@ -267,10 +383,13 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 			prefixes = append(prefixes, p.String())
 		}
 	}
-	changed := fresh || !slices.Equal(claim.Status.IPs, ips) || !slices.Equal(claim.Status.DelegatedPrefixes, prefixes)
-	if fresh {
-		claim.Status.IPs, claim.Status.DelegatedPrefixes = ips, prefixes
-	}
+	// The lists are append-only by position (the webhook's
+	// claim-status-append-only): an item held here that the status does
+	// not record goes after the recorded ones, which keep their places.
+	newIPs := appendUnrecorded(claim.Status.IPs, ips, func(x, y netip.Prefix) bool { return x.Addr() == y.Addr() })
+	newPrefixes := appendUnrecorded(claim.Status.DelegatedPrefixes, prefixes, func(x, y netip.Prefix) bool { return x == y })
+	changed := fresh || !slices.Equal(claim.Status.IPs, newIPs) || !slices.Equal(claim.Status.DelegatedPrefixes, newPrefixes)
+	claim.Status.IPs, claim.Status.DelegatedPrefixes = newIPs, newPrefixes
 	if claim.Status.IPs == nil {
 		claim.Status.IPs = []string{}
 	}
@@ -307,6 +426,39 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 	}
 	a.checkPrefixRecord(ctx, claim, sent, recordedBefore, warnings)
 	return nil
+}
+
+// appendUnrecorded is recorded with each item of held that no item of
+// recorded matches (same) appended, in held's order. An item of recorded
+// that does not parse matches nothing and stays where it is.
+func appendUnrecorded(recorded, held []string, same func(x, y netip.Prefix) bool) []string {
+	out := slices.Clone(recorded)
+	for _, h := range held {
+		hp, err := netip.ParsePrefix(h)
+		if err != nil {
+			continue
+		}
+		if !slices.ContainsFunc(out, func(r string) bool {
+			rp, err := parseStatusItem(r)
+			return err == nil && same(rp, hp)
+		}) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// parseStatusItem reads an item of a claim's status: CIDR form, or a bare
+// address.
+func parseStatusItem(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // reportClaimFailure sets the condition and an Event; best effort, the ADD

@@ -172,6 +172,10 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 	if a.arrivals.deletedAfter(attachmentKey(req), arrivalOf(ctx)) {
 		return nil, codedf(types.ErrTryAgainLater, nil, "ADD of container %s interface %s abandoned: a DEL of the attachment arrived after it and has run", req.ContainerID, req.IfName)
 	}
+	if err := a.dataplane.Learn(at); err != nil {
+		a.recordAddFailure(at, err)
+		return nil, err
+	}
 	if at.sel.Claim == "" {
 		if at.sel.Claim, err = a.stickyClaim(ctx, at, true); err != nil {
 			return nil, err

@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"net/netip"
 	"slices"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -42,7 +45,7 @@ func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
 	m := newAgentMetrics()
 	svc, err := dataplane.New(dataplane.Options{
 		Source: informerSource{a}, Netns: opts.Netns, StateFile: opts.StateFile, Resync: opts.Resync,
-		Observer: m, Logger: a.log,
+		Observer: m, Logger: a.log, OnConflict: a.recordMACConflict,
 	})
 	if err != nil {
 		return nil, err
@@ -53,22 +56,69 @@ func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
 	return &agentDataplane{svc: svc, metrics: m, trigger: svc.Trigger}, nil
 }
 
-// Attached is called after every successful ADD: the network's dhcpv6
-// settings are learnt from its IPAM config (a change recomputes the
-// bindings), and on a network served the bindings are recomputed. On any
-// other network an ADD changes no binding: a storm of ADDs there costs
-// the dataplane nothing.
+// EventMACConflict is the reason of the Warning Event recorded on each pod
+// of a MAC conflict (dataplane.MACConflict): two bindings of this node hold
+// one MAC on one DHCPv6 interface, and neither is served.
+const EventMACConflict = "DHCPv6MACConflict"
+
+// recordMACConflict records a MAC conflict on each pod that holds one of
+// its bindings: the pods are this node's, which the agent may write Events
+// about.
+func (a *Agent) recordMACConflict(c dataplane.MACConflict) {
+	if a.recorder == nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, h := range c.Holders {
+		if seen[h.Pod] {
+			continue
+		}
+		seen[h.Pod] = true
+		obj, ok, _ := a.pods.GetIndexer().GetByKey(h.Pod)
+		if !ok {
+			continue
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			a.recorder.Eventf(pod, corev1.EventTypeWarning, EventMACConflict, "%s: none of them is served DHCPv6 or routed by node %s until only one holds it", c, a.node)
+		}
+	}
+}
+
+// Learn records, before an ADD allocates, the dhcpv6 settings the
+// attachment's NetworkAttachmentDefinition (the network-selection element
+// Multus delegated it for) gives its CNI network, keyed by that NAD, so a
+// NAD of another namespace cannot change what this one serves. It refuses
+// the ADD, naming both NADs and the setting, when another NAD of the same
+// namespace in use on this node defines the same CNI network otherwise. An
+// attachment without an element (a default network) has no NAD to key by,
+// and no binding is made from it either.
+func (d *agentDataplane) Learn(at *attachment) error {
+	e := at.sel.Element
+	if e == nil {
+		return nil
+	}
+	if err := d.svc.Learn(e.Namespace+"/"+e.Name, at.cfg.Name, withLinkInfo(at.cfg, at.req.StdinData)); err != nil {
+		return codedf(types.ErrInvalidNetworkConfig, nil, "%v", err)
+	}
+	return nil
+}
+
+// Attached is called after every successful ADD: on a network served the
+// bindings are recomputed. On any other network an ADD changes no binding:
+// a storm of ADDs there costs the dataplane nothing.
 func (d *agentDataplane) Attached(cfg *config.Config) {
-	d.svc.Learn(cfg.Name, withLinkInfo(cfg))
 	if d.svc.Serves(cfg.Name) {
 		d.trigger()
 	}
 }
 
 // withLinkInfo returns the network's dhcpv6 settings with what its Router
-// Advertisements tell the guests: the IPv6 subnets of its ranges (on-link
-// prefixes) and its IPv6 gateway.
-func withLinkInfo(cfg *config.Config) *config.DHCPv6 {
+// Advertisements tell the guests (the IPv6 subnets of its ranges, its IPv6
+// gateway) and the node-side interface its main plugin plugs the
+// attachment into: a bridge plugin's (or OVS's) "bridge", else a macvlan,
+// ipvlan or vlan plugin's "master", read from the network config the
+// runtime passed (netconf).
+func withLinkInfo(cfg *config.Config, netconf []byte) *config.DHCPv6 {
 	if cfg.DHCPv6 == nil {
 		return nil
 	}
@@ -83,6 +133,14 @@ func withLinkInfo(cfg *config.Config) *config.DHCPv6 {
 	if cfg.Gateway.Is6() && !cfg.Gateway.Is4In6() {
 		d.Gateway = cfg.Gateway
 	}
+	var link struct {
+		Bridge string `json:"bridge"`
+		Master string `json:"master"`
+	}
+	// The config parsed already (config.Parse); a main plugin's keys of
+	// another type simply name no link.
+	_ = json.Unmarshal(netconf, &link)
+	d.Link = cmp.Or(link.Bridge, link.Master)
 	return &d
 }
 

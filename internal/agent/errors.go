@@ -21,6 +21,12 @@ const (
 	// CodeClaimMismatch: the IPAMClaim's recorded state does not fit this
 	// network, or contradicts the address runtimeConfig.ips asks for.
 	CodeClaimMismatch uint = 102
+	// CodeNotPresented: the pod names an IPAMClaim it may not present
+	// (claims.MayPresent): a mirror pod, a pod being deleted or finished.
+	// The message names the pod, the claim and the reason. A KubeVirt
+	// VM's pod its VMI does not name yet gets 11 instead: virt-controller
+	// lists it when it next syncs the VMI.
+	CodeNotPresented uint = 103
 )
 
 // cniError is an error with the CNI code it should be reported with.

@@ -27,6 +27,9 @@ type agentMetrics struct {
 	routeChanges       *prometheus.CounterVec
 	switchovers        *prometheus.CounterVec
 	switchoverGap      prometheus.Histogram
+	// macConflicts is the number of MACs two or more bindings of this node
+	// hold on one DHCPv6 interface (none of them is served).
+	macConflicts prometheus.Gauge
 	// cniRequests and cniDuration count and time every CNI call answered on
 	// the socket, from the first byte read to the reply written.
 	cniRequests *prometheus.CounterVec
@@ -80,6 +83,11 @@ func newAgentMetrics() *agentMetrics {
 				"else endTimestamp; one-second resolution as KubeVirt writes them) to the VM's prefix route installed on this node.",
 			Buckets: []float64{0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30},
 		}),
+		macConflicts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tenure_dhcpv6_mac_conflicts",
+			Help: "MACs that two or more DHCPv6 bindings of this node (claims, or pods with a delegated prefix) hold on one interface: " +
+				"none of those bindings is served until one of them goes (an Event on each pod names them).",
+		}),
 	}
 	m.cniRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_cni_requests_total",
@@ -99,7 +107,7 @@ func newAgentMetrics() *agentMetrics {
 	// A full range is visible at zero from the start, so that the first
 	// refused ADD is an increase (a series appearing at 1 is none).
 	m.cniRequests.WithLabelValues("ADD", strconv.FormatUint(uint64(CodeRangeFull), 10))
-	m.registry.MustRegister(m.dhcpv6, m.prefixRecordPruned, m.routeChanges, m.switchovers, m.switchoverGap,
+	m.registry.MustRegister(m.dhcpv6, m.prefixRecordPruned, m.routeChanges, m.switchovers, m.switchoverGap, m.macConflicts,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The answers a healthy node gives are visible at zero from the start.
@@ -192,6 +200,9 @@ func (m *agentMetrics) Switchover(outcome string, gap time.Duration, timed bool)
 		m.switchoverGap.Observe(gap.Seconds())
 	}
 }
+
+// MACConflicts implements dataplane.ConflictObserver.
+func (m *agentMetrics) MACConflicts(n int) { m.macConflicts.Set(float64(n)) }
 
 // Observe implements dhcp6.Observer.
 func (m *agentMetrics) Observe(msgType, outcome string) {

@@ -157,7 +157,8 @@ type OwnerPodMove struct {
 }
 
 // OwnerPodMoves is the pure rule of followOwners: for every held claim
-// (claims.Held) presented by a pod of node (not terminal, not being deleted)
+// (claims.Held) presented by a pod of node (claims.MayPresent: no mirror
+// pod, not terminal, not being deleted, one of its VMI's pods)
 // whose VMI runs on node, whose status already records an owner (the ADD
 // writes the first one) and whose ownerPod names no such pod, the move to
 // the first of them by name.
@@ -183,7 +184,7 @@ func OwnerPodMoves(pods []*corev1.Pod, claim func(namespace, name string) (*ipam
 				continue
 			}
 			vmi, ok := kubevirt.VMOf(lookup, pod.Namespace, c.OwnerReferences, pod.OwnerReferences)
-			if !ok || vmi.Node() != node {
+			if !ok || vmi.Node() != node || claims.MayPresent(pod, c, lookup) != nil {
 				continue
 			}
 			k := key{pod.Namespace, e.IPAMClaimReference}

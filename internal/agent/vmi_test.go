@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -19,7 +20,7 @@ import (
 func TestOwnerPodMoves(t *testing.T) {
 	pod := func(name, node string) *corev1.Pod {
 		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: name, Annotations: map[string]string{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: name, UID: types.UID("uid-" + name), Annotations: map[string]string{
 				"k8s.v1.cni.cncf.io/networks": `[{"name":"vm-net","interface":"net1","ipam-claim-reference":"vm1.vm-net"}]`}},
 			Spec: corev1.PodSpec{NodeName: node},
 		}
@@ -36,7 +37,9 @@ func TestOwnerPodMoves(t *testing.T) {
 	}
 	on := func(node string, m *kubevirt.Migration) kubevirt.Lookup {
 		return func(ns, name string) (kubevirt.VMI, bool) {
-			return kubevirt.VMI{Namespace: ns, Name: name, NodeName: node, Migration: m}, name == "vm1"
+			// virt-controller lists every pod of the VMI, a migration's target too.
+			active := map[string]string{"uid-src": "", "uid-dst": "", "uid-m": "", "uid-z": ""}
+			return kubevirt.VMI{Namespace: ns, Name: name, NodeName: node, Migration: m, ActivePods: active}, name == "vm1"
 		}
 	}
 	deleting := pod("src", "a")
@@ -48,6 +51,8 @@ func TestOwnerPodMoves(t *testing.T) {
 	held := claim("dst", true)
 	held.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	held.Finalizers = []string{"kubevirt.io/persistent-ipam", "ipam.tenure.dev/release"}
+	mirror := pod("src", "a")
+	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "hash"
 	releasing := claim("dst", true)
 	releasing.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	releasing.Finalizers = []string{"ipam.tenure.dev/release"}
@@ -73,6 +78,8 @@ func TestOwnerPodMoves(t *testing.T) {
 		{"claim being deleted with only tenure's finalizer", []*corev1.Pod{pod("src", "a")}, releasing, on("a", nil), ""},
 		{"terminal pod", []*corev1.Pod{done}, claim("dst", true), on("a", nil), ""},
 		{"pod of another node in the list", []*corev1.Pod{pod("src", "b")}, claim("dst", true), on("a", nil), ""},
+		{"a pod its VMI does not name", []*corev1.Pod{pod("stray", "a")}, claim("dst", true), on("a", nil), ""},
+		{"a mirror pod the VMI names", []*corev1.Pod{mirror}, claim("dst", true), on("a", nil), ""},
 		{"two pods here: the first by name", []*corev1.Pod{pod("z", "a"), pod("m", "a")}, claim("dst", true), on("a", nil), "m"},
 	}
 	for _, c := range cases {
@@ -105,7 +112,7 @@ func TestOwnerPodStaysWithTheVM(t *testing.T) {
 	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
 	vmi := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"namespace": "ns", "name": "vm1"},
-		"status":   map[string]any{"nodeName": "node-b", "migrationState": map[string]any{"targetNode": thisNode}},
+		"status":   map[string]any{"nodeName": "node-b", "migrationState": map[string]any{"targetNode": thisNode, "targetPod": "virt-launcher-dst"}},
 	}}
 	vmi.SetGroupVersionKind(kubevirt.VMIKind)
 	claim := ipamClaim("vm1.vm-net", "vm-net", ipamclaimsv1alpha1.IPAMClaimStatus{

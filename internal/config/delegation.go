@@ -36,6 +36,12 @@ type DHCPv6 struct {
 	OnLink []netip.Prefix
 	// Gateway is the network's IPv6 gateway; the zero Addr when it has none.
 	Gateway netip.Addr
+	// Network is the CNI network name of the config (its "name").
+	Network string
+	// Link is the node-side interface the main plugin plugs the attachment
+	// into (a bridge plugin's "bridge", a macvlan or ipvlan plugin's
+	// "master"); "" when the config names none.
+	Link string
 }
 
 // TrustedRelay is one element of dhcpv6.trusted_relays.

@@ -76,8 +76,11 @@ const (
 
 // Options configure the controller.
 type Options struct {
-	// NodeGracePeriod: how long a node is NotReady before terminating pods
-	// on it lose their addresses.
+	// ReleaseUnfenced releases the addresses of terminating pods on a node
+	// NotReady for NodeGracePeriod that is not fenced (repair.Policy).
+	ReleaseUnfenced bool
+	// NodeGracePeriod: how long a node is NotReady before ReleaseUnfenced
+	// releases the addresses of its terminating pods.
 	NodeGracePeriod time.Duration
 	// SweepInterval between full sweeps; the first runs when the replica
 	// starts leading.
@@ -121,6 +124,7 @@ type Controller struct {
 	sweeper      *Sweeper
 	pools        *poolStatus
 	sticky       *stickyReleaser
+	fence        *fenceWaits
 
 	// resQ is the reservation controller's queue, which the sweep hands
 	// what to look at again; set once that controller starts.
@@ -195,7 +199,9 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 	}
 	c := &Controller{opts: o, log: o.Logger, mgr: mgr, cache: mgr.GetCache(), live: live, reservations: reservationInformers(live),
 		resQReady: make(chan struct{}), syncedCh: make(chan struct{})}
-	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Policy: repair.Policy{NodeGracePeriod: o.NodeGracePeriod}, Log: o.Logger}
+	c.fence = newFenceWaits(o.Events, o.Logger)
+	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Log: o.Logger, Observe: c.fence.observe,
+		Policy: repair.Policy{ReleaseUnfenced: o.ReleaseUnfenced, NodeGracePeriod: o.NodeGracePeriod}}
 	c.cf = &claimFinalizer{live: live, writer: live, rel: c.rel, cached: func(_ context.Context, uid string) []string {
 		return c.idx.names(indexOwnerUID, uid)
 	}}
@@ -273,7 +279,12 @@ func (c *Controller) setup(ctx context.Context) error {
 	c.idx = &index{pods: podIndexer.GetIndexer()}
 	for _, inf := range c.reservations {
 		c.idx.reservations = append(c.idx.reservations, inf.GetIndexer())
-		for _, h := range []toolscache.ResourceEventHandler{c.pools.dirtyHandler(), c.pools.counts.Handler()} {
+		forget := toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+			if e, ok := unwrapEntry[*resEntry](obj); ok {
+				c.fence.forget(e.name)
+			}
+		}}
+		for _, h := range []toolscache.ResourceEventHandler{c.pools.dirtyHandler(), c.pools.counts.Handler(), forget} {
 			if _, err := inf.AddEventHandler(h); err != nil {
 				return err
 			}
@@ -515,16 +526,24 @@ func (c *Controller) podEvents(q queue) toolscache.ResourceEventHandler {
 	}
 }
 
-// nodeEvents reconcile the reservations made on a node when it is deleted
-// or its readiness changes.
+// nodeEvents reconcile the reservations made on a node when it is deleted,
+// its readiness changes or it is fenced (the out-of-service taint comes or
+// goes): a fenced node's addresses are released at once, not at the next
+// sweep.
 func (c *Controller) nodeEvents() handler.EventHandler {
-	ready := func(o client.Object) bool {
+	state := func(o client.Object) (ready, outOfService bool) {
 		n, ok := o.(*corev1.Node)
-		return ok && repair.NodeFactOf(n).Ready
+		if !ok {
+			return false, false
+		}
+		f := repair.NodeFactOf(n)
+		return f.Ready, f.OutOfService
 	}
 	return handler.Funcs{
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
-			if ready(e.ObjectOld) != ready(e.ObjectNew) {
+			r0, oos0 := state(e.ObjectOld)
+			r1, oos1 := state(e.ObjectNew)
+			if r0 != r1 || oos0 != oos1 {
 				enqueue(q, c.byIndex(indexNode, e.ObjectNew.GetName())...)
 			}
 		},
@@ -567,6 +586,7 @@ func (c *Controller) claimReservationEvents() handler.EventHandler {
 func (c *Controller) reconcileReservation(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	e := c.idx.reservation(req.Name)
 	if e == nil {
+		c.fence.forget(req.Name)
 		return reconcile.Result{}, nil
 	}
 	after, _, err := nominate(ctx, cachedSource{idx: c.idx, cache: c.cache}, c.rel, e.reservation(), e.opaque, c.log)
@@ -591,6 +611,7 @@ func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.
 		default:
 			d := repair.Decide(r, g.facts, rel.Policy)
 			if !d.Release && !d.AskLive {
+				rel.observe(r, d)
 				return d.RecheckAfter, nil, nil
 			}
 			why = d.Message

@@ -18,9 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -85,15 +88,23 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 	terminating.Finalizers = []string{"hold"} // the fake refuses a deletionTimestamp without one
 	deadNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
+	// The same, fenced: NotReady and tainted out-of-service.
+	termFenced := pod("ns", "term-fenced", "uid-term-fenced", "fenced")
+	termFenced.DeletionTimestamp = &now
+	termFenced.Finalizers = []string{"hold"}
+	fencedNode := deadNode.DeepCopy()
+	fencedNode.Name = "fenced"
+	fencedNode.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
 	objs := []client.Object{
 		pod("ns", "live", "uid-live", "a"),
 		pod("ns", "db-0", "uid-new", "a"), // recreated: uid-old is gone
-		terminating, deadNode,
+		terminating, deadNode, termFenced, fencedNode,
 		reservationOf("n.1", "10.0.0.1", podOwner("ns", "live", "uid-live", "c1", "a")),
 		reservationOf("n.2", "10.0.0.2", podOwner("ns", "gone", "uid-gone", "c2", "a")),
 		reservationOf("n.3", "10.0.0.3", podOwner("ns", "db-0", "uid-old", "c3", "a")),
 		reservationOf("n.4", "10.0.0.4", podOwner("ns", "db-0", "uid-new", "c4", "a")),
 		reservationOf("n.5", "10.0.0.5", podOwner("ns", "term", "uid-term", "c5", "dead")),
+		reservationOf("n.6", "10.0.0.6", podOwner("ns", "term-fenced", "uid-term-fenced", "c6", "fenced")),
 	}
 	c := newFake(objs...)
 	rec := &fakeRecorder{}
@@ -105,7 +116,8 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]repair.Reason{"n.2": repair.PodGone, "n.3": repair.PodReplaced, "n.5": repair.NodeNotReady}
+	// n.5, on a node NotReady for an hour but not fenced, is kept.
+	want := map[string]repair.Reason{"n.2": repair.PodGone, "n.3": repair.PodReplaced, "n.6": repair.NodeOutOfService}
 	got := map[string]repair.Reason{}
 	for _, o := range res.Outcomes {
 		if o.Released {
@@ -139,7 +151,7 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 	if released != 3 {
 		t.Fatalf("released %d, want 3: %+v", released, res.Outcomes)
 	}
-	for n, want := range map[string]bool{"n.1": true, "n.2": false, "n.3": false, "n.4": true, "n.5": false} {
+	for n, want := range map[string]bool{"n.1": true, "n.2": false, "n.3": false, "n.4": true, "n.5": true, "n.6": false} {
 		if exists(t, c, n) != want {
 			t.Errorf("%s exists=%v, want %v", n, !want, want)
 		}
@@ -151,14 +163,103 @@ func TestSweepDryRunThenRelease(t *testing.T) {
 		if e.reason != EventReason {
 			t.Errorf("event reason %q", e.reason)
 		}
-		if strings.Contains(e.message, "10.0.0.5") {
+		if strings.Contains(e.message, "10.0.0.6") {
 			// The terminating pod still exists: the event is about it.
-			if p, ok := e.obj.(*corev1.Pod); !ok || p.Name != "term" {
+			if p, ok := e.obj.(*corev1.Pod); !ok || p.Name != "term-fenced" {
 				t.Errorf("event for the terminating pod's release is on %T", e.obj)
 			}
 		} else if _, ok := e.obj.(*tenurev1alpha1.IPReservation); !ok {
 			t.Errorf("event for a gone pod's release is on %T, want the reservation (no pool)", e.obj)
 		}
+	}
+}
+
+// A terminating pod on a node that is NotReady but not fenced keeps its
+// addresses; one Warning Event on the pod per reservation says that it
+// waits for the node to be fenced and names the taint, however often it is
+// decided again; once the node is tainted out-of-service it is released
+// and forgotten.
+func TestFenceWaitIsToldOnceThenReleased(t *testing.T) {
+	ctx := context.Background()
+	now := metav1.Now()
+	term := pod("ns", "term", "uid-term", "lost")
+	term.DeletionTimestamp = &now
+	term.Finalizers = []string{"hold"}
+	lost := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lost"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}}}
+	r1 := reservationOf("n.1", "10.0.0.1", podOwner("ns", "term", "uid-term", "c1", "lost"))
+	r2 := reservationOf("n.2", "10.0.0.2", podOwner("ns", "term", "uid-term", "c1", "lost"))
+	r2.Spec.Network = "m"
+	c := newFake(term, lost, r1, r2)
+	rec := &fakeRecorder{}
+	waits := newFenceWaits(rec, slog.Default())
+	rel := &Releaser{Live: c, Writer: c, Events: rec, Observe: waits.observe, Policy: repair.Policy{NodeGracePeriod: time.Minute}}
+	sw := NewSweeper(c, c, rel)
+	for range 2 {
+		res, err := sw.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Outcomes) != 0 {
+			t.Fatalf("released on an unfenced node: %+v", res.Outcomes)
+		}
+		// The watch path decides the same and tells nothing new.
+		for _, r := range []*tenurev1alpha1.IPReservation{r1, r2} {
+			if _, out, err := nominate(ctx, liveSource{c}, rel, r, false, slog.Default()); err != nil || out != nil {
+				t.Fatalf("%s nominated on an unfenced node: %+v, %v", r.Name, out, err)
+			}
+		}
+	}
+	for _, n := range []string{"n.1", "n.2"} {
+		if !exists(t, c, n) {
+			t.Fatalf("%s released on an unfenced node", n)
+		}
+	}
+	told := map[string]bool{}
+	for _, e := range rec.events {
+		p, ok := e.obj.(*corev1.Pod)
+		if e.reason != EventReasonFenceWait || !ok || p.Name != "term" || p.UID != "uid-term" {
+			t.Errorf("event %q on %T %+v, want %s on pod ns/term", e.reason, e.obj, e.obj, EventReasonFenceWait)
+			continue
+		}
+		for _, w := range []string{"waiting for node lost to be fenced", "kubectl taint node lost node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"} {
+			if !strings.Contains(e.message, w) {
+				t.Errorf("event message %q lacks %q", e.message, w)
+			}
+		}
+		for _, n := range []string{"n.1", "n.2"} {
+			if strings.Contains(e.message, "(IPReservation "+n+")") {
+				if told[n] {
+					t.Errorf("%s told twice", n)
+				}
+				told[n] = true
+			}
+		}
+	}
+	if !told["n.1"] || !told["n.2"] || len(rec.events) != 2 {
+		t.Fatalf("told %v in %d events, want n.1 and n.2 once each", told, len(rec.events))
+	}
+
+	// A keep for another reason (a sweep's view of the node from before it
+	// was lost) neither forgets the wait nor tells it again.
+	waits.observe(r1, repair.Decision{Message: "pod ns/term is terminating on Ready node lost: its kubelet runs the DEL"})
+	waits.observe(r1, repair.Decide(r1, repair.Facts{Now: time.Now(), Pod: repair.PodFactOf(term), Node: repair.NodeFactOf(lost)}, rel.Policy))
+	if _, ok := waits.told["n.1"]; !ok || len(rec.events) != 2 {
+		t.Fatalf("after a keep for another reason: told %v, %d events; want n.1 still told, no new event", waits.told, len(rec.events))
+	}
+
+	lost.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	if err := c.Update(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*tenurev1alpha1.IPReservation{r1, r2} {
+		_, out, err := nominate(ctx, liveSource{c}, rel, r, false, slog.Default())
+		if err != nil || out == nil || !out.Released || out.Decision.Reason != repair.NodeOutOfService {
+			t.Fatalf("%s on the fenced node: %+v, %v; want released as NodeOutOfService", r.Name, out, err)
+		}
+	}
+	if len(waits.told) != 0 {
+		t.Fatalf("released reservations still waiting: %v", waits.told)
 	}
 }
 
@@ -532,5 +633,65 @@ func TestReservationCountsFollowEvents(t *testing.T) {
 	h.OnDelete(resEntryOf(pd))
 	if _, ok := c.snapshot()["p1"]; ok {
 		t.Fatal("an empty pool keeps no entry")
+	}
+}
+
+// A node's watch event hands its reservations to the queue at once when
+// it is fenced (the out-of-service taint comes, or goes), when its
+// readiness changes and when it is deleted; a change of neither (a
+// heartbeat, another taint) hands nothing.
+func TestNodeEventsRecheckTheNodesReservations(t *testing.T) {
+	c := &Controller{idx: newIndex()}
+	for _, r := range []*tenurev1alpha1.IPReservation{
+		reservationOf("n.1", "10.0.0.1", podOwner("ns", "a", "uid-a", "c1", "lost")),
+		reservationOf("n.2", "10.0.0.2", podOwner("ns", "b", "uid-b", "c2", "lost")),
+		reservationOf("n.3", "10.0.0.3", podOwner("ns", "c", "uid-c", "c3", "other")),
+	} {
+		if err := c.idx.add(resEntryOf(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notReady := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lost", ResourceVersion: "1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
+	with := func(n *corev1.Node, f func(*corev1.Node)) *corev1.Node {
+		n = n.DeepCopy()
+		f(n)
+		return n
+	}
+	fenced := with(notReady, func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	})
+	unreachable := with(notReady, func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute})
+	})
+	ready := with(notReady, func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
+	heartbeat := with(notReady, func(n *corev1.Node) { n.Status.Conditions[0].LastHeartbeatTime = metav1.Now() })
+	h := c.nodeEvents()
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.Node
+		want     []string
+	}{
+		{"tainted out-of-service", notReady, fenced, []string{"n.1", "n.2"}},
+		{"taint removed", fenced, notReady, []string{"n.1", "n.2"}},
+		{"Ready to NotReady", ready, notReady, []string{"n.1", "n.2"}},
+		{"tainted unreachable", notReady, unreachable, nil},
+		{"a heartbeat", notReady, heartbeat, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			h.Update(context.Background(), event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}, q)
+			var got []string
+			for q.Len() > 0 {
+				req, _ := q.Get()
+				got = append(got, req.Name)
+				q.Done(req)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("queued %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -92,6 +92,8 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 	live.Status.Phase = corev1.PodRunning
 	term := pod("ns", "term", "uid-term", "dead")
 	term.DeletionTimestamp = &old
+	termFenced := pod("ns", "term-fenced", "uid-term-fenced", "fenced")
+	termFenced.DeletionTimestamp = &old
 	done := pod("ns", "done", "uid-done", "gone-node")
 	done.Status.Phase = corev1.PodSucceeded
 	doneReady := pod("ns", "done-ready", "uid-done-ready", "a")
@@ -101,6 +103,10 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: old}}}}
 	dead := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: old}}}}
+	fenced := dead.DeepCopy()
+	fenced.Name = "fenced"
+	fenced.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
 	// live uses 10.0.0.2 on net1, not 10.0.0.14 (DuplicateAttachment).
 	live.Annotations = map[string]string{"k8s.v1.cni.cncf.io/network-status": `[{"name":"ns/n","interface":"net1","ips":["10.0.0.2"]}]`}
 	// vm records 10.0.0.9, not 10.0.0.13 (DuplicateAttachment).
@@ -147,24 +153,26 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 		res("10.0.0.12", podOwner("", "", "", "s", "a")),
 		claimOwned("10.0.0.13", "vm", "claim-uid"),
 		laterTwin,
+		res("10.0.0.15", podOwner("ns", "term-fenced", "uid-term-fenced", "s", "fenced")),
 	}
 	for i, r := range all {
 		r.ResourceVersion = fmt.Sprint(100 + i)
 		r.Spec.Pool, r.Spec.Range, r.Spec.CNINetwork = "p", "10.0.0.0/24", "n"
 		r.Labels[reservation.LabelNode] = r.Spec.Owner.Node
 	}
-	objects := objectSource{pods: map[types.NamespacedName]*corev1.Pod{}, nodes: map[string]*corev1.Node{"a": nodeA, "dead": dead},
+	objects := objectSource{pods: map[types.NamespacedName]*corev1.Pod{}, nodes: map[string]*corev1.Node{"a": nodeA, "dead": dead, "fenced": fenced},
 		byUID:  map[string][]*tenurev1alpha1.IPReservation{},
 		claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{{Namespace: "ns", Name: "vm"}: vm, {Namespace: "ns", Name: "vm2"}: deleting}}
 	for _, r := range all {
 		objects.byUID[r.Spec.Owner.UID] = append(objects.byUID[r.Spec.Owner.UID], r)
 	}
-	for _, p := range []*corev1.Pod{live, term, done, doneReady, replaced} {
+	for _, p := range []*corev1.Pod{live, term, termFenced, done, doneReady, replaced} {
 		objects.pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
-	policy := repair.Policy{NodeGracePeriod: time.Minute}
+	// With ReleaseUnfenced, so that every reason is released.
+	policy := repair.Policy{NodeGracePeriod: time.Minute, ReleaseUnfenced: true}
 	wantReleased := map[string]repair.Reason{}
-	liveObjects := []client.Object{nodeA, dead, vm, deleting}
+	liveObjects := []client.Object{nodeA, dead, fenced, vm, deleting}
 	for _, r := range all {
 		g, _ := gather(ctx, objects, r, now)
 		if d := repair.Decide(r, g.facts, policy); d.Release {
@@ -188,7 +196,11 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 		{"some of each", func(i int) bool { return i%2 == 1 }},
 	} {
 		t.Run(shape.name, func(t *testing.T) {
-			entries := &snapshot{idx: newIndex(), nodes: objects.nodes, claims: objects.claims}
+			// The nodes as the running controller caches them.
+			entries := &snapshot{idx: newIndex(), nodes: map[string]*corev1.Node{}, claims: objects.claims}
+			for name, n := range objects.nodes {
+				entries.nodes[name] = trimNode(n)
+			}
 			for _, p := range objects.pods {
 				if err := entries.idx.pods.Add(podEntryOf(p)); err != nil {
 					t.Fatal(err)

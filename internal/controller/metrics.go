@@ -34,6 +34,10 @@ var (
 		Name: "tenure_last_sweep_success_timestamp_seconds",
 		Help: "Unix time at which the last full sweep completed without error.",
 	})
+	fenceWaitGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tenure_reservations_waiting_for_fence",
+		Help: "Reservations of terminating or terminal pods kept because their node is not Ready and not fenced (tainted node.kubernetes.io/out-of-service, or deleted). Exported by the leader.",
+	})
 	leaderGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tenure_controller_leader",
 		Help: "1 while this replica holds the leader lease and acts, else 0.",
@@ -41,7 +45,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(reservationsGauge, releasesTotal, stickyReleasesTotal, sweepDuration, lastSweepSuccess, leaderGauge)
+	crmetrics.Registry.MustRegister(reservationsGauge, releasesTotal, stickyReleasesTotal, sweepDuration, lastSweepSuccess, fenceWaitGauge, leaderGauge)
 }
 
 // initMetrics makes every release reason visible at zero, so a replica that

@@ -39,6 +39,15 @@ type Releaser struct {
 	DryRun bool
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Observe, when set, is told every decision about a reservation that
+	// exists, whether a cache or the live reads made it.
+	Observe func(r *tenurev1alpha1.IPReservation, d repair.Decision)
+}
+
+func (rl *Releaser) observe(r *tenurev1alpha1.IPReservation, d repair.Decision) {
+	if rl.Observe != nil {
+		rl.Observe(r, d)
+	}
 }
 
 // Outcome is what Release did with one reservation.
@@ -84,6 +93,7 @@ func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 	}
 	d := repair.Decide(r, g.facts, rl.Policy)
 	out.Decision = d
+	rl.observe(r, d)
 	if !d.Release || rl.DryRun {
 		return out, nil
 	}

@@ -113,6 +113,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			if !e.opaque {
 				if g, err := gather(ctx, snap, e.into(&r), now); err == nil {
 					if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release && !d.AskLive {
+						s.Releaser.observe(&r, d)
 						if d.RecheckAfter > 0 {
 							s.requeue(e.name, d.RecheckAfter)
 						}
@@ -264,7 +265,8 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, error) {
 	return snap, nil
 }
 
-// trimNode keeps identity and the Ready condition.
+// trimNode keeps identity, the Ready condition and the out-of-service
+// taint: what repair.NodeFactOf reads.
 func trimNode(n *corev1.Node) *corev1.Node {
 	out := &corev1.Node{
 		TypeMeta: n.TypeMeta,
@@ -276,6 +278,11 @@ func trimNode(n *corev1.Node) *corev1.Node {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			out.Status.Conditions = []corev1.NodeCondition{c}
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeOutOfService {
+			out.Spec.Taints = append(out.Spec.Taints, t)
 		}
 	}
 	return out

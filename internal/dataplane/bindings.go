@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -39,6 +40,14 @@ type Binding struct {
 
 	// Network is the CNI network name (the claim's spec.network).
 	Network string
+	// NAD is namespace/name of the NetworkAttachmentDefinition the pod's
+	// network-selection element names: whose learnt settings serve it.
+	NAD string
+	// OwnInterface is the one DHCPv6 interface the binding is served on
+	// (its own interface), when its NAD's main plugin plugs the attachment
+	// into an interface the network lists (its Link); "" when the NAD names
+	// none of them.
+	OwnInterface string
 	// Pod is namespace/name of the owner pod, PodInterface its interface.
 	Pod, PodInterface string
 	// MACSource is MACFromSelection or MACFromNetworkStatus.
@@ -73,6 +82,33 @@ const (
 type Skip struct {
 	Pod, PodInterface, Claim string
 	Reason                   string
+	// Conflict is set when the reason is a MAC another binding holds too.
+	Conflict *MACConflict
+}
+
+// MACConflict is one MAC on one DHCPv6 interface that two or more bindings
+// of this node hold: none of them is served, since which guest sends from
+// that MAC cannot be told.
+type MACConflict struct {
+	MAC, Interface string
+	// Holders are the bindings that hold it, by Key.
+	Holders []Holder
+}
+
+// Holder is one binding of a MACConflict.
+type Holder struct {
+	// Key is the binding's Key (namespace/claim, or namespace/pod/interface
+	// for a pod without a claim); Pod is namespace/name of its pod.
+	Key, Pod, PodInterface string
+}
+
+// String names every holder, as Events and logs show them.
+func (c MACConflict) String() string {
+	var hs []string
+	for _, h := range c.Holders {
+		hs = append(hs, fmt.Sprintf("%s (pod %s interface %s)", h.Key, h.Pod, h.PodInterface))
+	}
+	return fmt.Sprintf("MAC %s on interface %s is held by %s", c.MAC, c.Interface, strings.Join(hs, " and "))
 }
 
 // Inputs are what bindings are computed from.
@@ -81,7 +117,7 @@ type Inputs struct {
 	Pods []*corev1.Pod
 	// Claim returns the claim namespace/name, if it exists.
 	Claim func(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool)
-	// Networks are the learnt dhcpv6 settings by CNI network name.
+	// Networks are the learnt dhcpv6 settings by NAD (namespace/name).
 	Networks map[string]config.DHCPv6
 	// VMI returns a KubeVirt VirtualMachineInstance; nil when the API does
 	// not serve them (then status.ownerPod alone decides, rule 4).
@@ -193,12 +229,10 @@ func bind(pod *corev1.Pod, ifName, claimName string, e *nadv1.NetworkSelectionEl
 	if !claims.Held(claim) {
 		return b, "claim is being deleted"
 	}
-	settings, ok := in.Networks[claim.Spec.Network]
-	if !ok || !settings.Enabled {
-		return b, fmt.Sprintf("network %q %s", claim.Spec.Network, noSettings)
-	}
-	if len(settings.Interfaces) == 0 {
-		return b, fmt.Sprintf("network %q: dhcpv6.interfaces is empty", claim.Spec.Network)
+	nad := nadOf(e)
+	settings, reason := settingsOf(in, nad, claim.Spec.Network)
+	if reason != "" {
+		return b, reason
 	}
 	if reason := servedElsewhere(pod, claim, in.VMI); reason != "" {
 		return b, reason
@@ -225,9 +259,49 @@ func bind(pod *corev1.Pod, ifName, claimName string, e *nadv1.NetworkSelectionEl
 	b.Network = claim.Spec.Network
 	b.Pod = pod.Namespace + "/" + pod.Name
 	b.PodInterface = ifName
-	b.Interfaces = slices.Clone(settings.Interfaces)
-	b.InstallRoutes = settings.InstallRoutes
+	b.serveWith(nad, settings)
 	return b, ""
+}
+
+// nadOf is namespace/name of the NAD a network-selection element names
+// (claims.Networks fills in the pod's namespace where the element has none).
+func nadOf(e *nadv1.NetworkSelectionElement) string { return e.Namespace + "/" + e.Name }
+
+// settingsOf returns the settings the NAD gives network (rule 3), or why
+// there are none to serve it with.
+func settingsOf(in Inputs, nad, network string) (config.DHCPv6, string) {
+	settings, ok := in.Networks[nad]
+	switch {
+	case !ok || !settings.Enabled:
+		return settings, fmt.Sprintf("NAD %s of network %q %s", nad, network, noSettings)
+	case settings.Network != network:
+		return settings, fmt.Sprintf("NAD %s defines network %q, the attachment's is %q", nad, settings.Network, network)
+	case len(settings.Interfaces) == 0:
+		return settings, fmt.Sprintf("NAD %s of network %q: dhcpv6.interfaces is empty", nad, network)
+	}
+	return settings, ""
+}
+
+// serveWith sets where and how the binding is served from its NAD's
+// settings: on the NAD's Link alone when the network lists it (the
+// attachment is behind that interface and no other), else on every
+// interface the network lists.
+func (b *Binding) serveWith(nad string, s config.DHCPv6) {
+	b.NAD = nad
+	b.InstallRoutes = s.InstallRoutes
+	b.PreferredLifetime, b.ValidLifetime = s.PreferredLifetime, s.ValidLifetime
+	b.Interfaces = slices.Clone(s.Interfaces)
+	b.OwnInterface = ""
+	if s.Link != "" && slices.Contains(s.Interfaces, s.Link) {
+		b.OwnInterface = s.Link
+		b.Interfaces = []string{s.Link}
+	}
+	b.TrustedRelays = []dhcp6.Relay{}
+	for _, r := range s.TrustedRelays {
+		if slices.Contains(b.Interfaces, r.Interface) {
+			b.TrustedRelays = append(b.TrustedRelays, dhcp6.Relay{Ifname: r.Interface, MAC: slices.Clone(r.MAC), Address: r.Address})
+		}
+	}
 }
 
 // claimPrefix is the claim's delegated IPv6 prefix (rule 5). The claim's
@@ -303,12 +377,10 @@ func bindPod(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, s
 		return b, fmt.Sprintf("the pod's reservations for %s belong to %d sandboxes; served once the older ones are released", ifName, len(sandboxes))
 	}
 	network := mine[0].Spec.CNINetwork
-	settings, ok := in.Networks[network]
-	if !ok || !settings.Enabled {
-		return b, fmt.Sprintf("network %q %s", network, noSettings)
-	}
-	if len(settings.Interfaces) == 0 {
-		return b, fmt.Sprintf("network %q: dhcpv6.interfaces is empty", network)
+	nad := nadOf(e)
+	settings, reason := settingsOf(in, nad, network)
+	if reason != "" {
+		return b, reason
 	}
 	for _, r := range mine {
 		p, err := reservation.ParseItem(r.Spec.Address)
@@ -335,8 +407,7 @@ func bindPod(pod *corev1.Pod, ifName string, e *nadv1.NetworkSelectionElement, s
 	b.Network = network
 	b.Pod = pod.Namespace + "/" + pod.Name
 	b.PodInterface = ifName
-	b.Interfaces = slices.Clone(settings.Interfaces)
-	b.InstallRoutes = settings.InstallRoutes
+	b.serveWith(nad, settings)
 	return b, ""
 }
 
@@ -427,38 +498,59 @@ func parseMAC(s string) (net.HardwareAddr, error) {
 	return mac, nil
 }
 
-// dedupe keeps, in key order, the first binding of each claim and drops a
-// binding whose MAC another one already uses on a shared interface.
+// dedupe keeps, in key order, the first binding of each claim (a pod may
+// present one claim on two interfaces), and drops every binding whose MAC
+// another binding holds on a DHCPv6 interface they share: the frame's source
+// MAC is all that tells the guests apart there, so neither can be answered
+// without maybe answering the other's guest (rule 8).
 func dedupe(bs []Binding, skips []Skip) ([]Binding, []Skip) {
 	slices.SortStableFunc(bs, func(a, b Binding) int { return cmp.Compare(a.Key, b.Key) })
-	type slot struct{ mac, ifname string }
-	taken := map[slot]string{}
 	seen := map[string]bool{}
-	out := bs[:0:0]
+	unique := bs[:0:0]
 	for _, b := range bs {
-		s := Skip{Pod: b.Pod, PodInterface: b.PodInterface, Claim: b.Key}
 		if seen[b.Key] {
-			s.Reason = "the claim is presented twice by the pod; the first interface serves it"
-			skips = append(skips, s)
-			continue
-		}
-		clash := ""
-		for _, ifn := range b.Interfaces {
-			if other, ok := taken[slot{b.MAC.String(), ifn}]; ok {
-				clash = fmt.Sprintf("MAC %s is also the MAC of claim %s on interface %s", b.MAC, other, ifn)
-				break
-			}
-		}
-		if clash != "" {
-			s.Reason = clash
-			skips = append(skips, s)
+			skips = append(skips, Skip{Pod: b.Pod, PodInterface: b.PodInterface, Claim: b.Key,
+				Reason: "the claim is presented twice by the pod; the first interface serves it"})
 			continue
 		}
 		seen[b.Key] = true
+		unique = append(unique, b)
+	}
+	type slot struct{ mac, ifname string }
+	holders := map[slot][]int{}
+	for i, b := range unique {
 		for _, ifn := range b.Interfaces {
-			taken[slot{b.MAC.String(), ifn}] = b.Key
+			s := slot{b.MAC.String(), ifn}
+			holders[s] = append(holders[s], i)
 		}
-		out = append(out, b)
+	}
+	conflict := make([]*MACConflict, len(unique))
+	for _, ifn := range slices.SortedFunc(maps.Keys(holders), func(a, b slot) int {
+		return cmp.Or(cmp.Compare(a.mac, b.mac), cmp.Compare(a.ifname, b.ifname))
+	}) {
+		idx := holders[ifn]
+		if len(idx) < 2 {
+			continue
+		}
+		c := &MACConflict{MAC: ifn.mac, Interface: ifn.ifname}
+		for _, i := range idx {
+			c.Holders = append(c.Holders, Holder{Key: unique[i].Key, Pod: unique[i].Pod, PodInterface: unique[i].PodInterface})
+		}
+		for _, i := range idx {
+			if conflict[i] == nil {
+				conflict[i] = c
+			}
+		}
+	}
+	out := unique[:0:0]
+	for i, b := range unique {
+		c := conflict[i]
+		if c == nil {
+			out = append(out, b)
+			continue
+		}
+		skips = append(skips, Skip{Pod: b.Pod, PodInterface: b.PodInterface, Claim: b.Key, Conflict: c,
+			Reason: c.String() + ": none of them is served"})
 	}
 	return out, skips
 }
@@ -474,9 +566,11 @@ func (r Route) String() string { return fmt.Sprintf("%s via %s dev %s onlink", r
 
 // DesiredRoutes returns the routes this node must have, sorted by prefix:
 // one per binding with an address and a prefix on a network with
-// install_routes, through the interface the client was last heard on
-// (lastHeard, by binding Key) when the network lists it, else the network's
-// first DHCPv6 interface.
+// install_routes, through the binding's OwnInterface when it has one; otherwise
+// through the interface the client was last heard on (lastHeard, by
+// binding Key: an answered Request, Renew or Rebind from its MAC, see
+// Service.Heard) when the binding is served there, else the first one it
+// is served on.
 func DesiredRoutes(bs []Binding, lastHeard map[string]string) []Route {
 	var out []Route
 	for _, b := range bs {
@@ -484,7 +578,7 @@ func DesiredRoutes(bs []Binding, lastHeard map[string]string) []Route {
 			continue
 		}
 		dev := b.Interfaces[0]
-		if h, ok := lastHeard[b.Key]; ok && slices.Contains(b.Interfaces, h) {
+		if h, ok := lastHeard[b.Key]; ok && b.OwnInterface == "" && slices.Contains(b.Interfaces, h) {
 			dev = h
 		}
 		out = append(out, Route{Prefix: b.Prefix.Masked(), Via: b.Address, Dev: dev})

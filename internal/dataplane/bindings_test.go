@@ -51,8 +51,9 @@ func claimSource(cs ...*ipamclaimsv1alpha1.IPAMClaim) func(ns, name string) (*ip
 	}
 }
 
+// san is what the NAD vms/san gives CNI network "san".
 var san = map[string]config.DHCPv6{
-	"san": {Enabled: true, Interfaces: []string{"br0", "br1"}, InstallRoutes: true, PreferredLifetime: time.Hour, ValidLifetime: 2 * time.Hour},
+	"vms/san": {Enabled: true, Network: "san", Interfaces: []string{"br0", "br1"}, InstallRoutes: true, PreferredLifetime: time.Hour, ValidLifetime: 2 * time.Hour},
 }
 
 func TestCompute(t *testing.T) {
@@ -183,12 +184,12 @@ func TestCompute(t *testing.T) {
 		{name: "network without dhcpv6 learnt",
 			pods:     []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
 			claims:   []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
-			networks: map[string]config.DHCPv6{"other": san["san"]},
-			skip:     `network "san" has no dhcpv6`},
+			networks: map[string]config.DHCPv6{"vms/other": san["vms/san"]},
+			skip:     `NAD vms/san of network "san" has no dhcpv6`},
 		{name: "network with dhcpv6 but no interfaces",
 			pods:     []*corev1.Pod{testPod("virt-launcher-a", withMAC)},
 			claims:   []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", dual, pd)},
-			networks: map[string]config.DHCPv6{"san": {Enabled: true, InstallRoutes: true}},
+			networks: map[string]config.DHCPv6{"vms/san": {Enabled: true, Network: "san", InstallRoutes: true}},
 			skip:     "dhcpv6.interfaces is empty"},
 		{name: "terminal pod",
 			pods: []*corev1.Pod{func() *corev1.Pod {
@@ -206,17 +207,6 @@ func TestCompute(t *testing.T) {
 		{name: "null element in the networks annotation",
 			pods: []*corev1.Pod{testPod("bad", map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san"}, null]`})},
 			skip: "element 1 is null"},
-		{name: "two claims with one MAC: first key wins",
-			pods: []*corev1.Pod{
-				testPod("virt-launcher-a", withMAC),
-				testPod("virt-launcher-b", map[string]string{nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm0.san","mac":"02:00:00:aa:bb:01"}]`}),
-			},
-			claims: []*ipamclaimsv1alpha1.IPAMClaim{
-				testClaim("vm1.san", "san", "virt-launcher-a", dual, pd),
-				testClaim("vm0.san", "san", "virt-launcher-b", []string{"fd00::8/64"}, nil),
-			},
-			want: []want{{"vms/vm0.san", vmMAC, MACFromSelection, "fd00::8", "invalid Prefix", "vms/virt-launcher-b", "net1"}},
-			skip: "also the MAC of claim vms/vm0.san"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -489,7 +479,7 @@ func TestComputeServesPodPrefixes(t *testing.T) {
 		{name: "two sandboxes' reservations", rs: []*tenurev1alpha1.IPReservation{prefix, res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:a00::/56", "s2", "net1", "san")},
 			served: true, reason: "2 sandboxes"},
 		{name: "network without dhcpv6", rs: []*tenurev1alpha1.IPReservation{res(tenurev1alpha1.KindDelegatedPrefix, "fd00:9000:0:900::/56", "s1", "net1", "other")},
-			served: true, reason: `network "other" has no dhcpv6`},
+			served: true, reason: `NAD vms/san defines network "san", the attachment's is "other"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,8 +14,9 @@
 //     (internal/kubevirt; see "KubeVirt" below);
 //   - the reservations of this node's pods (the agent's store), for pods
 //     without a claim;
-//   - the dhcpv6 settings of each CNI network, learnt from the IPAM configs
-//     the agent parses at ADD (see "Network settings" below).
+//   - the dhcpv6 settings each NetworkAttachmentDefinition (NAD) gives its
+//     CNI network, learnt from the configs the agent parses at ADD (see
+//     "Network settings" below).
 //
 // Nothing here writes to the API server or to tenure's reservations: a
 // wrong answer can at worst tell a guest what its claim already holds.
@@ -35,8 +36,12 @@
 //     pod's name) when it exists, else rule 7 applies. A missing claim, or
 //     one being deleted that no finalizer but tenure's holds any more
 //     (claims.Held), gives no binding;
-//  3. the claim's spec.network is the CNI network name; the network must have
-//     learnt dhcpv6 settings with enabled=true and at least one interface;
+//  3. the element names a NAD (namespace/name; the pod's namespace where it
+//     names none) whose learnt settings define the claim's spec.network (the
+//     CNI network name) with dhcpv6 enabled=true and at least one
+//     interface. The binding is served with that NAD's settings alone
+//     (interfaces, lifetimes, trusted relays, install_routes), never
+//     another NAD's, whichever namespace it is in;
 //  4. the pod must be where the claim is served, so that exactly one node
 //     answers during a live migration:
 //     a. where the API serves KubeVirt's VirtualMachineInstances and the
@@ -91,30 +96,46 @@
 //     the element's cni-args) and holds one: the binding holds the IPv6
 //     prefix and the IPv6 address the pod's reservations of this interface
 //     record (owner kind Pod, the pod's UID, the interface), on the network
-//     those reservations name (rule 3), with the MAC of rule 6, under the
-//     key namespace/pod/interface. A pod is on one node, so one node
-//     answers. Reservations of two sandboxes of the pod (an earlier one's
-//     are released by its DEL or the runtime's GC) give no binding until
-//     one set is gone: which one the guest holds cannot be told. An
-//     attachment without a prefix is not served.
+//     those reservations name, with the settings of the element's NAD (rule
+//     3), with the MAC of rule 6, under the key namespace/pod/interface. A
+//     pod is on one node, so one node answers. Reservations of two
+//     sandboxes of the pod (an earlier one's are released by its DEL or the
+//     runtime's GC) give no binding until one set is gone: which one the
+//     guest holds cannot be told. An attachment without a prefix is not
+//     served;
+//  8. a MAC that two or more bindings of this node hold on a DHCPv6
+//     interface they share serves none of them (a MACConflict): the frame's
+//     source MAC is all that tells guests apart there, so answering one
+//     could hand its lease, and move its route, to the other's guest, and
+//     no order among them (a tenant's pod sorting before a VM's claim) is
+//     an authority. Each conflict is logged, handed to Options.OnConflict
+//     once when it appears (the agent records a Warning Event,
+//     DHCPv6MACConflict, on each pod, naming every binding and its pod),
+//     and counted (ConflictObserver; the agent's gauge
+//     tenure_dhcpv6_mac_conflicts). Bindings on interfaces they do not
+//     share (their NADs' links differ) do not conflict. The same claim
+//     presented twice by one pod is kept once, on its first interface.
 //
-// Two bindings on this node with the same MAC on a shared DHCPv6 interface
-// are ambiguous: the one whose key (namespace/claim) sorts first is kept and
-// the other is dropped with a logged reason. The same claim appearing twice
-// is kept once.
+// Where a binding is served: on its NAD's Link (the node-side interface
+// its main plugin plugs the attachment into: a bridge plugin's "bridge", a
+// macvlan or ipvlan plugin's "master") when the network's dhcpv6.interfaces
+// lists it, and there alone: that is the binding's own interface
+// (Binding.OwnInterface).
+// A NAD whose link is none of the listed interfaces gives bindings served
+// on every listed interface, without an own interface.
 //
 // The handler (internal/dhcp6) derives the client's MAC from the packet (the
 // Ethernet source of the frame; only where there is none, the DUID-LL/LLT
 // link-layer address, then the EUI-64 of the link-local source) and asks
 // [Service.Lookup] with the interface the message came in on; the answer is
-// the binding whose MAC matches and whose network lists that interface.
+// the binding whose MAC matches and that is served on that interface.
 // Everyone else gets no answer. A Relay-forward is answered only from a relay
 // that a network's dhcpv6.trusted_relays lists for that interface (its
 // frame's source MAC, and its address where given; none by default), and then
-// for the MAC of its RFC 6939 option; any other is dropped before the lookup,
-// so it neither gets a lease nor moves a route (Lookup records the interface
-// a client was heard on). An interface's server trusts the relays of every
-// network listing it. On a bridge shared by several guests the frame's
+// for the MAC of its RFC 6939 option, and only for a binding whose own NAD
+// trusts that relay; any other is dropped, so it neither gets a lease nor
+// moves a route. An interface's server lets through the relays any NAD
+// listing it trusts; each binding then answers only through its own. On a bridge shared by several guests the frame's
 // source MAC is sent by the guest, so MAC-spoofing protection on the bridge
 // ports (e.g. the bridge plugin's macspoofchk, KubeVirt's bridge binding) is
 // what ties a MAC to a guest; without it a guest can pose as another.
@@ -131,8 +152,9 @@
 // stopped when no network lists it any more. A network without interfaces is
 // not served.
 //
-// When several networks list one interface, its server uses the smallest
-// preferred and the smallest valid lifetime among them.
+// Each binding is served at its own NAD's lifetimes. An interface's server
+// has, as its default, the smallest preferred and the smallest valid
+// lifetime of the NADs listing it, which no binding uses.
 //
 // All servers present one server identifier, a DUID-UUID (RFC 6355) that is
 // the same on every node of every cluster running tenure ([ServerDUID]).
@@ -166,8 +188,24 @@
 //	PREFIX via ADDRESS dev HOSTIF onlink proto 116
 //
 // is installed in the main table of the dataplane namespace, where HOSTIF is
-// the DHCPv6 interface on which this client was last heard from, else the
-// first interface the network lists. The protocol number 116 ([RouteProtocol])
+// the binding's own interface (its NAD's Link) when it has one. A binding
+// without one is routed through the interface its client was last heard
+// on, else the first interface the network lists; "heard" means one thing
+// only: the server answered a Request, Renew or Rebind of the binding with
+// a Reply that leases its address or prefix, the client's MAC being the
+// frame's Ethernet source (or a trusted relay's RFC 6939 option) on an
+// interface the binding is served on ([Service.Heard], called by the
+// dhcp6 Handler). A Solicit (Rapid Commit too), Confirm,
+// Information-request, Release, Decline, a message for another server, a
+// malformed, unanswered or unparsable one, a MAC only the DUID or the
+// link-local address names, and any frame from an interface the binding is
+// not served on never move it: a host that sends from the binding's MAC
+// on another interface, as a node on a shared VLAN can, gets nothing
+// answered there when the binding has an own interface, and otherwise
+// moves the route only with the exchange a client holding the lease makes.
+// Without MAC-spoofing protection on the ports of a network whose NAD names
+// no listed link, that exchange is still possible: name the link (a bridge
+// plugin's "bridge") where several interfaces are listed. The protocol number 116 ([RouteProtocol])
 // marks tenure's routes: each reconcile lists the IPv6 routes of the main
 // table with that protocol, replaces (RTM_NEWROUTE with NLM_F_REPLACE) the
 // wanted ones that differ and deletes the others, so a route disappears from
@@ -199,15 +237,36 @@
 //
 // # Network settings
 //
-// The agent learns a network's dhcpv6 settings from the IPAM config of each
-// successful ADD ([Service.Learn], keyed by the CNI network name, which is
-// what an IPAMClaim's spec.network names); an ADD whose config has no dhcpv6
-// key, or enabled=false, forgets them. They are written to a small JSON
-// state file (the agent's --socket path + ".dataplane.json", on the host's
-// /run/tenure in the DaemonSet) and read back at start, so an agent restart
-// keeps serving the guests already running instead of waiting for the next
-// ADD of each network. Without a state file, a restarted agent serves a
-// network again from its next ADD on this node.
+// The agent learns the dhcpv6 settings a NAD gives its CNI network from
+// the config of each ADD through it, before the ADD allocates
+// ([Service.Learn]), keyed by the NAD the attachment's network-selection
+// element names (namespace/name), never by the CNI network name alone: a
+// NAD of another namespace with the same network name, whoever wrote it,
+// is kept apart and neither retunes nor switches off this one's guests. An
+// ADD through a NAD whose config has no dhcpv6 key, or enabled=false,
+// records that it has none. An ADD with no element (a cluster default
+// network) names no NAD, learns nothing, and is served nothing.
+//
+// The NADs of one namespace that define one CNI network must agree: every
+// dhcpv6 key, the IPv6 subnets of the ranges and the gateway (the link may
+// differ). An ADD through a NAD whose settings differ from those another NAD
+// of its namespace gave the same network, while a pod of this node names
+// that other NAD, is refused with a CNI error (7, invalid network config)
+// naming both NADs, the key and both values, and changes nothing (a
+// *SettingsConflict). NADs of different namespaces need not agree: one
+// cannot refuse the other's ADDs. The settings of a NAD no pod of this node
+// names and no ADD gave for 10 minutes are forgotten.
+//
+// The settings are written to a small JSON state file (the agent's
+// --socket path + ".dataplane.json", on the host's /run/tenure in the
+// DaemonSet), by NAD, and read back at start, so an agent restart keeps
+// serving the guests already running instead of waiting for the next ADD
+// through each NAD. Settings a file holds by CNI network name alone (one
+// written without NADs) are given, at the first reconcile, to each NAD
+// without settings through which a pod of this node attaches that network,
+// so the guests running through an upgrade stay served; the file is then
+// written back by NAD. Without a state file, a restarted agent serves a
+// NAD's guests again from its next ADD on this node.
 //
 // # Network namespace
 //

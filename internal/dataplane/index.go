@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
 )
@@ -19,27 +21,41 @@ type index struct {
 
 func macIfKey(mac net.HardwareAddr, ifname string) string { return mac.String() + "|" + ifname }
 
-// Lookup implements dhcp6.Lookup from the last reconcile's bindings.
+// Lookup implements dhcp6.Lookup from the last reconcile's bindings. It
+// records nothing: only Heard says where a client is.
 func (s *Service) Lookup(mac net.HardwareAddr, ifname string) (dhcp6.Binding, bool) {
 	b, ok := s.index.Load().byMACIf[macIfKey(mac, ifname)]
 	if !ok {
 		return dhcp6.Binding{}, false
 	}
+	out := b.Binding
+	out.MAC = slices.Clone(b.MAC)
+	out.TrustedRelays = slices.Clone(b.TrustedRelays)
+	return out, true
+}
+
+// Heard implements dhcp6.Heard: the handler answered a Request, Renew or
+// Rebind of b's client, from b's MAC as the link gives it, on ifname. A
+// binding without an own interface is routed through the interface it was last heard
+// on this way; one with an own interface is served there alone, and never
+// moves. The binding must still be the one this MAC maps to there.
+func (s *Service) Heard(b dhcp6.Binding, ifname string) {
+	cur, ok := s.index.Load().byMACIf[macIfKey(b.MAC, ifname)]
+	if !ok || cur.Key != b.Key || cur.OwnInterface != "" {
+		return
+	}
 	s.heardMu.Lock()
 	moved := s.heard[b.Key] != ifname
 	s.heard[b.Key] = ifname
 	s.heardMu.Unlock()
-	if moved && len(b.Interfaces) > 1 {
-		s.Trigger() // the route may follow the client to another interface
+	if moved && len(cur.Interfaces) > 1 {
+		s.Trigger() // the route follows the client to another interface
 	}
-	out := b.Binding
-	out.MAC = slices.Clone(b.MAC)
-	return out, true
 }
 
-// rebind recomputes the bindings and publishes them to Lookup.
-func (s *Service) rebind(networks map[string]config.DHCPv6) []Binding {
-	in := Inputs{Pods: s.opts.Source.Pods(), Claim: s.opts.Source.Claim, Networks: networks}
+// rebind recomputes the bindings of pods and publishes them to Lookup.
+func (s *Service) rebind(pods []*corev1.Pod, networks map[string]config.DHCPv6) []Binding {
+	in := Inputs{Pods: pods, Claim: s.opts.Source.Claim, Networks: networks}
 	if vs, ok := s.opts.Source.(VMISource); ok && vs.VMIsServed() {
 		in.VMI = vs.VMI
 	}
@@ -65,7 +81,40 @@ func (s *Service) rebind(networks map[string]config.DHCPv6) []Binding {
 	}
 	s.heardMu.Unlock()
 	s.logState(bindings, skips)
+	s.reportConflicts(skips)
 	return bindings
+}
+
+// ConflictObserver is implemented by an Options.Observer that keeps the
+// number of MAC conflicts (MACConflict) this node has.
+type ConflictObserver interface {
+	MACConflicts(n int)
+}
+
+// reportConflicts hands each MAC conflict that appeared since the last
+// reconcile to Options.OnConflict, logs it, and tells the Observer how many
+// there are.
+func (s *Service) reportConflicts(skips []Skip) {
+	now := map[string]MACConflict{}
+	for _, k := range skips {
+		if k.Conflict != nil {
+			now[k.Conflict.String()] = *k.Conflict
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(now)) {
+		if _, seen := s.lastConflicts[id]; seen {
+			continue
+		}
+		c := now[id]
+		s.log.Warn("dhcpv6 MAC held by several bindings: none of them is served", "mac", c.MAC, "interface", c.Interface, "holders", c.String())
+		if s.opts.OnConflict != nil {
+			s.opts.OnConflict(c)
+		}
+	}
+	s.lastConflicts = now
+	if o, ok := s.opts.Observer.(ConflictObserver); ok {
+		o.MACConflicts(len(now))
+	}
 }
 
 // logState logs what changed since the last reconcile: bindings that

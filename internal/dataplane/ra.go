@@ -73,7 +73,7 @@ func WantedAdvertisements(bs []Binding, networks map[string]config.DHCPv6) map[s
 	}
 	per := map[string]*acc{}
 	for _, b := range bs {
-		n, ok := networks[b.Network]
+		n, ok := networks[b.NAD]
 		if !ok || !n.Enabled || !n.RouterAdvertisements {
 			continue
 		}

@@ -29,7 +29,7 @@ func TestWantedAdvertisements(t *testing.T) {
 	}
 	bind := func(key, network string, ifaces ...string) Binding {
 		b := binding(key, "fd00:96::5", "", false, ifaces...)
-		b.Network = network
+		b.Network, b.NAD = network, network // the NAD of each network is named after it here
 		return b
 	}
 	got := WantedAdvertisements([]Binding{

@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
@@ -76,8 +79,12 @@ type Options struct {
 	// Resync is the period of the full reconcile; 0 means DefaultResync.
 	Resync time.Duration
 	// Observer receives one call per DHCPv6 message handled; may be nil.
+	// It may implement RouteObserver and ConflictObserver too.
 	Observer dhcp6.Observer
-	Logger   *slog.Logger
+	// OnConflict, when set, is called (from the reconcile) once for each
+	// MAC conflict when it appears: the agent records it as an Event.
+	OnConflict func(MACConflict)
+	Logger     *slog.Logger
 }
 
 // Service serves DHCPv6 (and, where asked, Router Advertisements) and keeps
@@ -91,8 +98,10 @@ type Service struct {
 	trigger chan struct{}
 
 	mu       sync.Mutex
-	networks map[string]config.DHCPv6
-	dirty    bool // networks changed since the state file was written
+	networks map[string]config.DHCPv6 // by NAD (namespace/name), with or without dhcpv6
+	learnt   map[string]time.Time     // by NAD: when an ADD (or the state file) last gave its settings
+	legacy   map[string]config.DHCPv6 // by CNI network: the state file's settings without a NAD, until adopt
+	dirty    bool                     // networks changed since the state file was written
 
 	index atomic.Pointer[index]
 
@@ -100,10 +109,11 @@ type Service struct {
 	heard   map[string]string // binding key -> interface last heard on
 
 	// Owned by the Run goroutine.
-	servers     map[string]*server
-	advertisers map[string]*advertiser // by interface
-	lastState   map[string]string      // pod|interface -> binding or skip, as last logged
-	lastErrs    map[string]string
+	servers       map[string]*server
+	advertisers   map[string]*advertiser // by interface
+	lastState     map[string]string      // pod|interface -> binding or skip, as last logged
+	lastConflicts map[string]MACConflict // by MACConflict.String(), as last reported
+	lastErrs      map[string]string
 	// idle: the last reconcile saw no network served and left nothing of
 	// tenure's in place (no server, advertiser or route).
 	idle bool
@@ -134,7 +144,7 @@ func New(opts Options) (*Service, error) {
 	}
 	s := &Service{
 		opts: opts, log: opts.Logger.With("component", "dataplane"), ns: ns, nl: nl,
-		trigger: make(chan struct{}, 1), networks: map[string]config.DHCPv6{},
+		trigger: make(chan struct{}, 1), networks: map[string]config.DHCPv6{}, learnt: map[string]time.Time{}, legacy: map[string]config.DHCPv6{},
 		heard: map[string]string{}, servers: map[string]*server{}, advertisers: map[string]*advertiser{}, lastErrs: map[string]string{},
 	}
 	s.index.Store(&index{byMACIf: map[string]Binding{}})
@@ -146,44 +156,189 @@ func New(opts Options) (*Service, error) {
 	return s, nil
 }
 
-// Learn records the dhcpv6 settings of a CNI network, as an ADD's IPAM
-// config gives them; nil (no dhcpv6 key) or Enabled=false forgets them.
-func (s *Service) Learn(network string, d *config.DHCPv6) {
-	s.mu.Lock()
-	old, had := s.networks[network]
-	changed := false
-	switch {
-	case d == nil || !d.Enabled:
-		if had {
-			delete(s.networks, network)
-			changed = true
-		}
-	default:
-		nd := *d
+// Learn records the dhcpv6 settings that the NetworkAttachmentDefinition
+// nad (namespace/name) gives its CNI network, as an ADD's config gives
+// them: d nil (no dhcpv6 key) records that the NAD has none. Settings are
+// kept per NAD, so a NAD of another namespace, whoever wrote it, can
+// neither retune nor switch off what this one serves. Two NADs of one
+// namespace that define one CNI network must agree (every dhcpv6 key, and
+// the IPv6 subnets and gateway its Router Advertisements carry; the Link
+// may differ): Learn refuses, with a *SettingsConflict and changing
+// nothing, settings that differ from those another NAD in use on this
+// node (named by a pod of this node) gave the same network.
+func (s *Service) Learn(nad, network string, d *config.DHCPv6) error {
+	nd := config.DHCPv6{Network: network}
+	if d != nil {
+		nd = *d
+		nd.Network = network
 		nd.Interfaces = slices.Clone(d.Interfaces)
 		nd.OnLink = slices.Clone(d.OnLink)
 		nd.TrustedRelays = slices.Clone(d.TrustedRelays)
-		if !had || !sameSettings(old, nd) {
-			s.networks[network] = nd
-			changed = true
+	}
+	// The in-use set costs a pass over the node's pods: only a NAD whose
+	// settings differ from another one's pays it.
+	var inUse map[string]bool
+	for {
+		s.mu.Lock()
+		conflict, needPods := s.disagreement(nad, nd, inUse)
+		if needPods {
+			s.mu.Unlock()
+			inUse = nadsInUse(s.opts.Source.Pods())
+			continue
+		}
+		if conflict != nil {
+			s.mu.Unlock()
+			return conflict
+		}
+		old, had := s.networks[nad]
+		changed := !had || !sameSettings(old, nd) || old.Link != nd.Link
+		if changed {
+			s.networks[nad] = nd
+			s.dirty = true
+		}
+		s.learnt[nad] = time.Now()
+		s.mu.Unlock()
+		served := nd.Enabled || (had && old.Enabled)
+		switch {
+		case !changed:
+		case nd.Enabled:
+			s.log.Info("dhcpv6 settings learnt", "nad", nad, "network", network, "interfaces", nd.Interfaces, "link", nd.Link,
+				"installRoutes", nd.InstallRoutes, "preferredLifetime", nd.PreferredLifetime, "validLifetime", nd.ValidLifetime,
+				"routerAdvertisements", nd.RouterAdvertisements, "onLink", nd.OnLink, "gateway", nd.Gateway, "trustedRelays", len(nd.TrustedRelays))
+		case served:
+			s.log.Info("dhcpv6 settings forgotten: the NAD's config has no enabled dhcpv6", "nad", nad, "network", network)
+		}
+		if changed && served {
+			s.Trigger()
+		}
+		return nil
+	}
+}
+
+// disagreement returns the conflict of nad's settings d with another NAD
+// of its namespace and network in use; needPods when that cannot be told
+// without the in-use set (nil). Called with s.mu held.
+func (s *Service) disagreement(nad string, d config.DHCPv6, inUse map[string]bool) (conflict *SettingsConflict, needPods bool) {
+	ns, _, _ := strings.Cut(nad, "/")
+	for other, o := range s.networks {
+		ons, _, _ := strings.Cut(other, "/")
+		if other == nad || ons != ns || o.Network != d.Network {
+			continue
+		}
+		field, mine, theirs := settingsDiff(d, o)
+		if field == "" {
+			continue
+		}
+		if inUse == nil {
+			return nil, true
+		}
+		// Of several, the one first by name, as every ADD reports it.
+		if inUse[other] && (conflict == nil || other < conflict.Other) {
+			conflict = &SettingsConflict{Network: d.Network, NAD: nad, Other: other, Field: field, Value: mine, OtherValue: theirs}
 		}
 	}
-	s.dirty = s.dirty || changed
-	s.mu.Unlock()
-	if changed && d != nil && d.Enabled {
-		s.log.Info("dhcpv6 settings learnt", "network", network, "interfaces", d.Interfaces, "installRoutes", d.InstallRoutes,
-			"preferredLifetime", d.PreferredLifetime, "validLifetime", d.ValidLifetime,
-			"routerAdvertisements", d.RouterAdvertisements, "onLink", d.OnLink, "gateway", d.Gateway, "trustedRelays", len(d.TrustedRelays))
-	} else if changed {
-		s.log.Info("dhcpv6 settings forgotten: the network's config has no enabled dhcpv6", "network", network)
+	return conflict, false
+}
+
+// SettingsConflict is Learn's refusal: two NADs of one namespace define one
+// CNI network with different DHCPv6 settings.
+type SettingsConflict struct {
+	Network, NAD, Other      string
+	Field, Value, OtherValue string
+}
+
+func (e *SettingsConflict) Error() string {
+	return fmt.Sprintf("NADs %s and %s both define CNI network %q with different DHCPv6 settings: %s is %s in %s and %s in %s; make them agree",
+		e.NAD, e.Other, e.Network, e.Field, e.Value, e.NAD, e.OtherValue, e.Other)
+}
+
+// settingsDiff names the first setting a and b differ in (a config key) and
+// its value in each; "" when they agree. Two configs without enabled
+// dhcpv6 agree whatever else they say; the Link is each NAD's own.
+func settingsDiff(a, b config.DHCPv6) (field, av, bv string) {
+	if !a.Enabled || !b.Enabled {
+		if a.Enabled != b.Enabled {
+			return "dhcpv6.enabled", onOff(a.Enabled), onOff(b.Enabled)
+		}
+		return "", "", ""
 	}
-	if changed {
-		s.Trigger()
+	relays := func(rs []config.TrustedRelay) string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, fmt.Sprintf("%s/%s/%s", r.Interface, r.MAC, r.Address))
+		}
+		return fmt.Sprintf("%q", out)
+	}
+	secs := func(d time.Duration) string { return fmt.Sprint(int64(d / time.Second)) }
+	for _, f := range []struct{ key, a, b string }{
+		{"dhcpv6.interfaces", fmt.Sprintf("%q", a.Interfaces), fmt.Sprintf("%q", b.Interfaces)},
+		{"dhcpv6.preferred_lifetime", secs(a.PreferredLifetime), secs(b.PreferredLifetime)},
+		{"dhcpv6.valid_lifetime", secs(a.ValidLifetime), secs(b.ValidLifetime)},
+		{"dhcpv6.install_routes", fmt.Sprint(a.InstallRoutes), fmt.Sprint(b.InstallRoutes)},
+		{"dhcpv6.router_advertisements", fmt.Sprint(a.RouterAdvertisements), fmt.Sprint(b.RouterAdvertisements)},
+		{"dhcpv6.trusted_relays", relays(a.TrustedRelays), relays(b.TrustedRelays)},
+		{"the IPv6 subnets of the ranges", fmt.Sprint(a.OnLink), fmt.Sprint(b.OnLink)},
+		{"gateway", a.Gateway.String(), b.Gateway.String()},
+	} {
+		if f.a != f.b {
+			return f.key, f.a, f.b
+		}
+	}
+	return "", "", ""
+}
+
+func onOff(enabled bool) string {
+	if enabled {
+		return "enabled"
+	}
+	return "absent or false"
+}
+
+// nadsInUse returns the NADs (namespace/name) the network-selection
+// elements of pods, not in a terminal phase, name.
+func nadsInUse(pods []*corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range pods {
+		if p == nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.Annotations[nadv1.NetworkAttachmentAnnot] == "" {
+			continue
+		}
+		elems, err := claims.Networks(p)
+		if err != nil {
+			continue
+		}
+		for _, e := range elems {
+			if e != nil {
+				out[nadOf(e)] = true
+			}
+		}
+	}
+	return out
+}
+
+// pruneAfter is how long the settings a NAD gave stay once no pod of this
+// node names it: longer than an ADD takes to see its pod in the informer.
+const pruneAfter = 10 * time.Minute
+
+// prune forgets the settings of NADs no pod of this node names and that no
+// ADD gave for pruneAfter: a deleted or edited NAD's old settings neither
+// serve anyone nor stand in the way of its namespace's other NADs.
+func (s *Service) prune(pods []*corev1.Pod, now time.Time) {
+	inUse := nadsInUse(pods)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for nad := range s.networks {
+		if inUse[nad] || now.Sub(s.learnt[nad]) < pruneAfter {
+			continue
+		}
+		s.log.Info("dhcpv6 settings of a NAD no pod of this node names any more forgotten", "nad", nad, "network", s.networks[nad].Network)
+		delete(s.networks, nad)
+		delete(s.learnt, nad)
+		s.dirty = true
 	}
 }
 
 func sameSettings(a, b config.DHCPv6) bool {
-	return a.Enabled == b.Enabled && a.InstallRoutes == b.InstallRoutes && a.PreferredLifetime == b.PreferredLifetime &&
+	return a.Enabled == b.Enabled && a.Network == b.Network && a.InstallRoutes == b.InstallRoutes && a.PreferredLifetime == b.PreferredLifetime &&
 		a.ValidLifetime == b.ValidLifetime && slices.Equal(a.Interfaces, b.Interfaces) &&
 		a.RouterAdvertisements == b.RouterAdvertisements && slices.Equal(a.OnLink, b.OnLink) && a.Gateway == b.Gateway &&
 		slices.EqualFunc(a.TrustedRelays, b.TrustedRelays, func(x, y config.TrustedRelay) bool {
@@ -191,13 +346,17 @@ func sameSettings(a, b config.DHCPv6) bool {
 		})
 }
 
-// Serves reports whether DHCPv6 settings of network are learnt: only then
-// can its attachments have bindings, and a change of them matter here.
+// Serves reports whether a NAD gives network enabled DHCPv6 settings here:
+// only then can its attachments have bindings, and a change of them matter.
 func (s *Service) Serves(network string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.networks[network]
-	return ok
+	for _, d := range s.networks {
+		if d.Enabled && d.Network == network {
+			return true
+		}
+	}
+	return false
 }
 
 // Networks returns a copy of the learnt settings.
@@ -212,6 +371,18 @@ func (s *Service) Networks() map[string]config.DHCPv6 {
 		out[k] = v
 	}
 	return out
+}
+
+// servesAny reports whether any NAD gives enabled DHCPv6 settings.
+func (s *Service) servesAny() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.networks {
+		if d.Enabled {
+			return true
+		}
+	}
+	return false
 }
 
 // Trigger asks for a reconcile soon; calls coalesce.
@@ -257,7 +428,7 @@ func (s *Service) awaitWork(ctx context.Context, resync <-chan time.Time, last t
 		case <-resync:
 			return true
 		case <-s.trigger:
-			if s.idle && len(s.Networks()) == 0 {
+			if s.idle && !s.servesAny() {
 				continue
 			}
 			if wait := triggerSpacing - time.Since(last); wait > 0 {
@@ -284,13 +455,16 @@ func (s *Service) shutdown() {
 }
 
 func (s *Service) reconcile() {
+	pods := s.opts.Source.Pods()
+	s.adopt(pods)
+	s.prune(pods, time.Now())
 	networks := s.Networks()
 	s.persist()
-	bindings := s.rebind(networks)
+	bindings := s.rebind(pods, networks)
 	s.reconcileServers(networks)
 	s.reconcileAdvertisers(WantedAdvertisements(bindings, networks))
 	s.reconcileRoutes(bindings)
-	s.idle = len(networks) == 0 && len(s.servers) == 0 && len(s.advertisers) == 0 && s.routesLeft == 0
+	s.idle = !s.servesAny() && len(s.servers) == 0 && len(s.advertisers) == 0 && s.routesLeft == 0
 }
 
 // logErr logs an error of one subject once until it changes or clears.

@@ -41,6 +41,14 @@ func (f *fakeSource) Claim(ns, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// learn is s.Learn, which must not refuse.
+func learn(t *testing.T, s *Service, nad, network string, d *config.DHCPv6) {
+	t.Helper()
+	if err := s.Learn(nad, network, d); err != nil {
+		t.Fatalf("Learn(%s): %v", nad, err)
+	}
+}
+
 func TestLookupFollowsOwnerAndInterface(t *testing.T) {
 	src := &fakeSource{
 		pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
@@ -57,8 +65,8 @@ func TestLookupFollowsOwnerAndInterface(t *testing.T) {
 	if _, ok := s.Lookup(mac, "br0"); ok {
 		t.Fatal("answered before any reconcile")
 	}
-	s.Learn("san", &config.DHCPv6{Enabled: true, Interfaces: []string{"br0"}, InstallRoutes: true, PreferredLifetime: time.Hour, ValidLifetime: 2 * time.Hour})
-	s.rebind(s.Networks())
+	learn(t, s, "vms/san", "san", &config.DHCPv6{Enabled: true, Interfaces: []string{"br0"}, InstallRoutes: true, PreferredLifetime: time.Hour, ValidLifetime: 2 * time.Hour})
+	s.rebind(src.Pods(), s.Networks())
 	b, ok := s.Lookup(mac, "br0")
 	if !ok || b.Key != "vms/vm1.san" || b.Address.String() != "fd00::7" || b.Prefix.String() != "fd00:9000:0:700::/56" {
 		t.Fatalf("lookup = %+v %v", b, ok)
@@ -74,7 +82,7 @@ func TestLookupFollowsOwnerAndInterface(t *testing.T) {
 	src.mu.Lock()
 	src.claims[0] = testClaim("vm1.san", "san", "virt-launcher-b", []string{"fd00::7/64"}, []string{"fd00:9000:0:700::/56"})
 	src.mu.Unlock()
-	s.rebind(s.Networks())
+	s.rebind(src.Pods(), s.Networks())
 	if _, ok := s.Lookup(mac, "br0"); ok {
 		t.Fatal("still answering after ownerPod moved to another node")
 	}
@@ -83,12 +91,12 @@ func TestLookupFollowsOwnerAndInterface(t *testing.T) {
 	src.mu.Lock()
 	src.claims[0] = testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::7/64"}, nil)
 	src.mu.Unlock()
-	s.rebind(s.Networks())
+	s.rebind(src.Pods(), s.Networks())
 	if _, ok := s.Lookup(mac, "br0"); !ok {
 		t.Fatal("owner back: no answer")
 	}
-	s.Learn("san", nil)
-	s.rebind(s.Networks())
+	learn(t, s, "vms/san", "san", nil)
+	s.rebind(src.Pods(), s.Networks())
 	if _, ok := s.Lookup(mac, "br0"); ok {
 		t.Fatal("answering for a network whose config dropped dhcpv6")
 	}
@@ -104,9 +112,9 @@ func TestStateFileRoundTrip(t *testing.T) {
 		RouterAdvertisements: true, OnLink: []netip.Prefix{netip.MustParsePrefix("fd00:96::/64")}, Gateway: netip.MustParseAddr("fd00:96::1"),
 		TrustedRelays: []config.TrustedRelay{{Interface: "vlan200", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xe}, Address: netip.MustParseAddr("fe80::e")},
 			{Interface: "br0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xf}}}}
-	s.Learn("san", &want)
-	s.Learn("gone", &config.DHCPv6{Enabled: true, Interfaces: []string{"br9"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
-	s.Learn("gone", &config.DHCPv6{Enabled: false})
+	learn(t, s, "vms/san", "san", &want)
+	learn(t, s, "vms/gone", "gone", &config.DHCPv6{Enabled: true, Interfaces: []string{"br9"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
+	learn(t, s, "vms/gone", "gone", &config.DHCPv6{Enabled: false})
 	s.persist()
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)
@@ -116,8 +124,9 @@ func TestStateFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := again.Networks()
-	if len(got) != 1 || !sameSettings(got["san"], want) {
-		t.Fatalf("restored %+v, want san=%+v", got, want)
+	want.Network = "san"
+	if len(got) != 2 || !sameSettings(got["vms/san"], want) || !sameSettings(got["vms/gone"], config.DHCPv6{Network: "gone"}) {
+		t.Fatalf("restored %+v, want vms/san=%+v and vms/gone without dhcpv6", got, want)
 	}
 	// A torn or foreign file is ignored, not fatal.
 	if err := os.WriteFile(path, []byte("{not json"), 0o644); err != nil {
@@ -247,3 +256,44 @@ func TestRoutesInANamespace(t *testing.T) {
 }
 
 var _ dhcp6.Lookup = (*Service)(nil)
+
+// A state file that holds settings by CNI network name alone (written
+// without NADs) keeps the node's running guests served across the agent's
+// restart: the first reconcile gives each network's settings to the NADs
+// this node's pods attach it through, and the file is written back by NAD.
+func TestAStateFileWithoutNADsKeepsTheGuestsServed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock.dataplane.json")
+	if err := os.WriteFile(path, []byte(`{"networks":{"san":{"interfaces":["br0"],"preferred_lifetime":600,"valid_lifetime":900,"install_routes":true},
+		"gone":{"interfaces":["br9"],"preferred_lifetime":600,"valid_lifetime":900,"install_routes":true}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeSource{
+		pods: []*corev1.Pod{testPod("virt-launcher-a", map[string]string{
+			nets: `[{"name":"san","interface":"net1","ipam-claim-reference":"vm1.san","mac":"02:00:00:aa:bb:01"}]`})},
+		claims: []*ipamclaimsv1alpha1.IPAMClaim{testClaim("vm1.san", "san", "virt-launcher-a", []string{"fd00::7/64"}, nil)},
+	}
+	s, err := New(Options{Source: src, StateFile: path, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.nl.Close(); s.ns.close() })
+	s.adopt(src.Pods())
+	want := config.DHCPv6{Enabled: true, Network: "san", Interfaces: []string{"br0"}, InstallRoutes: true, PreferredLifetime: 600 * time.Second, ValidLifetime: 900 * time.Second}
+	if got := s.Networks(); len(got) != 1 || !sameSettings(got["vms/san"], want) {
+		t.Fatalf("after the first reconcile: %+v, want vms/san alone with the network's settings", got)
+	}
+	mac, _ := net.ParseMAC(vmMAC)
+	s.rebind(src.Pods(), s.Networks())
+	if b, ok := s.Lookup(mac, "br0"); !ok || b.Key != "vms/vm1.san" || b.PreferredLifetime != 600*time.Second {
+		t.Fatalf("lookup %+v %v: want vms/vm1.san served at 600 s", b, ok)
+	}
+	s.persist()
+	again, err := New(Options{Source: &fakeSource{}, StateFile: path, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { again.nl.Close(); again.ns.close() })
+	if got := again.Networks(); len(got) != 1 || !sameSettings(got["vms/san"], want) || len(again.legacy) != 0 {
+		t.Fatalf("the file written back holds %+v (and %v by network), want vms/san alone", got, again.legacy)
+	}
+}

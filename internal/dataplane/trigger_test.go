@@ -73,7 +73,7 @@ func TestTriggersOfABurstFoldIntoSpacedReconciles(t *testing.T) {
 	src.waitRead(t, time.Time{}) // the first reconcile, at start
 	// A network served (on an interface this host lacks: no server
 	// starts), so that a Trigger has something to reconcile.
-	s.Learn("san", &config.DHCPv6{Enabled: true, Interfaces: []string{"tnt-absent0"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
+	learn(t, s, "vms/san", "san", &config.DHCPv6{Enabled: true, Interfaces: []string{"tnt-absent0"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
 
 	lone := time.Now()
 	s.Trigger()
@@ -111,7 +111,7 @@ func TestTriggersWhileNoNetworkIsServedReconcileNothing(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	served := time.Now()
-	s.Learn("san", &config.DHCPv6{Enabled: true, Interfaces: []string{"tnt-absent0"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
+	learn(t, s, "vms/san", "san", &config.DHCPv6{Enabled: true, Interfaces: []string{"tnt-absent0"}, PreferredLifetime: time.Hour, ValidLifetime: time.Hour})
 	s.Trigger()
 	src.waitRead(t, served)
 	if n := src.readsSince(idle) - src.readsSince(served); n != 0 {
@@ -119,7 +119,7 @@ func TestTriggersWhileNoNetworkIsServedReconcileNothing(t *testing.T) {
 	}
 
 	unserved := time.Now()
-	s.Learn("san", nil)
+	learn(t, s, "vms/san", "san", nil)
 	s.Trigger()
 	src.waitRead(t, unserved)
 }

@@ -27,8 +27,9 @@ const (
 )
 
 // answer builds the reply to a validated request from a known client: nil
-// with an outcome and a reason when nothing must be sent.
-func (h *Handler) answer(req *request, l lease) (reply *dhcpv6.Message, outcome, reason string) {
+// with an outcome and a reason when nothing must be sent. leased says the
+// reply gives an IA a lease with non-zero lifetimes.
+func (h *Handler) answer(req *request, l lease) (reply *dhcpv6.Message, outcome, reason string, leased bool) {
 	m := req.msg
 	switch m.MessageType {
 	case dhcpv6.MessageTypeSolicit:
@@ -36,11 +37,11 @@ func (h *Handler) answer(req *request, l lease) (reply *dhcpv6.Message, outcome,
 			// §18.3.1: commit at once and Reply, with Rapid Commit.
 			reply = h.newMessage(dhcpv6.MessageTypeReply, req)
 			reply.AddOption(&dhcpv6.OptionGeneric{OptionCode: dhcpv6.OptionRapidCommit})
-			h.addIAs(reply, m, l, assign)
-			return reply, OutcomeReply, ""
+			leased = h.addIAs(reply, m, l, assign)
+			return reply, OutcomeReply, "", leased
 		}
 		reply = h.newMessage(dhcpv6.MessageTypeAdvertise, req)
-		if !h.addIAs(reply, m, l, assign) {
+		if leased = h.addIAs(reply, m, l, assign); !leased {
 			// §18.3.9: nothing to offer in any IA. The per-IA statuses stay
 			// too, as dnsmasq does; a client ignores such an Advertise
 			// either way (§18.2.9).
@@ -49,22 +50,22 @@ func (h *Handler) answer(req *request, l lease) (reply *dhcpv6.Message, outcome,
 		if h.pref != 0 {
 			reply.AddOption(dhcpv6.OptPreference(h.pref))
 		}
-		return reply, OutcomeAdvertise, ""
+		return reply, OutcomeAdvertise, "", leased
 
 	case dhcpv6.MessageTypeRequest:
 		reply = h.newMessage(dhcpv6.MessageTypeReply, req)
-		h.addIAs(reply, m, l, assign)
-		return reply, OutcomeReply, ""
+		leased = h.addIAs(reply, m, l, assign)
+		return reply, OutcomeReply, "", leased
 
 	case dhcpv6.MessageTypeRenew:
 		reply = h.newMessage(dhcpv6.MessageTypeReply, req)
-		h.addIAs(reply, m, l, renew)
-		return reply, OutcomeReply, ""
+		leased = h.addIAs(reply, m, l, renew)
+		return reply, OutcomeReply, "", leased
 
 	case dhcpv6.MessageTypeRebind:
 		reply = h.newMessage(dhcpv6.MessageTypeReply, req)
-		h.addIAs(reply, m, l, rebind)
-		return reply, OutcomeReply, ""
+		leased = h.addIAs(reply, m, l, rebind)
+		return reply, OutcomeReply, "", leased
 
 	case dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline:
 		// §18.3.7, §18.3.8: Success, and NoBinding in each IA the server
@@ -87,10 +88,10 @@ func (h *Handler) answer(req *request, l lease) (reply *dhcpv6.Message, outcome,
 		}
 		if m.MessageType == dhcpv6.MessageTypeDecline {
 			reply.AddOption(status(iana.StatusSuccess, "decline noted"))
-			return reply, OutcomeDeclined, ""
+			return reply, OutcomeDeclined, "", false
 		}
 		reply.AddOption(status(iana.StatusSuccess, "release noted"))
-		return reply, OutcomeReply, ""
+		return reply, OutcomeReply, "", false
 
 	case dhcpv6.MessageTypeConfirm:
 		// §18.3.3: Success when every address is appropriate for the link,
@@ -104,7 +105,7 @@ func (h *Handler) answer(req *request, l lease) (reply *dhcpv6.Message, outcome,
 			addrs = appendAddrs(addrs, ia.Options.Addresses())
 		}
 		if len(addrs) == 0 {
-			return nil, OutcomeIgnored, "Confirm without addresses"
+			return nil, OutcomeIgnored, "Confirm without addresses", false
 		}
 		code, text := iana.StatusSuccess, "all addresses on link"
 		for _, a := range addrs {
@@ -115,13 +116,13 @@ func (h *Handler) answer(req *request, l lease) (reply *dhcpv6.Message, outcome,
 		}
 		reply = h.newMessage(dhcpv6.MessageTypeReply, req)
 		reply.AddOption(status(code, text))
-		return reply, OutcomeReply, ""
+		return reply, OutcomeReply, "", false
 
 	case dhcpv6.MessageTypeInformationRequest:
 		// §18.3.6: no IAs; this server has no other configuration to give.
-		return h.newMessage(dhcpv6.MessageTypeReply, req), OutcomeReply, ""
+		return h.newMessage(dhcpv6.MessageTypeReply, req), OutcomeReply, "", false
 	}
-	return nil, OutcomeIgnored, m.MessageType.String() + " is not answered by this server"
+	return nil, OutcomeIgnored, m.MessageType.String() + " is not answered by this server", false
 }
 
 // newMessage starts a reply: same transaction, Client Identifier echoed
@@ -156,9 +157,9 @@ func (h *Handler) addIAs(reply, req *dhcpv6.Message, l lease, mode iaMode) bool 
 		return l.addr.IsValid() && containsAddr(appendAddrs(nil, ia.Options.Addresses()), l.addr)
 	})
 	for i, ia := range nas {
-		il := lease{addr: l.addr}
+		il := lease{addr: l.addr, lt: l.lt}
 		if i != max(holder, 0) {
-			il = lease{}
+			il = lease{lt: l.lt}
 		}
 		out, ok := h.answerNA(ia, il, mode)
 		reply.AddOption(out)
@@ -178,9 +179,9 @@ func (h *Handler) addIAs(reply, req *dhcpv6.Message, l lease, mode iaMode) bool 
 		return l.prefix.IsValid() && slices.Contains(appendPrefixes(nil, ia.Options.Prefixes()), l.prefix)
 	})
 	for i, ia := range pds {
-		il := lease{prefix: l.prefix}
+		il := lease{prefix: l.prefix, lt: l.lt}
 		if i != max(holder, 0) {
-			il = lease{}
+			il = lease{lt: l.lt}
 		}
 		out, ok := h.answerPD(ia, il, mode)
 		reply.AddOption(out)
@@ -193,11 +194,11 @@ func (h *Handler) answerNA(in *dhcpv6.OptIANA, l lease, mode iaMode) (*dhcpv6.Op
 	out := &dhcpv6.OptIANA{IaId: in.IaId}
 	sent := appendAddrs(nil, in.Options.Addresses())
 	if l.addr.IsValid() {
-		out.T1, out.T2 = h.lt.t1, h.lt.t2
+		out.T1, out.T2 = l.lt.t1, l.lt.t2
 		out.Options.Add(&dhcpv6.OptIAAddress{
 			IPv6Addr:          net.IP(l.addr.AsSlice()),
-			PreferredLifetime: h.lt.preferred,
-			ValidLifetime:     h.lt.valid,
+			PreferredLifetime: l.lt.preferred,
+			ValidLifetime:     l.lt.valid,
 		})
 		if mode != assign {
 			for _, a := range sent {
@@ -225,10 +226,10 @@ func (h *Handler) answerPD(in *dhcpv6.OptIAPD, l lease, mode iaMode) (*dhcpv6.Op
 	out := &dhcpv6.OptIAPD{IaId: in.IaId}
 	sent := appendPrefixes(nil, in.Options.Prefixes())
 	if l.prefix.IsValid() {
-		out.T1, out.T2 = h.lt.t1, h.lt.t2
+		out.T1, out.T2 = l.lt.t1, l.lt.t2
 		out.Options.Add(&dhcpv6.OptIAPrefix{
-			PreferredLifetime: h.lt.preferred,
-			ValidLifetime:     h.lt.valid,
+			PreferredLifetime: l.lt.preferred,
+			ValidLifetime:     l.lt.valid,
 			Prefix:            ipNet(l.prefix),
 		})
 		if mode != assign {

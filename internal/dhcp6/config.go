@@ -25,6 +25,15 @@ type Binding struct {
 	Address netip.Addr
 	// Prefix is the IA_PD prefix; the zero value when the claim has none.
 	Prefix netip.Prefix
+	// PreferredLifetime and ValidLifetime, when either is set, are the
+	// lifetimes this binding is served with (defaulted as Config's are),
+	// instead of the Handler's: bindings of one interface may come from
+	// settings of different owners, none of which may retune the others'.
+	PreferredLifetime, ValidLifetime time.Duration
+	// TrustedRelays, when not nil, are the only relays a Relay-forward for
+	// this binding is answered through (besides being one of the Handler's
+	// Config.TrustedRelays); empty: none. nil leaves it to the Config.
+	TrustedRelays []Relay
 }
 
 // Lookup maps a client to its binding on this node. ok=false means the client
@@ -37,6 +46,22 @@ type Binding struct {
 // or modify mac.
 type Lookup interface {
 	Lookup(mac net.HardwareAddr, ifname string) (Binding, bool)
+}
+
+// Heard is implemented by a Lookup that wants to know which interface a
+// client sits behind (internal/dataplane routes the client's prefix there).
+// The Handler calls Heard(b, ifname) only after it answered a Request, Renew
+// or Rebind of b's client with a Reply that leases b's address or prefix,
+// when the client's MAC is what the link says (the frame's Ethernet source,
+// or a trusted relay's RFC 6939 option) and not what the guest says (a
+// DUID, a link-local address). Nothing else calls it: no Solicit (an
+// Advertise commits nothing, and a Rapid Commit Solicit is the guest's
+// choice of exchange, not evidence of a lease in use), Confirm,
+// Information-request, Release, Decline, unanswered, ignored or malformed
+// message. It is called concurrently, after Lookup returned b for the same
+// message, and must not retain or modify b.MAC.
+type Heard interface {
+	Heard(b Binding, ifname string)
 }
 
 // LookupFunc adapts a function to the Lookup interface.
@@ -149,6 +174,9 @@ type Relay struct {
 	// Address, when valid, is the IPv6 source address the relay's messages
 	// must also come from; the zero Addr accepts any.
 	Address netip.Addr
+	// Ifname, in a Binding's TrustedRelays, is the interface the relay is
+	// trusted on; "" is any. A Config's relays are its interface's.
+	Ifname string
 }
 
 // DUIDFromMAC returns a DUID-LL (RFC 8415 §11.4) for an Ethernet MAC, suitable
@@ -176,6 +204,22 @@ func (c Config) normalize() (serverID []byte, lt lifetimes, err error) {
 	if err != nil {
 		return nil, lt, fmt.Errorf("dhcp6: ServerDUID: %w", err)
 	}
+	if lt, err = c.lifetimes(); err != nil {
+		return nil, lt, err
+	}
+	for i, r := range c.TrustedRelays {
+		if len(r.MAC) == 0 || len(r.MAC) > maxMACLen {
+			return nil, lt, fmt.Errorf("dhcp6: TrustedRelays[%d].MAC %q is not a link-layer address", i, r.MAC)
+		}
+		if r.Address.IsValid() && !r.Address.Unmap().Is6() {
+			return nil, lt, fmt.Errorf("dhcp6: TrustedRelays[%d].Address %s is not an IPv6 address", i, r.Address)
+		}
+	}
+	return serverID, lt, nil
+}
+
+// lifetimes validates and defaults c's lifetimes, T1 and T2.
+func (c Config) lifetimes() (lt lifetimes, err error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
@@ -184,7 +228,7 @@ func (c Config) normalize() (serverID []byte, lt lifetimes, err error) {
 		{"T1", c.T1}, {"T2", c.T2},
 	} {
 		if f.d < 0 {
-			return nil, lt, fmt.Errorf("dhcp6: %s is negative (%v)", f.name, f.d)
+			return lt, fmt.Errorf("dhcp6: %s is negative (%v)", f.name, f.d)
 		}
 	}
 	lt = lifetimes{preferred: clampLifetime(c.PreferredLifetime), valid: clampLifetime(c.ValidLifetime)}
@@ -197,12 +241,12 @@ func (c Config) normalize() (serverID []byte, lt lifetimes, err error) {
 		lt.preferred = lt.valid / 2
 	}
 	if lt.preferred < time.Second {
-		return nil, lt, fmt.Errorf("dhcp6: PreferredLifetime %v is under one second", lt.preferred)
+		return lt, fmt.Errorf("dhcp6: PreferredLifetime %v is under one second", lt.preferred)
 	}
 	if lt.preferred > lt.valid {
 		// RFC 8415 §21.6: a client discards an address whose preferred
 		// lifetime exceeds its valid lifetime.
-		return nil, lt, fmt.Errorf("dhcp6: PreferredLifetime %v exceeds ValidLifetime %v", lt.preferred, lt.valid)
+		return lt, fmt.Errorf("dhcp6: PreferredLifetime %v exceeds ValidLifetime %v", lt.preferred, lt.valid)
 	}
 	lt.t1, lt.t2 = clampLifetime(c.T1), clampLifetime(c.T2)
 	if lt.t1 == 0 {
@@ -213,17 +257,9 @@ func (c Config) normalize() (serverID []byte, lt lifetimes, err error) {
 	}
 	if lt.t1 > lt.t2 {
 		// RFC 8415 §21.4: a client discards an IA_NA with T1 > T2.
-		return nil, lt, fmt.Errorf("dhcp6: T1 %v exceeds T2 %v", lt.t1, lt.t2)
+		return lt, fmt.Errorf("dhcp6: T1 %v exceeds T2 %v", lt.t1, lt.t2)
 	}
-	for i, r := range c.TrustedRelays {
-		if len(r.MAC) == 0 || len(r.MAC) > maxMACLen {
-			return nil, lt, fmt.Errorf("dhcp6: TrustedRelays[%d].MAC %q is not a link-layer address", i, r.MAC)
-		}
-		if r.Address.IsValid() && !r.Address.Unmap().Is6() {
-			return nil, lt, fmt.Errorf("dhcp6: TrustedRelays[%d].Address %s is not an IPv6 address", i, r.Address)
-		}
-	}
-	return serverID, lt, nil
+	return lt, nil
 }
 
 func clampLifetime(d time.Duration) time.Duration {

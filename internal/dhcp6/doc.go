@@ -52,6 +52,26 @@
 // name passed to Lookup keeps a client to the bindings of its own link: a
 // Lookup must only return bindings that live behind that interface.
 //
+// A binding may carry its own lifetimes and its own trusted relays
+// (Binding.PreferredLifetime, ValidLifetime, TrustedRelays): bindings that
+// share an interface may come from settings of different owners, so a
+// Relay-forward the interface's Config lets through is still dropped
+// ([OutcomeUntrustedRelay]) for a binding that does not trust that relay,
+// and each binding is served at its own lifetimes.
+//
+// # Where the client is
+//
+// Lookup records nothing. A Lookup that implements [Heard] is told that a
+// client sits behind an interface only when that is what the exchange
+// shows: the Handler answered a Request, Renew or Rebind with a Reply that
+// leases the binding's address or prefix, and the client's MAC was the
+// link's word (the frame's source, or a trusted relay's RFC 6939 option),
+// not the guest's (its DUID or link-local address). A Solicit (Rapid Commit
+// too), Confirm, Information-request, Release or Decline, and any message
+// that is unanswered, ignored or malformed, say nothing of where the client
+// is: anyone on the link can send them from any MAC (internal/dataplane
+// routes the client's prefix by what Heard says).
+//
 // # One address, one prefix
 //
 // A client gets its binding's address in one IA_NA and its prefix in one

@@ -77,6 +77,10 @@ type Result struct {
 	MsgType, Outcome string
 	// Key is the Binding's Key when a binding was found.
 	Key string
+	// Heard says the message placed the client behind Source.Ifname: an
+	// answered Request, Renew or Rebind, with a lease, from the MAC the link
+	// gives (see Heard). The Lookup was told when it implements Heard.
+	Heard bool
 	// Reason says, for a message that got no reply, why.
 	Reason string
 	// Err is set for OutcomeMalformed (wrapping ErrMalformed) and
@@ -129,7 +133,7 @@ func (h *Handler) process(msg dhcpv6.DHCPv6, src Source) Result {
 		return ignore(r, OutcomeUntrustedRelay, fmt.Sprintf("Relay-forward on %q from %v (%s), no trusted relay", src.Ifname, src.MAC, src.Peer))
 	}
 
-	macs := candidates(req, src)
+	macs, fromLink := candidates(req, src)
 	var b Binding
 	found := false
 	for _, mac := range macs {
@@ -141,13 +145,34 @@ func (h *Handler) process(msg dhcpv6.DHCPv6, src Source) Result {
 		return ignore(r, OutcomeNoBinding, fmt.Sprintf("no binding on %q for %d candidate MAC(s)", src.Ifname, len(macs)))
 	}
 	r.Key = b.Key
+	if len(req.relays) > 0 && b.TrustedRelays != nil && !trusts(b.TrustedRelays, src) {
+		return ignore(r, OutcomeUntrustedRelay, fmt.Sprintf("Relay-forward on %q from %v (%s), not a relay binding %s trusts", src.Ifname, src.MAC, src.Peer, b.Key))
+	}
 
-	reply, outcome, reason := h.answer(req, leaseOf(b))
+	reply, outcome, reason, leased := h.answer(req, h.leaseOf(b))
 	if reply == nil {
 		return ignore(r, outcome, reason)
 	}
 	r.Reply, r.Outcome = wrapRelays(reply, req.relays), outcome
+	if leased && fromLink && placesClient(req.msg.MessageType) {
+		r.Heard = true
+		if hd, ok := h.lookup.(Heard); ok {
+			hd.Heard(b, src.Ifname)
+		}
+	}
 	return r
+}
+
+// placesClient reports whether an answered message of type t says where the
+// client is: the exchanges that commit a lease (Request) or keep one in use
+// (Renew, Rebind). A Solicit, Rapid Commit or not, and the messages that
+// carry no lease are sent by anyone who wants to look.
+func placesClient(t dhcpv6.MessageType) bool {
+	switch t {
+	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRebind:
+		return true
+	}
+	return false
 }
 
 func ignore(r Result, outcome, reason string) Result {
@@ -312,13 +337,18 @@ func (h *Handler) parse(msg dhcpv6.DHCPv6, r *Result) (*request, *Result) {
 // frame's link-layer source is the relay's MAC, and its IP source the
 // relay's address when one is configured. A source without a link-layer
 // address is no relay.
-func (h *Handler) trustedRelay(src Source) bool {
+func (h *Handler) trustedRelay(src Source) bool { return trusts(h.relays, src) }
+
+// trusts reports whether src is one of relays (on its interface, for a
+// relay that names one).
+func trusts(relays []Relay, src Source) bool {
 	if len(src.MAC) == 0 {
 		return false
 	}
 	peer := src.Peer.Unmap().WithZone("")
-	for _, r := range h.relays {
-		if bytes.Equal(r.MAC, src.MAC) && (!r.Address.IsValid() || r.Address == peer) {
+	for _, r := range relays {
+		if bytes.Equal(r.MAC, src.MAC) && (!r.Address.IsValid() || r.Address.Unmap().WithZone("") == peer) &&
+			(r.Ifname == "" || r.Ifname == src.Ifname) {
 			return true
 		}
 	}
@@ -326,8 +356,10 @@ func (h *Handler) trustedRelay(src Source) bool {
 }
 
 // candidates returns the MACs to look the client up by, most trusted first,
-// without duplicates (see the package documentation).
-func candidates(req *request, src Source) []net.HardwareAddr {
+// without duplicates (see the package documentation), and whether they are
+// the link's word (the frame's source, a trusted relay's option) rather than
+// the guest's.
+func candidates(req *request, src Source) ([]net.HardwareAddr, bool) {
 	var macs []net.HardwareAddr
 	add := func(mac net.HardwareAddr) {
 		if len(mac) == 0 || len(mac) > maxMACLen {
@@ -350,7 +382,7 @@ func candidates(req *request, src Source) []net.HardwareAddr {
 		first := req.relays[n-1]
 		_, lla := first.Options.ClientLinkLayerAddress()
 		add(lla)
-		return macs
+		return macs, true
 	}
 	if len(src.MAC) > 0 {
 		// The frame's link-layer source is the client's MAC: what a
@@ -358,7 +390,7 @@ func candidates(req *request, src Source) []net.HardwareAddr {
 		// link-local address, which the guest chooses freely, are only
 		// a fallback where the link gives no source address.
 		add(src.MAC)
-		return macs
+		return macs, true
 	}
 	peer := src.Peer
 	switch d := req.cid.(type) {
@@ -370,7 +402,7 @@ func candidates(req *request, src Source) []net.HardwareAddr {
 	if mac, ok := MACFromLinkLocal(peer); ok {
 		add(mac)
 	}
-	return macs
+	return macs, false
 }
 
 // MACFromLinkLocal returns the MAC encoded in the modified EUI-64 interface
@@ -389,14 +421,22 @@ func MACFromLinkLocal(a netip.Addr) (net.HardwareAddr, bool) {
 }
 
 // lease is the part of a Binding the server hands out, each field valid only
-// if it can be served.
+// if it can be served, and the lifetimes it is handed out with.
 type lease struct {
 	addr   netip.Addr
 	prefix netip.Prefix
+	lt     lifetimes
 }
 
-func leaseOf(b Binding) lease {
-	var l lease
+// leaseOf is what b is served: its lifetimes where it has its own (and they
+// hold together), else the Handler's.
+func (h *Handler) leaseOf(b Binding) lease {
+	l := lease{lt: h.lt}
+	if b.PreferredLifetime != 0 || b.ValidLifetime != 0 {
+		if lt, err := (Config{PreferredLifetime: b.PreferredLifetime, ValidLifetime: b.ValidLifetime}).lifetimes(); err == nil {
+			l.lt = lt
+		}
+	}
 	if a := b.Address.WithZone(""); a.Is6() && !a.Is4In6() && !a.IsUnspecified() &&
 		!a.IsMulticast() && !a.IsLoopback() {
 		l.addr = a

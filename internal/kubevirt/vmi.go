@@ -1,5 +1,5 @@
 // Package kubevirt reads where a KubeVirt virtual machine runs: the
-// status.nodeName and status.migrationState of its VirtualMachineInstance
+// status.nodeName, status.activePods and status.migrationState of its VirtualMachineInstance
 // (kubevirt.io/v1), and which VirtualMachineInstance a claim or a pod
 // belongs to. tenure does not import KubeVirt's API module: it reads the
 // few fields it needs from unstructured objects, so it neither follows
@@ -38,6 +38,24 @@ type VMI struct {
 	NodeName string
 	// Migration is status.migrationState, nil when the VMI never migrated.
 	Migration *Migration
+	// ActivePods is status.activePods: pod UID to node name, every pod
+	// the VMI controls (a migration's target included), written by
+	// virt-controller from its pod cache when it syncs the VMI; the node
+	// is "" for a pod not scheduled then.
+	ActivePods map[string]string
+}
+
+// RunsPod reports whether KubeVirt names the pod (uid, name, on node) as
+// one of the VMI's: a key of status.activePods (virt-controller lists
+// there every pod the VMI controls), or the target pod of its migration
+// on the migration's target node. A pod's UID is the API server's, so no
+// other pod, a mirror pod included, can be taken for one of these.
+func (v VMI) RunsPod(uid, name, node string) bool {
+	if n, ok := v.ActivePods[uid]; ok && uid != "" && (n == "" || n == node) {
+		return true
+	}
+	m := v.Migration
+	return m != nil && name != "" && m.TargetPod == name && m.TargetNode != "" && m.TargetNode == node
 }
 
 // Migration is the part of status.migrationState tenure reads. It describes
@@ -124,6 +142,7 @@ func FromUnstructured(u *unstructured.Unstructured) VMI {
 		m.End = timeField(ms, "endTimestamp")
 		v.Migration = m
 	}
+	v.ActivePods = activePods(u)
 	return v
 }
 
@@ -158,7 +177,31 @@ var Trim = transform(func(u, out *unstructured.Unstructured) {
 		}
 		_ = unstructured.SetNestedMap(out.Object, keep, "status", "migrationState")
 	}
+	if pods := activePods(u); pods != nil {
+		keep := make(map[string]any, len(pods))
+		for uid, node := range pods {
+			keep[uid] = node
+		}
+		_ = unstructured.SetNestedMap(out.Object, keep, "status", "activePods")
+	}
 })
+
+// activePods reads status.activePods; entries whose node is no string
+// read as absent, and nil when there is no such map.
+func activePods(u *unstructured.Unstructured) map[string]string {
+	raw, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "activePods")
+	m, isMap := raw.(map[string]any)
+	if !ok || !isMap {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for uid, node := range m {
+		if n, isString := node.(string); isString {
+			out[uid] = n
+		}
+	}
+	return out
+}
 
 // transform is an informer transform that hands trim an unstructured object
 // and its identity (out), to which trim copies what is kept; objects of

@@ -183,3 +183,32 @@ func TestMigrationSignal(t *testing.T) {
 		})
 	}
 }
+
+func TestActivePodsSurviveTrim(t *testing.T) {
+	u := vmiObject(map[string]any{"nodeName": "a", "activePods": map[string]any{"uid-src": "a", "uid-dst": "b", "uid-bad": int64(7)},
+		"migrationState": map[string]any{"targetNode": "b", "targetPod": "dst"}})
+	trimmed, err := Trim(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := FromUnstructured(trimmed.(*unstructured.Unstructured))
+	if len(v.ActivePods) != 2 || v.ActivePods["uid-src"] != "a" || v.ActivePods["uid-dst"] != "b" {
+		t.Fatalf("activePods read as %v after Trim, want uid-src on a and uid-dst on b", v.ActivePods)
+	}
+	for _, tc := range []struct {
+		uid, name, node string
+		want            bool
+	}{
+		{"uid-src", "src", "a", true},
+		{"uid-dst", "dst", "b", true},
+		{"uid-x", "dst", "b", true},
+		{"uid-x", "dst", "a", false},
+		{"uid-src", "src", "b", false},
+		{"uid-bad", "bad", "a", false},
+		{"", "", "a", false},
+	} {
+		if got := v.RunsPod(tc.uid, tc.name, tc.node); got != tc.want {
+			t.Errorf("RunsPod(%q, %q, %q) = %v, want %v", tc.uid, tc.name, tc.node, got, tc.want)
+		}
+	}
+}

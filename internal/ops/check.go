@@ -23,13 +23,15 @@ import (
 )
 
 // DefaultNodeGracePeriod is tenure-controller's --node-grace-period
-// default: how long a node must have been NotReady before the terminating
-// pods on it lose their addresses.
+// default: with --release-unfenced, how long a node must have been
+// NotReady before the terminating pods on it lose their addresses.
 const DefaultNodeGracePeriod = 5 * time.Minute
 
 // CheckOptions tune Check.
 type CheckOptions struct {
-	// NodeGracePeriod is the controller's, for RuleOwnerGone.
+	// ReleaseUnfenced and NodeGracePeriod are the controller's, for
+	// RuleOwnerGone.
+	ReleaseUnfenced bool
 	NodeGracePeriod time.Duration
 }
 
@@ -136,8 +138,8 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 
 	rep.Findings = append(rep.Findings, FindDuplicates(rs)...)
 	rep.Findings = append(rep.Findings, FindOverlaps(rs)...)
-	rep.Findings = append(rep.Findings, FindOwnersGone(rs, facts, repair.Policy{NodeGracePeriod: opts.NodeGracePeriod}, c.Now())...)
-	rep.Findings = append(rep.Findings, FindDuplicateAttachments(rs, facts, repair.Policy{NodeGracePeriod: opts.NodeGracePeriod}, c.Now())...)
+	rep.Findings = append(rep.Findings, FindOwnersGone(rs, facts, repair.Policy{ReleaseUnfenced: opts.ReleaseUnfenced, NodeGracePeriod: opts.NodeGracePeriod}, c.Now())...)
+	rep.Findings = append(rep.Findings, FindDuplicateAttachments(rs, facts, repair.Policy{ReleaseUnfenced: opts.ReleaseUnfenced, NodeGracePeriod: opts.NodeGracePeriod}, c.Now())...)
 	mismatches, err := c.confirmClaimMismatches(ctx, FindClaimMismatches(claimList, facts.ByOwner, byItem), byItem)
 	if err != nil {
 		return nil, err

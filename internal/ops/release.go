@@ -41,8 +41,9 @@ type ReleaseOptions struct {
 	Network string
 	// Force releases what an owner that is alive holds.
 	Force bool
-	// NodeGracePeriod is the controller's, for deciding that an owner on a
-	// lost node is gone.
+	// ReleaseUnfenced and NodeGracePeriod are the controller's, for
+	// deciding that an owner on a node that is not fenced is gone.
+	ReleaseUnfenced bool
 	NodeGracePeriod time.Duration
 }
 
@@ -98,7 +99,7 @@ func (c *Client) Release(ctx context.Context, item string, opts ReleaseOptions) 
 	if err != nil {
 		return nil, err
 	}
-	d := repair.Decide(r, facts, repair.Policy{NodeGracePeriod: opts.NodeGracePeriod})
+	d := repair.Decide(r, facts, repair.Policy{ReleaseUnfenced: opts.ReleaseUnfenced, NodeGracePeriod: opts.NodeGracePeriod})
 	out := &Released{OwnerAlive: !d.Release, Decision: d.Message}
 	if out.OwnerAlive && !opts.Force {
 		return nil, &OwnerAliveError{Item: r.Spec.Address, Reservation: r.Name, Owner: ownerText(r.Spec.Owner), Why: d.Message}

@@ -94,41 +94,49 @@ func TestFindOverlaps(t *testing.T) {
 func TestFindOwnersGone(t *testing.T) {
 	now := t0.Add(time.Hour)
 	policy := repair.Policy{NodeGracePeriod: 5 * time.Minute}
+	optIn := repair.Policy{NodeGracePeriod: 5 * time.Minute, ReleaseUnfenced: true}
 	alive := podRes("san", "10.0.0.1", "ns", "alive", "u1", "node-a")
 	gone := podRes("san", "10.0.0.2", "ns", "gone", "u2", "node-a")
 	replaced := podRes("san", "10.0.0.3", "ns", "sts-0", "u3-old", "node-a")
 	onLostNode := podRes("san", "10.0.0.4", "ns", "stuck", "u4", "node-lost")
 	onNotReady := podRes("san", "10.0.0.5", "ns", "stuck2", "u5", "node-down")
+	onFenced := podRes("san", "10.0.0.7", "ns", "stuck3", "u7", "node-fenced")
 	earlier := podRes("san", "10.0.0.6", "ns", "alive", "u1", "node-a")
 	earlier.Spec.Owner.ContainerID = "sandbox-old"
 	earlier.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
 	vm := claimRes("vm-net", "10.1.0.1", "ns", "vm", "c1", "virt-launcher-1", "node-a")
 	vmGone := claimRes("vm-net", "10.1.0.2", "ns", "vm-gone", "c2", "virt-launcher-2", "node-a")
 	vmDeleting := claimRes("vm-net", "10.1.0.3", "ns", "vm-del", "c3", "virt-launcher-3", "node-a")
-	all := []*tenurev1alpha1.IPReservation{alive, gone, replaced, onLostNode, onNotReady, earlier, vm, vmGone, vmDeleting}
+	all := []*tenurev1alpha1.IPReservation{alive, gone, replaced, onLostNode, onNotReady, onFenced, earlier, vm, vmGone, vmDeleting}
 	facts := OwnerFacts{
 		Pods: map[string]*repair.PodFact{
 			"ns/alive":  {Exists: true, UID: "u1", NodeName: "node-a"},
 			"ns/sts-0":  {Exists: true, UID: "u3-new", NodeName: "node-a"},
 			"ns/stuck":  {Exists: true, UID: "u4", NodeName: "node-lost", Terminating: true},
 			"ns/stuck2": {Exists: true, UID: "u5", NodeName: "node-down", Terminal: true},
+			"ns/stuck3": {Exists: true, UID: "u7", NodeName: "node-fenced", Terminating: true},
 		},
 		Claims: map[string]*repair.ClaimFact{"ns/vm": {Exists: true, UID: "c1"}, "ns/vm-del": {Exists: true, UID: "c3", Deleting: true}},
 		Nodes: map[string]*repair.NodeFact{
-			"node-a":    {Exists: true, Ready: true},
-			"node-down": {Exists: true, NotReadySince: now.Add(-10 * time.Minute)},
+			"node-a":      {Exists: true, Ready: true},
+			"node-down":   {Exists: true, NotReadySince: now.Add(-10 * time.Minute)},
+			"node-fenced": {Exists: true, NotReadySince: now.Add(-time.Minute), OutOfService: true},
 		},
 		ByOwner: map[string][]*tenurev1alpha1.IPReservation{"u1": {alive, earlier}},
 	}
+	// A NotReady node that is not fenced keeps its pods' addresses.
 	wantFindings(t, "every owner state", FindOwnersGone(all, facts, policy, now), []string{
 		"OwnerGone IPReservation san.10.0.0.2", "OwnerGone IPReservation san.10.0.0.3", "OwnerGone IPReservation san.10.0.0.4",
-		"OwnerGone IPReservation san.10.0.0.5", "OwnerGone IPReservation san.10.0.0.6",
+		"OwnerGone IPReservation san.10.0.0.6", "OwnerGone IPReservation san.10.0.0.7",
 		"OwnerGone IPReservation vm-net.10.1.0.2", "OwnerGone IPReservation vm-net.10.1.0.3",
-	}, "(PodGone)", "(PodReplaced)", "(NodeDeleted)", "(NodeNotReady)", "(EarlierSandbox)", "(ClaimGone)", "(ClaimDeleted)", "the controller releases it")
+	}, "(PodGone)", "(PodReplaced)", "(NodeDeleted)", "(NodeOutOfService)", "(EarlierSandbox)", "(ClaimGone)", "(ClaimDeleted)", "the controller releases it")
 
+	// With --release-unfenced, past the grace period it releases them.
+	wantFindings(t, "NotReady past the grace period, opt-in", FindOwnersGone([]*tenurev1alpha1.IPReservation{onNotReady}, facts, optIn, now), []string{
+		"OwnerGone IPReservation san.10.0.0.5"}, "(NodeNotReady)")
 	// Within the grace period a NotReady node keeps its pods' addresses.
 	facts.Nodes["node-down"].NotReadySince = now.Add(-time.Minute)
-	wantFindings(t, "NotReady within the grace period", FindOwnersGone([]*tenurev1alpha1.IPReservation{onNotReady}, facts, policy, now), nil)
+	wantFindings(t, "NotReady within the grace period, opt-in", FindOwnersGone([]*tenurev1alpha1.IPReservation{onNotReady}, facts, optIn, now), nil)
 }
 
 func TestFindClaimMismatches(t *testing.T) {

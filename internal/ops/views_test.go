@@ -15,6 +15,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
 )
 
 func nad(ns, name, config string) NetworkConfig {
@@ -307,6 +308,58 @@ func TestExplain(t *testing.T) {
 	broken.Annotations[nadv1.NetworkAttachmentAnnot] = `[{"name":`
 	if rep = Explain(broken, nil, nil, nil, now); !strings.Contains(rep.Problem, "does not parse") {
 		t.Errorf("bad annotation: problem %q", rep.Problem)
+	}
+}
+
+// A terminating pod on a node that is not Ready and not fenced: why says
+// its addresses wait for the node to be fenced and names the taint; on a
+// Ready node, a fenced one or a deleted one it says nothing of the kind.
+func TestExplainFence(t *testing.T) {
+	now := t0.Add(10 * time.Minute)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u1", DeletionTimestamp: &metav1.Time{Time: t0},
+		Annotations: map[string]string{nadv1.NetworkAttachmentAnnot: `[{"name":"san"},{"name":"quiet"}]`}},
+		Spec: corev1.PodSpec{NodeName: "node-a"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	san := podRes("san", "10.0.0.5", "ns", "web", "u1", "node-a")
+	san.Spec.Owner.Interface = "net1"
+	const wait = "; kept: waiting for node node-a to be fenced (kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, or delete the Node)"
+	for _, tc := range []struct {
+		name string
+		node *repair.NodeFact
+		pod  func(*corev1.Pod)
+		want bool
+	}{
+		{"terminating, NotReady, not fenced", &repair.NodeFact{Exists: true, NotReadySince: t0}, func(*corev1.Pod) {}, true},
+		{"terminal, NotReady, not fenced", &repair.NodeFact{Exists: true, NotReadySince: t0}, func(p *corev1.Pod) { p.DeletionTimestamp, p.Status.Phase = nil, corev1.PodFailed }, true},
+		{"terminating, Ready", &repair.NodeFact{Exists: true, Ready: true}, func(*corev1.Pod) {}, false},
+		{"terminating, NotReady, fenced", &repair.NodeFact{Exists: true, NotReadySince: t0, OutOfService: true}, func(*corev1.Pod) {}, false},
+		{"terminating, node deleted", &repair.NodeFact{}, func(*corev1.Pod) {}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pod.DeepCopy()
+			tc.pod(p)
+			rep := Explain(p, []*tenurev1alpha1.IPReservation{san}, nil, nil, now)
+			rep.ExplainFence(p, []*tenurev1alpha1.IPReservation{san}, tc.node)
+			allocated := "allocated 10.0.0.5 10m ago on node node-a"
+			if !tc.want {
+				if rep.Fence != "" || rep.Attachments[0].Outcome != allocated {
+					t.Fatalf("fence %q, outcome %q; want no wait", rep.Fence, rep.Attachments[0].Outcome)
+				}
+				return
+			}
+			if got := rep.Attachments[0].Outcome; got != allocated+wait {
+				t.Errorf("outcome %q, want %q", got, allocated+wait)
+			}
+			if got := rep.Attachments[1].Outcome; strings.Contains(got, "fenced") {
+				t.Errorf("an attachment that holds nothing waits: %q", got)
+			}
+			var b strings.Builder
+			if err := rep.WriteTable(&b, false); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), "addresses kept: pod ns/web is ") || !strings.Contains(b.String(), "waiting for node node-a to be fenced") {
+				t.Errorf("table lacks the wait:\n%s", b.String())
+			}
+		})
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -82,8 +83,12 @@ type PodReport struct {
 	Phase       string             `json:"phase,omitempty"`
 	Attachments []AttachmentReport `json:"attachments"`
 	// Problem is set when the networks annotation does not parse.
-	Problem string      `json:"problem,omitempty"`
-	Events  []EventView `json:"events"`
+	Problem string `json:"problem,omitempty"`
+	// Fence, when the pod is terminating or terminal on a node that is not
+	// Ready and not fenced, says that its addresses wait for the node to
+	// be fenced and what would release them.
+	Fence  string      `json:"fence,omitempty"`
+	Events []EventView `json:"events"`
 
 	now time.Time
 }
@@ -133,7 +138,36 @@ func (c *Client) Why(ctx context.Context, namespace, name string) (*PodReport, e
 		}
 		pcs = append(pcs, pc)
 	}
-	return Explain(pod, owned, pcs, events, c.Now()), nil
+	rep := Explain(pod, owned, pcs, events, c.Now())
+	if pf := repair.PodFactOf(pod); (pf.Terminating || pf.Terminal) && pod.Spec.NodeName != "" {
+		n := &corev1.Node{}
+		switch err := c.c.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, n); {
+		case apierrors.IsNotFound(err):
+			n = nil
+		case err != nil:
+			return nil, err
+		}
+		rep.ExplainFence(pod, owned, repair.NodeFactOf(n))
+	}
+	return rep, nil
+}
+
+// ExplainFence adds to the report of a terminating or terminal pod whether
+// its addresses wait for its node to be fenced, by the controller's rules.
+func (r *PodReport) ExplainFence(pod *corev1.Pod, owned []*tenurev1alpha1.IPReservation, node *repair.NodeFact) {
+	for _, res := range owned {
+		facts := repair.Facts{Now: r.now, Pod: repair.PodFactOf(pod), Node: node}
+		d := repair.Decide(res, facts, repair.Policy{})
+		if d.Fence == "" {
+			continue
+		}
+		r.Fence = d.Message
+		for i := range r.Attachments {
+			if a := &r.Attachments[i]; a.Interface == res.Spec.Owner.Interface && !strings.Contains(a.Outcome, "to be fenced") {
+				a.Outcome += "; kept: " + repair.FenceWait(d.Fence)
+			}
+		}
+	}
 }
 
 func (c *Client) events(ctx context.Context, namespace string, uid types.UID) ([]corev1.Event, error) {
@@ -326,6 +360,9 @@ func (r *PodReport) WriteTable(w io.Writer, wide bool) error {
 	fmt.Fprintf(w, "Pod %s/%s (uid %s) on node %s, phase %s\n", r.Namespace, r.Name, r.UID, orNone(r.Node), orNone(r.Phase))
 	if r.Problem != "" {
 		fmt.Fprintf(w, "problem: %s\n", r.Problem)
+	}
+	if r.Fence != "" {
+		fmt.Fprintf(w, "addresses kept: %s\n", r.Fence)
 	}
 	if len(r.Attachments) == 0 {
 		fmt.Fprintln(w, "No attachments: no networks annotation, no reservation, no Event of tenure-agent.")

@@ -126,7 +126,7 @@ func TestChaos(t *testing.T) {
 	}
 	startController := func() (*testbed.Process, error) {
 		return testbed.StartProcess("controller", bins.Controller, filepath.Join(dir, "controller.log"),
-			"--kubeconfig", ctrlKC, "--leader-election-namespace", "tenure-system", "--sweep-interval", "2s", "--node-grace-period", "3s",
+			"--kubeconfig", ctrlKC, "--leader-election-namespace", "tenure-system", "--sweep-interval", "2s",
 			"--metrics-addr", "0", "--health-addr", "0")
 	}
 	ctrl, err := startController()

@@ -150,6 +150,32 @@ func TestAgentAttackMatrix(t *testing.T) {
 	moved.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: "launcher-m-b"}
 	must("B takes the VM's claim", b.c.Status().Update(ctx, moved))
 
+	// What a root on A can write besides its agent's requests: a mirror
+	// pod (the kubelet's) naming B's VM's claim.
+	mirrorA := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "static-a",
+		Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "a1b2", "k8s.v1.cni.cncf.io/networks": vmAnnotations(network, claimB.Name)["k8s.v1.cni.cncf.io/networks"]}},
+		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	must("A's kubelet's mirror pod naming B's VM's claim", admin.Create(ctx, mirrorA))
+	// A claim a pod of A and a pod of B present (no VMI decides between
+	// them), recorded by B: IPv4 then IPv6. A holds an address for it too.
+	shared := createClaim(t, ctx, admin, ns, "vm-shared", network)
+	presentOn(t, ctx, b.node, "shared-b", shared)
+	presentOn(t, ctx, a.node, "shared-a", shared)
+	mirrorShared := mirrorA.DeepCopy()
+	mirrorShared.Name, mirrorShared.ResourceVersion, mirrorShared.UID = "static-shared-a", "", ""
+	mirrorShared.Annotations["k8s.v1.cni.cncf.io/networks"] = vmAnnotations(network, shared.Name)["k8s.v1.cni.cncf.io/networks"]
+	must("A's kubelet's mirror pod naming the shared claim", admin.Create(ctx, mirrorShared))
+	sharedV4, sharedV6 := heldFor(b.node, network, "10.90.0.40", shared, "shared-b"), heldFor(b.node, network, "fd00:90::40", shared, "shared-b")
+	must("B reserves the shared claim's IPv4 address", b.c.Create(ctx, sharedV4))
+	must("B reserves the shared claim's IPv6 address", b.c.Create(ctx, sharedV6))
+	sharedA := heldFor(a.node, network, "10.90.0.41", shared, "shared-a")
+	must("A reserves for the shared claim", a.c.Create(ctx, sharedA))
+	must("B records the shared claim", updateStatusFresh(ctx, admin, b.c, ns, shared.Name, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+		s.IPs, s.OwnerPod = []string{"10.90.0.40/24", "fd00:90::40/64"}, &ipamclaimsv1alpha1.OwnerPod{Name: "shared-b"}
+	}))
+	sharedBefore := claimStateOf(t, ctx, admin, ns, shared.Name)
+	claimBBefore := claimStateOf(t, ctx, admin, ns, claimB.Name)
+
 	// Bodies.
 	rsv := func(r *tenurev1alpha1.IPReservation) *tenurev1alpha1.IPReservation {
 		r = r.DeepCopy()
@@ -306,6 +332,21 @@ func TestAgentAttackMatrix(t *testing.T) {
 		R("A's pod", "events", "create", "an Event about its pod", http.MethodPost, eventsPath, "", event("own-pod", podRef(podA)), ""),
 		R("A's pod", "events", "patch (merge)", "count it again", http.MethodPatch, eventsPath+"/own-pod", merge, map[string]any{"count": 2}, ""),
 		R("claim of A's VM", "events", "create", "an Event about its VM's claim", http.MethodPost, eventsPath, "", event("own-claim", claimRef(claimA)), ""),
+		// What a mirror pod of A and a claim A presents beside B let it try.
+		R("claim of B's VM", "ipreservations", "create", "reserve for B's VM's claim as its mirror pod", http.MethodPost, resPath, "", claimHeld(a.node, "10.90.0.42", claimB, mirrorA.Name), "reservation-claim-presented"),
+		S("claim of B's VM", "prepend an address through its mirror pod", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+			s.IPs = append([]string{"10.90.0.42/24"}, s.IPs...)
+		}, "claim-status-presented"),
+		S("claim of B's VM", "move ownerPod to its mirror pod", claimB, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+			s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: mirrorA.Name}
+		}, "claim-status-presented"),
+		S("claim A's and B's pods present", "reorder its ips: A's family first", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = []string{s.IPs[1], s.IPs[0]} }, "claim-status-append-only"),
+		S("claim A's and B's pods present", "prepend its own address", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append([]string{"10.90.0.41/24"}, s.IPs...) }, "claim-status-append-only"),
+		S("claim A's and B's pods present", "drop B's IPv6 address", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = s.IPs[:1] }, "claim-status-keeps-ips"),
+		S("claim A's and B's pods present", "a second IPv4 address, one it holds", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) { s.IPs = append(s.IPs, "10.90.0.41/24") }, "claim-status-one-per-slot"),
+		S("claim A's and B's pods present", "move ownerPod to its mirror pod", shared, func(s *ipamclaimsv1alpha1.IPAMClaimStatus) {
+			s.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: mirrorShared.Name}
+		}, "claim-status-owner-pod-local"),
 	}
 
 	var table strings.Builder
@@ -314,7 +355,14 @@ func TestAgentAttackMatrix(t *testing.T) {
 		if r.bodyFn != nil {
 			r.body = r.bodyFn()
 		}
-		got := testbed.RefusalRule(send(ctx, rc, r.attack))
+		err := send(ctx, rc, r.attack)
+		// A status update meets a conflict when the claim changed since its
+		// read: sent again on a fresh read, never judged on the 409.
+		for r.bodyFn != nil && apierrors.IsConflict(err) && ctx.Err() == nil {
+			r.body = r.bodyFn()
+			err = send(ctx, rc, r.attack)
+		}
+		got := testbed.RefusalRule(err)
 		line, ok := testbed.MatrixRow(i+1, r.target, r.resource, r.verb, r.what, r.rule, got)
 		if !ok {
 			t.Errorf("row %d: %s", i+1, strings.TrimSpace(line))
@@ -332,6 +380,11 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	if st := getClaim(t, ctx, admin, ns, claimB.Name).Status; st.OwnerPod == nil || st.OwnerPod.Name != "launcher-b" || strings.Join(st.IPs, ",") != "10.90.0.2/24" {
 		t.Errorf("B's VM's claim status: %+v", st)
+	}
+	for name, want := range map[string]claimState{shared.Name: sharedBefore, claimB.Name: claimBBefore} {
+		if got := claimStateOf(t, ctx, admin, ns, name); !got.equal(want) {
+			t.Errorf("claim %s: %s after the attacks, %s before", name, got, want)
+		}
 	}
 	if st := getClaim(t, ctx, admin, ns, unused.Name).Status; len(st.IPs) > 0 || len(st.DelegatedPrefixes) > 0 || st.OwnerPod != nil {
 		t.Errorf("the unused claim's status: %+v", st)

@@ -87,7 +87,7 @@ func TestControllerHardNodeLoss(t *testing.T) {
 		t.Fatalf("%d pods hold reservations, want %d", len(before), 2*perNode)
 	}
 
-	ctrl := ctlStart(t, ctx, "e2e-hardloss", "--node-grace-period", "2s", "--sweep-interval", "1m")
+	ctrl := ctlStart(t, ctx, "e2e-hardloss", "--sweep-interval", "1m")
 	ctrl.waitLeading(t, ctx)
 
 	// Node B dies hard: its agent is killed, the node goes NotReady, and its
@@ -127,17 +127,17 @@ func TestControllerHardNodeLoss(t *testing.T) {
 	// The counter moves right after the delete is acknowledged, a moment
 	// after the list above can see it. (Its own wait: the 30 s above bound
 	// the release, not a scrape on a loaded machine.)
-	// The reason is PodGone, or NodeNotReady where the live read caught a
-	// pod between its deletion's two steps (deletionTimestamp set on a node
-	// NotReady past its 2 s grace): both are this loss.
-	lossReasons := []repair.Reason{repair.PodGone, repair.NodeNotReady}
+	// The reason is PodGone: a pod the live read catches between its
+	// deletion's two steps (deletionTimestamp set, on a node NotReady and
+	// not fenced) keeps its address until it is gone.
+	lossReasons := []repair.Reason{repair.PodGone}
 	var byReason map[string]float64
 	defer func() {
 		if t.Failed() {
 			t.Logf("tenure_releases_total by reason at the last scrape: %v", byReason)
 		}
 	}()
-	ctlPoll(t, ctx, "tenure_releases_total{reason=PodGone or NodeNotReady} >= 50", func() (bool, error) {
+	ctlPoll(t, ctx, "tenure_releases_total{reason=PodGone} >= 50", func() (bool, error) {
 		text, err := ctrl.scrape()
 		if err != nil {
 			return false, err
@@ -150,12 +150,11 @@ func TestControllerHardNodeLoss(t *testing.T) {
 		for _, r := range repair.Reasons {
 			byReason[string(r)], _ = m.Sum("tenure_releases_total", fmt.Sprintf("reason=%q", r))
 		}
-		return byReason[string(repair.PodGone)]+byReason[string(repair.NodeNotReady)] >= perNode, nil
+		return byReason[string(repair.PodGone)] >= perNode, nil
 	})
-	// One Event per release. With no pool, it is about the pod while the
-	// pod still exists (a NodeNotReady release of a pod caught mid-delete,
-	// namespace e2e-hardloss), else about the reservation (namespace
-	// default); either way its message names the reservation.
+	// One Event per release. With no pool and the pod gone, it is about
+	// the reservation (namespace default); its message names the
+	// reservation.
 	seen := map[string]bool{}
 	var sample []string
 	defer func() {
@@ -185,6 +184,10 @@ func TestControllerHardNodeLoss(t *testing.T) {
 	})
 }
 
+// With --release-unfenced, the terminating pods of a node NotReady for the
+// grace period lose their addresses though the node is not fenced (as those
+// of a deleted node do, with or without it); live pods, and terminating
+// pods on a Ready node, keep theirs.
 func TestControllerTerminatingPodsOnLostNodes(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	c := apiClient(t)
@@ -206,7 +209,7 @@ func TestControllerTerminatingPodsOnLostNodes(t *testing.T) {
 	before := byOwnerUID(t, ctx, network)
 
 	const grace = 3 * time.Second
-	ctrl := ctlStart(t, ctx, "e2e-tlost", "--node-grace-period", grace.String(), "--sweep-interval", "1s")
+	ctrl := ctlStart(t, ctx, "e2e-tlost", "--release-unfenced", "--node-grace-period", grace.String(), "--sweep-interval", "1s")
 	ctrl.waitLeading(t, ctx)
 
 	agents["tl-notready"].Kill()

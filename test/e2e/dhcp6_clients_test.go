@@ -152,6 +152,13 @@ func (s *dhcpcdSite) guest(mac string, mode int) dhcpcdGuest {
 	return g
 }
 
+// plainPod makes a pod of the site's node attached through the site's NAD
+// without a claim: its ADD carries the NAD's config, as any pod's does.
+func (s *dhcpcdSite) plainPod() pod {
+	return newPod(s.t, s.ctx, s.c, s.ns, s.node, map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(
+		`[{"name":%q,"interface":"net1"}]`, s.network)})
+}
+
 // add runs the CNI ADD of p with the site's network config.
 func (s *dhcpcdSite) add(p pod) {
 	s.t.Helper()
@@ -372,10 +379,11 @@ func TestDHCPv6RouterAdvertisementsStartStockClients(t *testing.T) {
 		t.Fatalf("eth0 holds %v without router advertisements", got)
 	}
 
-	// The operator turns router advertisements on: the next ADD on the
-	// node (another pod of the network) carries the new config.
+	// The operator turns router advertisements on in the NAD: the next ADD
+	// through it on the node (another pod of the network) carries the new
+	// config.
 	s.setRA(true)
-	s.add(newPod(t, ctx, s.c, s.ns, s.node, nil))
+	s.add(s.plainPod())
 	r.waitLease(ctx, g, false)
 	if got := eth0Addrs(t, g.ns, "global"); len(got) != 1 || got[0] != g.addr {
 		t.Errorf("eth0 holds %v, want exactly the claim's %s", got, g.addr)
@@ -395,7 +403,7 @@ func TestDHCPv6RouterAdvertisementsStartStockClients(t *testing.T) {
 	// default router: the guest routes through the node's link-local
 	// address on br0.
 	s.setRA(true, true)
-	s.add(newPod(t, ctx, s.c, s.ns, s.node, nil))
+	s.add(s.plainPod())
 	nodeLL := ""
 	if m := strings.Fields(mustIP(t, s.nodeNS, "-6", "-o", "addr", "show", "dev", "br0", "scope", "link")); len(m) > 3 {
 		nodeLL, _, _ = strings.Cut(m[3], "/")

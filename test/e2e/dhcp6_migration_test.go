@@ -395,7 +395,7 @@ func TestDHCPv6VMIAPIAppearingPutsTheVMBackOnItsNode(t *testing.T) {
 	// VM runs on node-a.
 	installKubeVirtCRDs(t, ctx)
 	waitVMIsServed(t, ctx, agentA, agentB)
-	vmi := createVMI(t, ctx, c, ns, vm, "late-a")
+	vmi := createVMI(t, ctx, c, ns, vm, "late-a", podA, podB)
 	setVMIStatus(t, ctx, c, vmi, "late-a", map[string]any{"targetNode": "late-b", "sourceNode": "late-a", "completed": true, "failed": true})
 	waitOwner(t, ctx, c, ns, claimName, podA.name)
 	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
@@ -514,13 +514,19 @@ func createVMClaim(t *testing.T, ctx context.Context, c client.Client, ns, name,
 	}
 }
 
-// createVMI creates the VirtualMachineInstance of vm running on node.
-func createVMI(t *testing.T, ctx context.Context, c client.Client, ns, vm, node string) *unstructured.Unstructured {
+// createVMI creates the VirtualMachineInstance of vm running on node,
+// with active as its pods (status.activePods, as virt-controller lists
+// the pods of a VMI: only those present its claims).
+func createVMI(t *testing.T, ctx context.Context, c client.Client, ns, vm, node string, active ...pod) *unstructured.Unstructured {
 	t.Helper()
+	pods := map[string]any{}
+	for _, p := range active {
+		pods[p.uid] = p.node
+	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"namespace": ns, "name": vm},
 		"spec":     (&testbed.VM{Network: kvNetwork, NAD: kvNAD, MAC: dhcpVMMAC}).VMISpec(),
-		"status":   map[string]any{"nodeName": node, "phase": "Running"},
+		"status":   map[string]any{"nodeName": node, "phase": "Running", "activePods": pods},
 	}}
 	u.SetGroupVersionKind(kubevirt.VMIKind)
 	if err := c.Create(ctx, u); err != nil {
@@ -538,6 +544,20 @@ func setVMIStatus(t *testing.T, ctx context.Context, c client.Client, u *unstruc
 		t.Fatal(err)
 	}
 	if err := unstructured.SetNestedMap(u.Object, migration, "status", "migrationState"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// activatePod adds p to the VMI's status.activePods, as virt-controller
+// does when it sees a new pod of the VMI (a migration's target).
+func activatePod(t *testing.T, ctx context.Context, c client.Client, u *unstructured.Unstructured, p pod) *unstructured.Unstructured {
+	t.Helper()
+	u = u.DeepCopy()
+	if err := unstructured.SetNestedField(u.Object, p.node, "status", "activePods", p.uid); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Update(ctx, u); err != nil {

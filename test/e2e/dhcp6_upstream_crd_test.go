@@ -69,9 +69,9 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	})
 	claimName := vm + ".dhcpnet"
 	createVMClaim(t, ctx, c, ns, claimName, vm)
-	vmi := createVMI(t, ctx, c, ns, vm, "upc-a")
 	podA := newPod(t, ctx, c, ns, "upc-a", migAnnotations(claimName))
 	pods = append(pods, podA)
+	vmi := createVMI(t, ctx, c, ns, vm, "upc-a", podA)
 	if _, err := add(ctx, podA, netconf("dhcpnet", agentA.Socket, migIPAM)); err != nil {
 		t.Fatalf("ADD of the source pod: %v", err)
 	}
@@ -104,6 +104,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	// no second one.
 	podB := newPod(t, ctx, c, ns, "upc-b", migAnnotations(claimName))
 	pods = append(pods, podB)
+	vmi = activatePod(t, ctx, c, vmi, podB)
 	if _, err := add(ctx, podB, netconf("dhcpnet", agentB.Socket, migIPAM)); err != nil {
 		t.Fatalf("ADD of the target pod: %v", err)
 	}
@@ -134,6 +135,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 		`[{"name":"dhcpnet","interface":"net1","ipam-claim-reference":%q,"mac":"02:00:00:00:be:ef"}]`, fresh)}
 	podF := newPod(t, ctx, c, ns, "upc-a", freshAnn)
 	pods = append(pods, podF)
+	vmi2 := createVMI(t, ctx, c, ns, "vm2", "upc-a", podF)
 	if _, err := add(ctx, podF, netconf("dhcpnet", agentA.Socket, migIPAM)); err != nil {
 		t.Fatalf("first ADD of %s: %v", fresh, err)
 	}
@@ -145,6 +147,7 @@ func TestUpstreamCRDDropsOnlyThePrefixRecord(t *testing.T) {
 	}
 	podF2 := newPod(t, ctx, c, ns, "upc-b", freshAnn)
 	pods = append(pods, podF2)
+	activatePod(t, ctx, c, vmi2, podF2)
 	if _, err := add(ctx, podF2, netconf("dhcpnet", agentB.Socket, migIPAM)); err != nil {
 		t.Fatalf("second pod's ADD of %s: %v", fresh, err)
 	}

@@ -123,6 +123,7 @@ func launcher(t *testing.T, ctx context.Context, c client.Client, v *testbed.VM,
 	if err := c.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	v.PodCreated(ctx, t, c, testbed.LauncherOf(p))
 	return pod{ns: v.Namespace, name: p.Name, uid: string(p.UID), node: node, ifName: testbed.LauncherInterface(v.Network),
 		containerID: fmt.Sprintf("sandbox-%d-%s", n, p.UID)}
 }

@@ -44,11 +44,6 @@ var (
 	binDir string
 )
 
-// controllerNodeGrace is the tenure controller's --node-grace-period here:
-// the lost-node test waits for it, after the controller-manager's own
-// controlplane.NodeMonitorGracePeriod.
-const controllerNodeGrace = 5 * time.Second
-
 // lastTests run after m.Run's, in this order (and as -test.run selects).
 var lastTests = []testing.InternalTest{
 	{Name: "TestLostNodeReleasesItsPodsAddresses", F: lostNodeReleasesItsPodsAddresses},
@@ -88,13 +83,12 @@ func setUp(ctx context.Context, undo *nodetest.Undo) (err error) {
 	}
 	undo.Push(func() error { return os.RemoveAll(dir) })
 	opts := localnode.Options{
-		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"), Mutate: localnode.ControllerNodeGrace(controllerNodeGrace),
+		Dir: dir, Image: filepath.Join(binDir, "tenure-image.tar"),
 	}
 	// TENURE_NODE_INSTALL=helm runs the suite on charts/tenure instead
 	// (test/nodes does on every run).
 	if install := os.Getenv("TENURE_NODE_INSTALL"); install != "" && install != localnode.InstallKustomize {
-		opts.Install, opts.Mutate = install, nil
-		opts.Values = []map[string]any{localnode.ControllerNodeGraceValues(controllerNodeGrace)}
+		opts.Install = install
 	}
 	node, err = localnode.Start(ctx, cp, opts)
 	if err != nil {

@@ -50,7 +50,6 @@ func installPreviousRelease(ctx context.Context, dir string) error {
 	var docs bytes.Buffer
 	docs.WriteString("# " + previousRelease + " through internal/dev/localnode's overlay, for the suite's nodes.\n")
 	for _, o := range objs {
-		localnode.ControllerNodeGrace(controllerNodeGrace)(o)
 		data, err := yaml.Marshal(o.Object)
 		if err != nil {
 			return err
@@ -102,8 +101,7 @@ const helmUpgradePart = "HelmUpgradeFromPreviousReleaseWhilePodsRunKeepsEveryAdd
 // carry it, with the values that run it on these nodes and the suite's
 // node grace period, and waits until it has rolled out.
 func upgradeToChart(ctx context.Context) error {
-	err := localnode.HelmInstall(ctx, cp.KubeconfigPath, devnode.FabricAPIServer, devnode.FabricAPIServerPort, true,
-		localnode.ControllerNodeGraceValues(controllerNodeGrace))
+	err := localnode.HelmInstall(ctx, cp.KubeconfigPath, devnode.FabricAPIServer, devnode.FabricAPIServerPort, true)
 	if err != nil {
 		return err
 	}

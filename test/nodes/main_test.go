@@ -44,9 +44,6 @@ var (
 	kc      = &nodetest.Kube{}
 )
 
-// controllerNodeGrace is the tenure controller's --node-grace-period here.
-const controllerNodeGrace = 5 * time.Second
-
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
 	os.Exit(nodetest.Suite{Name: "test/nodes", SetUp: setUp}.Run(m))

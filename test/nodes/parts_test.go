@@ -195,10 +195,11 @@ func (h *holders) check(t *testing.T) {
 
 // One node of three is lost hard: its kubelet and containerd are killed
 // and its links cut. The controller-manager marks it NotReady and evicts
-// its pods (one-second tolerations), the tenure controller releases their
-// reservations after its grace period, the ReplicaSet's replacements run
-// on the two other nodes with addresses, and no address is held by two
-// owners at any point. The node then returns.
+// its pods (one-second tolerations); the tenure controller keeps their
+// reservations, by name, while the node is not fenced, and releases them
+// once it is tainted out-of-service; the ReplicaSet's replacements run on
+// the two other nodes with addresses, and no address is held by two owners
+// at any point. The node then returns and the taint is removed.
 func lostNodeOfThree(t *testing.T) {
 	ctx := nodetest.Context(t, 8*time.Minute)
 	ns := kc.Namespace(ctx, t, "lost3")
@@ -299,6 +300,35 @@ func lostNodeOfThree(t *testing.T) {
 		return nil
 	})
 	evicted := time.Since(lost)
+	kept := map[string]string{} // the lost pods' reservations, name: uid
+	for _, r := range kc.Reservations(ctx, t, ns) {
+		for _, lp := range lostPods {
+			if r.Spec.Owner.UID == string(lp.UID) {
+				kept[r.Name] = string(r.UID)
+			}
+		}
+	}
+	if len(kept) != len(lostPods) {
+		t.Fatalf("the %d lost pods hold %v", len(lostPods), kept)
+	}
+	for _, lp := range lostPods {
+		kc.WaitFenceWait(ctx, t, ns, lp.Name)
+	}
+	for _, r := range kc.Reservations(ctx, t, ns) {
+		if kept[r.Name] == string(r.UID) {
+			delete(kept, r.Name)
+		}
+	}
+	if len(kept) > 0 {
+		t.Fatalf("released while the node was not fenced: %v", kept)
+	}
+	kc.Fence(ctx, t, lostNode.Name, corev1.TaintEffectNoExecute)
+	fenced := time.Since(lost)
+	defer func() {
+		if !returned {
+			kc.Unfence(context.Background(), t, lostNode.Name)
+		}
+	}()
 	kc.Poll(ctx, t, "the tenure controller to release the lost pods' reservations", func() error {
 		for _, r := range kc.Reservations(ctx, t, ns) {
 			for _, lp := range lostPods {
@@ -339,8 +369,8 @@ func lostNodeOfThree(t *testing.T) {
 		}
 		seen[a] = p.Name
 	}
-	t.Logf("after the node was lost: NotReady at %v, pods evicted at %v, reservations released at %v, replacements running at %v",
-		notReady.Round(time.Second), evicted.Round(time.Second), released.Round(time.Second), time.Since(lost).Round(time.Second))
+	t.Logf("after the node was lost: NotReady at %v, pods evicted at %v, fenced at %v, reservations released at %v, replacements running at %v",
+		notReady.Round(time.Second), evicted.Round(time.Second), fenced.Round(time.Second), released.Round(time.Second), time.Since(lost).Round(time.Second))
 
 	returned = true
 	if err := lostNode.RestoreLinks(); err != nil {
@@ -349,6 +379,7 @@ func lostNodeOfThree(t *testing.T) {
 	if err := lostNode.Return(ctx); err != nil {
 		t.Fatal(err)
 	}
+	kc.Unfence(ctx, t, lostNode.Name)
 	for _, lp := range lostPods {
 		kc.WaitGone(ctx, t, ns, lp.Name)
 	}

@@ -24,12 +24,20 @@
 //     pod's network-status says which one it uses; the others are surplus.
 //     When it lists none of them, the newest is kept, once DuplicateGrace
 //     has passed. See duplicatePod.
-//   - NodeDeleted / NodeNotReady: the pod exists but is terminating
-//     (deletionTimestamp set) or terminal (Succeeded/Failed) on owner.node,
-//     and that Node object is gone, or its Ready condition has not been True
-//     for at least the grace period. A terminating pod on a dead node is
-//     never confirmed gone by its kubelet, so it would hold its address
-//     until someone force-deletes it.
+//   - NodeDeleted / NodeOutOfService / NodeNotReady: the pod exists but is
+//     terminating (deletionTimestamp set) or terminal (Succeeded/Failed) on
+//     owner.node, and that node is fenced: its Node object is gone, or it
+//     is not Ready and carries the taint node.kubernetes.io/out-of-service
+//     (any effect), Kubernetes' mark of a node shut down (non-graceful node
+//     shutdown, KEP-2268; the pod GC force-deletes such pods on the same
+//     two conditions). A terminating pod on a dead node is never confirmed
+//     gone by its kubelet, so it would hold its address until someone
+//     force-deletes it. A node that is only NotReady is not dead: one cut
+//     off from the API server keeps running its pods, so their addresses
+//     are kept, waiting for the node to be fenced (Decision.Fence).
+//     NodeNotReady, the one release of an address whose node may still
+//     run, applies only with Policy.ReleaseUnfenced, once the node has not
+//     been Ready for the grace period.
 //
 // Owner kind IPAMClaim (the claim named owner.namespace/owner.name):
 //   - ClaimGone: no claim of that name, or one with another UID.
@@ -76,16 +84,22 @@ const (
 	PodReplaced    Reason = "PodReplaced"
 	EarlierSandbox Reason = "EarlierSandbox"
 	NodeDeleted    Reason = "NodeDeleted"
-	NodeNotReady   Reason = "NodeNotReady"
-	ClaimGone      Reason = "ClaimGone"
-	ClaimDeleted   Reason = "ClaimDeleted"
+	// NodeOutOfService: the node is fenced by the out-of-service taint.
+	NodeOutOfService Reason = "NodeOutOfService"
+	// NodeNotReady: the node is not fenced, only NotReady for the grace
+	// period (Policy.ReleaseUnfenced). It is the one release of addresses
+	// that the node may still answer for on the wire, so the one a probe
+	// of the address gates.
+	NodeNotReady Reason = "NodeNotReady"
+	ClaimGone    Reason = "ClaimGone"
+	ClaimDeleted Reason = "ClaimDeleted"
 	// DuplicateAttachment: a second reservation of one slot of a live
 	// attachment or claim.
 	DuplicateAttachment Reason = "DuplicateAttachment"
 )
 
 // Reasons lists every Reason, for metric initialisation.
-var Reasons = []Reason{PodGone, PodReplaced, EarlierSandbox, NodeDeleted, NodeNotReady, ClaimGone, ClaimDeleted, DuplicateAttachment}
+var Reasons = []Reason{PodGone, PodReplaced, EarlierSandbox, NodeDeleted, NodeOutOfService, NodeNotReady, ClaimGone, ClaimDeleted, DuplicateAttachment}
 
 // PodFact is what is known of the pod named by the owner.
 type PodFact struct {
@@ -103,6 +117,9 @@ type NodeFact struct {
 	// NotReadySince is when the Ready condition stopped being True (its
 	// lastTransitionTime), or the node's creation when it has none.
 	NotReadySince time.Time
+	// OutOfService: the node carries the taint
+	// node.kubernetes.io/out-of-service, with any effect.
+	OutOfService bool
 }
 
 // ClaimFact is what is known of the IPAMClaim named by the owner.
@@ -138,8 +155,13 @@ type Facts struct {
 
 // Policy holds the tunables.
 type Policy struct {
+	// ReleaseUnfenced releases the addresses of terminating and terminal
+	// pods on a node that has not been Ready for NodeGracePeriod though it
+	// is not fenced (NodeNotReady). Off, they wait for the node to be
+	// fenced.
+	ReleaseUnfenced bool
 	// NodeGracePeriod is how long a node must have been NotReady before
-	// terminating pods on it lose their addresses.
+	// ReleaseUnfenced releases the addresses of its terminating pods.
 	NodeGracePeriod time.Duration
 }
 
@@ -153,6 +175,10 @@ type Decision struct {
 	// RecheckAfter, when positive, is when the answer may change by the
 	// clock alone (a NotReady node reaching its grace period).
 	RecheckAfter time.Duration
+	// Fence, on a keep, names the node that must be fenced (the
+	// out-of-service taint, or its Node deleted) before the addresses of
+	// its terminating or terminal pod are released.
+	Fence string
 	// AskLive: the facts given cannot decide, the live reads can; a cache
 	// nominates such a reservation to the live path as it would a release.
 	AskLive bool
@@ -234,18 +260,34 @@ func decidePod(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 		return keep("pod %s/%s is %s; node %s: state unknown", o.Namespace, o.Name, state, o.Node)
 	case !node.Exists:
 		return release(NodeDeleted, "pod %s/%s (uid %s) is %s on node %s, which was deleted", o.Namespace, o.Name, o.UID, state, o.Node)
+	case node.Ready && node.OutOfService:
+		return keep("pod %s/%s is %s on Ready node %s: its kubelet runs the DEL (the taint %s counts once the node is not Ready)",
+			o.Namespace, o.Name, state, o.Node, corev1.TaintNodeOutOfService)
 	case node.Ready:
 		return keep("pod %s/%s is %s on Ready node %s: its kubelet runs the DEL", o.Namespace, o.Name, state, o.Node)
+	case node.OutOfService:
+		return release(NodeOutOfService, "pod %s/%s (uid %s) is %s on node %s, which is not Ready and carries the taint %s: fenced",
+			o.Namespace, o.Name, o.UID, state, o.Node, corev1.TaintNodeOutOfService)
 	}
 	down := f.Now.Sub(node.NotReadySince)
-	if down >= p.NodeGracePeriod {
-		return release(NodeNotReady, "pod %s/%s (uid %s) is %s on node %s, NotReady for %s (grace period %s)",
+	if p.ReleaseUnfenced && down >= p.NodeGracePeriod {
+		return release(NodeNotReady, "pod %s/%s (uid %s) is %s on node %s, NotReady for %s (grace period %s), not fenced",
 			o.Namespace, o.Name, o.UID, state, o.Node, down.Round(time.Second), p.NodeGracePeriod)
 	}
-	d := keep("pod %s/%s is %s on node %s, NotReady for %s of its %s grace period",
-		o.Namespace, o.Name, state, o.Node, down.Round(time.Second), p.NodeGracePeriod)
-	d.RecheckAfter = p.NodeGracePeriod - down
+	d := keep("pod %s/%s is %s on node %s, NotReady for %s: %s", o.Namespace, o.Name, state, o.Node, down.Round(time.Second), FenceWait(o.Node))
+	if p.ReleaseUnfenced {
+		d.Message += fmt.Sprintf(", or for the end of its %s grace period", p.NodeGracePeriod)
+		d.RecheckAfter = p.NodeGracePeriod - down
+	}
+	d.Fence = o.Node
 	return d
+}
+
+// FenceWait says what the addresses of a terminating pod on a node that
+// is not Ready wait for, and what would release them.
+func FenceWait(node string) string {
+	return fmt.Sprintf("waiting for node %s to be fenced (kubectl taint node %s %s=nodeshutdown:NoExecute, or delete the Node)",
+		node, node, corev1.TaintNodeOutOfService)
 }
 
 func decideClaim(r *tenurev1alpha1.IPReservation, f Facts) Decision {
@@ -383,6 +425,11 @@ func NodeFactOf(n *corev1.Node) *NodeFact {
 		f.Ready = c.Status == corev1.ConditionTrue
 		if !c.LastTransitionTime.IsZero() {
 			f.NotReadySince = c.LastTransitionTime.Time
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeOutOfService {
+			f.OutOfService = true
 		}
 	}
 	return f

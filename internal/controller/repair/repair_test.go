@@ -67,6 +67,7 @@ var (
 	goneNode    = &NodeFact{}
 	downLong    = &NodeFact{Exists: true, NotReadySince: t0.Add(-10 * time.Minute)}
 	downShort   = &NodeFact{Exists: true, NotReadySince: t0.Add(-time.Minute)}
+	fenced      = &NodeFact{Exists: true, NotReadySince: t0.Add(-time.Minute), OutOfService: true}
 )
 
 func TestDecide(t *testing.T) {
@@ -105,9 +106,7 @@ func TestDecide(t *testing.T) {
 		{"earlier sandbox, same second, resourceVersion decides", sameSecA, sib(sameSecA, sameSecB), EarlierSandbox, "sandbox-b"},
 		{"earlier sandbox of a delegated prefix", prefixOlder, sib(prefixOlder, prefixNewer), EarlierSandbox, ""},
 		{"terminating pod on a deleted node", older, Facts{Now: t0, Pod: terminating, Node: goneNode}, NodeDeleted, "node-b"},
-		{"terminating pod on a node NotReady past grace", older, Facts{Now: t0, Pod: terminating, Node: downLong}, NodeNotReady, "NotReady for 10m0s"},
-		{"terminal pod on a node NotReady past grace", older, Facts{Now: t0, Pod: terminal, Node: downLong}, NodeNotReady, "terminal"},
-		{"NotReady exactly the grace period", older, Facts{Now: t0, Pod: terminating, Node: &NodeFact{Exists: true, NotReadySince: t0.Add(-5 * time.Minute)}}, NodeNotReady, ""},
+		{"terminating pod on a fenced node", older, Facts{Now: t0, Pod: terminating, Node: fenced}, NodeOutOfService, corev1.TaintNodeOutOfService},
 		// Claim owner: every release rule.
 		{"claim gone", claimRes(), Facts{Now: t0, Claim: &ClaimFact{}}, ClaimGone, "no longer exists"},
 		{"claim recreated with another uid", claimRes(), Facts{Now: t0, Claim: &ClaimFact{Exists: true, UID: uid2}}, ClaimGone, "now uid"},
@@ -120,8 +119,8 @@ func TestDecide(t *testing.T) {
 		{"live pod on a deleted node", older, Facts{Now: t0, Pod: running, Node: goneNode}, "", "exists"},
 		{"live pod on a node NotReady past grace", older, Facts{Now: t0, Pod: running, Node: downLong}, "", "exists"},
 		{"terminating pod on a Ready node", older, Facts{Now: t0, Pod: terminating, Node: readyNode}, "", "kubelet"},
+		{"terminating pod on a node NotReady past grace, not fenced", older, Facts{Now: t0, Pod: terminating, Node: downLong}, "", "waiting for node node-b to be fenced"},
 		{"terminating pod, node unknown", older, Facts{Now: t0, Pod: terminating}, "", "unknown"},
-		{"terminating pod on a node NotReady within grace", older, Facts{Now: t0, Pod: terminating, Node: downShort}, "", "grace"},
 		{"terminating pod bound to another node than owner.node", older, Facts{Now: t0, Pod: &PodFact{Exists: true, UID: uid1, NodeName: "node-c", Terminating: true}, Node: goneNode}, "", "exists"},
 		{"reservation without owner.node", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Node = "" })), Facts{Now: t0, Pod: &PodFact{Exists: true, UID: uid1, Terminating: true}, Node: goneNode}, "", "exists"},
 		{"newest sandbox", newer, sib(older, newer), "", "exists"},
@@ -161,13 +160,85 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestDecideNodeFencing: the addresses of a terminating or terminal pod
+// leave its node only when the node is fenced (deleted, or not Ready and
+// tainted out-of-service), or, with ReleaseUnfenced, once it has not been
+// Ready for the grace period.
+func TestDecideNodeFencing(t *testing.T) {
+	r := podRes("net.10.0.0.1", "10.0.0.1", "sandbox-1", t0.Add(-time.Minute), "100")
+	fencing := Policy{NodeGracePeriod: 5 * time.Minute}
+	optIn := Policy{NodeGracePeriod: 5 * time.Minute, ReleaseUnfenced: true}
+	readyTainted := &NodeFact{Exists: true, Ready: true, OutOfService: true}
+	downExactly := &NodeFact{Exists: true, NotReadySince: t0.Add(-5 * time.Minute)}
+	fencedLong := &NodeFact{Exists: true, NotReadySince: t0.Add(-10 * time.Minute), OutOfService: true}
+	const wait = "waiting for node node-b to be fenced (kubectl taint node node-b node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, or delete the Node)"
+	cases := []struct {
+		name    string
+		pod     *PodFact
+		node    *NodeFact
+		p       Policy
+		want    Reason // "" = keep
+		fence   bool   // a keep that waits for the node to be fenced
+		recheck time.Duration
+		inMsg   string
+	}{
+		{"terminating on a Ready node", terminating, readyNode, fencing, "", false, 0, "its kubelet runs the DEL"},
+		{"terminating on a NotReady node past grace, not fenced", terminating, downLong, fencing, "", true, 0, wait},
+		{"terminal on a NotReady node past grace, not fenced", terminal, downLong, fencing, "", true, 0, "is terminal on node node-b"},
+		{"terminating on a NotReady node within grace, not fenced", terminating, downShort, fencing, "", true, 0, wait},
+		{"terminating on a NotReady node, tainted out-of-service", terminating, fenced, fencing, NodeOutOfService, false, 0, "not Ready and carries the taint node.kubernetes.io/out-of-service"},
+		{"terminal on a NotReady node, tainted out-of-service", terminal, fenced, fencing, NodeOutOfService, false, 0, "terminal"},
+		// The kubelet of a Ready node heartbeats: the taint does not make it
+		// shut down, and its kubelet runs the DEL (the pod GC too waits for
+		// both).
+		{"terminating on a Ready node, tainted out-of-service", terminating, readyTainted, fencing, "", false, 0, "counts once the node is not Ready"},
+		{"terminating on a deleted node", terminating, goneNode, fencing, NodeDeleted, false, 0, "which was deleted"},
+		{"terminal on a deleted node", terminal, goneNode, fencing, NodeDeleted, false, 0, "terminal"},
+		// A pod not terminating on a fenced node: the pod GC force-deletes
+		// it (after the taint manager evicts it, with a NoExecute taint),
+		// and PodGone applies then.
+		{"running on a NotReady node, tainted out-of-service", running, fencedLong, fencing, "", false, 0, "exists"},
+		{"running on a NotReady node past grace, opt-in", running, downLong, optIn, "", false, 0, "exists"},
+		{"terminating, node state unknown", terminating, nil, fencing, "", false, 0, "state unknown"},
+
+		// ReleaseUnfenced: the grace period releases what is not fenced.
+		{"opt-in: NotReady past grace", terminating, downLong, optIn, NodeNotReady, false, 0, "NotReady for 10m0s (grace period 5m0s), not fenced"},
+		{"opt-in: NotReady exactly the grace period", terminal, downExactly, optIn, NodeNotReady, false, 0, "terminal"},
+		{"opt-in: NotReady within grace", terminating, downShort, optIn, "", true, 4 * time.Minute, "or for the end of its 5m0s grace period"},
+		{"opt-in: within grace, tainted", terminating, fenced, optIn, NodeOutOfService, false, 0, ""},
+		{"opt-in: Ready", terminating, readyNode, optIn, "", false, 0, "kubelet"},
+		{"opt-in: deleted", terminating, goneNode, optIn, NodeDeleted, false, 0, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(r, Facts{Now: t0, Pod: tc.pod, Node: tc.node}, tc.p)
+			if d.Release != (tc.want != "") || d.Reason != tc.want {
+				t.Fatalf("Decide = release %v reason %q (%s); want reason %q", d.Release, d.Reason, d.Message, tc.want)
+			}
+			if got := d.Fence != ""; got != tc.fence || (got && d.Fence != "node-b") {
+				t.Errorf("Fence = %q, want a wait for node-b: %v", d.Fence, tc.fence)
+			}
+			if d.RecheckAfter != tc.recheck {
+				t.Errorf("RecheckAfter = %v, want %v", d.RecheckAfter, tc.recheck)
+			}
+			if !strings.Contains(d.Message, tc.inMsg) {
+				t.Errorf("message %q lacks %q", d.Message, tc.inMsg)
+			}
+		})
+	}
+}
+
+// TestDecideRecheckAfterWithinGrace: with ReleaseUnfenced, the keep within
+// the grace period asks to be decided again when it ends, and then
+// releases.
 func TestDecideRecheckAfterWithinGrace(t *testing.T) {
 	r := podRes("x", "10.0.0.1", "c", t0, "1")
-	d := Decide(r, Facts{Now: t0, Pod: terminating, Node: downShort}, Policy{NodeGracePeriod: 5 * time.Minute})
+	p := Policy{NodeGracePeriod: 5 * time.Minute, ReleaseUnfenced: true}
+	d := Decide(r, Facts{Now: t0, Pod: terminating, Node: downShort}, p)
 	if d.Release || d.RecheckAfter != 4*time.Minute {
 		t.Fatalf("got %+v, want keep with RecheckAfter 4m", d)
 	}
-	d = Decide(r, Facts{Now: t0.Add(4 * time.Minute), Pod: terminating, Node: downShort}, Policy{NodeGracePeriod: 5 * time.Minute})
+	d = Decide(r, Facts{Now: t0.Add(4 * time.Minute), Pod: terminating, Node: downShort}, p)
 	if !d.Release || d.Reason != NodeNotReady {
 		t.Fatalf("after the recheck: %+v, want NodeNotReady", d)
 	}
@@ -235,8 +306,18 @@ func TestFactsOf(t *testing.T) {
 		t.Errorf("NotReady node: %+v", f)
 	}
 	n.Status.Conditions[0].Status = corev1.ConditionTrue
-	if f := NodeFactOf(n); !f.Ready {
+	if f := NodeFactOf(n); !f.Ready || f.OutOfService {
 		t.Errorf("Ready node: %+v", f)
+	}
+	for _, effect := range []corev1.TaintEffect{corev1.TaintEffectNoExecute, corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule} {
+		n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}, {Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: effect}}
+		if f := NodeFactOf(n); !f.OutOfService {
+			t.Errorf("node tainted out-of-service with effect %s: %+v", effect, f)
+		}
+	}
+	n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}
+	if f := NodeFactOf(n); f.OutOfService {
+		t.Errorf("node tainted unreachable only: %+v", f)
 	}
 	if f := NodeFactOf(nil); f.Exists {
 		t.Error("nil node exists")

@@ -179,7 +179,7 @@ func (r *run) components(ctx context.Context) error {
 		}
 		p, err := testbed.StartProcess("controller", r.opts.Bins.Controller, filepath.Join(r.dir, "controller.log"),
 			"--kubeconfig", ctrlKC, "--leader-election-namespace", "tenure-system",
-			"--sweep-interval", "2s", "--node-grace-period", "3s", "--metrics-addr", "0", "--health-addr", "0")
+			"--sweep-interval", "2s", "--metrics-addr", "0", "--health-addr", "0")
 		if err != nil {
 			return err
 		}

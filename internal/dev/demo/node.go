@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -28,8 +29,7 @@ type NodeOptions struct {
 	Out io.Writer
 	// Client talks to the cluster as its administrator.
 	Client client.Client
-	// Node is the real node tenure was rolled out on (localnode.Start), with
-	// the controller's --node-grace-period short enough to wait for.
+	// Node is the real node tenure was rolled out on (localnode.Start).
 	Node *devnode.Node
 }
 
@@ -294,7 +294,8 @@ func (r *nodeRun) nodeLoss(ctx context.Context) error {
 	}
 	r.say("\n[4/4] %s is lost hard: its kubelet and containerd are killed (the containers run on, as on", r.Node.Name)
 	r.say("      a node cut off). The controller-manager marks it NotReady and evicts the pods, whose")
-	r.say("      deletion no kubelet completes; the tenure controller releases their addresses.")
+	r.say("      deletion no kubelet completes. The node is not fenced, so the tenure controller keeps")
+	r.say("      their addresses; once it is tainted out-of-service, it releases them.")
 	if held, err := r.podReservations(ctx); err != nil || held != len(r.rep.LostAddresses) {
 		return fmt.Errorf("before the node is lost its pods hold %d reservations, want %d (%v)", held, len(r.rep.LostAddresses), err)
 	}
@@ -302,14 +303,21 @@ func (r *nodeRun) nodeLoss(ctx context.Context) error {
 		return err
 	}
 	begin := time.Now()
-	released := func(timeout time.Duration) error {
+	evicted := func(timeout time.Duration) error {
 		return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-			held, err := r.podReservations(ctx)
-			return held == 0, err
+			var pods corev1.PodList
+			if err := r.Client.List(ctx, &pods, client.InNamespace(namespace)); err != nil {
+				return false, err
+			}
+			for _, p := range pods.Items {
+				if strings.HasPrefix(p.Name, "san-") && p.DeletionTimestamp == nil {
+					return false, nil
+				}
+			}
+			return true, nil
 		})
 	}
-	err := released(90 * time.Second)
-	if err != nil && ctx.Err() == nil {
+	if err := evicted(90 * time.Second); err != nil && ctx.Err() == nil {
 		// With one node, every node is NotReady: the lifecycle controller
 		// may take it for a control-plane fault and stop evicting. The
 		// pods are then deleted as an operator would; still no DEL runs.
@@ -322,17 +330,53 @@ func (r *nodeRun) nodeLoss(ctx context.Context) error {
 				}
 			}
 		}
-		err = released(90 * time.Second)
 	}
+	if held, err := r.podReservations(ctx); err != nil || held != len(r.rep.LostAddresses) {
+		_ = r.Node.Return(ctx)
+		return fmt.Errorf("the evicted pods hold %d reservations while the node is not fenced, want %d (%v)", held, len(r.rep.LostAddresses), err)
+	}
+	r.say("      the pods are Terminating and keep %s: waiting for the node to be fenced", strings.Join(r.rep.LostAddresses, ", "))
+	// NoSchedule: the tenure controller runs on this node, and NoExecute
+	// would evict it too. The key is what fences, whatever the effect.
+	if err := r.setFence(ctx, true); err != nil {
+		_ = r.Node.Return(ctx)
+		return err
+	}
+	r.say("      kubectl taint node %s %s=nodeshutdown:NoSchedule", r.Node.Name, corev1.TaintNodeOutOfService)
+	fenced := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		held, err := r.podReservations(ctx)
+		return held == 0, err
+	})
 	if err != nil {
 		_ = r.Node.Return(ctx)
+		_ = r.setFence(context.Background(), false)
 		return fmt.Errorf("the SAN's reservations were not released: %w", err)
 	}
 	r.rep.ReleasedAfter = time.Since(begin)
-	r.say("      the SAN's addresses were released %.0fs after the node was lost", r.rep.ReleasedAfter.Seconds())
+	r.say("      the SAN's addresses were released %.1fs after the taint (%.0fs after the node was lost)",
+		time.Since(fenced).Seconds(), r.rep.ReleasedAfter.Seconds())
 	if err := r.Node.Return(ctx); err != nil {
 		return err
 	}
-	r.say("      the node is back and Ready; the evicted pods' deletions complete")
+	if err := r.setFence(ctx, false); err != nil {
+		return err
+	}
+	r.say("      the node is back and Ready, the taint removed; the evicted pods' deletions complete")
 	return nil
+}
+
+// setFence adds or removes the out-of-service taint on the node.
+func (r *nodeRun) setFence(ctx context.Context, on bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: r.Node.Name}, &n); err != nil {
+			return err
+		}
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeOutOfService })
+		if on {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoSchedule})
+		}
+		return r.Client.Update(ctx, &n)
+	})
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -155,11 +154,6 @@ func ChartValues(host string, port int, cluster bool) map[string]any {
 		v["nodeRestriction"] = map[string]any{"webhookURL": "https://127.0.0.1:9443/validate-agent"}
 	}
 	return v
-}
-
-// ControllerNodeGraceValues is ControllerNodeGrace as chart values.
-func ControllerNodeGraceValues(d time.Duration) map[string]any {
-	return map[string]any{"controller": map[string]any{"extraArgs": []any{"--node-grace-period=" + d.String()}}}
 }
 
 // HelmInstall installs (or upgrades to) the chart as the binary carries it

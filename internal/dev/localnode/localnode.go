@@ -286,25 +286,6 @@ const (
 	ControllerDeployment = "tenure-controller"
 )
 
-// ControllerNodeGrace is a mutation for Install that sets the controller's
-// --node-grace-period to d: tests and the demo of a lost node wait for it,
-// in seconds rather than the shipped five minutes.
-func ControllerNodeGrace(d time.Duration) func(*unstructured.Unstructured) {
-	return func(o *unstructured.Unstructured) {
-		if o.GetKind() != "Deployment" || o.GetName() != ControllerDeployment {
-			return
-		}
-		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		for _, c := range containers {
-			if c, ok := c.(map[string]any); ok && c["name"] == "controller" {
-				args, _ := c["args"].([]any)
-				c["args"] = append(args, "--node-grace-period="+d.String())
-			}
-		}
-		_ = unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers")
-	}
-}
-
 // prepare is what Start and StartCluster do before any node: check the
 // install options and the image, find the node tools and the reference
 // plugins, and install Multus' CRD.

@@ -22,10 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controller"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
@@ -307,5 +309,61 @@ func (k *Kube) WaitNotReady(ctx context.Context, t *testing.T, node string) {
 			}
 		}
 		return fmt.Errorf("still Ready")
+	})
+}
+
+// Fence taints the node node.kubernetes.io/out-of-service=nodeshutdown
+// with effect, as an operator or a fencing agent marks a node that is shut
+// down (Kubernetes' non-graceful node shutdown): the tenure controller
+// then releases the addresses of its terminating pods.
+func (k *Kube) Fence(ctx context.Context, t *testing.T, node string, effect corev1.TaintEffect) {
+	t.Helper()
+	k.setTaints(ctx, t, node, func(ts []corev1.Taint) []corev1.Taint {
+		return append(ts, corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: effect})
+	})
+}
+
+// Unfence removes the out-of-service taint, as the operator does once the
+// node is back.
+func (k *Kube) Unfence(ctx context.Context, t *testing.T, node string) {
+	t.Helper()
+	k.setTaints(ctx, t, node, func(ts []corev1.Taint) []corev1.Taint {
+		return slices.DeleteFunc(ts, func(x corev1.Taint) bool { return x.Key == corev1.TaintNodeOutOfService })
+	})
+}
+
+func (k *Kube) setTaints(ctx context.Context, t *testing.T, node string, change func([]corev1.Taint) []corev1.Taint) {
+	t.Helper()
+	// The node lifecycle controller writes the node's taints too.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := k.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Spec.Taints = change(n.Spec.Taints)
+		return k.Client.Update(ctx, &n)
+	})
+	if err != nil {
+		t.Fatalf("tainting node %s: %v", node, err)
+	}
+}
+
+// WaitFenceWait waits until the tenure controller has told, with its
+// WaitingForFence Event on the pod, that the pod's addresses wait for its
+// node to be fenced.
+func (k *Kube) WaitFenceWait(ctx context.Context, t *testing.T, ns, name string) {
+	t.Helper()
+	k.Poll(ctx, t, "the tenure controller to tell that pod "+ns+"/"+name+"'s addresses wait for its node to be fenced", func() error {
+		var evs corev1.EventList
+		if err := k.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == controller.EventReasonFenceWait && e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == name &&
+				strings.Contains(e.Message, corev1.TaintNodeOutOfService) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Event", controller.EventReasonFenceWait)
 	})
 }

@@ -200,6 +200,21 @@ func (v *VM) Running(ctx context.Context, t testing.TB, c client.Client, p Launc
 	})
 }
 
+// PodCreated is virt-controller's write once it sees a new pod of the
+// VMI (setActivePods, on every sync): every pod the VMI controls in
+// status.activePods, p among them, before the kubelet runs p's ADD.
+func (v *VM) PodCreated(ctx context.Context, t testing.TB, c client.Client, p Launcher) {
+	t.Helper()
+	v.WriteStatus(ctx, t, c, func(st map[string]any) {
+		active, _ := st["activePods"].(map[string]any)
+		if active == nil {
+			active = map[string]any{}
+		}
+		active[p.UID] = p.Node
+		st["activePods"] = active
+	})
+}
+
 // Migration is one live migration from Src to Dst.
 type Migration struct {
 	UID      string
