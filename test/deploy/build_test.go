@@ -53,6 +53,12 @@ func TestKustomizeBuild(t *testing.T) {
 		{"Deployment", "tenure-controller"},
 		{"ValidatingAdmissionPolicy", "tenure-agent-node-restriction"},
 		{"ValidatingAdmissionPolicyBinding", "tenure-agent-node-restriction"},
+		{"ValidatingAdmissionPolicy", "tenure-controller-confinement"},
+		{"ValidatingAdmissionPolicyBinding", "tenure-controller-confinement"},
+		{"ValidatingAdmissionPolicy", "tenure-claim-writers"},
+		{"ValidatingAdmissionPolicyBinding", "tenure-claim-writers"},
+		{"ValidatingAdmissionPolicy", "tenure-node-pod-networks"},
+		{"ValidatingAdmissionPolicyBinding", "tenure-node-pod-networks"},
 		{"ValidatingWebhookConfiguration", "tenure-agent-node-restriction"},
 		{"Service", "tenure-controller-webhook"},
 	} {

@@ -663,6 +663,9 @@ func TestRBACAuthorizer(t *testing.T) {
 			cluster([]string{"update", "delete"}, "", "nodes"),
 			inNamespace(namespace, cluster([]string{"get", "update"}, "coordination.k8s.io", "leases")),
 			cluster([]string{"create", "update"}, "rbac.authorization.k8s.io", "clusterrolebindings"),
+			cluster([]string{"update", "patch", "delete"}, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+			cluster([]string{"update", "patch", "delete"}, "admissionregistration.k8s.io", "validatingadmissionpolicies"),
+			cluster([]string{"update", "patch", "delete"}, "admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
 		),
 	}, {
 		sa: controllerSA,
@@ -670,10 +673,10 @@ func TestRBACAuthorizer(t *testing.T) {
 			cluster(read, "", "pods"),
 			cluster(read, "", "nodes"),
 			cluster([]string{"get", "list", "watch", "delete"}, tenure, "ipreservations"),
-			cluster([]string{"get", "list", "watch", "update", "patch", "delete"}, claims, "ipamclaims"), // delete: sticky StatefulSet claims
+			cluster([]string{"get", "list", "watch", "patch", "delete"}, claims, "ipamclaims"), // delete: sticky StatefulSet claims
 			cluster(read, "apps", "statefulsets"),
 			cluster(read, tenure, "ippools"),
-			cluster([]string{"update", "patch"}, tenure, "ippools/status"),
+			cluster([]string{"update"}, tenure, "ippools/status"),
 			inNamespace("default", cluster([]string{"create", "patch"}, "", "events")),
 			inNamespace(namespace, cluster([]string{"create"}, "coordination.k8s.io", "leases")),
 			named(leaseName, inNamespace(namespace, cluster([]string{"get", "update"}, "coordination.k8s.io", "leases"))),
@@ -682,7 +685,7 @@ func TestRBACAuthorizer(t *testing.T) {
 			cluster([]string{"get"}, "kubevirt.io", "virtualmachineinstances"),
 			inNamespace(namespace, cluster([]string{"create"}, "", "secrets")),
 			named(webhookTLSSecret, inNamespace(namespace, cluster([]string{"get", "update"}, "", "secrets"))),
-			named("tenure-agent-node-restriction", cluster([]string{"get", "update", "patch"}, "admissionregistration.k8s.io", "validatingwebhookconfigurations")),
+			named("tenure-agent-node-restriction", cluster([]string{"get", "patch"}, "admissionregistration.k8s.io", "validatingwebhookconfigurations")),
 		),
 		deny: slices.Concat(
 			named("someone-else", inNamespace(namespace, cluster([]string{"get", "update", "delete"}, "", "secrets"))),
@@ -690,6 +693,13 @@ func TestRBACAuthorizer(t *testing.T) {
 			inNamespace("kube-system", cluster([]string{"create"}, "", "secrets")),
 			named("someone-else", cluster([]string{"get", "update", "patch"}, "admissionregistration.k8s.io", "validatingwebhookconfigurations")),
 			cluster([]string{"list", "create", "delete"}, "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+			named("tenure-agent-node-restriction", cluster([]string{"update", "delete"}, "admissionregistration.k8s.io", "validatingwebhookconfigurations")),
+			cluster([]string{"create", "update", "patch", "delete"}, "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+			// The API server applies no admission policy to these: RBAC alone keeps them.
+			cluster([]string{"create", "update", "patch", "delete"}, "admissionregistration.k8s.io", "validatingadmissionpolicies"),
+			cluster([]string{"create", "update", "patch", "delete"}, "admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+			cluster([]string{"update"}, claims, "ipamclaims"),
+			cluster([]string{"patch"}, tenure, "ippools/status"),
 			cluster([]string{"list", "watch", "update"}, "kubevirt.io", "virtualmachineinstances"),
 			cluster(read, "", "secrets"),
 			inNamespace(namespace, cluster(read, "", "secrets")),

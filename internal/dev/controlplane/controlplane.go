@@ -6,8 +6,9 @@
 //
 // The binaries are built by hack/build-control-plane.sh into BinDir(). Start
 // launches etcd (temp data dir, no fsync) and kube-apiserver (token auth in
-// system:masters, RBAC, generated CA and serving cert), waits for /readyz and
-// writes a kubeconfig. With Options.Detach the processes get their own
+// system:masters, client certificates of its CA, the Node authorizer, RBAC and
+// NodeRestriction as a real cluster runs them, generated CA and serving
+// cert), waits for /readyz and writes a kubeconfig. With Options.Detach the processes get their own
 // session and outlive the caller; Attach finds them again from the state
 // file, and Stop only ever signals a pid whose command line and start time
 // still match what was started.
@@ -122,9 +123,16 @@ func checkBinDir(dir string) error {
 // the leading dashes, that decide what a client may do rather than where
 // the server listens or keeps its files. Every control plane tenure's tests
 // run gets them: Start's and cptest's.
+//
+// Kubelets are authorized as a real cluster authorizes them: the Node
+// authorizer (what a node may read and write follows from which pods are
+// bound to it) and the NodeRestriction admission plugin (a node writes only
+// its own Node, its pods' status and mirror pods). KubeletConfig gives a
+// test a kubelet's credentials.
 func APIServerFlags() []string {
 	return []string{
-		"authorization-mode=RBAC",
+		"authorization-mode=Node,RBAC",
+		"enable-admission-plugins=NodeRestriction",
 		"service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"service-cluster-ip-range=10.96.0.0/16",
 		// Otherwise the server logs that 127.0.0.1 may not be an endpoint.
@@ -194,6 +202,11 @@ type ControlPlane struct {
 	// side rate limiting off (QPS -1). Copy it (rest.CopyConfig) before
 	// changing it.
 	Config *rest.Config
+	// AddUser, when set, returns a client config that authenticates as
+	// user in groups (cptest sets envtest's, whose client CA it does not
+	// share); UserConfig uses it, and otherwise signs a client
+	// certificate with Dir/pki/ca.key.
+	AddUser func(user string, groups ...string) (*rest.Config, error)
 
 	opts      Options // as Start was given them, for Restart
 	token     string
@@ -355,6 +368,7 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 	pkiDir := filepath.Join(cp.Dir, "pki")
 	files := map[string][]byte{
 		filepath.Join(pkiDir, "ca.crt"):        pk.caPEM,
+		filepath.Join(pkiDir, "ca.key"):        pk.caKeyPEM,
 		filepath.Join(pkiDir, "apiserver.crt"): pk.certPEM,
 		filepath.Join(pkiDir, "apiserver.key"): pk.keyPEM,
 		filepath.Join(pkiDir, "sa.key"):        pk.saKeyPEM,
@@ -365,7 +379,6 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 		return err
 	}
 	if opts.Nodes != nil {
-		files[filepath.Join(pkiDir, "ca.key")] = pk.caKeyPEM
 		files[filepath.Join(cp.Dir, "egress.yaml")] = egressConfig(opts.Nodes.EgressSocket)
 	}
 	for name, data := range files {
@@ -418,15 +431,15 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, etcdBin, apiser
 		"--tls-cert-file=" + filepath.Join(pkiDir, "apiserver.crt"),
 		"--tls-private-key-file=" + filepath.Join(pkiDir, "apiserver.key"),
 		"--token-auth-file=" + filepath.Join(cp.Dir, "tokens.csv"),
+		// Kubelets (KubeletConfig, devnode's) authenticate with client
+		// certificates of this CA.
+		"--client-ca-file=" + filepath.Join(pkiDir, "ca.crt"),
 		"--service-account-key-file=" + filepath.Join(pkiDir, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(pkiDir, "sa.key"),
 	}}
 	for _, f := range APIServerFlags() {
 		if opts.Controllers && f == disableServiceAccountAdmission {
 			continue // the controller-manager makes the ServiceAccounts it needs
-		}
-		if opts.Nodes != nil && strings.HasPrefix(f, "authorization-mode=") {
-			continue // nodeAccessFlags' own
 		}
 		apiserver.Args = append(apiserver.Args, "--"+f)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -336,4 +337,78 @@ func processesMentioning(t *testing.T, s string) []int {
 		}
 	}
 	return pids
+}
+
+// TestKubeletsAreHeldToTheirNodes: a kubelet's credentials (KubeletConfig)
+// authenticate as its node, and the Node authorizer and NodeRestriction hold
+// it to that node, as on a real cluster: it registers and updates its own
+// Node and its own pods' status, never another node's.
+func TestKubeletsAreHeldToTheirNodes(t *testing.T) {
+	ctx := testContext(t)
+	cp := start(t, ctx, controlplane.Options{})
+	admin, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcfg, err := cp.KubeletConfig("node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := kubernetes.NewForConfig(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	review, err := kubelet.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := review.Status.UserInfo; u.Username != "system:node:node-a" || !slices.Contains(u.Groups, "system:nodes") {
+		t.Fatalf("kubelet credentials authenticate as %q in %v, want system:node:node-a in system:nodes", u.Username, u.Groups)
+	}
+
+	node := func(name string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	if _, err := kubelet.CoreV1().Nodes().Create(ctx, node("node-a"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("kubelet of node-a registering node-a: %v", err)
+	}
+	if _, err := kubelet.CoreV1().Nodes().Create(ctx, node("node-b"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("kubelet of node-a registering node-b: %v, want Forbidden (NodeRestriction)", err)
+	}
+	if _, err := admin.CoreV1().Nodes().Create(ctx, node("node-b"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	pods := map[string]*corev1.Pod{}
+	for _, n := range []string{"node-a", "node-b"} {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "on-" + n, Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: n, AutomountServiceAccountToken: new(bool),
+				Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+		}
+		if pods[n], err = admin.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := func(p *corev1.Pod) *corev1.Pod {
+		p = p.DeepCopy()
+		p.Status.Phase = corev1.PodRunning
+		return p
+	}
+	got, err := kubelet.CoreV1().Pods("default").UpdateStatus(ctx, running(pods["node-a"]), metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("kubelet of node-a updating the status of its pod %s: %v", pods["node-a"].Name, err)
+	}
+	if got.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod %s has phase %q after its kubelet's update, want Running", got.Name, got.Status.Phase)
+	}
+	if _, err := kubelet.CoreV1().Pods("default").UpdateStatus(ctx, running(pods["node-b"]), metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("kubelet of node-a updating the status of %s on node-b: %v, want Forbidden", pods["node-b"].Name, err)
+	}
+	stored, err := admin.CoreV1().Pods("default").Get(ctx, pods["node-b"].Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.UID != pods["node-b"].UID || stored.Status.Phase == corev1.PodRunning {
+		t.Errorf("pod %s (uid %s) after the refused update: uid %s phase %q", pods["node-b"].Name, pods["node-b"].UID, stored.UID, stored.Status.Phase)
+	}
 }

@@ -22,10 +22,9 @@ egressSelections:
 `, strconv.Quote(socket))
 }
 
-// nodeAccessFlags are the API server's flags for Options.Nodes: kubelets
-// authenticate with client certificates of the CA and are authorized as
-// nodes (Node authorizer and NodeRestriction, as on a real cluster); the
-// API server reaches a kubelet at its InternalIP, never by a name it would
+// nodeAccessFlags are the API server's flags for Options.Nodes (kubelets
+// authenticate and are authorized as on every control plane Start runs,
+// APIServerFlags): the API server reaches a kubelet at its InternalIP, never by a name it would
 // look up, with a client certificate of its own; webhooks' Services are
 // dialled at their endpoints (there is no kube-proxy).
 func nodeAccessFlags(dir, pkiDir string) ([]string, error) {
@@ -40,9 +39,6 @@ func nodeAccessFlags(dir, pkiDir string) ([]string, error) {
 		}
 	}
 	return []string{
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--client-ca-file=" + filepath.Join(pkiDir, "ca.crt"),
 		"--kubelet-client-certificate=" + certFile,
 		"--kubelet-client-key=" + keyFile,
 		"--kubelet-preferred-address-types=InternalIP",

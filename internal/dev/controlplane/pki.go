@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // pki is what the API server needs: a CA, a serving certificate signed by
@@ -21,7 +23,8 @@ import (
 type pki struct {
 	caPEM, certPEM, keyPEM []byte
 	saKeyPEM, saPubPEM     []byte
-	// caKeyPEM signs the client certificates of NodeAccess.
+	// caKeyPEM signs client certificates: kubelets', the API server's own
+	// to its kubelets.
 	caKeyPEM []byte
 }
 
@@ -113,10 +116,10 @@ func serial() *big.Int {
 }
 
 // IssueClientCert signs a client certificate for the user cn in the groups
-// orgs with the control plane's CA (pki/ca.key, written for
-// Options.Nodes): a kubelet's (system:node:NAME in system:nodes) or the
-// API server's own to its kubelets. It returns the certificate and its key,
-// PEM.
+// orgs with the control plane's CA (pki/ca.key, the API server's client
+// CA): a kubelet's (system:node:NAME in system:nodes) or the API server's
+// own to its kubelets. It returns the certificate and its key, PEM. A
+// control plane of cptest has no such key: use UserConfig.
 func (cp *ControlPlane) IssueClientCert(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
 	return issueClientCert(filepath.Join(cp.Dir, "pki"), cn, orgs...)
 }
@@ -128,7 +131,7 @@ func issueClientCert(pkiDir, cn string, orgs ...string) (certPEM, keyPEM []byte,
 	}
 	caKeyPEM, err := os.ReadFile(filepath.Join(pkiDir, "ca.key"))
 	if err != nil {
-		return nil, nil, fmt.Errorf("controlplane: %w (written only with Options.Nodes)", err)
+		return nil, nil, fmt.Errorf("controlplane: the client CA's key: %w", err)
 	}
 	cb, _ := pem.Decode(caCertPEM)
 	kb, _ := pem.Decode(caKeyPEM)
@@ -167,3 +170,41 @@ func issueClientCert(pkiDir, cn string, orgs ...string) (certPEM, keyPEM []byte,
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
+
+// UserConfig returns a client config that authenticates as user in groups
+// with a client certificate of the API server's client CA, as a kubelet or
+// another component with a certificate of its own does: the API server's
+// authorizers and admission see that user, no impersonation. Client side
+// rate limiting is off, as in Config.
+func (cp *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config, error) {
+	if cp.AddUser != nil {
+		return cp.AddUser(user, groups...)
+	}
+	cert, key, err := cp.IssueClientCert(user, groups...)
+	if err != nil {
+		return nil, err
+	}
+	return &rest.Config{
+		Host: cp.Config.Host,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   cp.Config.TLSClientConfig.CAData,
+			CertData: cert,
+			KeyData:  key,
+		},
+		QPS:   -1,
+		Burst: 1000,
+	}, nil
+}
+
+// KubeletConfig returns the client config of node's kubelet: user
+// system:node:NODE in group system:nodes, which the Node authorizer and
+// NodeRestriction hold to node.
+func (cp *ControlPlane) KubeletConfig(node string) (*rest.Config, error) {
+	return cp.UserConfig(NodeUser(node), NodesGroup)
+}
+
+// NodesGroup is the group of every kubelet.
+const NodesGroup = "system:nodes"
+
+// NodeUser is the user name of node's kubelet.
+func NodeUser(node string) string { return "system:node:" + node }

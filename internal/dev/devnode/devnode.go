@@ -40,14 +40,24 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/image"
 )
 
+// DefaultNodeName is the name of a node of its own (no Options.NodeName).
+const DefaultNodeName = "tenure-dev-node"
+
 // Options for Start. Dir, Kubeconfig, BinDir and CNIBinDir are required.
 type Options struct {
 	// Dir holds everything the node writes: configs, containerd's root and
 	// state, the kubelet's root, logs, pod logs, network namespaces.
 	Dir string
-	// Kubeconfig is the kubelet's credential for the API server (the local
-	// control plane's admin kubeconfig).
+	// Kubeconfig is an administrator's credential for the API server (the
+	// local control plane's admin kubeconfig): Multus' on a node of its
+	// own, and what Start waits for the Node with.
 	Kubeconfig string
+	// KubeletKubeconfig is the kubelet's credential on a node of its own:
+	// a client certificate system:node:NAME in system:nodes
+	// (controlplane.KubeletConfig), which the Node authorizer and
+	// NodeRestriction hold to the node. Empty: Kubeconfig. A Cluster's
+	// node takes NodeNet.Kubeconfig.
+	KubeletKubeconfig string
 	// BinDir holds kubelet, containerd, containerd-shim-runc-v2, ctr and
 	// pause (hack/build-node.sh's output).
 	BinDir string
@@ -55,7 +65,7 @@ type Options struct {
 	// macvlan, host-local, loopback (hack/build-cni-plugins.sh's output).
 	// They are linked into HostCNIBinDir with Multus.
 	CNIBinDir string
-	// NodeName defaults to "tenure-dev-node".
+	// NodeName defaults to DefaultNodeName.
 	NodeName string
 	// PodCIDR is the cluster network's range; default 10.244.0.0/24. The
 	// host gets no address in it.
@@ -365,7 +375,7 @@ func prepare(ctx context.Context, opts *Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("devnode: Multus %s runs only on a Cluster's nodes, in namespaces of their own", opts.Multus)
 	}
 	if opts.NodeName == "" {
-		opts.NodeName = "tenure-dev-node"
+		opts.NodeName = DefaultNodeName
 	}
 	if opts.PodCIDR == "" {
 		opts.PodCIDR = "10.244.0.0/24"
@@ -637,6 +647,9 @@ func (node *Node) runContainerd(ctx context.Context, hs []hierarchy) error {
 func (node *Node) runKubelet(ctx context.Context, hs []hierarchy) error {
 	n := node.layout
 	kubeconfig, nodeIP := node.opts.Kubeconfig, []string(nil)
+	if node.opts.KubeletKubeconfig != "" {
+		kubeconfig = node.opts.KubeletKubeconfig
+	}
 	if net := node.opts.Net; net != nil {
 		kubeconfig, nodeIP = net.Kubeconfig, []string{"--node-ip=" + net.IP}
 	}

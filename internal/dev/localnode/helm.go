@@ -136,7 +136,7 @@ func WriteChart(dir string) (string, error) {
 // overlay makes of deploy/ (kustomization.yaml, agent.yaml,
 // controller.yaml say why each): the image imported into the nodes, the
 // API server at host:port, the controller on the host network serving on
-// loopback. cluster is StartCluster's case (clusterMutation): the webhook
+// loopback, on any node (the dev nodes are workers). cluster is StartCluster's case (clusterMutation): the webhook
 // is called through its Service; else the API server calls it on
 // loopback.
 func ChartValues(host string, port int, cluster bool) map[string]any {
@@ -144,9 +144,10 @@ func ChartValues(host string, port int, cluster bool) map[string]any {
 		"image":     map[string]any{"pullPolicy": "Never"},
 		"apiServer": map[string]any{"host": host, "port": port},
 		"controller": map[string]any{
-			"replicas":    1,
-			"hostNetwork": true,
-			"listenHost":  "127.0.0.1",
+			"replicas":         1,
+			"hostNetwork":      true,
+			"listenHost":       "127.0.0.1",
+			"controlPlaneOnly": false,
 		},
 	}
 	if !cluster {

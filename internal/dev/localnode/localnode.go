@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -76,7 +79,12 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ 
 	if err != nil {
 		return nil, err
 	}
-	node, err := devnode.Start(ctx, devnode.Options{Dir: opts.Dir, Kubeconfig: cp.KubeconfigPath, BinDir: toolDir, CNIBinDir: cniDir})
+	kubelet, err := kubeletKubeconfig(cp, opts.Dir, devnode.DefaultNodeName)
+	if err != nil {
+		return nil, err
+	}
+	node, err := devnode.Start(ctx, devnode.Options{Dir: opts.Dir, Kubeconfig: cp.KubeconfigPath, KubeletKubeconfig: kubelet,
+		NodeName: devnode.DefaultNodeName, BinDir: toolDir, CNIBinDir: cniDir})
 	if err != nil {
 		return nil, err
 	}
@@ -303,4 +311,26 @@ func prepare(ctx context.Context, cp *controlplane.ControlPlane, install string,
 		return "", "", err
 	}
 	return toolDir, cniDir, controlplane.InstallCRDs(ctx, cp.Config, MultusCRDs())
+}
+
+// kubeletKubeconfig writes dir/kubelet.kubeconfig: node's kubelet
+// credentials (a client certificate system:node:NODE of the control plane's
+// client CA), so the local node's kubelet is held to its node as on a real
+// cluster.
+func kubeletKubeconfig(cp *controlplane.ControlPlane, dir, node string) (string, error) {
+	cfg, err := cp.KubeletConfig(node)
+	if err != nil {
+		return "", err
+	}
+	kc := clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"local": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{node: {ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}},
+		Contexts:       map[string]*clientcmdapi.Context{"local": {Cluster: "local", AuthInfo: node}},
+		CurrentContext: "local",
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubelet.kubeconfig")
+	return path, clientcmd.WriteToFile(kc, path)
 }

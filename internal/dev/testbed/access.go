@@ -28,6 +28,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/deploy"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -233,4 +234,18 @@ func PolicyRefusals(logPath string) []string {
 		}
 	}
 	return out
+}
+
+// KubeletClientset returns a clientset that authenticates as node's kubelet:
+// a client certificate of the API server's client CA for system:node:NODE in
+// system:nodes, so the Node authorizer and NodeRestriction hold it to node
+// as on a real cluster (mirror pods, its pods' status, Events, its Node).
+// With it a test does what root on node can do with the kubelet's
+// credentials.
+func KubeletClientset(cp *controlplane.ControlPlane, node string) (*kubernetes.Clientset, error) {
+	cfg, err := cp.KubeletConfig(node)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet credentials for node %s: %w", node, err)
+	}
+	return kubernetes.NewForConfig(cfg)
 }

@@ -27,7 +27,8 @@
 //
 // envtest authenticates the admin user (group system:masters) with a client
 // certificate where controlplane.Start uses a token; Config and the
-// kubeconfig file carry it.
+// kubeconfig file carry it. UserConfig and KubeletConfig of the control
+// plane sign a certificate with envtest's client CA.
 package cptest
 
 import (
@@ -42,6 +43,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +61,10 @@ const (
 	stopTimeout  = 20 * time.Second
 )
 
-var current *controlplane.ControlPlane
+var (
+	current   *controlplane.ControlPlane
+	addUserMu sync.Mutex
+)
 
 // Main starts one control plane, installs the CRDs embedded in package
 // deploy, runs setup (when not nil), runs the tests and stops the control
@@ -182,6 +187,19 @@ func start() (*controlplane.ControlPlane, func() error, error) {
 		KubeconfigPath: filepath.Join(dir, controlplane.KubeconfigFile),
 		URL:            strings.TrimSuffix(cfg.Host, "/"),
 		Config:         cfg,
+		// Client certificates of envtest's client CA, whose key stays
+		// inside envtest; its CA counts serials without a lock.
+		AddUser: func(user string, groups ...string) (*rest.Config, error) {
+			addUserMu.Lock()
+			u, err := env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+			addUserMu.Unlock()
+			if err != nil {
+				return nil, fmt.Errorf("cptest: client certificate for %s: %w", user, err)
+			}
+			c := u.Config()
+			c.QPS, c.Burst = -1, 1000
+			return c, nil
+		},
 	}
 	if err := os.WriteFile(cp.KubeconfigPath, env.KubeConfig, 0o600); err != nil {
 		return nil, nil, errors.Join(err, stop())

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -162,4 +164,36 @@ func stat(pid string) (comm, ppid string, ok bool) {
 func running(pid string) bool {
 	_, _, ok := stat(pid)
 	return ok
+}
+
+// TestKubeletCredentials: the control plane authorizes kubelets as a real
+// cluster does (Node authorizer, NodeRestriction), and KubeletConfig
+// authenticates as one: it registers its own Node, never another.
+func TestKubeletCredentials(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := cptest.Current().KubeletConfig("cptest-node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := kubelet.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := review.Status.UserInfo; u.Username != "system:node:cptest-node-a" || !slices.Contains(u.Groups, "system:nodes") {
+		t.Fatalf("kubelet credentials authenticate as %q in %v", u.Username, u.Groups)
+	}
+	for name, want := range map[string]bool{"cptest-node-a": true, "cptest-node-b": false} {
+		_, err := kubelet.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		switch {
+		case want && err != nil:
+			t.Errorf("kubelet of cptest-node-a registering %s: %v", name, err)
+		case !want && !apierrors.IsForbidden(err):
+			t.Errorf("kubelet of cptest-node-a registering %s: %v, want Forbidden (NodeRestriction)", name, err)
+		}
+	}
 }
