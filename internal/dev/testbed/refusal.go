@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -98,12 +99,16 @@ func Try(target, resource, verb, what string, do func() error, rule string) Atte
 }
 
 // PresentClaim is the write that would hand a claim to pod: its
-// status.ownerPod pointed at pod, on the claim read fresh.
+// status.ownerPod pointed at pod, on the claim read fresh. A 409 Conflict
+// (another writer, the controller's condition, came in between) is no
+// verdict: the write is sent again on a fresh read, as an attacker would.
 func PresentClaim(ctx context.Context, c client.Client, key client.ObjectKey, pod string) error {
-	claim := &ipamclaimsv1alpha1.IPAMClaim{}
-	if err := c.Get(ctx, key, claim); err != nil {
-		return err
-	}
-	claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod}
-	return c.Status().Update(ctx, claim)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		claim := &ipamclaimsv1alpha1.IPAMClaim{}
+		if err := c.Get(ctx, key, claim); err != nil {
+			return err
+		}
+		claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod}
+		return c.Status().Update(ctx, claim)
+	})
 }
