@@ -264,8 +264,8 @@ func releaseClaim(ctx context.Context, ns, name string) error {
 }
 
 // launcher creates a virt-launcher pod of the VM's VMI on node (a
-// migration target carries the migration's UID) and waits for its kubelet
-// to run it.
+// migration target carries the migration's UID), lists it in the VMI's
+// active pods as virt-controller does, and waits for its kubelet to run it.
 func launcher(ctx context.Context, t *testing.T, v *testbed.VM, node, migrationUID string) *corev1.Pod {
 	t.Helper()
 	name := "virt-launcher-" + v.Name + "-" + strings.TrimPrefix(node, "tenure-dev-")
@@ -278,6 +278,9 @@ func launcher(ctx context.Context, t *testing.T, v *testbed.VM, node, migrationU
 	if err := cl.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	// virt-controller lists the pod among the VMI's active pods as soon as
+	// it sees it; only then does the pod present the VM's claim.
+	v.PodCreated(ctx, t, cl, testbed.LauncherOf(p))
 	return kc.WaitRunning(ctx, t, v.Namespace, name)
 }
 
