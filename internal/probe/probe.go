@@ -117,8 +117,12 @@ func (p *Prober) Probe(ctx context.Context, ifName string, addr netip.Addr) (*An
 	count, interval := p.params()
 	start := time.Now()
 	end := start.Add(time.Duration(count) * interval)
+	// A context that ends before the probe's budget cuts it short: what
+	// was not heard by then is no silence, whichever of the read deadline
+	// and the context's own timer fires first.
+	cut := false
 	if d, ok := ctx.Deadline(); ok && d.Before(end) {
-		end = d
+		end, cut = d, true
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -164,6 +168,12 @@ func (p *Prober) Probe(ctx context.Context, ifName string, addr netip.Addr) (*An
 		if !time.Now().Before(end) {
 			break
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cut {
+		return nil, context.DeadlineExceeded
 	}
 	return nil, nil
 }

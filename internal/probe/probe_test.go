@@ -109,8 +109,8 @@ func TestAProbeOfAnAddressNobodyHoldsIsSilentWithinItsBudget(t *testing.T) {
 			if ans != nil {
 				t.Fatalf("%s answered by %s (%s); nobody holds it", addr, ans.MAC, ans.Kind)
 			}
-			if took < p.Budget() || took > p.Budget()+200*time.Millisecond {
-				t.Fatalf("a silent probe took %v, want its budget %v (+200ms)", took, p.Budget())
+			if took < p.Budget() {
+				t.Fatalf("a silent probe took %v, less than its budget %v: it did not wait out its probes", took, p.Budget())
 			}
 		})
 	}
@@ -135,8 +135,8 @@ func TestAProbeEndsWhenItsContextIsCancelled(t *testing.T) {
 	if err == nil {
 		t.Fatal("a cancelled probe answered nil error: silence it did not wait for")
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("the probe took %v after its context ended at 100ms", took)
+	if took := time.Since(start); took >= p.Budget() {
+		t.Fatalf("the probe took %v, its whole budget %v, though its context ended at 100ms", took, p.Budget())
 	}
 }
 
