@@ -205,6 +205,9 @@ func OverlayRelease(release []byte, host string, port int, cluster bool) ([]*uns
 	if err := writeOverlay(mem, host, port); err != nil {
 		return nil, err
 	}
+	if err := fitWebhookPatch(mem, release); err != nil {
+		return nil, err
+	}
 	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(mem, "/internal/dev/localnode")
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build internal/dev/localnode over a release: %w", err)
@@ -223,4 +226,30 @@ func OverlayRelease(release []byte, host string, port int, cluster bool) ([]*uns
 		}
 	}
 	return objs, nil
+}
+
+// shapeWebhookPatch is the overlay's op that points the configuration's
+// second webhook (reservation-shape) at the loopback.
+const shapeWebhookPatch = `
+    - op: replace
+      path: /webhooks/1/clientConfig
+      value:
+        url: https://127.0.0.1:9443/validate-agent`
+
+// fitWebhookPatch drops the overlay's op for the second webhook when the
+// release predates it: a JSON patch of a path that is not there fails the
+// whole build.
+func fitWebhookPatch(mem filesys.FileSystem, release []byte) error {
+	if bytes.Contains(release, []byte("reservation-shape.ipam.tenure.dev")) {
+		return nil
+	}
+	const file = "/internal/dev/localnode/kustomization.yaml"
+	k, err := mem.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(k, []byte(shapeWebhookPatch)) {
+		return fmt.Errorf("%s: the op for /webhooks/1 is not where fitWebhookPatch expects it", file)
+	}
+	return mem.WriteFile(file, bytes.Replace(k, []byte(shapeWebhookPatch), nil, 1))
 }
