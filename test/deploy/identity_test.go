@@ -252,19 +252,26 @@ func TestTheControllersTokenCannotSwitchItsWebhookOff(t *testing.T) {
 	if got.UID != uid {
 		t.Fatalf("%s has UID %s, want %s (the one created)", webhookConfigName, got.UID, uid)
 	}
-	if len(got.Webhooks) != 1 || got.Webhooks[0].Name != built.Webhooks[0].Name {
-		t.Fatalf("%s holds %d webhooks, want %s alone", webhookConfigName, len(got.Webhooks), built.Webhooks[0].Name)
+	// Every webhook deploy/ ships is there, in its order, as built: only
+	// the caBundle the controller wrote differs.
+	if len(got.Webhooks) != len(built.Webhooks) {
+		t.Fatalf("%s holds %d webhooks, want the %d deploy/ ships", webhookConfigName, len(got.Webhooks), len(built.Webhooks))
 	}
-	w := got.Webhooks[0]
-	if string(w.ClientConfig.CABundle) != string(bundle) {
-		t.Errorf("caBundle %q, want the controller's %q", w.ClientConfig.CABundle, bundle)
-	}
-	if *w.FailurePolicy != admissionregistrationv1.Fail {
-		t.Errorf("failurePolicy %s, want Fail", *w.FailurePolicy)
-	}
-	if !equality.Semantic.DeepEqual(w.MatchConditions, built.Webhooks[0].MatchConditions) || !equality.Semantic.DeepEqual(w.Rules, built.Webhooks[0].Rules) ||
-		!equality.Semantic.DeepEqual(w.ClientConfig.Service, built.Webhooks[0].ClientConfig.Service) {
-		t.Errorf("matchConditions, rules or service changed: %+v", w)
+	for i, w := range got.Webhooks {
+		want := built.Webhooks[i]
+		if w.Name != want.Name {
+			t.Errorf("webhook %d is %s, want %s", i, w.Name, want.Name)
+		}
+		if string(w.ClientConfig.CABundle) != string(bundle) {
+			t.Errorf("%s: caBundle %q, want the controller's %q", w.Name, w.ClientConfig.CABundle, bundle)
+		}
+		if *w.FailurePolicy != *want.FailurePolicy {
+			t.Errorf("%s: failurePolicy %s, want %s", w.Name, *w.FailurePolicy, *want.FailurePolicy)
+		}
+		if !equality.Semantic.DeepEqual(w.MatchConditions, want.MatchConditions) || !equality.Semantic.DeepEqual(w.Rules, want.Rules) ||
+			!equality.Semantic.DeepEqual(w.ClientConfig.Service, want.ClientConfig.Service) {
+			t.Errorf("%s: matchConditions, rules or service changed: %+v", w.Name, w)
+		}
 	}
 }
 

@@ -696,12 +696,20 @@ func podStartMasterOn(node *devnode.Node) (remove func(), err error) {
 			return func() {}, err
 		}
 	}
-	remove = func() {
-		if l, err := h.LinkByName(podStartMaster); err == nil {
-			_ = h.LinkDel(l)
+	del := func() {
+		for _, name := range []string{podStartMaster, podStartMaster + "p"} {
+			if l, err := h.LinkByName(name); err == nil {
+				_ = h.LinkDel(l)
+			}
 		}
+	}
+	remove = func() {
+		del()
 		h.Close()
 	}
+	// A run killed before its cleanup leaves the pair behind: the names
+	// are the bench's own, so what holds them is such a leftover.
+	del()
 	master := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: podStartMaster}, PeerName: podStartMaster + "p"}
 	if err := h.LinkAdd(master); err != nil {
 		return remove, fmt.Errorf("the macvlan master %s on node %s: %w", podStartMaster, node.Name, err)
