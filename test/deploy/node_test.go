@@ -303,6 +303,10 @@ func TestAgentPodOnANode(t *testing.T) {
 	// In a pod the agent finds the in-cluster config; here, the
 	// impersonating kubeconfig stands in for it.
 	argv = append(argv, "--kubeconfig="+kubeconfig)
+	// The pod's metrics port is the host's in a hostNetwork pod, and a
+	// real node's agent on this machine (test/node's, run beside) may hold
+	// it: the simulated one serves its metrics on a free loopback port.
+	argv = append(argv, "--metrics-addr=127.0.0.1:0")
 	logPath := filepath.Join(root, "agent.log")
 	env := p.env(ac)
 	if len(env) != len(ac.Env) {
