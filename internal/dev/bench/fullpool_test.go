@@ -3,15 +3,12 @@
 package bench
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -26,20 +23,7 @@ import (
 // afterwards, each reservation with the UID it was made with: nothing
 // (the controller included) took the full pool for something to repair.
 func TestFullPoolAnswersFromTheCaches(t *testing.T) {
-	if _, err := controlplane.BinDir(); err != nil {
-		testbed.SkipUnlessEverything(t, err.Error())
-	}
-	bins, err := testbed.Build("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	e, err := startEnv(ctx, testLogWriter{}, bins, controlplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.close()
+	ctx, e := testEnv(t)
 	rep := &Report{}
 	opts := Options{Scenarios: []string{"full-pool"}, FullPoolDuration: 30 * time.Second, FullPoolBits: 20}
 	if err := e.runNamed(ctx, opts, rep); err != nil {

@@ -17,20 +17,7 @@ import (
 // scenario reports by name is there and says something possible. Speed is for the
 // benchmark run, not asserted here.
 func TestNamedScenariosReportTheirFigures(t *testing.T) {
-	if _, err := controlplane.BinDir(); err != nil {
-		testbed.SkipUnlessEverything(t, err.Error())
-	}
-	bins, err := testbed.Build("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	e, err := startEnv(ctx, testLogWriter{}, bins, controlplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.close()
+	ctx, e := testEnv(t)
 	rep := &Report{}
 	opts := Options{Scenarios: []string{"fanout", "full-pool"}, Agents: []int{3}, FullPoolDuration: 6 * time.Second, FullPoolBits: 26}
 	if err := e.runNamed(ctx, opts, rep); err != nil {
@@ -150,4 +137,27 @@ func TestWebhookScenarioReportsTheAddedTime(t *testing.T) {
 		reviews["webhook-on-add-pod"] != 2 || reviews["webhook-on-add-claim"] != 5 || reviews["webhook-on-add-claim-target"] != 2 {
 		t.Errorf("webhook reviews per ADD: %v", reviews)
 	}
+}
+
+// testEnv starts the bench's environment for a test (a control plane of
+// its own, tenure's binaries built), closed when the test ends; it skips
+// where the control plane's binaries are not built, unless told to run
+// everything.
+func testEnv(t *testing.T) (context.Context, *env) {
+	t.Helper()
+	if _, err := controlplane.BinDir(); err != nil {
+		testbed.SkipUnlessEverything(t, err.Error())
+	}
+	bins, err := testbed.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	e, err := startEnv(ctx, testLogWriter{}, bins, controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.close)
+	return ctx, e
 }
