@@ -349,8 +349,12 @@ func partitionedNodeKeepsItsAddresses(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("fenced %v after the cut; the evicted pods' reservations released %v after the taint; replacements %v running",
-		taint.Sub(start).Round(time.Second), released.Round(time.Millisecond), replacements)
+	var running2 []string
+	for _, r := range replacements {
+		running2 = append(running2, fmt.Sprintf("%s (%s, MAC %s)", r.name, r.addr, r.mac))
+	}
+	t.Logf("fenced %v after the cut; the evicted pods' reservations released %v after the taint; replacements running: %s",
+		taint.Sub(start).Round(time.Second), released.Round(time.Millisecond), strings.Join(running2, ", "))
 
 	// The node comes back as after a reboot: reachable, its pods gone
 	// (its kubelet finds them deleted) before its SAN leg is up.
