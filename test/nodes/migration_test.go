@@ -215,7 +215,18 @@ func installKubeVirtCRDs(ctx context.Context, t *testing.T) {
 // as kubectl logs does.
 func waitAgentLog(ctx context.Context, t *testing.T, node, substr string) {
 	t.Helper()
-	kc.Poll(ctx, t, fmt.Sprintf("the agent on %s to log %q", node, substr), func() error {
+	waitAgentLogLast(ctx, t, node, substr, "")
+}
+
+// waitAgentLogLast waits until the agent pod on node has logged substr
+// after the last time it logged undone (none when empty).
+func waitAgentLogLast(ctx context.Context, t *testing.T, node, substr, undone string) {
+	t.Helper()
+	what := fmt.Sprintf("the agent on %s to log %q", node, substr)
+	if undone != "" {
+		what += fmt.Sprintf(" after its last %q", undone)
+	}
+	kc.Poll(ctx, t, what, func() error {
 		var pods corev1.PodList
 		if err := cl.List(ctx, &pods, client.InNamespace(localnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "tenure-agent"}); err != nil {
 			return err
@@ -228,7 +239,8 @@ func waitAgentLog(ctx context.Context, t *testing.T, node, substr string) {
 			if err != nil {
 				return err
 			}
-			if strings.Contains(string(b), substr) {
+			last := strings.LastIndex(string(b), substr)
+			if last >= 0 && (undone == "" || last > strings.LastIndex(string(b), undone)) {
 				return nil
 			}
 		}

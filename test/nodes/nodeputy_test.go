@@ -56,8 +56,10 @@ func mirrorPodAndKubeletRewriteOnNodeOne(t *testing.T) {
 	n1, n2 := cluster.Nodes[0], cluster.Nodes[1]
 	ns1, ns2 := filepath.Base(n1.Netns()), filepath.Base(n2.Netns())
 	installKubeVirtCRDs(ctx, t)
+	// The migration part deleted the CRDs: the agents log that VMIs are
+	// no longer served, and that they are once the CRDs are back.
 	for i := range 2 {
-		waitAgentLog(ctx, t, cluster.Nodes[i].Name, "KubeVirt VirtualMachineInstances are served")
+		waitAgentLogLast(ctx, t, cluster.Nodes[i].Name, "KubeVirt VirtualMachineInstances are served", "KubeVirt VirtualMachineInstances are no longer served")
 	}
 	ns := kc.Namespace(ctx, t, "deputy3")
 	kc.NAD(ctx, t, ns, migNAD, `{
