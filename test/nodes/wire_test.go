@@ -3,6 +3,7 @@
 package nodes_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -108,10 +109,19 @@ func squatterOnTheSAN(t *testing.T) {
 
 	// The Events: a Warning on one of the pods per squatted address,
 	// naming it and the MAC.
-	kc.Poll(ctx, t, "an AddressConflict Event for each squatted address", func() error {
+	evCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	kc.Poll(evCtx, t, "an AddressConflict Event for each squatted address", func() error {
 		var evs corev1.EventList
-		if err := cl.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+		if err := cl.List(evCtx, &evs, client.InNamespace(ns)); err != nil {
 			return err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Reason == reservation.EventAddressConflict {
+				seen = append(seen, fmt.Sprintf("%s on %s: %s %s %q", e.Type, e.InvolvedObject.Name,
+					e.Annotations[reservation.AnnotationConflictAddress], e.Annotations[reservation.AnnotationConflictMAC], e.Message))
+			}
 		}
 		for _, squat := range []netip.Addr{squat4.Addr(), squat6.Addr()} {
 			if !slices.ContainsFunc(evs.Items, func(e corev1.Event) bool {
@@ -121,7 +131,7 @@ func squatterOnTheSAN(t *testing.T) {
 					e.Annotations[reservation.AnnotationConflictMAC] == mac.String() &&
 					strings.Contains(e.Message, squat.String()) && strings.Contains(e.Message, mac.String())
 			}) {
-				return fmt.Errorf("none names %s and %s", squat, mac)
+				return fmt.Errorf("none names %s and %s; AddressConflict Events: %v", squat, mac, seen)
 			}
 		}
 		return nil
