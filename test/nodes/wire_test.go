@@ -41,6 +41,36 @@ func squatterOnTheSAN(t *testing.T) {
 			{"range": "10.104.0.0/24", "range_start": "10.104.0.10", "range_end": "10.104.0.30"},
 			{"range": "fd04::/64", "range_start": "fd04::10", "range_end": "fd04::24"}]}}`)
 	squat4, squat6 := netip.MustParsePrefix("10.104.0.17/24"), netip.MustParsePrefix("fd04::17/64")
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx := context.Background()
+		var evs corev1.EventList
+		if err := cl.List(ctx, &evs, client.InNamespace(ns)); err == nil {
+			for _, e := range evs.Items {
+				if e.Reason != "Scheduled" && e.Reason != "Pulled" && e.Reason != "Created" && e.Reason != "Started" {
+					t.Logf("Event %s %s on %s: %v %q", e.Type, e.Reason, e.InvolvedObject.Name, e.Annotations, e.Message)
+				}
+			}
+		}
+		var pods corev1.PodList
+		if err := cl.List(ctx, &pods, client.InNamespace(localnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "tenure-agent"}); err != nil {
+			return
+		}
+		for _, p := range pods.Items {
+			b, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "agent"}).DoRaw(ctx)
+			if err != nil {
+				t.Logf("agent %s logs: %v", p.Spec.NodeName, err)
+				continue
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "wire") || strings.Contains(l, "probe") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "event") {
+					t.Logf("agent %s: %s", p.Spec.NodeName, l)
+				}
+			}
+		}
+	})
 	guest, err := cluster.PlugSAN("squat")
 	if err != nil {
 		t.Fatal(err)
