@@ -25,6 +25,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -399,6 +400,55 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	t.Logf("attack matrix, agent of node %s against node %s:\n%s", a.node, b.node, table.String())
 
+	// The kubelet of A (system:node:A, the Node authorizer and
+	// NodeRestriction in force) writes what tenure's data or decisions
+	// could be read off: an Event saying B's address answers on the wire,
+	// and the Node objects whose taints and Ready condition the fencing
+	// rules read. The Events are admitted (any kubelet records Events in
+	// any namespace) and must move nothing: tenure acts on no Event. A's
+	// own node marked NotReady and out-of-service fences A only; the
+	// checks after the sweeps below judge B.
+	kubelet, err := testbed.KubeletClientset(cptest.Current(), a.node)
+	must("kubelet credentials of A", err)
+	krc := kubelet.CoreV1().RESTClient()
+	conflict := func(name string, about corev1.ObjectReference) *corev1.Event {
+		e := event(name, about)
+		e.Reason, e.Type = reservation.EventAddressConflict, corev1.EventTypeWarning
+		e.Message = "10.90.0.1 answers on net1 from 02:00:00:00:0a:0a: skipped"
+		e.Source.Host = b.node
+		return e
+	}
+	outOfService := map[string]any{"spec": map[string]any{"taints": []map[string]any{{"key": corev1.TaintNodeOutOfService, "value": "nodeshutdown", "effect": "NoExecute"}}}}
+	notReady := func() any {
+		return map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": "Ready", "status": "False", "reason": "Forged",
+			"lastHeartbeatTime": time.Now().UTC().Format(time.RFC3339), "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}}}
+	}
+	nodesPath := "/api/v1/nodes/"
+	kubeletRows := []row{
+		R("B's pod", "events", "create", "an AddressConflict Event saying B's pod's address answers from another MAC", http.MethodPost, eventsPath, "", conflict("conflict-b", podRef(podB)), ""),
+		R("claim of B's VM", "events", "create", "an AddressConflict Event about B's VM's claim", http.MethodPost, eventsPath, "", conflict("conflict-vm-b", claimRef(claimB)), ""),
+		R("node B", "nodes", "patch (merge)", "taint node B out-of-service", http.MethodPatch, nodesPath+b.node, merge, outOfService, "NodeRestriction"),
+		{attack: attack{target: "node B", resource: "nodes/status", verb: "patch (merge)", what: "mark node B NotReady", method: http.MethodPatch, path: nodesPath + b.node + "/status", contentType: merge, rule: "NodeRestriction"}, bodyFn: notReady},
+		R("node A", "nodes", "patch (merge)", "taint its own node out-of-service", http.MethodPatch, nodesPath+a.node, merge, outOfService, "NodeRestriction"),
+		{attack: attack{target: "node A", resource: "nodes/status", verb: "patch (merge)", what: "mark its own node NotReady", method: http.MethodPatch, path: nodesPath + a.node + "/status", contentType: merge}, bodyFn: notReady},
+		R("node B", "nodes", "delete", "delete node B", http.MethodDelete, nodesPath+b.node, "", nil, "rbac"),
+		R("node A", "nodes", "delete", "delete its own Node", http.MethodDelete, nodesPath+a.node, "", nil, "rbac"),
+	}
+	table.Reset()
+	table.WriteString(testbed.MatrixHeader("node B's unless A's"))
+	for i, r := range kubeletRows {
+		if r.bodyFn != nil {
+			r.body = r.bodyFn()
+		}
+		got := testbed.RefusalRule(send(ctx, krc, r.attack))
+		line, ok := testbed.MatrixRow(kubeletRowsFrom+i, r.target, r.resource, r.verb, r.what, r.rule, got)
+		if !ok {
+			t.Errorf("kubelet row %d: %s", kubeletRowsFrom+i, strings.TrimSpace(line))
+		}
+		table.WriteString(line)
+	}
+	t.Logf("attack matrix, kubelet of node %s against node %s:\n%s", a.node, b.node, table.String())
+
 	// What the refusals and the allowed writes left: B's objects as B
 	// wrote them.
 	for _, r := range []*tenurev1alpha1.IPReservation{resB, resClaimB, resMoved} {
@@ -455,6 +505,10 @@ func TestAgentAttackMatrix(t *testing.T) {
 		}
 	}
 }
+
+// kubeletRowsFrom numbers the kubelet's rows as docs/design.md's table
+// does: after the rows other tests send (84–88).
+const kubeletRowsFrom = 89
 
 func webhookConfigObject(t *testing.T, ctx context.Context) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	t.Helper()
