@@ -510,7 +510,7 @@ func TestAgentAttackMatrix(t *testing.T) {
 // does: after the rows other tests send (84–88).
 const kubeletRowsFrom = 89
 
-func webhookConfigObject(t *testing.T, ctx context.Context) *admissionregistrationv1.ValidatingWebhookConfiguration {
+func webhookConfigObject(t testing.TB, ctx context.Context) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	t.Helper()
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := apiClient(t).Get(ctx, client.ObjectKey{Name: "tenure-agent-node-restriction"}, vwc); err != nil {
@@ -521,7 +521,7 @@ func webhookConfigObject(t *testing.T, ctx context.Context) *admissionregistrati
 
 // waitWebhookGone waits until the API server no longer calls the webhook
 // for agent a: a claim the agent never creates is allowed (dry run).
-func waitWebhookGone(t *testing.T, ctx context.Context, a nodeAgent) {
+func waitWebhookGone(t testing.TB, ctx context.Context, a nodeAgent) {
 	t.Helper()
 	probe := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.AgentNamespace, Name: "webhook-gone-probe"},
 		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "probe", Interface: "net1"}}

@@ -429,6 +429,7 @@ func TestControllerNeverReleasesLiveReservationsDuringConcurrentAdds(t *testing.
 	// Poll the API server while the ADDs run: every address an ADD has
 	// returned must still have its reservation, owned by its pod.
 	stopPoll := make(chan struct{})
+	// polls counts the polls that checked at least one returned address.
 	pollDone := make(chan int)
 	go func() {
 		polls := 0
@@ -444,6 +445,12 @@ func TestControllerNeverReleasesLiveReservationsDuringConcurrentAdds(t *testing.
 			mu.Unlock()
 			list := &tenurev1alpha1.IPReservationList{}
 			if err := c.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: network}); err != nil {
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("poll %d: listing the reservations: %v", polls, err))
+				mu.Unlock()
+				return
+			}
+			if len(snapshot) == 0 {
 				continue
 			}
 			owner := map[string]string{}
@@ -494,6 +501,9 @@ func TestControllerNeverReleasesLiveReservationsDuringConcurrentAdds(t *testing.
 	}
 	for _, p := range problems {
 		t.Error(p)
+	}
+	if polls == 0 {
+		t.Error("no poll checked a returned address while the ADDs ran")
 	}
 	got := reservationsOf(t, ctx, network)
 	owner := map[string]string{}
