@@ -932,7 +932,7 @@ func (d *decoder) managedFields(e *metav1.ManagedFieldsEntry) {
 				return 5
 			}
 			raw := d.skip(0)
-			e.FieldsV1 = &metav1.FieldsV1{Raw: bytes.Clone(raw)}
+			e.FieldsV1 = metav1.NewFieldsV1(string(raw))
 			return 5
 		case "subresource":
 			e.Subresource = d.str()
