@@ -78,8 +78,16 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		// Items this call created that the claim did not end up recording
 		// (a concurrent ADD of the same claim recorded others) are freed.
 		mine = a.keepRecorded(mine, rec)
+		// The claim's recorded addresses keep the pools they came from.
+		var recorded []netip.Addr
+		for _, p := range rec.Addresses {
+			recorded = append(recorded, p.Addr())
+		}
+		if err := a.choosePools(ctx, at, recorded); err != nil {
+			return err
+		}
 
-		tmpl := allocator.Template{Owner: a.claimOwner(at, claim), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
+		tmpl := allocator.Template{Owner: a.claimOwner(at, claim), CNINetwork: at.cfg.Name}
 		h, fresh, err := a.reserveForClaim(ctx, at, claim, rec, tmpl, &mine)
 		if err != nil {
 			a.reportClaimFailure(ctx, claim, err)
@@ -204,6 +212,8 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		return nil
 	}
 	for i, s := range ss {
+		tmpl := tmpl
+		tmpl.Pool = s.pool
 		if want := wants[i]; len(want) > 0 {
 			item := want[0]
 			used[item] = true
