@@ -25,10 +25,10 @@ type Placement struct {
 // PoolVerdict says why one pool of a pools list serves, or does not serve,
 // one address family of an ADD.
 type PoolVerdict struct {
-	Pool   string
-	Family string // "IPv4" or "IPv6"
-	Chosen bool
-	Reason string
+	Pool   string `json:"pool"`
+	Family string `json:"family"` // "IPv4" or "IPv6"
+	Chosen bool   `json:"chosen"`
+	Reason string `json:"reason"`
 }
 
 // PoolChoice is what SelectPools decided: per family the pool chosen, and a
@@ -131,12 +131,29 @@ func (c *Config) SelectPools(specs map[string]*v1alpha1.IPPoolSpec, at Placement
 }
 
 // chooseFamily picks the pool serving family is4, with a verdict for every
-// pool of the list.
+// pool of the list. Every pool's own reason is worked out, so a verdict
+// says why a pool passed over would not have served either; a selector
+// that does not parse fails the choice only when no pool before it was
+// chosen.
 func chooseFamily(cands []candidate, is4 bool, at Placement, held []netip.Addr) (string, []PoolVerdict, error) {
 	fam := familyName(is4)
 	verdicts := make([]PoolVerdict, len(cands))
+	ok := make([]bool, len(cands))
+	errs := make([]error, len(cands))
 	for i, cd := range cands {
-		verdicts[i] = PoolVerdict{Pool: cd.name, Family: fam}
+		v := &verdicts[i]
+		*v = PoolVerdict{Pool: cd.name, Family: fam}
+		switch {
+		case cd.spec == nil:
+			v.Reason = "no IPPool of that name"
+		case !cd.families[is4]:
+			v.Reason = "has no " + fam + " range"
+		default:
+			ok[i], v.Reason, errs[i] = selects(cd, at)
+			if errs[i] != nil {
+				v.Reason = errs[i].Error()
+			}
+		}
 	}
 	// A held address decides before any selector.
 	for _, a := range held {
@@ -144,39 +161,40 @@ func chooseFamily(cands []candidate, is4 bool, at Placement, held []netip.Addr) 
 			continue
 		}
 		for i, cd := range cands {
-			if slices.ContainsFunc(cd.prefixes, func(p netip.Prefix) bool { return p.Contains(a) }) {
-				for j := range verdicts {
-					verdicts[j].Reason = fmt.Sprintf("the held address %s is in %s", a, cd.name)
-				}
-				verdicts[i].Chosen, verdicts[i].Reason = true, fmt.Sprintf("holds %s, which the claim or attachment holds already: a held address keeps its pool wherever its pod runs and whatever the selectors say now", a)
-				return cd.name, verdicts, nil
-			}
-		}
-	}
-	chosen := ""
-	for i, cd := range cands {
-		v := &verdicts[i]
-		switch {
-		case chosen != "":
-			v.Reason = "comes after " + chosen + " in the list"
-		case cd.spec == nil:
-			v.Reason = "no IPPool of that name"
-		case !cd.families[is4]:
-			v.Reason = "has no " + fam + " range"
-		default:
-			ok, why, err := selects(cd, at)
-			if err != nil {
-				return "", nil, err
-			}
-			if !ok {
-				v.Reason = why
+			if !slices.ContainsFunc(cd.prefixes, func(p netip.Prefix) bool { return p.Contains(a) }) {
 				continue
 			}
-			chosen = cd.name
-			v.Chosen, v.Reason = true, why
+			for j := range verdicts {
+				if j != i {
+					verdicts[j].Reason = fmt.Sprintf("the held address %s is in %s; %s", a, cd.name, otherwise(verdicts[j].Reason, ok[j]))
+				}
+			}
+			verdicts[i].Chosen, verdicts[i].Reason = true, fmt.Sprintf("holds %s, which the claim or attachment holds already: a held address keeps its pool wherever its pod runs and whatever the selectors say now", a)
+			return cd.name, verdicts, nil
 		}
 	}
-	return chosen, verdicts, nil
+	for i, cd := range cands {
+		if errs[i] != nil {
+			return "", nil, errs[i]
+		}
+		if !ok[i] {
+			continue
+		}
+		verdicts[i].Chosen = true
+		for j := i + 1; j < len(cands); j++ {
+			verdicts[j].Reason = fmt.Sprintf("comes after %s in the list; %s", cd.name, otherwise(verdicts[j].Reason, ok[j]))
+		}
+		return cd.name, verdicts, nil
+	}
+	return "", verdicts, nil
+}
+
+// otherwise is a pool's own reason, said of a pool another one beat.
+func otherwise(reason string, selected bool) string {
+	if selected {
+		return "it selects the pod too"
+	}
+	return reason
 }
 
 // selects reports whether cd's selectors select at, and says why.

@@ -185,7 +185,10 @@ type ReservationsReport struct {
 	Query string `json:"query"`
 	// Scopes are, for get, the allocation scopes shown and how the query
 	// named each.
-	Scopes       []ScopeMatch      `json:"scopes,omitempty"`
+	Scopes []ScopeMatch `json:"scopes,omitempty"`
+	// Pools are, for get, the IPPools the shown scopes' ranges come from,
+	// with their selectors.
+	Pools        []PoolView        `json:"pools,omitempty"`
 	Reservations []ReservationView `json:"reservations"`
 
 	now time.Time
@@ -226,7 +229,27 @@ func (c *Client) Get(ctx context.Context, network string) (*ReservationsReport, 
 	if err != nil {
 		return nil, err
 	}
-	return &ReservationsReport{Query: network, Scopes: matches, Reservations: views, now: c.Now()}, nil
+	return &ReservationsReport{Query: network, Scopes: matches, Pools: inv.PoolsOf(scopes), Reservations: views, now: c.Now()}, nil
+}
+
+// PoolView is an IPPool as get shows it: its name and selectors.
+type PoolView struct {
+	Name      string        `json:"name"`
+	Selectors PoolSelectors `json:"selectors"`
+}
+
+// PoolsOf lists, sorted by name, the declared IPPools that ranges of the
+// scopes come from.
+func (inv *Inventory) PoolsOf(scopes []string) []PoolView {
+	var out []PoolView
+	for _, s := range inv.spaces {
+		if s.Pool == "" || !slices.Contains(scopes, s.Network) || slices.ContainsFunc(out, func(p PoolView) bool { return p.Name == s.Pool }) {
+			continue
+		}
+		out = append(out, PoolView{Name: s.Pool, Selectors: inv.Selectors[s.Pool]})
+	}
+	slices.SortFunc(out, func(a, b PoolView) int { return cmp.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Who returns the reservations that hold an address (the address itself,
@@ -284,6 +307,11 @@ func (r *ReservationsReport) WriteTable(w io.Writer, wide bool) error {
 	if !r.who {
 		if _, err := fmt.Fprintf(w, "Network %s: %s\n", r.Query, describeScopes(r.Scopes)); err != nil {
 			return err
+		}
+		for _, p := range r.Pools {
+			if _, err := fmt.Fprintf(w, "IPPool %s selects %s\n", p.Name, p.Selectors.Describe()); err != nil {
+				return err
+			}
 		}
 	}
 	if len(r.Reservations) == 0 {

@@ -29,6 +29,9 @@ type PoolRow struct {
 	// "10.0.0.10-10.0.0.20/24", "2001:db8:100::/40 as /56".
 	Range string `json:"range"`
 	Pool  string `json:"pool,omitempty"`
+	// Selectors are the pool's, for a pools list's choice; zero for a
+	// range of no pool and for a pool that selects everything.
+	Selectors PoolSelectors `json:"selectors,omitzero"`
 	// Sources name the IPPools and NetworkAttachmentDefinitions that
 	// configure the range, or "reservations" when none does; then the
 	// capacity is the range's without its excludes, which reservations do
@@ -86,6 +89,7 @@ func PoolRows(inv *Inventory, rs []*tenurev1alpha1.IPReservation) []PoolRow {
 	}
 	out := make([]PoolRow, 0, len(rows))
 	for _, row := range rows {
+		row.Selectors = inv.Selectors[row.Pool]
 		if row.Capacity > row.Allocated {
 			row.Free = row.Capacity - row.Allocated
 		}
@@ -98,7 +102,7 @@ func PoolRows(inv *Inventory, rs []*tenurev1alpha1.IPReservation) []PoolRow {
 }
 
 // WriteTable writes one row per range with a usage bar; wide adds the
-// kind, pool and sources.
+// kind, the pool and what its selectors select, and the sources.
 func (p *PoolsReport) WriteTable(w io.Writer, wide bool) error {
 	if err := writeNotes(w, p.Notes); err != nil {
 		return err
@@ -107,10 +111,14 @@ func (p *PoolsReport) WriteTable(w io.Writer, wide bool) error {
 		_, err := fmt.Fprintln(w, "No pools or reservations found.")
 		return err
 	}
-	t := newTable(w, wide, []string{"NETWORK", "RANGE", "CAPACITY", "ALLOCATED", "FREE", "USAGE"}, "KIND", "POOL", "SOURCES")
+	t := newTable(w, wide, []string{"NETWORK", "RANGE", "CAPACITY", "ALLOCATED", "FREE", "USAGE"}, "KIND", "POOL", "SELECTS", "SOURCES")
 	for _, r := range p.Rows {
+		selects := "<none>"
+		if r.Pool != "" {
+			selects = r.Selectors.Describe()
+		}
 		t.row([]string{r.Network, orNone(r.Range), count(r.Capacity), strconv.FormatUint(r.Allocated, 10), count(r.Free), UsageBar(r.Allocated, r.Capacity, 20)},
-			string(r.Kind), orNone(r.Pool), strings.Join(r.Sources, ","))
+			string(r.Kind), orNone(r.Pool), selects, strings.Join(r.Sources, ","))
 	}
 	return t.flush()
 }

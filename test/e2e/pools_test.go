@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,10 +13,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/internal/ops"
 )
 
 // rackLabel is a node label a kubelet cannot set on its own Node.
@@ -109,6 +115,65 @@ func TestAPodGetsItsRacksPool(t *testing.T) {
 		wantPool := "e2e-rack-" + tc.node[len("rack-"):len("rack-a")]
 		if pools[got[0]] != wantPool || pools[got[1]] != "e2e-rack-shared" {
 			t.Errorf("pod on %s: reservations' spec.pool %v, want %s and e2e-rack-shared", tc.node, pools, wantPool)
+		}
+	}
+
+	// tenurectl why says which pool a pod's ADD chose and why not the
+	// others; tenurectl pools shows each pool's selectors.
+	if err := controlplane.InstallCRDs(ctx, cptest.Current().Config, localnode.MultusCRDs()); err != nil {
+		t.Fatal(err)
+	}
+	cli := apiClient(t) // discovers the NetworkAttachmentDefinition kind
+	nadObj := &unstructured.Unstructured{}
+	nadObj.SetAPIVersion("k8s.cni.cncf.io/v1")
+	nadObj.SetKind("NetworkAttachmentDefinition")
+	nadObj.SetNamespace(ns)
+	nadObj.SetName("racks")
+	if err := unstructured.SetNestedField(nadObj.Object, string(conf("rack-b-1")), "spec", "config"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Create(ctx, nadObj); err != nil {
+		t.Fatal(err)
+	}
+	onB := newPod(t, ctx, c, ns, "rack-b-1", map[string]string{"k8s.v1.cni.cncf.io/networks": `[{"name":"racks","interface":"net1"}]`})
+	if _, err := add(ctx, onB, conf("rack-b-1")); err != nil {
+		t.Fatal(err)
+	}
+	why, err := ops.New(cli).Why(ctx, ns, onB.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verdicts := map[string]string{}
+	for _, a := range why.Attachments {
+		for _, v := range a.Pools {
+			verdicts[v.Family+" "+v.Pool] = fmt.Sprint(v.Chosen, " ", v.Reason)
+		}
+	}
+	for k, want := range map[string][2]string{
+		"IPv4 e2e-rack-a":      {"false ", "spec.nodeSelector " + rackLabel + "=a does not select node rack-b-1"},
+		"IPv4 e2e-rack-b":      {"true ", "holds 10.81.2."},
+		"IPv6 e2e-rack-a":      {"false ", "has no IPv6 range"},
+		"IPv6 e2e-rack-shared": {"true ", "holds fd00:81::"},
+	} {
+		if !strings.HasPrefix(verdicts[k], want[0]) || !strings.Contains(verdicts[k], want[1]) {
+			t.Errorf("why %s: %q, want chosen %q and %q", k, verdicts[k], want[0], want[1])
+		}
+	}
+	pools, err := ops.New(cli).Pools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	selects := map[string]string{}
+	for _, r := range pools.Rows {
+		if r.Pool != "" {
+			selects[r.Pool] = r.Selectors.Describe()
+		}
+	}
+	for pool, want := range map[string]string{
+		"e2e-rack-a": "any namespace, nodes " + rackLabel + "=a", "e2e-rack-b": "any namespace, nodes " + rackLabel + "=b", "e2e-rack-shared": "any namespace, any node",
+	} {
+		if selects[pool] != want {
+			t.Errorf("pools: %s selects %q, want %q", pool, selects[pool], want)
 		}
 	}
 
