@@ -181,8 +181,12 @@ func buildTargets(nads []NetworkConfig) *targets {
 		}
 		for _, conf := range confs {
 			c, err := parseAsTenure(conf)
-			if err == nil && c.Pool != "" {
+			switch {
+			case err != nil:
+			case c.Pool != "":
 				err = fmt.Errorf("names the tenure IPPool %s: whereabouts never allocated from it", c.Pool)
+			case c.Pools != nil:
+				err = fmt.Errorf("lists the tenure IPPools %s: whereabouts never allocated from them", strings.Join(c.Pools, ", "))
 			}
 			if err != nil {
 				t.notes = append(t.notes, fmt.Sprintf("%s: %v", source, err))
