@@ -42,8 +42,11 @@ type ReservationView struct {
 	Node string `json:"node,omitempty"`
 	// StatefulSet is, for a sticky claim's reservation, the StatefulSet
 	// whose pod the claim keeps addresses for.
-	StatefulSet string      `json:"statefulSet,omitempty"`
-	Created     metav1.Time `json:"created"`
+	StatefulSet string `json:"statefulSet,omitempty"`
+	// Reason is why an administrator set the address aside (owner kind
+	// Administrator).
+	Reason  string      `json:"reason,omitempty"`
+	Created metav1.Time `json:"created"`
 }
 
 // Placement is where a reservation's owner runs now.
@@ -137,6 +140,9 @@ func (c *Client) views(ctx context.Context, rs []*tenurev1alpha1.IPReservation) 
 			Name: r.Name, Network: r.Spec.Network, CNINetwork: r.Spec.CNINetwork, Kind: r.Spec.Kind, Address: r.Spec.Address, Range: r.Spec.Range, Pool: r.Spec.Pool,
 			Owner: r.Spec.Owner, Pod: pl.Pod, Node: pl.Node, Created: r.CreationTimestamp,
 		}
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerAdministrator {
+			out[i].Reason = r.Annotations[reservation.AnnotationReason]
+		}
 		if cl != nil && cl.Labels[stickyclaims.LabelSticky] == "true" {
 			out[i].StatefulSet = cl.Labels[stickyclaims.LabelStatefulSet]
 		}
@@ -171,6 +177,8 @@ func compareItems(a, b string) int {
 // claim the StatefulSet it belongs to.
 func ownerCell(v ReservationView) string {
 	switch {
+	case v.Owner.Kind == tenurev1alpha1.OwnerAdministrator:
+		return "set aside by " + v.Owner.Name + ": " + v.Reason
 	case v.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim:
 		return "pod/" + v.Owner.Name
 	case v.StatefulSet != "":
@@ -331,9 +339,9 @@ func (r *ReservationsReport) WriteTable(w io.Writer, wide bool) error {
 	for _, v := range r.Reservations {
 		owner := ownerCell(v)
 		age := duration.HumanDuration(r.now.Sub(v.Created.Time))
-		cells := []string{v.Address, v.Owner.Namespace, owner, orNone(v.Node), age}
+		cells := []string{v.Address, orNone(v.Owner.Namespace), owner, orNone(v.Node), age}
 		if r.who {
-			cells = []string{v.Address, networkCell(v.Network, v.CNINetwork), v.Owner.Namespace, owner, orNone(v.Node), v.Created.UTC().Format(time.RFC3339) + " (" + age + ")"}
+			cells = []string{v.Address, networkCell(v.Network, v.CNINetwork), orNone(v.Owner.Namespace), owner, orNone(v.Node), v.Created.UTC().Format(time.RFC3339) + " (" + age + ")"}
 		}
 		t.row(cells, []string{orNone(v.Pod), orNone(v.Owner.Node), orNone(v.Owner.Interface), v.Name, networkCell(v.Network, v.CNINetwork)}[:len(wideCols)]...)
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // SourceReservations is the source of a row that no configuration
@@ -42,6 +43,10 @@ type PoolRow struct {
 	Capacity  uint64 `json:"capacity"`
 	Allocated uint64 `json:"allocated"`
 	Free      uint64 `json:"free"`
+	// SetAside counts the allocated addresses an administrator set aside,
+	// with their reasons (each once, in address order).
+	SetAside        uint64   `json:"setAside,omitempty"`
+	SetAsideReasons []string `json:"setAsideReasons,omitempty"`
 }
 
 // PoolsReport is Pools' answer.
@@ -86,6 +91,12 @@ func PoolRows(inv *Inventory, rs []*tenurev1alpha1.IPReservation) []PoolRow {
 			rows[k] = row
 		}
 		row.Allocated++
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerAdministrator {
+			row.SetAside++
+			if reason := r.Annotations[reservation.AnnotationReason]; !slices.Contains(row.SetAsideReasons, reason) {
+				row.SetAsideReasons = append(row.SetAsideReasons, reason)
+			}
+		}
 	}
 	out := make([]PoolRow, 0, len(rows))
 	for _, row := range rows {
@@ -111,16 +122,25 @@ func (p *PoolsReport) WriteTable(w io.Writer, wide bool) error {
 		_, err := fmt.Fprintln(w, "No pools or reservations found.")
 		return err
 	}
-	t := newTable(w, wide, []string{"NETWORK", "RANGE", "CAPACITY", "ALLOCATED", "FREE", "USAGE"}, "KIND", "POOL", "SELECTS", "SOURCES")
+	t := newTable(w, wide, []string{"NETWORK", "RANGE", "CAPACITY", "ALLOCATED", "FREE", "USAGE"}, "KIND", "POOL", "SELECTS", "SET ASIDE", "SOURCES")
 	for _, r := range p.Rows {
 		selects := "<none>"
 		if r.Pool != "" {
 			selects = r.Selectors.Describe()
 		}
 		t.row([]string{r.Network, orNone(r.Range), count(r.Capacity), strconv.FormatUint(r.Allocated, 10), count(r.Free), UsageBar(r.Allocated, r.Capacity, 20)},
-			string(r.Kind), orNone(r.Pool), selects, strings.Join(r.Sources, ","))
+			string(r.Kind), orNone(r.Pool), selects, setAsideCell(r), strings.Join(r.Sources, ","))
 	}
 	return t.flush()
+}
+
+// setAsideCell is how many of a row's addresses are set aside, and why:
+// "2 (router; storage head)".
+func setAsideCell(r PoolRow) string {
+	if r.SetAside == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", r.SetAside, strings.Join(r.SetAsideReasons, "; "))
 }
 
 // count prints a capacity; a saturated one is 2^64 or more.

@@ -167,3 +167,36 @@ func TestWhySaysWhichPoolWasChosenAndWhyNotTheOthers(t *testing.T) {
 		t.Errorf("why:\n%s", b.String())
 	}
 }
+
+func TestParseAddressRange(t *testing.T) {
+	for _, tc := range []struct {
+		in         string
+		max        int
+		first, end string
+		n          int
+		err        string
+	}{
+		{"10.0.0.5", 10, "10.0.0.5", "10.0.0.5", 1, ""},
+		{" 10.0.0.5 - 10.0.0.9 ", 10, "10.0.0.5", "10.0.0.9", 5, ""},
+		{"10.0.0.0/30", 10, "10.0.0.0", "10.0.0.3", 4, ""},
+		{"fd00::fe-fd00::101", 10, "fd00::fe", "fd00::101", 4, ""},
+		{"::ffff:10.0.0.1", 10, "10.0.0.1", "10.0.0.1", 1, ""},
+		{"10.0.0.0/24", 10, "", "", 0, `ADDR|RANGE "10.0.0.0/24": holds more than 10 addresses`},
+		{"10.0.0.1/24", 10, "", "", 0, `ADDR|RANGE "10.0.0.1/24": has host bits set (did you mean 10.0.0.0/24?)`},
+		{"10.0.0.9-10.0.0.1", 10, "", "", 0, "the last address comes before the first"},
+		{"10.0.0.1-fd00::1", 10, "", "", 0, "different families"},
+		{"10.0.0.x", 10, "", "", 0, `ADDR|RANGE "10.0.0.x": neither an IP address, a CIDR nor FIRST-LAST`},
+		{"fe80::1%eth0", 10, "", "", 0, "zone"},
+	} {
+		got, err := ParseAddressRange(tc.in, tc.max)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %v, want an error with %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || len(got) != tc.n || got[0].String() != tc.first || got[len(got)-1].String() != tc.end {
+			t.Errorf("%q: %v %v, want %d addresses %s..%s", tc.in, got, err, tc.n, tc.first, tc.end)
+		}
+	}
+}
