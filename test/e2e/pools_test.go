@@ -135,6 +135,9 @@ func TestAPodGetsItsRacksPool(t *testing.T) {
 	if err := cli.Create(ctx, nadObj); err != nil {
 		t.Fatal(err)
 	}
+	// tenurectl import reads every NetworkAttachmentDefinition of the
+	// cluster; the whereabouts tests import after this one.
+	t.Cleanup(func() { _ = cli.Delete(context.Background(), nadObj) })
 	onB := newPod(t, ctx, c, ns, "rack-b-1", map[string]string{"k8s.v1.cni.cncf.io/networks": `[{"name":"racks","interface":"net1"}]`})
 	if _, err := add(ctx, onB, conf("rack-b-1")); err != nil {
 		t.Fatal(err)
