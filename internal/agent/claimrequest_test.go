@@ -18,7 +18,9 @@ func TestClaimRequestSlotsPlacesRequestsOrNamesTheReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	ss := slots(cfg, true)
-	ip := func(s string, bits int) claims.RequestedIP { return claims.RequestedIP{Addr: netip.MustParseAddr(s), Bits: bits} }
+	ip := func(s string, bits int) claims.RequestedIP {
+		return claims.RequestedIP{Addr: netip.MustParseAddr(s), Bits: bits}
+	}
 	for _, tc := range []struct {
 		name   string
 		req    claims.Requested
