@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/yaml"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/ops"
@@ -31,6 +32,34 @@ func TestReserveKeepsAddressesFromFiftyADDs(t *testing.T) {
 	conf := netconf("setaside", agents["rsv-1"].Socket, `{"pool":"e2e-setaside"}`)
 	admin := ops.New(c)
 	const reason = "router and storage heads"
+
+	// The object in YAML: a dry run writes nothing and prints the List an
+	// administrator applies later, as kubectl apply -f would send it.
+	dry, err := admin.Reserve(ctx, "setaside", "10.83.0.62", ops.SetAsideOptions{Reason: "storage head", DryRun: true})
+	if err != nil || len(dry.Items) != 1 || len(setAsideIn(t, "setaside")) != 0 {
+		t.Fatalf("dry run: %+v %v, set aside now %v", dry, err, setAsideIn(t, "setaside"))
+	}
+	manifest, err := yaml.Marshal(dry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied struct {
+		Kind  string                         `json:"kind"`
+		Items []tenurev1alpha1.IPReservation `json:"items"`
+	}
+	if err := yaml.Unmarshal(manifest, &applied); err != nil || applied.Kind != "List" || len(applied.Items) != 1 {
+		t.Fatalf("dry run YAML %s: %v", manifest, err)
+	}
+	if err := c.Create(ctx, &applied.Items[0]); err != nil {
+		t.Fatalf("creating the dry run's object:\n%s\n%v", manifest, err)
+	}
+	who62, err := admin.Who(ctx, "10.83.0.62")
+	if err != nil || len(who62.Reservations) != 1 || who62.Reservations[0].Reason != "storage head" {
+		t.Fatalf("who 10.83.0.62 after applying the YAML: %+v %v", who62, err)
+	}
+	if _, err := admin.ReleaseSetAside(ctx, "setaside", "10.83.0.62-10.83.0.62"); err != nil {
+		t.Fatal(err)
+	}
 
 	set, err := admin.Reserve(ctx, "setaside", "10.83.0.1-10.83.0.10", ops.SetAsideOptions{Reason: reason})
 	if err != nil {
