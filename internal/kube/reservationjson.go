@@ -1069,7 +1069,7 @@ func appendReservation(b []byte, r *tenurev1alpha1.IPReservation) ([]byte, bool)
 	o := &s.Owner
 	ow := objWriter{b: append(sw.b, '{')}
 	ow.string("kind", string(o.Kind))
-	ow.string("namespace", o.Namespace)
+	ow.optString("namespace", o.Namespace)
 	ow.string("name", o.Name)
 	ow.string("uid", o.UID)
 	ow.optString("podName", o.PodName)

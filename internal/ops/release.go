@@ -95,6 +95,18 @@ func (c *Client) Release(ctx context.Context, item string, opts ReleaseOptions) 
 		return nil, err
 	}
 	q := t.Item
+	if r.Spec.Owner.Kind == tenurev1alpha1.OwnerAdministrator {
+		// Set aside: giving it back is what release is for here.
+		if err := (&allocator.Factory{Writer: c.c}).Release(ctx, r); err != nil {
+			return nil, err
+		}
+		out := &Released{Decision: "set aside by " + r.Spec.Owner.Name + ": " + r.Annotations[reservation.AnnotationReason] + "; given back",
+			Event: "none: an address set aside has no owner object to record it on"}
+		if views, err := c.views(ctx, []*tenurev1alpha1.IPReservation{r}); err == nil {
+			out.Reservation = views[0]
+		}
+		return out, nil
+	}
 	facts, claim, err := c.liveFacts(ctx, r)
 	if err != nil {
 		return nil, err

@@ -68,6 +68,9 @@ func claimObject(namespace, name string) string { return "IPAMClaim " + namespac
 // ownerText names a reservation's owner for messages: "pod ns/name" or
 // "IPAMClaim ns/name".
 func ownerText(o tenurev1alpha1.ReservationOwner) string {
+	if o.Kind == tenurev1alpha1.OwnerAdministrator {
+		return "administrator " + o.Name + " (set aside)"
+	}
 	kind := "pod"
 	if o.Kind == tenurev1alpha1.OwnerIPAMClaim {
 		kind = "IPAMClaim"

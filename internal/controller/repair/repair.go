@@ -218,6 +218,9 @@ func NeedsNode(r *tenurev1alpha1.IPReservation, pod *PodFact) bool {
 // Decide says whether r is to be released.
 func Decide(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 	o := r.Spec.Owner
+	if o.Kind == tenurev1alpha1.OwnerAdministrator {
+		return keep("an address an administrator set aside: only tenurectl release gives it back")
+	}
 	if o.UID == "" || o.Namespace == "" || o.Name == "" {
 		return keep("owner is incomplete (namespace %q, name %q, uid %q)", o.Namespace, o.Name, o.UID)
 	}

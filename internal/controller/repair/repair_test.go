@@ -146,6 +146,9 @@ func TestDecide(t *testing.T) {
 		{"claim exists with an unknown uid", claimRes(), Facts{Now: t0, Claim: &ClaimFact{Exists: true}}, "", "uid unknown"},
 		{"owner without uid", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.UID = "" })), Facts{Now: t0, Pod: gonePod}, "", "incomplete"},
 		{"owner without name", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Name = "" })), Facts{Now: t0, Pod: gonePod}, "", "incomplete"},
+		{"an address an administrator set aside, whatever pod its name once was", podRes("x", "10.0.0.1", "", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) {
+			*o = tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerAdministrator, Name: "admin", UID: uid1}
+		})), Facts{Now: t0, Pod: gonePod, Claim: &ClaimFact{}}, "", "set aside"},
 		{"unknown owner kind", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Kind = "VirtualMachine" })), Facts{Now: t0, Pod: gonePod, Claim: &ClaimFact{}}, "", "not known"},
 	}
 	for _, tc := range cases {
