@@ -325,17 +325,19 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		ipamProbeOff:  `"range":"10.214.0.0/24","network_name":"pod-start-tenure-probe-off","probe":false`,
 		ipamBefore:    fmt.Sprintf(`"range":"10.215.0.0/24","network_name":"pod-start-tenure-before","agent_socket":%q`, beforeSocket),
 	}
-	// The plugin each IPAM's network execs: the probe-off network is this
-	// build's tenure; the before one the older shim, installed under its
-	// own name.
-	plugin := map[string]string{ipamProbeOff: "tenure", ipamBefore: beforeShimType}
 	for _, ipam := range ipams {
-		typ := ipam
-		if p, ok := plugin[ipam]; ok {
-			typ = p
+		// The probe-off and before networks are tenure's type (its agent
+		// refuses another); the before one runs the older shim, installed
+		// under its own name.
+		typ, bin := ipam, ""
+		switch ipam {
+		case ipamProbeOff:
+			typ = "tenure"
+		case ipamBefore:
+			typ, bin = "tenure", fmt.Sprintf(`"timed_bin":%q,`, filepath.Join(devnode.HostCNIBinDir, beforeShimType))
 		}
 		conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ps-%s","type":"macvlan","master":%q,"mode":"bridge",
-			"ipam":{"type":%q,"timed_type":%q,"timed_name":%q,"timed_log":%q,%s}}`, ipam, podStartMaster, ipamTimerType, typ, ipam, timerLog, ipamConf[ipam])
+			"ipam":{"type":%q,"timed_type":%q,"timed_name":%q,%s"timed_log":%q,%s}}`, ipam, podStartMaster, ipamTimerType, typ, ipam, bin, timerLog, ipamConf[ipam])
 		obj, err := localnode.NAD(podStartNamespace, "ps-"+ipam, conf)
 		if err != nil {
 			return nil, err
