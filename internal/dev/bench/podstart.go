@@ -938,7 +938,9 @@ func podStartRows(samples map[string]*podSample) []Result {
 			}
 			f := map[string]float64{}
 			for _, m := range []string{"ready_p50_ms", "ready_p90_ms", "ready_p99_ms", "netstatus_p50_ms", "netstatus_p90_ms", "netstatus_p99_ms", "ipam_add_p50_ms", "ipam_add_p99_ms", "ipam_add_cpu_ms_mean", cpuFigure("machine busy"), "api_requests_per_pod"} {
-				if o[m] > 0 {
+				// A figure of no pods (none Ready, no ADD timed) is 0: no
+				// ratio, rather than one that meets any target.
+				if t[m] > 0 && o[m] > 0 {
 					f[m] = round3(t[m] / o[m])
 				}
 			}
@@ -954,7 +956,9 @@ func podStartRows(samples map[string]*podSample) []Result {
 			// against without, the ADD latency probing adds.
 			if pair[1] == ipamProbeOff || pair[1] == ipamBefore {
 				for _, m := range []string{"ipam_add_p50_ms", "ipam_add_p99_ms", "ready_p50_ms", "ready_p99_ms"} {
-					f[m+"_added"] = round3(t[m] - o[m])
+					if t[m] > 0 && o[m] > 0 {
+						f[m+"_added"] = round3(t[m] - o[m])
+					}
 				}
 			}
 			rows = append(rows, Result{ID: "pod-start-" + phase + "-" + pair[0] + "/" + pair[1],

@@ -305,4 +305,32 @@ func TestPodStartRowsProbeOffAndBeforeAgainstHostLocalAndTenure(t *testing.T) {
 	if tg := got["pod start (to Ready) p50, waves, tenure / host-local"]; tg.Measured != "1.10×" || tg.Status != "not met" {
 		t.Errorf("tenure's waves p50 target: %+v", tg)
 	}
+	// An IPAM none of whose pods got Ready has no ratios, so no target of
+	// its reads as met.
+	samples["waves/tenure"] = &podSample{notReady: 2, addWall: []float64{3, 4}, addFailures: 2}
+	rows = podStartRows(samples)
+	rep = &Report{Scenarios: rows}
+	for i := range rep.Scenarios {
+		rep.Scenarios[i].Scenario = "pod-start"
+	}
+	for _, r := range rows {
+		if r.ID == "pod-start-waves-tenure/host-local" || r.ID == "pod-start-waves-tenure/tenure-probe-off" {
+			if _, ok := r.Figures["ready_p50_ms"]; ok {
+				t.Errorf("%s: a Ready ratio with no pod Ready: %v", r.ID, r.Figures)
+			}
+			if _, ok := r.Figures["ready_p50_ms_added"]; ok {
+				t.Errorf("%s: a Ready difference with no pod Ready: %v", r.ID, r.Figures)
+			}
+		}
+	}
+	got = map[string]Target{}
+	for _, tg := range podStartTargets(rep) {
+		got[tg.Name] = tg
+	}
+	if tg := got["pod start (to Ready) p50, waves, tenure / host-local"]; tg.Status != "n/a" {
+		t.Errorf("tenure's waves p50 target with no tenure pod Ready: %+v", tg)
+	}
+	if tg := got["pod start, waves, tenure: every pod Ready"]; tg.Status != "not met" || tg.Measured != "2 not Ready" {
+		t.Errorf("every pod Ready: %+v", tg)
+	}
 }
