@@ -100,7 +100,6 @@ func TestThreeNodes(t *testing.T) {
 		{helmUpgradePart, helmUpgradeWhilePodsRun},
 		{"DaemonSetReadyOnEveryNodeAndControllerHoldsLease", daemonSetReadyOnEveryNode},
 		{"Slash29SANAcrossNodesFillsUpAndTheWaitingPodStartsWhenOneLeaves", slash29SANAcrossNodes},
-		{"ASquatterOnTheSANIsNeverHandedOutAndTheEventsMetricsAndCheckNameIt", squatterOnTheSAN},
 		{"AFreedAddressCoolsDownAndTheNextPodGetsAnother", aFreedAddressCoolsDown},
 		{"NodeOnesAgentIsRefusedNodeTwosReservationsAndClaims", nodeOnesAgentIsRefusedNodeTwosObjects},
 		{"RollingTheAgentAcrossNodesWhilePodsStart", rollingTheAgentAcrossNodes},
