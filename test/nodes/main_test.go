@@ -100,6 +100,7 @@ func TestThreeNodes(t *testing.T) {
 		{helmUpgradePart, helmUpgradeWhilePodsRun},
 		{"DaemonSetReadyOnEveryNodeAndControllerHoldsLease", daemonSetReadyOnEveryNode},
 		{"Slash29SANAcrossNodesFillsUpAndTheWaitingPodStartsWhenOneLeaves", slash29SANAcrossNodes},
+		{"AFreedAddressCoolsDownAndTheNextPodGetsAnother", aFreedAddressCoolsDown},
 		{"NodeOnesAgentIsRefusedNodeTwosReservationsAndClaims", nodeOnesAgentIsRefusedNodeTwosObjects},
 		{"RollingTheAgentAcrossNodesWhilePodsStart", rollingTheAgentAcrossNodes},
 		{"VMMigratesBetweenTwoNodesWithItsAddressesPrefixAndDHCPv6", vmMigratesBetweenTwoNodes},
