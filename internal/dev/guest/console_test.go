@@ -100,3 +100,46 @@ func TestConfigArgsRefusesBadInput(t *testing.T) {
 		t.Errorf("a target's arguments %q lack -incoming", args)
 	}
 }
+
+func TestOutages(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	probe := func(ms int, answered bool) Probe {
+		p := Probe{Sent: at(ms)}
+		if answered {
+			p.Answered = at(ms + 1)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name   string
+		probes []Probe
+		want   []Outage
+	}{
+		{"none lost", []Probe{probe(0, true), probe(10, true)}, nil},
+		{"one run", []Probe{probe(0, true), probe(10, false), probe(20, false), probe(30, true)},
+			[]Outage{{Start: at(10), End: at(30), Lost: 2}}},
+		{"two runs", []Probe{probe(0, false), probe(10, true), probe(20, false), probe(30, true)},
+			[]Outage{{Start: at(0), End: at(10), Lost: 1}, {Start: at(20), End: at(30), Lost: 1}}},
+		{"open at the end", []Probe{probe(0, true), probe(10, false), probe(20, false)},
+			[]Outage{{Start: at(10), Lost: 2}}},
+		{"no probes", nil, nil},
+	} {
+		got := Outages(c.probes)
+		if len(got) != len(c.want) {
+			t.Errorf("%s: Outages = %+v, want %+v", c.name, got, c.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Errorf("%s: outage %d = %+v, want %+v", c.name, i, got[i], c.want[i])
+			}
+		}
+	}
+	if w := (Outage{Start: at(10), End: at(30)}).Window(at(100)); w != 20*time.Millisecond {
+		t.Errorf("closed outage's window %v, want 20ms", w)
+	}
+	if w := (Outage{Start: at(10)}).Window(at(100)); w != 90*time.Millisecond {
+		t.Errorf("open outage's window %v, want 90ms (to the end)", w)
+	}
+}
