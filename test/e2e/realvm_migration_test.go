@@ -1,0 +1,406 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/tenure-ipam/tenure/internal/dataplane"
+	"github.com/tenure-ipam/tenure/internal/dev/guest"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+)
+
+// rvmIPAM: the router's and the nodes' addresses on the segment are
+// excluded from the ranges, so no claim is given one of them.
+const rvmIPAM = `{"ipRanges":[{"range":"10.98.0.0/24","exclude":["10.98.0.248/29"]},{"range":"fd00:98::/64","exclude":["fd00:98::f0/124"]}],
+	"prefix_delegation":{"range":"fd00:9800::/40","prefix_length":56},
+	"network_name":"realvm","dhcpv6":{"interfaces":["br0"],"preferred_lifetime":4,"valid_lifetime":60}}`
+
+const (
+	rvmMAC      = "02:00:00:00:98:01"
+	rvmRouter4  = "10.98.0.254"
+	rvmRouter6  = "fd00:98::fe"
+	rvmRouterLL = "fe80::fe"
+)
+
+var rvmRenewed = regexp.MustCompile(`^tenure-guest: lease reason=RENEW6 prefix=`)
+
+// A real VM (internal/dev/guest: QEMU, its own kernel and ISC dhclient)
+// migrates live between two nodes served by tenure agents, KubeVirt's part
+// played by writing its objects as its controllers do. Each node is a
+// namespace whose bridge br0 holds the launcher pod's interface (a veth to
+// the pod's namespace, where a bridge holds it and the VM's tap, as
+// KubeVirt's bridge binding wires it, the pod's addresses handed to the
+// guest) and an uplink to the segment's router, a third namespace. The
+// router is the guests' default gateway, and it routes a delegated prefix
+// to the node that routes it (a route follower plays the routing protocol
+// that would export tenure's proto-116 routes: it copies each node's route
+// as it appears). The router probes the guest's IPv4 address, its IA_NA
+// address and an address of its prefix every 10 ms throughout.
+//   - The source QEMU runs in the pod on node a; its dhclient leases the
+//     claim's address and prefix from node a's agent, which routes the
+//     prefix.
+//   - The target pod's ADD runs on node b, the VMI records the migration,
+//     and a target QEMU starts there with -incoming; the source migrates to
+//     it (QMP migrate). Once the target QEMU runs, the VMI gets
+//     targetNodeDomainReadyTimestamp as the target's virt-handler writes
+//     it: node b routes the prefix, node a no more, the guest's next Renew
+//     is answered by node b with the same address and prefix.
+//   - Each address's loss window is at most 1 s; they are reported with
+//     QEMU's downtime and the guest's DHCPv6 exchanges before, during and
+//     after the migration.
+func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T) {
+	ctx, c := dhcpTest(t, 6*time.Minute)
+	if _, err := exec.LookPath(guest.QEMU); err != nil {
+		testbed.SkipUnlessEverything(t, "no "+guest.QEMU+": install Debian's qemu-system-x86 (hack/test-deps.sh does)")
+	}
+	img, err := guest.Build(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installKubeVirtCRDs(t, ctx)
+
+	nodeA, nodeB, pathA, pathB := twoNodes(t, ctx, "trv")
+	sfx := strconv.Itoa(os.Getpid() % 100000)
+	router := "trv-r" + sfx
+	routerPath, rm, err := testbed.AddNetns(router)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rm)
+	noDAD(t, router)
+	mustIP(t, router, "link", "add", "san0", "type", "bridge", "mcast_snooping", "0")
+	mustIP(t, router, "addr", "add", rvmRouter4+"/24", "dev", "san0")
+	mustIP(t, router, "addr", "add", rvmRouter6+"/64", "dev", "san0")
+	mustIP(t, router, "addr", "add", rvmRouterLL+"/64", "dev", "san0")
+	mustIP(t, router, "link", "set", "san0", "up")
+	// The router follows the routes the nodes announce, not the nodes'
+	// redirects to the guest itself.
+	sysctl(t, router, "net.ipv6.conf.all.accept_redirects", "0")
+	sysctl(t, router, "net.ipv6.conf.san0.accept_redirects", "0")
+	nodeAddr := map[string]string{nodeA: "fd00:98::fa", nodeB: "fd00:98::fb"}
+	for i, n := range []string{nodeA, nodeB} {
+		up := fmt.Sprintf("up%d", i)
+		mustIP(t, n, "link", "add", "uplink", "type", "veth", "peer", "name", up, "netns", router)
+		mustIP(t, n, "link", "set", "uplink", "master", "br0", "up")
+		mustIP(t, router, "link", "set", up, "master", "san0", "up")
+		mustIP(t, n, "addr", "add", nodeAddr[n]+"/64", "dev", "br0")
+		sysctl(t, n, "net.ipv6.conf.all.forwarding", "1")
+	}
+	podNS := map[string]string{}
+	for _, n := range []string{nodeA, nodeB} {
+		podNS[n] = bridgeBindingPod(t, n)
+	}
+	follow := followPrefixRoutes(t, router, map[string]string{pathA: nodeAddr[nodeA], pathB: nodeAddr[nodeB]})
+
+	agentA, metricsA := startDataplaneAgent(t, ctx, "rvm-a", pathA, "")
+	agentB, metricsB := startDataplaneAgent(t, ctx, "rvm-b", pathB, "")
+	waitVMIsServed(t, ctx, agentA, agentB)
+	confA, confB := netconf("dhcpnet", agentA.Socket, rvmIPAM), netconf("dhcpnet", agentB.Socket, rvmIPAM)
+
+	vm := createVM(t, ctx, c, "realvm", "vm1", rvmMAC)
+	vm.Start(ctx, t, c)
+	podA := launcher(t, ctx, c, vm, "rvm-a", "")
+	res, err := add(ctx, podA, confA)
+	if err != nil {
+		t.Fatalf("ADD of the source pod: %v", err)
+	}
+	vm.Running(ctx, t, c, podA.launcher())
+	wantAddr, wantPrefix := claimHolds(t, ctx, c, vm.Namespace, vm.Claim)
+	var ipv4 netip.Prefix
+	for _, ip := range res.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP.To4()); ok && ip.Address.IP.To4() != nil {
+			ones, _ := ip.Address.Mask.Size()
+			ipv4 = netip.PrefixFrom(a, ones)
+		}
+	}
+	if !ipv4.IsValid() {
+		t.Fatalf("the source pod's ADD gave no IPv4 address: %v", addrs(res))
+	}
+	prefixAddr := wantPrefix.Addr().Next()
+	mac, _ := net.ParseMAC(rvmMAC)
+	vmConfig := func(node, incoming string) guest.Config {
+		return guest.Config{Image: img, Dir: t.TempDir(), Netns: podNS[node], Tap: "tap0", MAC: mac,
+			IPv4: ipv4, GatewayV4: netip.MustParseAddr(rvmRouter4), GatewayV6: netip.MustParseAddr(rvmRouterLL), Incoming: incoming}
+	}
+	src, err := guest.Start(ctx, vmConfig(nodeA, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Stop)
+	t.Logf("QEMU runs with %s", src.Accel())
+	var dst *guest.VM
+	defer func() {
+		if t.Failed() {
+			t.Logf("the source's console:\n%s", src.Console())
+			if dst != nil {
+				t.Logf("the target's console:\n%s", dst.Console())
+			}
+		}
+	}()
+	if _, _, err := src.Console().Wait(ctx, 0, regexp.MustCompile(`^tenure-guest: lease reason=BOUND6 prefix=`)); err != nil {
+		t.Fatal(err)
+	}
+	checkLeases(t, src.Console(), wantAddr, wantPrefix)
+	wantRoute := fmt.Sprintf("%s via %s dev br0", wantPrefix, wantAddr)
+	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
+	follow.waitVia(t, ctx, nodeAddr[nodeA])
+
+	targets := []netip.Addr{ipv4.Addr(), wantAddr, prefixAddr}
+	prober, err := guest.StartProber(routerPath, 10*time.Millisecond, targets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prober.Stop()
+	waitAnswered(t, ctx, prober, targets, time.Now())
+
+	// The migration starts: the target pod on node b, its ADD, the VMI's
+	// migrationState; the target QEMU waits for the guest there.
+	m1 := kvMigration{uid: "migration-1", src: podA}
+	m1.dst = launcher(t, ctx, c, vm, "rvm-b", m1.uid)
+	if _, err := add(ctx, m1.dst, confB); err != nil {
+		t.Fatalf("ADD of the target pod: %v", err)
+	}
+	vm.MigrationStart(ctx, t, c, m1.kv())
+	waitAgentLog(t, ctx, agentB, "this node is its migration target")
+	sock := filepath.Join(t.TempDir(), "migrate.sock")
+	dst, err = guest.Start(ctx, vmConfig(nodeB, "unix:"+sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Stop)
+	if err := dst.WaitStatus(ctx, "inmigrate"); err != nil {
+		t.Fatal(err)
+	}
+	renewsB := counter(t, scrape(t, metricsB), "renew", "reply")
+	begin := time.Now()
+	if err := src.Migrate("unix:" + sock); err != nil {
+		t.Fatal(err)
+	}
+	mig, err := src.WaitMigration(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.WaitStatus(ctx, "running"); err != nil {
+		t.Fatal(err)
+	}
+	running := time.Now()
+	// The target's virt-handler reports the domain ready once it runs.
+	signalled := vm.DomainReady(ctx, t, c)
+	src.Stop()
+	waitRoute(t, ctx, nodeB, wantPrefix, wantRoute, true)
+	routed := time.Now()
+	waitRoute(t, ctx, nodeA, wantPrefix, "", false)
+	follow.waitVia(t, ctx, nodeAddr[nodeB])
+	t.Logf("switchover: QEMU migrated in %v (downtime %d ms); the target ran %v after migrate; targetNodeDomainReadyTimestamp written %v later; node b's route seen %v after that",
+		time.Duration(mig.TotalTime)*time.Millisecond, mig.Downtime, running.Sub(begin).Round(time.Millisecond),
+		signalled.Sub(running).Round(time.Millisecond), routed.Sub(signalled).Round(time.Millisecond))
+
+	// The guest's next Renew, from node b, is answered there.
+	_, renewedAt, err := dst.Console().Wait(ctx, 0, rvmRenewed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter(t, scrape(t, metricsB), "renew", "reply"); n <= renewsB {
+		t.Fatalf("node b answered %v Renews, %v before the migration: the guest's Renew from node b was not answered there", n, renewsB)
+	}
+	renewsA := counter(t, scrape(t, metricsA), "renew", "reply")
+	if _, _, err := dst.Console().Wait(ctx, renewedAt+1, rvmRenewed); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter(t, scrape(t, metricsA), "renew", "reply"); n != renewsA {
+		t.Errorf("node a answered %v Renews after the switchover, %v before", n, renewsA)
+	}
+	checkLeases(t, dst.Console(), wantAddr, wantPrefix)
+	waitOwner(t, ctx, c, vm.Namespace, vm.Claim, m1.dst.name)
+	vm.MigrationEnd(ctx, t, c, m1.kv(), false)
+
+	waitAnswered(t, ctx, prober, targets, time.Now())
+	if err := prober.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now()
+	windows := map[netip.Addr]time.Duration{}
+	for _, a := range targets {
+		var w time.Duration
+		lost := 0
+		for _, o := range guest.Outages(prober.Probes(a)) {
+			if o.Start.Before(begin) {
+				t.Errorf("%s: %d probes lost from %s, before the migration began (%s)", a, o.Lost, o.Start.Format("15:04:05.000"), begin.Format("15:04:05.000"))
+			}
+			w += o.Window(end)
+			lost += o.Lost
+		}
+		windows[a] = w
+		t.Logf("%s: loss window %v (%d probes of 10 ms)", a, w.Round(time.Millisecond), lost)
+		if w > time.Second {
+			t.Errorf("%s: loss window %v, over 1 s", a, w)
+		}
+	}
+	t.Logf("the prefix's loss window exceeds the IA_NA address's by %v (QEMU's downtime %d ms)",
+		(windows[prefixAddr] - windows[wantAddr]).Round(time.Millisecond), mig.Downtime)
+	t.Logf("the guest's DHCPv6 exchanges (migration %s to %s; target running %s):\nsource:\n%starget:\n%s",
+		begin.Format("15:04:05.000"), running.Format("15:04:05.000"), running.Format("15:04:05.000"),
+		linesOf(src.Console().Exchanges()), linesOf(dst.Console().Exchanges()))
+}
+
+// bridgeBindingPod makes a launcher pod's network namespace behind node's
+// br0, wired as KubeVirt's bridge binding wires it: the pod's interface
+// (eth0, a veth from br0) without addresses, in a bridge (k6t-eth0) with
+// the VM's tap (tap0). It returns the namespace's path.
+func bridgeBindingPod(t *testing.T, node string) string {
+	t.Helper()
+	name := node + "-pod"
+	path, rm, err := testbed.AddNetns(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rm)
+	mustIP(t, node, "link", "add", "vmpod", "type", "veth", "peer", "name", "eth0", "netns", name)
+	mustIP(t, node, "link", "set", "vmpod", "master", "br0", "up")
+	for _, args := range [][]string{
+		{"link", "add", "k6t-eth0", "type", "bridge"},
+		{"tuntap", "add", "dev", "tap0", "mode", "tap"},
+		{"link", "set", "eth0", "master", "k6t-eth0"},
+		{"link", "set", "tap0", "master", "k6t-eth0"},
+		{"link", "set", "k6t-eth0", "up"},
+		{"link", "set", "eth0", "up"},
+		{"link", "set", "tap0", "up"},
+	} {
+		mustIP(t, name, args...)
+	}
+	return path
+}
+
+func sysctl(t *testing.T, ns, key, value string) {
+	t.Helper()
+	if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", key+"="+value).CombinedOutput(); err != nil {
+		t.Fatalf("sysctl %s=%s in %s: %v: %s", key, value, ns, err, out)
+	}
+}
+
+// routeFollower copies the nodes' proto-116 routes to the router, as a
+// routing protocol exporting them would: when a node adds its route for a
+// prefix, the router routes that prefix via the node's address.
+type routeFollower struct {
+	mu  sync.Mutex
+	via map[netip.Prefix]string
+}
+
+func followPrefixRoutes(t *testing.T, router string, nodes map[string]string) *routeFollower {
+	t.Helper()
+	f := &routeFollower{via: map[netip.Prefix]string{}}
+	rns, err := netns.GetFromName(router)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rh, err := netlink.NewHandleAt(rns)
+	rns.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rh.Close)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	for path, addr := range nodes {
+		ns, err := netns.GetFromPath(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan netlink.RouteUpdate, 64)
+		err = netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{Namespace: &ns})
+		ns.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw := net.ParseIP(addr)
+		go func() {
+			for u := range ch {
+				if u.Type != unix.RTM_NEWROUTE || u.Protocol != dataplane.RouteProtocol || u.Dst == nil {
+					continue
+				}
+				p, ok := netip.AddrFromSlice(u.Dst.IP)
+				if !ok {
+					continue
+				}
+				ones, _ := u.Dst.Mask.Size()
+				prefix := netip.PrefixFrom(p.Unmap(), ones)
+				link, err := rh.LinkByName("san0")
+				if err != nil {
+					continue
+				}
+				if err := rh.RouteReplace(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: u.Dst, Gw: gw}); err != nil {
+					continue
+				}
+				f.mu.Lock()
+				f.via[prefix] = addr
+				f.mu.Unlock()
+			}
+		}()
+	}
+	return f
+}
+
+// waitVia waits until the router routes some prefix via addr.
+func (f *routeFollower) waitVia(t *testing.T, ctx context.Context, addr string) {
+	t.Helper()
+	poll(t, ctx, 20*time.Second, "the router's route via "+addr, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, v := range f.via {
+			if v == addr {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// checkLeases checks every lease report of the console names addr or
+// prefix, and that there is one.
+func checkLeases(t *testing.T, con *guest.Console, addr netip.Addr, prefix netip.Prefix) {
+	t.Helper()
+	leases := con.Leases()
+	if len(leases) == 0 {
+		t.Fatalf("the guest reported no lease")
+	}
+	for _, l := range leases {
+		if (l.Address.IsValid() && l.Address != addr) || (l.Prefix.IsValid() && l.Prefix != prefix) {
+			t.Errorf("the guest reported %+v, the claim holds %s and %s", l, addr, prefix)
+		}
+	}
+}
+
+// waitAnswered waits until every one of dsts answered a probe sent after t.
+func waitAnswered(t *testing.T, ctx context.Context, p *guest.Prober, dsts []netip.Addr, after time.Time) {
+	t.Helper()
+	for _, d := range dsts {
+		poll(t, ctx, 30*time.Second, fmt.Sprintf("%s to answer a probe sent after %s", d, after.Format("15:04:05.000")), func() bool {
+			return p.AnsweredAfter(d, after)
+		})
+	}
+}
+
+func linesOf(ls []guest.Line) string {
+	var b strings.Builder
+	for _, l := range ls {
+		fmt.Fprintf(&b, "%s %s\n", l.Time.Format("15:04:05.000"), l.Text)
+	}
+	return b.String()
+}
