@@ -103,10 +103,6 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 		mustIP(t, n, "addr", "add", nodeAddr[n]+"/64", "dev", "br0")
 		sysctl(t, n, "net.ipv6.conf.all.forwarding", "1")
 	}
-	podNS := map[string]string{}
-	for _, n := range []string{nodeA, nodeB} {
-		podNS[n] = bridgeBindingPod(t, n)
-	}
 	follow := followPrefixRoutes(t, router, map[string]string{pathA: nodeAddr[nodeA], pathB: nodeAddr[nodeB]})
 
 	agentA, metricsA := startDataplaneAgent(t, ctx, "rvm-a", pathA, "")
@@ -135,8 +131,9 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 	}
 	prefixAddr := wantPrefix.Addr().Next()
 	mac, _ := net.ParseMAC(rvmMAC)
+	// Each launcher pod has a network namespace of its own.
 	vmConfig := func(node, incoming string) guest.Config {
-		return guest.Config{Image: img, Dir: t.TempDir(), Netns: podNS[node], Tap: "tap0", MAC: mac,
+		return guest.Config{Image: img, Dir: t.TempDir(), Netns: bridgeBindingPod(t, node), Tap: "tap0", MAC: mac,
 			IPv4: ipv4, GatewayV4: netip.MustParseAddr(rvmRouter4), GatewayV6: netip.MustParseAddr(rvmRouterLL), Incoming: incoming}
 	}
 	src, err := guest.Start(ctx, vmConfig(nodeA, ""))
@@ -145,12 +142,12 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 	}
 	t.Cleanup(src.Stop)
 	t.Logf("QEMU runs with %s", src.Accel())
-	var dst *guest.VM
+	// The consoles of every QEMU the VM ran in, in order.
+	consoles := []*guest.Console{src.Console()}
 	defer func() {
 		if t.Failed() {
-			t.Logf("the source's console:\n%s", src.Console())
-			if dst != nil {
-				t.Logf("the target's console:\n%s", dst.Console())
+			for i, con := range consoles {
+				t.Logf("QEMU %d's console:\n%s", i, con)
 			}
 		}
 	}()
@@ -170,94 +167,182 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 	defer prober.Stop()
 	waitAnswered(t, ctx, prober, targets, time.Now())
 
-	// The migration starts: the target pod on node b, its ADD, the VMI's
-	// migrationState; the target QEMU waits for the guest there.
-	m1 := kvMigration{uid: "migration-1", src: podA}
-	m1.dst = launcher(t, ctx, c, vm, "rvm-b", m1.uid)
-	if _, err := add(ctx, m1.dst, confB); err != nil {
-		t.Fatalf("ADD of the target pod: %v", err)
+	nodeOf := map[string]string{"rvm-a": nodeA, "rvm-b": nodeB}
+	metricsOf := map[string]string{"rvm-a": metricsA, "rvm-b": metricsB}
+	agentOf := map[string]*testbed.Agent{"rvm-a": agentA, "rvm-b": agentB}
+	confOf := map[string][]byte{"rvm-a": confA, "rvm-b": confB}
+	type window struct {
+		what       string
+		begin, end time.Time
+		downtime   int64
 	}
-	vm.MigrationStart(ctx, t, c, m1.kv())
-	waitAgentLog(t, ctx, agentB, "this node is its migration target")
-	sock := filepath.Join(t.TempDir(), "migrate.sock")
-	dst, err = guest.Start(ctx, vmConfig(nodeB, "unix:"+sock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Stop)
-	if err := dst.WaitStatus(ctx, "inmigrate"); err != nil {
-		t.Fatal(err)
-	}
-	renewsB := counter(t, scrape(t, metricsB), "renew", "reply")
-	begin := time.Now()
-	if err := src.Migrate("unix:" + sock); err != nil {
-		t.Fatal(err)
-	}
-	mig, err := src.WaitMigration(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.WaitStatus(ctx, "running"); err != nil {
-		t.Fatal(err)
-	}
-	running := time.Now()
-	// The target's virt-handler reports the domain ready once it runs.
-	signalled := vm.DomainReady(ctx, t, c)
-	src.Stop()
-	waitRoute(t, ctx, nodeB, wantPrefix, wantRoute, true)
-	routed := time.Now()
-	waitRoute(t, ctx, nodeA, wantPrefix, "", false)
-	follow.waitVia(t, ctx, nodeAddr[nodeB])
-	t.Logf("switchover: QEMU migrated in %v (downtime %d ms); the target ran %v after migrate; targetNodeDomainReadyTimestamp written %v later; node b's route seen %v after that",
-		time.Duration(mig.TotalTime)*time.Millisecond, mig.Downtime, running.Sub(begin).Round(time.Millisecond),
-		signalled.Sub(running).Round(time.Millisecond), routed.Sub(signalled).Round(time.Millisecond))
+	var windows []window
+	cur, curPod, curNode := src, podA, "rvm-a"
 
-	// The guest's next Renew, from node b, is answered there.
-	_, renewedAt, err := dst.Console().Wait(ctx, 0, rvmRenewed)
-	if err != nil {
-		t.Fatal(err)
+	// migrate moves the VM from where it runs to node to, as KubeVirt does:
+	// the target pod and its ADD, the VMI's migrationState, the target
+	// QEMU with -incoming, QMP migrate from the source. With fail, the
+	// target QEMU is killed before it runs, and the migration fails.
+	migrate := func(uid, to string, fail bool) {
+		t.Helper()
+		from := curNode
+		m := kvMigration{uid: uid, src: curPod}
+		m.dst = launcher(t, ctx, c, vm, to, m.uid)
+		if _, err := add(ctx, m.dst, confOf[to]); err != nil {
+			t.Fatalf("ADD of the target pod on %s: %v", to, err)
+		}
+		vm.MigrationStart(ctx, t, c, m.kv())
+		waitAgentLog(t, ctx, agentOf[to], "runs on node "+from+"; this node is its migration target")
+		sock := filepath.Join(t.TempDir(), "migrate.sock")
+		dst, err := guest.Start(ctx, vmConfig(nodeOf[to], "unix:"+sock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(dst.Stop)
+		if err := dst.WaitStatus(ctx, "inmigrate"); err != nil {
+			t.Fatal(err)
+		}
+		renewsTo := counter(t, scrape(t, metricsOf[to]), "renew", "reply")
+		renewsFrom := counter(t, scrape(t, metricsOf[from]), "renew", "reply")
+		begin := time.Now()
+		if err := cur.Migrate("unix:" + sock); err != nil {
+			t.Fatal(err)
+		}
+		if fail {
+			dst.Kill()
+			if _, err := cur.WaitMigration(ctx); err == nil {
+				t.Fatalf("the migration to %s completed with its target QEMU killed", to)
+			}
+			if err := cur.WaitStatus(ctx, "running"); err != nil {
+				t.Fatal(err)
+			}
+			end := time.Now()
+			vm.MigrationEnd(ctx, t, c, m.kv(), true)
+			if err := del(ctx, m.dst, confOf[to]); err != nil {
+				t.Fatalf("DEL of the failed migration's target pod: %v", err)
+			}
+			if err := testbed.ForceDeletePod(ctx, c, vm.Namespace, m.dst.name); err != nil {
+				t.Fatal(err)
+			}
+			windows = append(windows, window{what: "failed migration " + from + " to " + to, begin: begin, end: end})
+			// The guest stays served and routed where it runs.
+			mark := len(cur.Console().Lines())
+			if _, _, err := cur.Console().Wait(ctx, mark, rvmRenewed); err != nil {
+				t.Fatal(err)
+			}
+			if n := counter(t, scrape(t, metricsOf[from]), "renew", "reply"); n <= renewsFrom {
+				t.Fatalf("%s answered %v Renews, %v before the failed migration", from, n, renewsFrom)
+			}
+			if n := counter(t, scrape(t, metricsOf[to]), "renew", "reply"); n != renewsTo {
+				t.Errorf("%s answered %v Renews after a failed migration to it, %v before", to, n, renewsTo)
+			}
+			waitRoute(t, ctx, nodeOf[from], wantPrefix, wantRoute, true)
+			waitRoute(t, ctx, nodeOf[to], wantPrefix, "", false)
+			follow.waitVia(t, ctx, nodeAddr[nodeOf[from]])
+			waitOwner(t, ctx, c, vm.Namespace, vm.Claim, curPod.name)
+			return
+		}
+		mig, err := cur.WaitMigration(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dst.WaitStatus(ctx, "running"); err != nil {
+			t.Fatal(err)
+		}
+		running := time.Now()
+		// The target's virt-handler reports the domain ready once it runs.
+		signalled := vm.DomainReady(ctx, t, c)
+		cur.Stop()
+		waitRoute(t, ctx, nodeOf[to], wantPrefix, wantRoute, true)
+		routed := time.Now()
+		waitRoute(t, ctx, nodeOf[from], wantPrefix, "", false)
+		follow.waitVia(t, ctx, nodeAddr[nodeOf[to]])
+		t.Logf("%s to %s: QEMU migrated in %d ms (downtime %d ms); the target ran %v after migrate; targetNodeDomainReadyTimestamp written %v later; %s's route seen %v after that",
+			from, to, mig.TotalTime, mig.Downtime, running.Sub(begin).Round(time.Millisecond),
+			signalled.Sub(running).Round(time.Millisecond), to, routed.Sub(signalled).Round(time.Millisecond))
+		windows = append(windows, window{what: "migration " + from + " to " + to, begin: begin, end: running, downtime: mig.Downtime})
+
+		// The guest's next Renew, from the target, is answered there, and
+		// the one after it too; the source answers none.
+		_, renewed, err := dst.Console().Wait(ctx, 0, rvmRenewed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := counter(t, scrape(t, metricsOf[to]), "renew", "reply"); n <= renewsTo {
+			t.Fatalf("%s answered %v Renews, %v before the migration: the guest's Renew from it was not answered there", to, n, renewsTo)
+		}
+		renewsFrom = counter(t, scrape(t, metricsOf[from]), "renew", "reply")
+		if _, _, err := dst.Console().Wait(ctx, renewed+1, rvmRenewed); err != nil {
+			t.Fatal(err)
+		}
+		if n := counter(t, scrape(t, metricsOf[from]), "renew", "reply"); n != renewsFrom {
+			t.Errorf("%s answered %v Renews after the switchover, %v before", from, n, renewsFrom)
+		}
+		checkLeases(t, dst.Console(), wantAddr, wantPrefix)
+		waitOwner(t, ctx, c, vm.Namespace, vm.Claim, m.dst.name)
+		vm.MigrationEnd(ctx, t, c, m.kv(), false)
+		if err := del(ctx, curPod, confOf[from]); err != nil {
+			t.Fatalf("DEL of the source pod: %v", err)
+		}
+		if err := testbed.ForceDeletePod(ctx, c, vm.Namespace, curPod.name); err != nil {
+			t.Fatal(err)
+		}
+		cur, curPod, curNode = dst, m.dst, to
+		consoles = append(consoles, dst.Console())
 	}
-	if n := counter(t, scrape(t, metricsB), "renew", "reply"); n <= renewsB {
-		t.Fatalf("node b answered %v Renews, %v before the migration: the guest's Renew from node b was not answered there", n, renewsB)
+	migrate("migration-1", "rvm-b", false)
+	migrate("migration-2", "rvm-a", true)
+	migrate("migration-3", "rvm-a", false)
+	if a, p := claimHolds(t, ctx, c, vm.Namespace, vm.Claim); a != wantAddr || p != wantPrefix {
+		t.Fatalf("after the migrations the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
 	}
-	renewsA := counter(t, scrape(t, metricsA), "renew", "reply")
-	if _, _, err := dst.Console().Wait(ctx, renewedAt+1, rvmRenewed); err != nil {
-		t.Fatal(err)
-	}
-	if n := counter(t, scrape(t, metricsA), "renew", "reply"); n != renewsA {
-		t.Errorf("node a answered %v Renews after the switchover, %v before", n, renewsA)
-	}
-	checkLeases(t, dst.Console(), wantAddr, wantPrefix)
-	waitOwner(t, ctx, c, vm.Namespace, vm.Claim, m1.dst.name)
-	vm.MigrationEnd(ctx, t, c, m1.kv(), false)
 
 	waitAnswered(t, ctx, prober, targets, time.Now())
 	if err := prober.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	end := time.Now()
-	windows := map[netip.Addr]time.Duration{}
 	for _, a := range targets {
-		var w time.Duration
-		lost := 0
 		for _, o := range guest.Outages(prober.Probes(a)) {
-			if o.Start.Before(begin) {
-				t.Errorf("%s: %d probes lost from %s, before the migration began (%s)", a, o.Lost, o.Start.Format("15:04:05.000"), begin.Format("15:04:05.000"))
+			in := false
+			for _, w := range windows {
+				if !o.Start.Before(w.begin) && !o.Start.After(w.end) {
+					in = true
+				}
 			}
-			w += o.Window(end)
-			lost += o.Lost
-		}
-		windows[a] = w
-		t.Logf("%s: loss window %v (%d probes of 10 ms)", a, w.Round(time.Millisecond), lost)
-		if w > time.Second {
-			t.Errorf("%s: loss window %v, over 1 s", a, w)
+			if !in {
+				t.Errorf("%s: %d probes lost from %s, outside every migration", a, o.Lost, o.Start.Format("15:04:05.000"))
+			}
 		}
 	}
-	t.Logf("the prefix's loss window exceeds the IA_NA address's by %v (QEMU's downtime %d ms)",
-		(windows[prefixAddr] - windows[wantAddr]).Round(time.Millisecond), mig.Downtime)
-	t.Logf("the guest's DHCPv6 exchanges (migration %s to %s; target running %s):\nsource:\n%starget:\n%s",
-		begin.Format("15:04:05.000"), running.Format("15:04:05.000"), running.Format("15:04:05.000"),
-		linesOf(src.Console().Exchanges()), linesOf(dst.Console().Exchanges()))
+	for _, w := range windows {
+		lost := map[netip.Addr]time.Duration{}
+		var report []string
+		for _, a := range targets {
+			n := 0
+			for _, o := range guest.Outages(prober.Probes(a)) {
+				if !o.Start.Before(w.begin) && !o.Start.After(w.end) {
+					lost[a] += o.Window(end)
+					n += o.Lost
+				}
+			}
+			report = append(report, fmt.Sprintf("%s %v (%d probes)", a, lost[a].Round(time.Millisecond), n))
+			if lost[a] > time.Second {
+				t.Errorf("%s: %s lost %v, over 1 s", w.what, a, lost[a])
+			}
+		}
+		t.Logf("%s (QEMU downtime %d ms): loss windows %s; the prefix's exceeds the IA_NA address's by %v",
+			w.what, w.downtime, strings.Join(report, ", "), (lost[prefixAddr] - lost[wantAddr]).Round(time.Millisecond))
+	}
+	var ex strings.Builder
+	for i, con := range consoles {
+		fmt.Fprintf(&ex, "QEMU %d:\n%s", i, linesOf(con.Exchanges()))
+	}
+	var ws []string
+	for _, w := range windows {
+		ws = append(ws, fmt.Sprintf("%s %s to %s", w.what, w.begin.Format("15:04:05.000"), w.end.Format("15:04:05.000")))
+	}
+	t.Logf("the guest's DHCPv6 exchanges (%s):\n%s", strings.Join(ws, "; "), ex.String())
 }
 
 // bridgeBindingPod makes a launcher pod's network namespace behind node's
@@ -266,14 +351,16 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 // the VM's tap (tap0). It returns the namespace's path.
 func bridgeBindingPod(t *testing.T, node string) string {
 	t.Helper()
-	name := node + "-pod"
+	n := podSeq.Add(1)
+	name := fmt.Sprintf("%s-pod%d", node, n)
+	port := fmt.Sprintf("vmpod%d", n)
 	path, rm, err := testbed.AddNetns(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rm)
-	mustIP(t, node, "link", "add", "vmpod", "type", "veth", "peer", "name", "eth0", "netns", name)
-	mustIP(t, node, "link", "set", "vmpod", "master", "br0", "up")
+	mustIP(t, node, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", name)
+	mustIP(t, node, "link", "set", port, "master", "br0", "up")
 	for _, args := range [][]string{
 		{"link", "add", "k6t-eth0", "type", "bridge"},
 		{"tuntap", "add", "dev", "tap0", "mode", "tap"},
