@@ -13,13 +13,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/tenure-ipam/tenure/internal/dataplane"
 	"github.com/tenure-ipam/tenure/internal/dev/guest"
@@ -100,10 +95,19 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 		mustIP(t, n, "link", "add", "uplink", "type", "veth", "peer", "name", up, "netns", router)
 		mustIP(t, n, "link", "set", "uplink", "master", "br0", "up")
 		mustIP(t, router, "link", "set", up, "master", "san0", "up")
+		// A bridge takes the lowest MAC of its ports unless given one: each
+		// new launcher pod's port could change it under the router's
+		// neighbour entry for the node. A node's uplink has a MAC of its own.
+		mustIP(t, n, "link", "set", "br0", "address", fmt.Sprintf("02:00:00:00:fa:%02x", i))
 		mustIP(t, n, "addr", "add", nodeAddr[n]+"/64", "dev", "br0")
 		sysctl(t, n, "net.ipv6.conf.all.forwarding", "1")
 	}
-	follow := followPrefixRoutes(t, router, map[string]string{pathA: nodeAddr[nodeA], pathB: nodeAddr[nodeB]})
+	follow, err := guest.FollowRoutes(routerPath, "san0", dataplane.RouteProtocol,
+		map[string]netip.Addr{pathA: netip.MustParseAddr(nodeAddr[nodeA]), pathB: netip.MustParseAddr(nodeAddr[nodeB])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(follow.Stop)
 
 	agentA, metricsA := startDataplaneAgent(t, ctx, "rvm-a", pathA, "")
 	agentB, metricsB := startDataplaneAgent(t, ctx, "rvm-b", pathB, "")
@@ -157,7 +161,7 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 	checkLeases(t, src.Console(), wantAddr, wantPrefix)
 	wantRoute := fmt.Sprintf("%s via %s dev br0", wantPrefix, wantAddr)
 	waitRoute(t, ctx, nodeA, wantPrefix, wantRoute, true)
-	follow.waitVia(t, ctx, nodeAddr[nodeA])
+	waitVia(t, ctx, follow, wantPrefix, nodeAddr[nodeA])
 
 	targets := []netip.Addr{ipv4.Addr(), wantAddr, prefixAddr}
 	prober, err := guest.StartProber(routerPath, 10*time.Millisecond, targets...)
@@ -238,7 +242,7 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 			}
 			waitRoute(t, ctx, nodeOf[from], wantPrefix, wantRoute, true)
 			waitRoute(t, ctx, nodeOf[to], wantPrefix, "", false)
-			follow.waitVia(t, ctx, nodeAddr[nodeOf[from]])
+			waitVia(t, ctx, follow, wantPrefix, nodeAddr[nodeOf[from]])
 			waitOwner(t, ctx, c, vm.Namespace, vm.Claim, curPod.name)
 			return
 		}
@@ -256,7 +260,7 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 		waitRoute(t, ctx, nodeOf[to], wantPrefix, wantRoute, true)
 		routed := time.Now()
 		waitRoute(t, ctx, nodeOf[from], wantPrefix, "", false)
-		follow.waitVia(t, ctx, nodeAddr[nodeOf[to]])
+		waitVia(t, ctx, follow, wantPrefix, nodeAddr[nodeOf[to]])
 		t.Logf("%s to %s: QEMU migrated in %d ms (downtime %d ms); the target ran %v after migrate; targetNodeDomainReadyTimestamp written %v later; %s's route seen %v after that",
 			from, to, mig.TotalTime, mig.Downtime, running.Sub(begin).Round(time.Millisecond),
 			signalled.Sub(running).Round(time.Millisecond), to, routed.Sub(signalled).Round(time.Millisecond))
@@ -297,6 +301,15 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 		t.Fatalf("after the migrations the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
 	}
 
+	defer func() {
+		if t.Failed() {
+			for _, n := range []string{router, nodeA, nodeB} {
+				r, _ := testbed.IPIn(n, "-6", "route", "show")
+				nb, _ := testbed.IPIn(n, "-6", "neigh", "show")
+				t.Logf("%s: routes:\n%s\nneighbours:\n%s", n, r, nb)
+			}
+		}
+	}()
 	waitAnswered(t, ctx, prober, targets, time.Now())
 	if err := prober.Stop(); err != nil {
 		t.Fatal(err)
@@ -382,80 +395,12 @@ func sysctl(t *testing.T, ns, key, value string) {
 	}
 }
 
-// routeFollower copies the nodes' proto-116 routes to the router, as a
-// routing protocol exporting them would: when a node adds its route for a
-// prefix, the router routes that prefix via the node's address.
-type routeFollower struct {
-	mu  sync.Mutex
-	via map[netip.Prefix]string
-}
-
-func followPrefixRoutes(t *testing.T, router string, nodes map[string]string) *routeFollower {
+// waitVia waits until the router routes prefix via the node address addr.
+func waitVia(t *testing.T, ctx context.Context, f *guest.RouteFollower, prefix netip.Prefix, addr string) {
 	t.Helper()
-	f := &routeFollower{via: map[netip.Prefix]string{}}
-	rns, err := netns.GetFromName(router)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rh, err := netlink.NewHandleAt(rns)
-	rns.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rh.Close)
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	for path, addr := range nodes {
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := make(chan netlink.RouteUpdate, 64)
-		err = netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{Namespace: &ns})
-		ns.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		gw := net.ParseIP(addr)
-		go func() {
-			for u := range ch {
-				if u.Type != unix.RTM_NEWROUTE || u.Protocol != dataplane.RouteProtocol || u.Dst == nil {
-					continue
-				}
-				p, ok := netip.AddrFromSlice(u.Dst.IP)
-				if !ok {
-					continue
-				}
-				ones, _ := u.Dst.Mask.Size()
-				prefix := netip.PrefixFrom(p.Unmap(), ones)
-				link, err := rh.LinkByName("san0")
-				if err != nil {
-					continue
-				}
-				if err := rh.RouteReplace(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: u.Dst, Gw: gw}); err != nil {
-					continue
-				}
-				f.mu.Lock()
-				f.via[prefix] = addr
-				f.mu.Unlock()
-			}
-		}()
-	}
-	return f
-}
-
-// waitVia waits until the router routes some prefix via addr.
-func (f *routeFollower) waitVia(t *testing.T, ctx context.Context, addr string) {
-	t.Helper()
-	poll(t, ctx, 20*time.Second, "the router's route via "+addr, func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, v := range f.via {
-			if v == addr {
-				return true
-			}
-		}
-		return false
+	poll(t, ctx, 20*time.Second, fmt.Sprintf("the router's route to %s via %s", prefix, addr), func() bool {
+		via, ok := f.Via(prefix)
+		return ok && via.String() == addr
 	})
 }
 
