@@ -121,8 +121,8 @@ func TestWireFactOf(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Generation: 3},
 		Spec:       tenurev1alpha1.IPProbeSpec{Network: "net", Address: "10.0.0.1", Node: "node-b", AskedAt: metav1.NewTime(t0)},
 		Status: tenurev1alpha1.IPProbeStatus{Answers: []tenurev1alpha1.IPProbeAnswer{
-			{Node: "node-b", ObservedGeneration: 3, Result: tenurev1alpha1.ProbeSilent},                    // the owner node's word
-			{Node: "node-c", ObservedGeneration: 2, Result: tenurev1alpha1.ProbeSilent},                    // an earlier request
+			{Node: "node-b", ObservedGeneration: 3, Result: tenurev1alpha1.ProbeSilent}, // the owner node's word
+			{Node: "node-c", ObservedGeneration: 2, Result: tenurev1alpha1.ProbeSilent}, // an earlier request
 			{Node: "node-d", ObservedGeneration: 3, Result: tenurev1alpha1.ProbeAnswered, MAC: "02:00:00:00:00:0b"},
 			{Node: "node-e", ObservedGeneration: 3, Result: tenurev1alpha1.ProbeSilent, Interface: "san0"},
 		}},
