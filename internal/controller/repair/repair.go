@@ -380,6 +380,13 @@ func decidePod(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 // as well.
 func decideWire(r *tenurev1alpha1.IPReservation, f Facts, p Policy, what string) Decision {
 	o, addr, w := r.Spec.Owner, r.Spec.Address, f.Wire
+	if r.Spec.Kind != tenurev1alpha1.KindAddress {
+		// A delegated prefix is routed, not claimed on the segment: no
+		// probe says whether the node still routes it.
+		d := keep("%s; a delegated prefix is not probed on the wire: %s", what, FenceWait(o.Node))
+		d.Fence = o.Node
+		return d
+	}
 	d := Decision{Probe: true, Fence: o.Node}
 	iv := p.probeInterval()
 	switch {

@@ -82,11 +82,19 @@ func TestDecideWire(t *testing.T) {
 }
 
 // TestNoWireProbeBeforeTheGracePeriodOrWithoutOptIn: the wire is asked
-// only of a release NodeNotReady makes due; every other decision leaves
-// Probe unset, so no IPProbe is made for it.
+// only of an address whose release NodeNotReady makes due; every other
+// decision leaves Probe unset, so no IPProbe is made for it. A delegated
+// prefix is not probed: it waits for its node to be fenced.
 func TestNoWireProbeBeforeTheGracePeriodOrWithoutOptIn(t *testing.T) {
 	r := podRes("net.10.0.0.1", "10.0.0.1", "sandbox-1", t0.Add(-time.Hour), "100")
 	optIn := Policy{NodeGracePeriod: 5 * time.Minute, ReleaseUnfenced: true}
+	prefix := podRes("net.fd00--64", "fd00::/64", "sandbox-1", t0.Add(-time.Hour), "100", withSpec(func(s *tenurev1alpha1.IPReservationSpec) {
+		s.Kind = tenurev1alpha1.KindDelegatedPrefix
+	}))
+	if d := Decide(prefix, Facts{Now: t0, Pod: terminating, Node: downLong, Wire: silentNow}, optIn); d.Release || d.Probe || d.Fence != "node-b" ||
+		!strings.Contains(d.Message, "a delegated prefix is not probed on the wire") {
+		t.Errorf("a delegated prefix past the grace period: %+v; want kept, waiting for node-b to be fenced, no probe", d)
+	}
 	for _, tc := range []struct {
 		name string
 		pod  *PodFact
