@@ -395,7 +395,7 @@ func decideWire(r *tenurev1alpha1.IPReservation, f Facts, p Policy, what string)
 		d.AskLive = true
 		return d
 	case !w.Asked:
-		d.Message = fmt.Sprintf("%s; asking the agents of other nodes whether anything answers for %s on the wire before releasing it", what, addr)
+		d.Message = fmt.Sprintf("%s; asking the agents of other nodes whether anything answers for %s on the wire before releasing it, or %s", what, addr, FenceWait(o.Node))
 		d.RecheckAfter = iv
 		return d
 	}
@@ -431,8 +431,8 @@ func decideWire(r *tenurev1alpha1.IPReservation, f Facts, p Policy, what string)
 		so = " (" + strings.Join(heard, "; ") + ")"
 	}
 	if age < iv {
-		d.Message = fmt.Sprintf("%s; waiting for an agent of a Ready node other than %s to probe %s on the wire, asked %s ago%s",
-			what, o.Node, addr, age.Round(time.Second), so)
+		d.Message = fmt.Sprintf("%s; waiting for an agent of a Ready node other than %s to probe %s on the wire, asked %s ago%s, or %s",
+			what, o.Node, addr, age.Round(time.Second), so, FenceWait(o.Node))
 		return d
 	}
 	d.Message = fmt.Sprintf("%s; no agent of a Ready node other than %s probed %s on the wire within %s of the request%s: no other node has served network %s, or their agents are down; %s",
