@@ -103,6 +103,8 @@ func TestThreeNodes(t *testing.T) {
 		{"NodeOnesAgentIsRefusedNodeTwosReservationsAndClaims", nodeOnesAgentIsRefusedNodeTwosObjects},
 		{"RollingTheAgentAcrossNodesWhilePodsStart", rollingTheAgentAcrossNodes},
 		{"VMMigratesBetweenTwoNodesWithItsAddressesPrefixAndDHCPv6", vmMigratesBetweenTwoNodes},
+		{"MirrorPodAndKubeletRewriteOnNodeOneChangeNothingOfNodeTwosVM", mirrorPodAndKubeletRewriteOnNodeOne},
+		{"PartitionedNodeKeepsItsAddressesUntilFencedAndNoAddressAnswersTwice", partitionedNodeKeepsItsAddresses},
 		// Last: it takes a node away.
 		{"LostNodeOfThreeIsEvictedReleasedAndRescheduled", lostNodeOfThree},
 	} {

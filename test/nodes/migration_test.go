@@ -215,7 +215,18 @@ func installKubeVirtCRDs(ctx context.Context, t *testing.T) {
 // as kubectl logs does.
 func waitAgentLog(ctx context.Context, t *testing.T, node, substr string) {
 	t.Helper()
-	kc.Poll(ctx, t, fmt.Sprintf("the agent on %s to log %q", node, substr), func() error {
+	waitAgentLogLast(ctx, t, node, substr, "")
+}
+
+// waitAgentLogLast waits until the agent pod on node has logged substr
+// after the last time it logged undone (none when empty).
+func waitAgentLogLast(ctx context.Context, t *testing.T, node, substr, undone string) {
+	t.Helper()
+	what := fmt.Sprintf("the agent on %s to log %q", node, substr)
+	if undone != "" {
+		what += fmt.Sprintf(" after its last %q", undone)
+	}
+	kc.Poll(ctx, t, what, func() error {
 		var pods corev1.PodList
 		if err := cl.List(ctx, &pods, client.InNamespace(localnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "tenure-agent"}); err != nil {
 			return err
@@ -228,7 +239,8 @@ func waitAgentLog(ctx context.Context, t *testing.T, node, substr string) {
 			if err != nil {
 				return err
 			}
-			if strings.Contains(string(b), substr) {
+			last := strings.LastIndex(string(b), substr)
+			if last >= 0 && (undone == "" || last > strings.LastIndex(string(b), undone)) {
 				return nil
 			}
 		}
@@ -454,7 +466,18 @@ func noPrefixRoute(ctx context.Context, t *testing.T, ns string, prefix netip.Pr
 // node's network namespace, where the agent's metrics port is.
 func renewReplies(ctx context.Context, t *testing.T, i int) float64 {
 	t.Helper()
-	ns := filepath.Base(cluster.Nodes[i-1].Netns())
+	m, err := scrapeInNode(ctx, cluster.Nodes[i-1], net.JoinHostPort(devnode.NodeIP(i), "9467"))
+	if err != nil {
+		t.Fatalf("node-%d's agent metrics: %v", i, err)
+	}
+	v, _ := m.Sum("tenure_dhcpv6_messages_total", `type="renew"`, `outcome="reply"`)
+	return v
+}
+
+// scrapeInNode reads the metrics served at hostPort in node's network
+// namespace, from inside it.
+func scrapeInNode(ctx context.Context, node *devnode.Node, hostPort string) (testbed.Metrics, error) {
+	ns := filepath.Base(node.Netns())
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var conn net.Conn
 		err := testbed.InNetns(ns, func() error {
@@ -465,25 +488,23 @@ func renewReplies(ctx context.Context, t *testing.T, i int) float64 {
 		return conn, err
 	}}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(devnode.NodeIP(i), "9467")+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+hostPort+"/metrics", nil)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
-		t.Fatalf("node-%d's agent metrics: %v", i, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("node-%d's agent metrics: %v %s", i, err, resp.Status)
-	}
-	m, err := testbed.ParseMetrics(string(b))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	v, _ := m.Sum("tenure_dhcpv6_messages_total", `type="renew"`, `outcome="reply"`)
-	return v
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", hostPort, resp.Status)
+	}
+	return testbed.ParseMetrics(string(b))
 }
 
 // guestDhclient is a testbed.Dhclient in the guest, stopped when the part

@@ -116,6 +116,9 @@ type clusterLayout struct {
 	// host (a bind needs one); Stop removes them, empty.
 	CreatedHostDirs []string
 	Sysctls         map[string]string
+	// GuestNetns are the network namespaces of the SAN guests
+	// (Cluster.PlugSAN) not yet unplugged, bound in HostNetnsDir.
+	GuestNetns []string
 }
 
 func (c *clusterLayout) save() error {
@@ -442,6 +445,117 @@ func (cl *Cluster) FabricNetns() (string, error) {
 	return c.FabricNetns, nil
 }
 
+// A SANGuest is a host plugged into the SAN by hand, outside every node:
+// a network namespace of the cluster's own whose Link is a veth on the SAN
+// bridge, with no address (its user gives it one, or none: an ARP probe
+// needs none).
+type SANGuest struct {
+	// Netns is the path of its network namespace.
+	Netns string
+	// Link is its leg of the SAN, in Netns.
+	Link    string
+	cluster string
+}
+
+// validGuestName says whether name may name a SAN guest: short enough
+// for its veth's name on the bridge (sg-NAME, at most 15 bytes).
+func validGuestName(name string) bool {
+	if name == "" || len(name) > 12 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// PlugSAN plugs a SANGuest called name into the SAN: a network namespace
+// with its link "eth0" up on the SAN bridge. The cluster records it, so
+// StopCluster removes it if Unplug is never called.
+func (cl *Cluster) PlugSAN(name string) (_ *SANGuest, err error) {
+	if !validGuestName(name) {
+		return nil, fmt.Errorf("devnode: SAN guest name %q: 1 to 12 of a-z, 0-9 and -", name)
+	}
+	file := filepath.Join(cl.Dir, ClusterStateFile)
+	c, err := loadCluster(file)
+	if err != nil {
+		return nil, err
+	}
+	g := &SANGuest{Netns: filepath.Join(HostNetnsDir, "tenure-"+clusterID(cl.Dir)+"-guest-"+name), Link: "eth0", cluster: cl.Dir}
+	if slices.Contains(c.GuestNetns, g.Netns) {
+		return nil, fmt.Errorf("devnode: SAN guest %s is plugged already", name)
+	}
+	if err := newNamedNetns(g.Netns); err != nil {
+		return nil, err
+	}
+	c.GuestNetns = append(c.GuestNetns, g.Netns)
+	if err := c.save(); err != nil {
+		_ = removeNetns(g.Netns)
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = g.Unplug()
+		}
+	}()
+	fab, err := netnsHandle(c.FabricNetns)
+	if err != nil {
+		return nil, err
+	}
+	defer fab.Close()
+	br, err := fab.LinkByName("san0")
+	if err != nil {
+		return nil, err
+	}
+	nsf, err := netns.GetFromPath(g.Netns)
+	if err != nil {
+		return nil, err
+	}
+	defer nsf.Close()
+	outer := "sg-" + name
+	veth := &netlink.Veth{
+		LinkAttrs: netlink.LinkAttrs{Name: outer, MasterIndex: br.Attrs().Index},
+		PeerName:  g.Link, PeerNamespace: netlink.NsFd(nsf),
+	}
+	if err := fab.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("devnode: veth %s: %w", outer, err)
+	}
+	if err := linkUp(fab, outer); err != nil {
+		return nil, err
+	}
+	h, err := netlink.NewHandleAt(nsf)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	for _, l := range []string{"lo", g.Link} {
+		if err := linkUp(h, l); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Unplug removes the guest's namespace (its veth goes with it) and the
+// cluster's record of it.
+func (g *SANGuest) Unplug() error {
+	if err := removeNetns(g.Netns); err != nil {
+		return err
+	}
+	file := filepath.Join(g.cluster, ClusterStateFile)
+	c, err := loadCluster(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // the cluster is stopped, and its guests with it
+	}
+	if err != nil {
+		return err
+	}
+	c.GuestNetns = slices.DeleteFunc(c.GuestNetns, func(p string) bool { return p == g.Netns })
+	return c.save()
+}
+
 // StopCluster stops the cluster recorded in dir: every node, the proxy,
 // the namespaces (their links and bridges go with them), the mount points
 // and the sysctls. Crashed, half-started or never started, it leaves
@@ -482,7 +596,7 @@ func StopCluster(dir string) error {
 			errs = append(errs, fmt.Errorf("rmdir %s: %w", c.CreatedCgroups[i], err))
 		}
 	}
-	for _, ns := range append(slices.Clone(c.NodeNetns), c.FabricNetns) {
+	for _, ns := range slices.Concat(c.GuestNetns, c.NodeNetns, []string{c.FabricNetns}) {
 		if err := removeNetns(ns); err != nil {
 			errs = append(errs, err)
 		}
@@ -559,7 +673,7 @@ func ClusterLeftovers(dir string) ([]string, error) {
 			found = append(found, fmt.Sprintf("process %s: %s", filepath.Base(filepath.Dir(p)), strings.ReplaceAll(string(data), "\x00", " ")))
 		}
 	}
-	all := append(slices.Clone(c.NodeNetns), c.FabricNetns)
+	all := slices.Concat(c.GuestNetns, c.NodeNetns, []string{c.FabricNetns})
 	for _, ns := range all {
 		if _, err := os.Lstat(ns); err == nil {
 			found = append(found, "network namespace "+ns)

@@ -119,6 +119,9 @@ func (n *layout) kubeletConfig(address string, port int, net *NodeNet) ([]byte, 
 		},
 		SerializeImagePulls: ptr.To(false),
 		RegisterNode:        ptr.To(true),
+		// Static pods, as a node's root may write them: the kubelet runs
+		// each manifest there and creates its mirror pod.
+		StaticPodPath: n.staticPodDir(),
 	}
 	if net != nil {
 		// The API server comes with its kubelet client certificate (logs,

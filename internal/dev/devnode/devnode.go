@@ -237,6 +237,7 @@ func (n *layout) hostPath(p string) string {
 func (n *layout) path(elem ...string) string {
 	return filepath.Join(append([]string{n.Dir}, elem...)...)
 }
+func (n *layout) staticPodDir() string     { return n.path("kubelet", "manifests") }
 func (n *layout) containerdRoot() string   { return n.path("containerd", "root") }
 func (n *layout) containerdState() string  { return n.path("containerd", "state") }
 func (n *layout) containerdSocket() string { return n.path("containerd", "containerd.sock") }
@@ -623,6 +624,9 @@ func (node *Node) startKubelet(ctx context.Context, opts Options) error {
 	if err := os.WriteFile(n.path("kubelet", "config.yaml"), kcfg, 0o644); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(n.staticPodDir(), 0o755); err != nil {
+		return err
+	}
 	return node.runKubelet(ctx, hs)
 }
 
@@ -776,6 +780,11 @@ func (node *Node) ctr(ctx context.Context, args ...string) (string, error) {
 	}
 	return string(out), nil
 }
+
+// StaticPodDir is the kubelet's staticPodPath, as the host opens it: a
+// pod manifest written there runs on the node, and the kubelet creates
+// its mirror pod.
+func (node *Node) StaticPodDir() string { return node.layout.staticPodDir() }
 
 // LogTail is the end of the log of one of the node's programs: "kubelet",
 // "containerd", "multus".

@@ -61,12 +61,29 @@ func (node *Node) startHolder(ctx context.Context, hs []hierarchy) error {
 // CutLinks takes a Cluster node's links to the fabric and the SAN down,
 // as pulled cables would: nothing of the node reaches the API server or
 // the other nodes. RestoreLinks puts them back.
-func (node *Node) CutLinks() error { return node.setLinks(false) }
+func (node *Node) CutLinks() error { return node.setLinks(false, "eth0", SANLink) }
 
 // RestoreLinks undoes CutLinks.
-func (node *Node) RestoreLinks() error { return node.setLinks(true) }
+func (node *Node) RestoreLinks() error { return node.setLinks(true, "eth0", SANLink) }
 
-func (node *Node) setLinks(up bool) error {
+// CutFabric takes only a Cluster node's fabric link (eth0) down, as a
+// partition does: the node loses its route to the API server (its
+// kubelet stops reporting, the API server cannot reach it) while its SAN
+// leg stays up, and its kubelet and pods keep running and answering on
+// the SAN. RestoreFabric puts it back.
+func (node *Node) CutFabric() error { return node.setLinks(false, "eth0") }
+
+// RestoreFabric undoes CutFabric.
+func (node *Node) RestoreFabric() error { return node.setLinks(true, "eth0") }
+
+// CutSAN takes only a Cluster node's SAN leg down: its pods stop
+// answering on the SAN. RestoreSAN puts it back.
+func (node *Node) CutSAN() error { return node.setLinks(false, SANLink) }
+
+// RestoreSAN undoes CutSAN.
+func (node *Node) RestoreSAN() error { return node.setLinks(true, SANLink) }
+
+func (node *Node) setLinks(up bool, names ...string) error {
 	if !node.layout.Isolated {
 		return fmt.Errorf("devnode: node %s runs on the host's network: no links of its own to cut", node.Name)
 	}
@@ -75,7 +92,7 @@ func (node *Node) setLinks(up bool) error {
 		return err
 	}
 	defer h.Close()
-	for _, name := range []string{"eth0", SANLink} {
+	for _, name := range names {
 		l, err := h.LinkByName(name)
 		if err != nil {
 			return err
