@@ -8,7 +8,9 @@ import (
 	"net/netip"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -55,8 +57,15 @@ func newAnswerer(node string, w *wire, c client.WithWatch, log *slog.Logger) *an
 	return a
 }
 
-// run answers until ctx ends.
+// run answers until ctx ends. Where the API server does not serve
+// IPProbes (a cluster upgraded without applying deploy/crds), there is
+// nothing to answer: it logs so and returns.
 func (a *answerer) run(ctx context.Context) {
+	gk := schema.GroupKind{Group: tenurev1alpha1.GroupVersion.Group, Kind: "IPProbe"}
+	if _, err := a.c.RESTMapper().RESTMapping(gk, tenurev1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
+		a.log.Info("the API server does not serve IPProbes (apply deploy/crds): this agent answers no probe request")
+		return
+	}
 	go a.inf.RunWithContext(ctx)
 	context.AfterFunc(ctx, a.queue.ShutDown)
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.HasSynced) {

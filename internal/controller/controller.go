@@ -37,7 +37,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -282,7 +284,23 @@ func (c *Controller) Run(ctx context.Context) error { return c.mgr.Start(ctx) }
 // builds the controllers.
 func (c *Controller) setup(ctx context.Context) error {
 	var pods cache.Informer
-	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Node{}, &ipamclaimsv1alpha1.IPAMClaim{}, &appsv1.StatefulSet{}, &tenurev1alpha1.IPPool{}, &tenurev1alpha1.IPProbe{}} {
+	objs := []client.Object{&corev1.Pod{}, &corev1.Node{}, &ipamclaimsv1alpha1.IPAMClaim{}, &appsv1.StatefulSet{}, &tenurev1alpha1.IPPool{}}
+	// The IPProbe CRD is new: a cluster upgraded with `helm upgrade`,
+	// which installs no new CRD, does not serve it until the operator
+	// applies deploy/crds. The controller then asks no agent to probe
+	// (a NodeNotReady release waits for the fence) rather than fail.
+	askWire := true
+	if _, err := c.mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: tenurev1alpha1.GroupVersion.Group, Kind: "IPProbe"}, tenurev1alpha1.GroupVersion.Version); err != nil {
+		if !meta.IsNoMatchError(err) {
+			return fmt.Errorf("is the IPProbe CRD served: %w", err)
+		}
+		askWire = false
+		c.log.Warn("the API server does not serve IPProbes (apply deploy/crds): a NodeNotReady release (--release-unfenced) asks no agent to probe the address, and waits for the node to be fenced")
+	} else {
+		objs = append(objs, &tenurev1alpha1.IPProbe{})
+	}
+	c.rel.AskWire = askWire
+	for _, obj := range objs {
 		inf, err := c.cache.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
@@ -330,16 +348,18 @@ func (c *Controller) setup(ctx context.Context) error {
 	}
 	reservations := informerSource{name: "ipreservations", informers: eventInformers(c.reservations)}
 	podSource := informerSource{name: "pods", informers: []eventInformer{pods}}
-	err := builder.ControllerManagedBy(c.mgr).Named("ipreservation_release").
+	rb := builder.ControllerManagedBy(c.mgr).Named("ipreservation_release").
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: c.opts.Workers}).
 		WatchesRawSource(reservations.with(c.reservationEvents, c.setResQ)).
 		WatchesRawSource(podSource.with(c.podEvents, nil)).
 		Watches(&corev1.Node{}, c.nodeEvents()).
-		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, c.claimReservationEvents()).
-		// An IPProbe is named as its reservation: an agent's answer decides
-		// it again.
-		Watches(&tenurev1alpha1.IPProbe{}, &handler.EnqueueRequestForObject{}).
-		Complete(reconcile.Func(c.reconcileReservation))
+		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, c.claimReservationEvents())
+	if askWire {
+		// An IPProbe is named as its reservation: an agent's answer
+		// decides it again.
+		rb = rb.Watches(&tenurev1alpha1.IPProbe{}, &handler.EnqueueRequestForObject{})
+	}
+	err := rb.Complete(reconcile.Func(c.reconcileReservation))
 	if err != nil {
 		return err
 	}

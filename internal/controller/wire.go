@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -26,7 +27,11 @@ const EventReasonAddressAnswers = "AddressAnswers"
 // answered it: a node that cannot be read counts as not Ready.
 func (rl *Releaser) wireFact(ctx context.Context, r *tenurev1alpha1.IPReservation) (*repair.WireFact, *tenurev1alpha1.IPProbe, error) {
 	p, err := getOrNil(ctx, rl.Live, types.NamespacedName{Name: r.Name}, &tenurev1alpha1.IPProbe{})
-	if err != nil {
+	switch {
+	case meta.IsNoMatchError(err):
+		// No IPProbe CRD: nothing was asked, nor can be.
+		return &repair.WireFact{}, nil, nil
+	case err != nil:
 		return nil, nil, fmt.Errorf("reading IPProbe %s: %w", r.Name, err)
 	}
 	f := repair.WireFactOf(r, p, func(node string) bool {
