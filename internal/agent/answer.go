@@ -45,7 +45,11 @@ type answerer struct {
 const answerWorkers = 4
 
 func newAnswerer(node string, w *wire, c client.WithWatch, log *slog.Logger) *answerer {
-	a := &answerer{node: node, wire: w, c: c, log: log, probe: w.prober.Probe, now: time.Now,
+	// The agents of every node that served the network answer a request
+	// at the same moment: each one's probe is no holder of the address.
+	holders := *w.prober
+	holders.HoldersOnly = true
+	a := &answerer{node: node, wire: w, c: c, log: log, probe: holders.Probe, now: time.Now,
 		inf:   kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPProbeList{} }, &tenurev1alpha1.IPProbe{}, nil),
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 	add := func(obj any) {
