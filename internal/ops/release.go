@@ -259,6 +259,19 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 		sib, err := c.reservations(ctx, metav1.ListOptions{LabelSelector: reservation.LabelOwnerUID + "=" + o.UID})
 		readErr = cmp.Or(readErr, err)
 		f.ByOwner[o.UID] = sib
+		// What other nodes' agents heard of the address, for a NodeNotReady
+		// release. Unreadable (no IPProbe CRD, no right to read it), the
+		// wire is unknown and the address kept.
+		if p := (&tenurev1alpha1.IPProbe{}); o.Node != "" {
+			if found, err := c.getIfExists(ctx, types.NamespacedName{Name: r.Name}, p); err == nil && found {
+				f.Probes = map[string]*tenurev1alpha1.IPProbe{r.Name: p}
+				for _, a := range p.Status.Answers {
+					if node := (&corev1.Node{}); f.Nodes[a.Node] == nil && read(types.NamespacedName{Name: a.Node}, node) {
+						f.Nodes[a.Node] = repair.NodeFactOf(node)
+					}
+				}
+			}
+		}
 	case tenurev1alpha1.OwnerIPAMClaim:
 		if cl := (&ipamclaimsv1alpha1.IPAMClaim{}); read(key, cl) {
 			f.Claims[key.String()] = repair.ClaimFactOf(cl)

@@ -106,6 +106,7 @@ func TestThreeNodes(t *testing.T) {
 		{"VMMigratesBetweenTwoNodesWithItsAddressesPrefixAndDHCPv6", vmMigratesBetweenTwoNodes},
 		{"MirrorPodAndKubeletRewriteOnNodeOneChangeNothingOfNodeTwosVM", mirrorPodAndKubeletRewriteOnNodeOne},
 		{"PartitionedNodeKeepsItsAddressesUntilFencedAndNoAddressAnswersTwice", partitionedNodeKeepsItsAddresses},
+		{"GracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer", gracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer},
 		// Last: it takes a node away.
 		{"LostNodeOfThreeIsEvictedReleasedAndRescheduled", lostNodeOfThree},
 	} {
