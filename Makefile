@@ -13,7 +13,7 @@ BIN := $(CURDIR)/bin
 LDFLAGS := -s -w
 export CGO_ENABLED := 0
 
-.PHONY: all build image generate verify lint test-deps control-plane node-tools cni-plugins whereabouts helm test test-unit test-e2e demo bench bench-quick clean
+.PHONY: all build image generate verify lint test-deps control-plane node-tools cni-plugins whereabouts helm guest test test-unit test-e2e demo bench bench-quick clean
 
 all: build
 
@@ -59,6 +59,11 @@ whereabouts:
 helm:
 	@bash hack/build-helm.sh >/dev/null
 
+# The test guest (internal/dev/guest): a kernel and an initramfs assembled
+# from Debian packages (apt-get download), cached like the tools.
+guest:
+	@bash hack/build-guest.sh >/dev/null
+
 # Tests that need built binaries (kube-apiserver and etcd, the reference
 # CNI plugins, tenure's own binaries, controller-gen) carry the build tag
 # `integration`; every other test is a unit test and runs without them.
@@ -68,13 +73,13 @@ helm:
 # TENURE_TEST_EVERYTHING=1: a test that would skip here for a missing
 # privilege, tool or binary fails instead (testbed.SkipUnlessEverything).
 test: export TENURE_TEST_EVERYTHING := 1
-test: test-deps control-plane node-tools cni-plugins whereabouts helm build image lint
+test: test-deps control-plane node-tools cni-plugins whereabouts helm guest build image lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/...
-	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration ./test/...
+	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 40m -tags integration ./test/...
 
-# go vet and staticcheck (v0.6.1 is its 2025.1.1 release) on every build:
+# go vet and staticcheck (v0.8.2, its current release) on every build:
 # the test build, the default one and the image's.
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	$(GO) vet -tags integration ./...
 	$(GO) vet -tags tenure_release ./cmd/...

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds whereabouts' CNI IPAM plugin, the IPAM tenure migrates from, into a
 # cache directory keyed by version, with the CRDs its plugin writes
-# (IPPool, OverlappingRangeIPReservation) taken from the same module's
+# (IPPool, OverlappingRangeIPReservation, and NodeSlicePool, which it reads
+# for node_slice_size) taken from the same module's
 # doc/crds: the end-to-end switch test (test/e2e/whereabouts_test.go)
 # installs them and lets this binary allocate as a runtime would run it.
 # The version is hack/control-plane-versions.sh's WHEREABOUTS_VERSION
@@ -13,7 +14,7 @@ mod=github.com/k8snetworkplumbingwg/whereabouts
 . "$root/hack/control-plane-versions.sh"
 version=$WHEREABOUTS_VERSION
 dir=${TENURE_CACHE_DIR:-$HOME/.cache/tenure}/whereabouts-$version
-crds=(whereabouts.cni.cncf.io_ippools.yaml whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml)
+crds=(whereabouts.cni.cncf.io_ippools.yaml whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml whereabouts.cni.cncf.io_nodeslicepools.yaml)
 missing=0
 [[ -x "$dir/whereabouts" ]] || missing=1
 for c in "${crds[@]}"; do [[ -f "$dir/crds/$c" ]] || missing=1; done

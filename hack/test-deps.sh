@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests drive (the real DHCPv6 clients dhclient and dhcpcd,
-# iproute2, util-linux's setpriv, runc for the local node, prometheus and promtool) when they are missing; without root it
+# iproute2, util-linux's setpriv, runc for the local node, prometheus and promtool,
+# QEMU for the test guest) when they are missing; without root it
 # fails and names what to install, so no test skips for a missing tool.
 set -euo pipefail
 need=()
@@ -14,6 +15,8 @@ command -v runc >/dev/null || need+=(runc)
 # promtool runs the alerts' unit tests, prometheus the end-to-end test
 # that scrapes agents and controller (test/monitoring).
 command -v promtool >/dev/null || need+=(prometheus)
+# qemu-system-x86: the real VM of internal/dev/guest.
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 ((${#need[@]})) || exit 0
 if [[ $(id -u) != 0 ]]; then
   echo "the tests need: ${need[*]} (apt-get install ${need[*]})" >&2
@@ -22,7 +25,19 @@ fi
 echo "installing ${need[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq "${need[@]}" >/dev/null
+# QEMU without its recommends (a GUI, firmware images): the guest boots
+# its kernel directly.
+rest=()
+for p in "${need[@]}"; do
+  if [[ $p == qemu-system-x86 ]]; then
+    apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null
+  else
+    rest+=("$p")
+  fi
+done
+if ((${#rest[@]})); then
+  apt-get install -y -qq "${rest[@]}" >/dev/null
+fi
 # The tests start their own Prometheus on loopback; the package's service
 # (enabled on a systemd host) is not theirs to run.
 if [[ " ${need[*]} " == *" prometheus "* ]] && [[ -d /run/systemd/system ]]; then

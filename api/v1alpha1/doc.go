@@ -1,6 +1,7 @@
 // Package v1alpha1 holds tenure's own API: IPReservation, the object whose
-// creation is the atomic claim of one address or delegated prefix, and
-// IPPool, a declared pool that IPAM configs can name.
+// creation is the atomic claim of one address or delegated prefix; IPPool,
+// a declared pool that IPAM configs can name; and IPProbe, the controller's
+// question to other nodes' agents whether an address answers on the wire.
 //
 // +kubebuilder:object:generate=true
 // +groupName=ipam.tenure.dev
@@ -24,7 +25,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &IPReservation{}, &IPReservationList{}, &IPPool{}, &IPPoolList{})
+	s.AddKnownTypes(GroupVersion, &IPReservation{}, &IPReservationList{}, &IPPool{}, &IPPoolList{}, &IPProbe{}, &IPProbeList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

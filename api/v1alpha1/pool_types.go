@@ -43,6 +43,17 @@ type IPPoolSpec struct {
 	Gateway string `json:"gateway,omitempty"`
 	// +optional
 	PrefixDelegation *PrefixDelegationPool `json:"prefix_delegation,omitempty"`
+	// NamespaceSelector selects the namespaces whose pods an IPAM config's
+	// "pools" list may give this pool's addresses; unset or empty selects
+	// every namespace. A config naming this pool alone ("pool") ignores it.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// NodeSelector selects, the same way, the nodes whose pods may get
+	// this pool's addresses from a "pools" list. A kubelet may set most
+	// labels of its own Node: select on labels under
+	// node-restriction.kubernetes.io/, which it cannot.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 }
 
 // IPPoolStatus reports usage; it is written in batches, not on every ADD.

@@ -16,7 +16,7 @@ const (
 )
 
 // OwnerKind says what keeps a reservation alive.
-// +kubebuilder:validation:Enum=Pod;IPAMClaim
+// +kubebuilder:validation:Enum=Pod;IPAMClaim;Administrator
 type OwnerKind string
 
 const (
@@ -26,16 +26,25 @@ const (
 	// OwnerIPAMClaim: the reservation lives as long as the IPAMClaim with
 	// Owner.UID, whatever pods come and go.
 	OwnerIPAMClaim OwnerKind = "IPAMClaim"
+	// OwnerAdministrator: an address set aside by an administrator
+	// (`tenurectl reserve`), with its reason in the annotation
+	// ipam.tenure.dev/reason. Nothing hands it out and nothing releases it
+	// but an administrator (`tenurectl release`); Name is who set it
+	// aside, UID is shared by the addresses set aside together, and there
+	// is no Namespace.
+	OwnerAdministrator OwnerKind = "Administrator"
 )
 
 // ReservationOwner names what holds a reservation, precisely enough for the
 // controller to decide, without guessing, that the holder is gone.
 // +kubebuilder:validation:XValidation:rule="self.kind != 'Pod' || (has(self.podName) && has(self.podUID))",message="a Pod owner needs podName and podUID"
+// +kubebuilder:validation:XValidation:rule="self.kind == 'Administrator' ? !has(self.namespace) && !has(self.node) : has(self.namespace)",message="a Pod or IPAMClaim owner needs a namespace; an Administrator owner has no namespace and no node"
 type ReservationOwner struct {
 	Kind OwnerKind `json:"kind"`
-	// Namespace of the pod or claim.
+	// Namespace of the pod or claim; none for an Administrator.
 	// +kubebuilder:validation:MinLength=1
-	Namespace string `json:"namespace"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
 	// Name of the owning object (the pod for kind Pod, the claim for IPAMClaim).
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`

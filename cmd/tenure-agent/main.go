@@ -122,8 +122,8 @@ func serve(args []string, stderr io.Writer) int {
 	if os.Getenv("GOMAXPROCS") == "" {
 		// One P: a CNI call costs the agent a millisecond of CPU at most,
 		// most of it spent waiting on the API server; a second P buys
-		// spinning threads and wakeups across them, 6 to 15 % more CPU
-		// per call on a busy node (docs/performance.md), and no node's
+		// spinning threads and wakeups across them, more CPU per call on a
+		// busy node (docs/performance.md has the figures), and no node's
 		// pods need more than a core of it. $GOMAXPROCS overrides.
 		runtime.GOMAXPROCS(1)
 	}
@@ -132,8 +132,8 @@ func serve(args []string, stderr io.Writer) int {
 		// by once: the live heap is tens of MiB (the node's reservations
 		// and pods) and every call allocates its request and response
 		// anew, so at the default the agent marks its heap every few
-		// hundred calls, 8 to 12 % of its CPU per call
-		// (docs/performance.md). $GOGC overrides.
+		// hundred calls, a share of its CPU per call that
+		// docs/performance.md measures. $GOGC overrides.
 		debug.SetGCPercent(400)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))

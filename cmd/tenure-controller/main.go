@@ -38,6 +38,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/admission"
 	"github.com/tenure-ipam/tenure/internal/controller"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
@@ -66,6 +67,7 @@ type flags struct {
 	retryPeriod        time.Duration
 	sweepInterval      time.Duration
 	nodeGrace          time.Duration
+	probeInterval      time.Duration
 	releaseUnfenced    bool
 	stickyReleaseAfter time.Duration
 	poolStatusInterval time.Duration
@@ -96,6 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", 10*time.Minute, "interval between full sweeps over every reservation (the backstop of the watch-driven release)")
 	fs.BoolVar(&f.releaseUnfenced, "release-unfenced", false, "release the addresses of terminating or finished pods on a node NotReady for --node-grace-period that is not fenced; off, they wait for the node to be tainted node.kubernetes.io/out-of-service or deleted (a partitioned node still runs its pods: two hosts may answer for one address)")
 	fs.DurationVar(&f.nodeGrace, "node-grace-period", 5*time.Minute, "with --release-unfenced: how long a node must be NotReady before its terminating or finished pods lose their addresses")
+	fs.DurationVar(&f.probeInterval, "probe-interval", repair.DefaultProbeInterval, "with --release-unfenced: once the grace period is over, an address is released only when an agent of another Ready node probes it on the wire and hears nothing; while it answers, or no such agent answers, the agents are asked again at this interval")
 	fs.DurationVar(&f.stickyReleaseAfter, "sticky-release-after", controller.DefaultStickyReleaseAfter, "how long a sticky StatefulSet pod's ordinal must stay outside its StatefulSet's (scaled below it), with no pod of its name, before its IPAMClaim and addresses are released")
 	fs.DurationVar(&f.poolStatusInterval, "pool-status-interval", 5*time.Second, "at most one IPPool status write per pool per interval")
 	fs.IntVar(&f.workers, "workers", 8, "reservations reconciled concurrently")
@@ -141,7 +144,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}{
 		{"--sweep-interval", f.sweepInterval}, {"--pool-status-interval", f.poolStatusInterval}, {"--sticky-release-after", f.stickyReleaseAfter},
 		{"--leader-election-lease-duration", f.leaseDuration}, {"--leader-election-renew-deadline", f.renewDeadline},
-		{"--leader-election-retry-period", f.retryPeriod},
+		{"--leader-election-retry-period", f.retryPeriod}, {"--probe-interval", f.probeInterval},
 	} {
 		if d.v <= 0 {
 			log.Error(fmt.Sprintf("%s must be positive, got %s", d.name, d.v))
@@ -185,7 +188,7 @@ func once(ctx context.Context, cfg *rest.Config, f flags, stdout io.Writer, log 
 		return 1
 	}
 	rel := &controller.Releaser{Live: c, Writer: c, DryRun: f.dryRun, Log: log}
-	rel.Policy.NodeGracePeriod, rel.Policy.ReleaseUnfenced = f.nodeGrace, f.releaseUnfenced
+	rel.Policy.NodeGracePeriod, rel.Policy.ReleaseUnfenced, rel.Policy.ProbeInterval = f.nodeGrace, f.releaseUnfenced, f.probeInterval
 	if !f.dryRun {
 		rel.Events = &controller.SyncEventRecorder{Client: c, Log: log}
 	}
@@ -229,7 +232,7 @@ func serve(ctx context.Context, cfg *rest.Config, f flags, log *slog.Logger) int
 	}
 	defer shutdownEvents()
 	o := controller.Options{
-		ReleaseUnfenced: f.releaseUnfenced, NodeGracePeriod: f.nodeGrace, SweepInterval: f.sweepInterval, PoolStatusInterval: f.poolStatusInterval,
+		ReleaseUnfenced: f.releaseUnfenced, NodeGracePeriod: f.nodeGrace, ProbeInterval: f.probeInterval, SweepInterval: f.sweepInterval, PoolStatusInterval: f.poolStatusInterval,
 		StickyReleaseAfter: f.stickyReleaseAfter, Workers: f.workers, Events: events, Logger: log,
 	}
 	if f.leaderElect {

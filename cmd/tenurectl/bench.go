@@ -40,7 +40,7 @@ func benchCommand(e *env) *cobra.Command {
 		return nil
 	})
 	fs.StringVar(&f.agents, "agents", "10,100,300,1000", "the fanout scenario's agent counts (N), comma-separated")
-	fs.StringVar(&f.baseline, "baseline-bin", "", "with --quick: a directory with an older build's tenure and tenure-agent, run alternating with this build's and reported side by side")
+	fs.StringVar(&f.baseline, "baseline-bin", "", "with --quick or --scenario pod-start: a directory with an older build's tenure and tenure-agent, run alternating with this build's and reported side by side (pod-start: its agent beside this build's on the node, as the IPAM tenure-before)")
 	fs.BoolVar(&f.compareCBOR, "compare-cbor", false, "with --quick: run it with the agents' reservations in JSON and in CBOR alternating, on an API server that serves custom resources as CBOR, reported side by side")
 	fs.IntVar(&f.psPods, "pod-start-pods", 30, "the pod-start scenario's pods per IPAM, in waves")
 	fs.IntVar(&f.psWave, "pod-start-wave", 10, "the pod-start scenario's pods created at once in a wave")
@@ -86,8 +86,8 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		fmt.Fprintf(e.stderr, "tenurectl bench: --quick and --scenario do not combine\n")
 		return errUsage
 	}
-	if f.baseline != "" && !f.quick {
-		fmt.Fprintf(e.stderr, "tenurectl bench: --baseline-bin %s needs --quick\n", f.baseline)
+	if f.baseline != "" && !f.quick && !slices.Contains(f.named, "pod-start") {
+		fmt.Fprintf(e.stderr, "tenurectl bench: --baseline-bin %s needs --quick or --scenario pod-start\n", f.baseline)
 		return errUsage
 	}
 	if f.compareCBOR && (!f.quick || f.baseline != "") {
@@ -99,6 +99,9 @@ func runBench(ctx context.Context, e *env, cmd *cobra.Command, f *benchFlags) er
 		return errUsage
 	}
 	podStart := bench.PodStartOptions{Pods: f.psPods, Wave: f.psWave, Sets: f.psSets, Storm: f.psStorm, Storms: f.psStorms, Nodes: f.psNodes}
+	if slices.Contains(f.named, "pod-start") {
+		podStart.BaselineBin = f.baseline
+	}
 	if f.psPods <= 0 || f.psWave <= 0 || f.psSets <= 0 || f.psNodes <= 0 {
 		fmt.Fprintf(e.stderr, "tenurectl bench: --pod-start-pods, --pod-start-wave, --pod-start-sets and --pod-start-nodes must be positive, got %d, %d, %d and %d\n", f.psPods, f.psWave, f.psSets, f.psNodes)
 		return errUsage

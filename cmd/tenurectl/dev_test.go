@@ -165,6 +165,9 @@ func TestDevCommandsUsage(t *testing.T) {
 		{[]string{"bench", "--pod-start-nodes", "0"}, 2, "--pod-start-nodes must be positive, got 30, 10, 6 and 0"},
 		{[]string{"bench", "--pod-start-sets", "0"}, 2, "--pod-start-sets and --pod-start-nodes must be positive, got 30, 10, 0 and 1"},
 		{[]string{"bench", "--pod-start-nodes", "4"}, 2, "pod-start nodes: 4: from 1 to 3"},
+		{[]string{"bench", "--baseline-bin", "/nonexistent"}, 2, "--baseline-bin /nonexistent needs --quick or --scenario pod-start"},
+		{[]string{"bench", "--scenario", "fanout", "--baseline-bin", "/nonexistent"}, 2, "--baseline-bin /nonexistent needs --quick or --scenario pod-start"},
+		{[]string{"bench", "--scenario", "pod-start", "--baseline-bin", "/nonexistent"}, 2, "--baseline-bin /nonexistent: no tenure"},
 	})
 }
 

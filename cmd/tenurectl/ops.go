@@ -98,6 +98,12 @@ type releaseFlags struct {
 	policyFlags
 }
 
+// The flags of reserve.
+type reserveFlags struct {
+	reason string
+	dryRun bool
+}
+
 // policyFlags are the controller's flags that decide when an owner is
 // gone.
 type policyFlags struct {
@@ -155,7 +161,25 @@ func opsCommands(e *env) []*cobra.Command {
 			},
 		},
 		{
-			use: "release IP|PREFIX", summary: "release one address or prefix (refuses while its owner is alive)", nargs: 1,
+			use: "reserve NETWORK ADDR|RANGE", summary: "set addresses aside in a network, with a reason: nothing hands them out until tenurectl release gives them back (ADDR|RANGE: an IP, a CIDR or FIRST-LAST)", nargs: 2,
+			flags: func(fs *pflag.FlagSet) any {
+				f := &reserveFlags{}
+				fs.StringVar(&f.reason, "reason", "", "why the addresses are set aside (required); get, who and pools show it")
+				fs.BoolVar(&f.dryRun, "dry-run", false, "check and print the IPReservations (-o yaml: a List for kubectl apply) without creating them")
+				return f
+			},
+			complete: func(ctx context.Context, st *opsState, _ string) []string {
+				return completeWith(st, func(c *ops.Client) ([]string, error) { return c.Networks(ctx) })
+			},
+			run: func(ctx context.Context, st *opsState, args []string) (report, error) {
+				f := st.own.(*reserveFlags)
+				return call(st, func(c *ops.Client) (report, error) {
+					return c.Reserve(ctx, args[0], args[1], ops.SetAsideOptions{Reason: f.reason, DryRun: f.dryRun})
+				})
+			},
+		},
+		{
+			use: "release IP|PREFIX|RANGE", summary: "release one address or prefix (refuses while its owner is alive), or give back addresses set aside (RANGE: FIRST-LAST, with --network)", nargs: 1,
 			flags: func(fs *pflag.FlagSet) any {
 				f := &releaseFlags{}
 				fs.StringVar(&f.network, "network", "", "the network (allocation scope) holding it, when several do")
@@ -165,6 +189,12 @@ func opsCommands(e *env) []*cobra.Command {
 			},
 			run: func(ctx context.Context, st *opsState, args []string) (report, error) {
 				f := st.own.(*releaseFlags)
+				if strings.Contains(args[0], "-") {
+					if f.network == "" {
+						return nil, fmt.Errorf("RANGE %q: --network is required to give back a range set aside", args[0])
+					}
+					return call(st, func(c *ops.Client) (report, error) { return c.ReleaseSetAside(ctx, f.network, args[0]) })
+				}
 				return call(st, func(c *ops.Client) (report, error) {
 					return c.Release(ctx, args[0], ops.ReleaseOptions{Network: f.network, Force: f.force, ReleaseUnfenced: f.releaseUnfenced, NodeGracePeriod: f.gracePeriod})
 				})

@@ -349,7 +349,7 @@ func TestOpsCommands(t *testing.T) {
 		hasRow(t, r.stdout, "tiny 10.40.0.10-10.40.0.10/24 1 1 0 [####################] 100%")
 		hasRow(t, r.stdout, "vm-net 10.30.0.0/24 254 1 253")
 		hasRow(t, r.stdout, "vm-net 2001:db8:100::/40 as /56 65536 1 65535")
-		hasRow(t, ctl(t, "pools", "-o", "wide").stdout, "san 10.10.0.0/28 13 1 12 [##..................] 8% Address <none> NetworkAttachmentDefinition ops/san")
+		hasRow(t, ctl(t, "pools", "-o", "wide").stdout, "san 10.10.0.0/28 13 1 12 [##..................] 8% Address <none> <none> 0 NetworkAttachmentDefinition ops/san")
 		var rep ops.PoolsReport
 		ctlJSON(t, &rep, "pools")
 		got := map[string][2]uint64{}

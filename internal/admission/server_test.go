@@ -118,7 +118,7 @@ func metaGVR(group, resource string) metav1.GroupVersionResource {
 // most frequent judged write: decoding the two claims and deciding over
 // the facts of a busy node (50 pods in the namespace, each with a network
 // annotation to parse). The API server's round trip and the live reads
-// come on top (TestWebhookLatency in test/e2e measures those).
+// come on top (BenchmarkWebhookJudgedWrites in test/e2e measures those).
 func BenchmarkDecideClaimStatus(b *testing.B) {
 	vm := claimObj("vm")
 	var pods []corev1.Pod

@@ -96,6 +96,9 @@ type Agent struct {
 	// wire probes candidates on the segment before they are handed out;
 	// nil when off.
 	wire *wire
+	// answers answers the controller's requests to probe an address
+	// before a NodeNotReady release; set with wire.
+	answers *answerer
 	// holdings are the claims' reservations, as the dataplane reads them.
 	holdings *claimHoldings
 	// vmis caches KubeVirt's VirtualMachineInstances while they are served.
@@ -222,6 +225,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.Wire != nil {
 		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
 		a.dataplane.metrics.registry.MustRegister(a.wire.collectors()...)
+		a.answers = newAnswerer(opts.NodeName, a.wire, c, opts.Logger)
 	}
 	a.holdings = newClaimHoldings(a.store.ClaimHolds, a.claimOwnedCached, a.dataplane.svc.Trigger)
 	a.dataplane.metrics.registry.MustRegister(
@@ -278,6 +282,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	go a.runOwnerFollow(ctx)
 	if a.wire != nil {
 		go a.wire.runAhead(ctx)
+		go a.answers.run(ctx)
 	}
 	// The initial list's decoding garbage is several times the cache itself
 	// in a large cluster; hand it back now rather than at the GC's leisure.

@@ -78,9 +78,28 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		// Items this call created that the claim did not end up recording
 		// (a concurrent ADD of the same claim recorded others) are freed.
 		mine = a.keepRecorded(mine, rec)
+		req, err := claims.RequestedOf(claim)
+		if err != nil {
+			return codedf(types.ErrInvalidNetworkConfig, nil, "%v", err)
+		}
+		if !rec.Empty() {
+			req = claims.Requested{} // served as recorded from the first ADD on
+		}
+		// The claim's recorded (or, before its first ADD, requested)
+		// addresses keep the pools they are in.
+		var keep []netip.Addr
+		for _, p := range rec.Addresses {
+			keep = append(keep, p.Addr())
+		}
+		for _, q := range req.Addresses {
+			keep = append(keep, q.Addr)
+		}
+		if err := a.choosePools(ctx, at, keep); err != nil {
+			return err
+		}
 
-		tmpl := allocator.Template{Owner: a.claimOwner(at, claim), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
-		h, fresh, err := a.reserveForClaim(ctx, at, claim, rec, tmpl, &mine)
+		tmpl := allocator.Template{Owner: a.claimOwner(at, claim), CNINetwork: at.cfg.Name}
+		h, fresh, err := a.reserveForClaim(ctx, at, claim, rec, req, tmpl, &mine)
 		if err != nil {
 			a.reportClaimFailure(ctx, claim, err)
 			return err
@@ -166,7 +185,7 @@ func (a *Agent) keepRecorded(mine []*tenurev1alpha1.IPReservation, rec claims.Re
 
 // reserveForClaim makes sure every slot has an item owned by the claim.
 // fresh reports whether any slot got an item the status does not record.
-func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim, rec claims.Recorded,
+func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim, rec claims.Recorded, req claims.Requested,
 	tmpl allocator.Template, mine *[]*tenurev1alpha1.IPReservation) (held []heldSlot, fresh bool, err error) {
 	ss := slots(at.cfg, true)
 	wants := make([][]netip.Prefix, len(ss))
@@ -176,6 +195,15 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		// before anything is written.
 		if s.requested.IsValid() && len(wants[i]) > 0 && wants[i][0].Addr() != s.requested {
 			return nil, false, codedf(CodeClaimMismatch, nil, "IPAMClaim %s records %s, but runtimeConfig.ips asks for %s", claims.Key(claim), wants[i][0].Addr(), s.requested)
+		}
+	}
+	asked, err := claimRequestSlots(claims.Key(claim), ss, req)
+	if err != nil {
+		return nil, false, err
+	}
+	for i, s := range ss {
+		if asked[i].IsValid() && s.requested.IsValid() && asked[i].Addr() != s.requested {
+			return nil, false, codedf(CodeClaimMismatch, nil, "IPAMClaim %s asks for %s (annotation %s), but runtimeConfig.ips asks for %s", claims.Key(claim), asked[i].Addr(), claims.RequestedIPsAnnotation, s.requested)
 		}
 	}
 	used := map[netip.Prefix]bool{}
@@ -204,6 +232,8 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		return nil
 	}
 	for i, s := range ss {
+		tmpl := tmpl
+		tmpl.Pool = s.pool
 		if want := wants[i]; len(want) > 0 {
 			item := want[0]
 			used[item] = true
@@ -218,8 +248,12 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		if err := heldBy(); err != nil {
 			return nil, false, err
 		}
-		if s.requested.IsValid() {
-			r, err := a.alloc.For(s.scope, s.space).Allocate(ctx, s.requestedItem(), tmpl)
+		if asked[i].IsValid() || s.requested.IsValid() {
+			item := asked[i]
+			if !item.IsValid() {
+				item = s.requestedItem()
+			}
+			r, err := a.alloc.For(s.scope, s.space).Allocate(ctx, item, tmpl)
 			if err != nil {
 				return nil, false, err
 			}
@@ -260,6 +294,54 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		return nil, false, &outsideRangeError{claim: claims.Key(claim), items: unserved}
 	}
 	return held, fresh, nil
+}
+
+// claimRequestError is a claim's request (claims.RequestedOf) the
+// network cannot serve, with the condition reason OVN-Kubernetes gives it.
+type claimRequestError struct {
+	reason, msg string
+}
+
+func (e *claimRequestError) Error() string { return e.msg }
+
+// claimRequestSlots places a claim's requested addresses and prefix in
+// the slots ss: asked[i] is the item slot i must get, zero for none. A
+// request no slot can serve is a *claimRequestError: outside every subnet
+// (RequestedIPOutsideSubnet), or in one but never handed out, as the
+// gateway or an excluded address (ReservedIPRequested).
+func claimRequestSlots(claim string, ss []slot, req claims.Requested) ([]netip.Prefix, error) {
+	asked := make([]netip.Prefix, len(ss))
+	var ranges []string
+	for _, s := range ss {
+		ranges = append(ranges, s.space.String())
+	}
+	for _, q := range req.Addresses {
+		item := netip.PrefixFrom(q.Addr, q.Addr.BitLen())
+		i := slices.IndexFunc(ss, func(s slot) bool { return s.rng != nil && s.space.Contains(item) })
+		if i < 0 {
+			if j := slices.IndexFunc(ss, func(s slot) bool { return s.rng != nil && s.rng.Prefix.Contains(q.Addr) }); j >= 0 {
+				return nil, &claimRequestError{ipamclaimsv1alpha1.ReasonReservedIPRequested, fmt.Sprintf(
+					"IPAMClaim %s asks for %s (annotation %s), which range %s never hands out (its gateway, an excluded address, or outside its first and last address)",
+					claim, q.Addr, claims.RequestedIPsAnnotation, ss[j].space)}
+			}
+			return nil, &claimRequestError{ipamclaimsv1alpha1.ReasonRequestedIPOutsideSubnet, fmt.Sprintf(
+				"IPAMClaim %s asks for %s (annotation %s), which is in no subnet of the network (%s)", claim, q.Addr, claims.RequestedIPsAnnotation, strings.Join(ranges, ", "))}
+		}
+		if q.Bits >= 0 && q.Bits != ss[i].rng.Prefix.Bits() {
+			return nil, &claimRequestError{ipamclaimsv1alpha1.ReasonRequestedIPOutsideSubnet, fmt.Sprintf(
+				"IPAMClaim %s asks for %s/%d (annotation %s), but its range %s is a /%d", claim, q.Addr, q.Bits, claims.RequestedIPsAnnotation, ss[i].space, ss[i].rng.Prefix.Bits())}
+		}
+		asked[i] = item
+	}
+	if p := req.Prefix; p.IsValid() {
+		i := slices.IndexFunc(ss, func(s slot) bool { return s.rng == nil && s.space.Contains(p) })
+		if i < 0 {
+			return nil, &claimRequestError{ipamclaimsv1alpha1.ReasonRequestedIPOutsideSubnet, fmt.Sprintf(
+				"IPAMClaim %s asks for the delegated prefix %s (annotation %s), which is no prefix of the network's delegation pool (%s)", claim, p, claims.RequestedPrefixAnnotation, strings.Join(ranges, ", "))}
+		}
+		asked[i] = p
+	}
+	return asked, nil
 }
 
 // claimItem is an item a claim's status records that its ADD cannot
@@ -470,9 +552,15 @@ func parseStatusItem(s string) (netip.Prefix, error) {
 func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, cause error) {
 	reason := ""
 	var outside *outsideRangeError
+	var asked *claimRequestError
+	var conflict *allocator.ConflictError
 	switch {
+	case errors.As(cause, &asked):
+		reason = asked.reason
 	case errors.Is(cause, allocator.ErrFull):
 		reason = ipamclaimsv1alpha1.ReasonSubnetExhausted
+	case errors.As(cause, &conflict) && conflict.Holder.Kind == tenurev1alpha1.OwnerAdministrator:
+		reason = ipamclaimsv1alpha1.ReasonReservedIPRequested
 	case errors.Is(cause, allocator.ErrAllocated):
 		reason = ipamclaimsv1alpha1.ReasonIPAddressConflict
 	case errors.As(cause, &outside):

@@ -80,6 +80,10 @@ type slot struct {
 	// requested is the address runtimeConfig.ips asks for from rng; zero
 	// for any free one.
 	requested netip.Addr
+	// pool is the IPPool the space comes from ("" for the config's own
+	// ranges); gateway the result's gateway for an address of rng.
+	pool    string
+	gateway netip.Addr
 }
 
 // requestedItem is the requested address as the allocator's item.
@@ -99,7 +103,7 @@ func slots(cfg *config.Config, withPrefix bool) []slot {
 		if sp.Range == nil && !withPrefix {
 			continue
 		}
-		s := slot{scope: sp.Scope, space: sp.Space, rng: sp.Range}
+		s := slot{scope: sp.Scope, space: sp.Space, rng: sp.Range, pool: sp.Pool, gateway: sp.Gateway}
 		if i < len(cfg.Requested) {
 			s.requested = cfg.Requested[i]
 		}
@@ -114,7 +118,7 @@ func (a *Agent) loadConfig(ctx context.Context, req *cniwire.Request) (*config.C
 		return nil, err
 	}
 	if cfg.Pool == "" {
-		return cfg, nil
+		return cfg, nil // its own ranges, or a pools list SelectPools resolves per pod
 	}
 	pool := &tenurev1alpha1.IPPool{}
 	if obj, ok, _ := a.pools.GetIndexer().GetByKey(cfg.Pool); ok {
@@ -132,8 +136,11 @@ func (a *Agent) loadConfig(ctx context.Context, req *cniwire.Request) (*config.C
 }
 
 type attachment struct {
-	req  *cniwire.Request
+	req *cniwire.Request
+	// cfg is the config the ADD allocates from; for a pools list, base
+	// until choosePools resolved it, and base is the config as parsed.
 	cfg  *config.Config
+	base *config.Config
 	pod  *corev1.Pod
 	sel  claims.Selection
 	args podArgs
@@ -159,7 +166,7 @@ func (a *Agent) prepare(ctx context.Context, req *cniwire.Request) (*attachment,
 	if err != nil {
 		return nil, codedf(types.ErrInvalidNetworkConfig, nil, "%v", err)
 	}
-	return &attachment{req: req, cfg: cfg, pod: pod, sel: sel, args: args}, nil
+	return &attachment{req: req, cfg: cfg, base: cfg, pod: pod, sel: sel, args: args}, nil
 }
 
 func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, error) {
@@ -234,11 +241,22 @@ func (a *Agent) owner(at *attachment) tenurev1alpha1.ReservationOwner {
 }
 
 func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, error) {
-	tmpl := allocator.Template{Owner: a.owner(at), CNINetwork: at.cfg.Name, Pool: at.cfg.Pool}
+	tmpl := allocator.Template{Owner: a.owner(at), CNINetwork: at.cfg.Name}
 	// A fresh cache that holds nothing for the attachment is believed (a
 	// first ADD costs no read); a cache that may lag is read past.
 	existing, err := a.attachmentHolds(ctx, at.req.ContainerID, at.req.IfName, tmpl.Owner.UID, !a.store.AwaitFresh(ctx, a.freshWait), true)
 	if err != nil {
+		return nil, err
+	}
+	// A retried ADD keeps the pools of what the attachment holds, whatever
+	// the selectors say now.
+	var holds []netip.Addr
+	for _, r := range existing {
+		if p, err := reservation.ParseItem(r.Spec.Address); err == nil && r.Spec.Kind == tenurev1alpha1.KindAddress {
+			holds = append(holds, p.Addr())
+		}
+	}
+	if err := a.choosePools(ctx, at, holds); err != nil {
 		return nil, err
 	}
 	var held []heldSlot
@@ -250,6 +268,8 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 		}
 		var r *tenurev1alpha1.IPReservation
 		var err error
+		tmpl := tmpl
+		tmpl.Pool = s.pool
 		if s.requested.IsValid() {
 			r, err = a.allocateRequested(ctx, s, tmpl)
 		} else {
@@ -446,7 +466,7 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 			return codedf(CodeCheckFailed, nil, "address %s of the previous result has no reservation for container %s interface %s", ipc.Address.IP, req.ContainerID, req.IfName)
 		}
 	}
-	if len(pr.IPs) == 0 && len(at.cfg.Ranges) > 0 {
+	if len(pr.IPs) == 0 && (len(at.cfg.Ranges) > 0 || at.cfg.Pools != nil) {
 		return codedf(CodeCheckFailed, nil, "previous result holds no address")
 	}
 	return nil
@@ -570,8 +590,8 @@ func buildResult(cfg *config.Config, held []heldSlot) (types.Result, error) {
 		}
 		addr := p.Addr()
 		ipc := &current.IPConfig{Address: net.IPNet{IP: net.IP(addr.AsSlice()), Mask: net.CIDRMask(h.slot.rng.Prefix.Bits(), addr.BitLen())}}
-		if cfg.Gateway.IsValid() && h.slot.rng.Prefix.Contains(cfg.Gateway) {
-			ipc.Gateway = net.IP(cfg.Gateway.AsSlice())
+		if gw := h.slot.gateway; gw.IsValid() {
+			ipc.Gateway = net.IP(gw.AsSlice())
 		}
 		res.IPs = append(res.IPs, ipc)
 	}

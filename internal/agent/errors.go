@@ -58,9 +58,12 @@ func toCNI(err error) *types.Error {
 	var answered *allocator.AnsweredError
 	var notInRange *allocator.ErrNotInRange
 	var outside *outsideRangeError
+	var asked *claimRequestError
 	switch {
 	case errors.As(err, &outside):
 		return &types.Error{Code: CodeClaimMismatch, Msg: outside.Error()}
+	case errors.As(err, &asked):
+		return &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: asked.Error()}
 	case errors.As(err, &ce):
 		details := ""
 		if ce.err != nil {

@@ -67,7 +67,11 @@ type wire struct {
 	mu      sync.Mutex
 	results map[wireKey]*wireResult
 	nets    map[wireNetKey]*wireNet
-	kick    chan struct{}
+	// served is the parent interface of each allocation scope an ADD of
+	// this node probed on, the last one used: where the agent probes the
+	// addresses of that scope the controller asks about (answer.go).
+	served map[string]string
+	kick   chan struct{}
 	// sem bounds the probes in flight ahead of time.
 	sem chan struct{}
 	// skipped: networks logged as handed out unprobed.
@@ -132,7 +136,7 @@ func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcom
 	w := &wire{
 		prober: &probe.Prober{Netns: opts.Netns, Count: opts.Count, Interval: opts.Interval},
 		opts:   opts, log: log, rec: rec, upcoming: upcoming,
-		results: map[wireKey]*wireResult{}, nets: map[wireNetKey]*wireNet{},
+		results: map[wireKey]*wireResult{}, nets: map[wireNetKey]*wireNet{}, served: map[string]string{},
 		kick: make(chan struct{}, 1), sem: make(chan struct{}, 16),
 		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tenure_address_conflicts_total",
 			Help: "Addresses an ADD skipped because something answered for them on the wire (an ARP or neighbour probe), by network."}, []string{"network"}),
@@ -341,6 +345,7 @@ func (w *wire) run(ctx context.Context, k wireKey, r *wireResult) {
 func (w *wire) use(iface, scope string, space allocator.Space) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.served[scope] = iface
 	k := wireNetKey{iface, scope, space.String()}
 	n := w.nets[k]
 	if n == nil {
@@ -461,4 +466,12 @@ func (w *wire) noteSkipped(network, why string) {
 	if _, logged := w.skipped.LoadOrStore(network, true); !logged {
 		w.log.Info("network's addresses are handed out without a wire check", "network", network, "why", why)
 	}
+}
+
+// servedOn is the parent interface an ADD of this node last probed the
+// allocation scope on, "" when none did since the agent started.
+func (w *wire) servedOn(scope string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.served[scope]
 }

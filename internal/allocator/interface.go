@@ -62,6 +62,9 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
+	if e.Holder.Kind == tenurev1alpha1.OwnerAdministrator {
+		return fmt.Sprintf("%s is set aside by administrator %s (uid %s)", e.Item, e.Holder.Name, e.Holder.UID)
+	}
 	return fmt.Sprintf("%s is held by %s %s/%s (uid %s)", e.Item, e.Holder.Kind, e.Holder.Namespace, e.Holder.Name, e.Holder.UID)
 }
 

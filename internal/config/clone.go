@@ -44,6 +44,13 @@ func (c *Config) Clone() *Config {
 	n.Ignored = slices.Clone(c.Ignored)
 	n.Requested = slices.Clone(c.Requested)
 	n.own = c.own.clone()
+	n.Pools = slices.Clone(c.Pools)
+	if c.parts != nil {
+		n.parts = make([]*Config, len(c.parts))
+		for i, p := range c.parts {
+			n.parts[i] = p.Clone()
+		}
+	}
 	return &n
 }
 

@@ -61,10 +61,15 @@ type Config struct {
 	NetworkName       string // "" if unset
 	OverlappingRanges bool   // enable_overlapping_ranges, default true
 	Pool              string // declared pool name, "" if none
-	AgentSocket       string // default cniwire.DefaultSocket
-	PrefixDelegation  *addrspace.PrefixDelegation
-	DHCPv6            *DHCPv6
-	Ignored           []string // whereabouts keys accepted but without effect, sorted
+	// Pools is the ordered pools list ("pools"), nil if none: each ADD
+	// takes per family the first listed pool whose selectors select the
+	// pod's namespace and node (SelectPools). Ranges stays empty until
+	// SelectPools.
+	Pools            []string
+	AgentSocket      string // default cniwire.DefaultSocket
+	PrefixDelegation *addrspace.PrefixDelegation
+	DHCPv6           *DHCPv6
+	Ignored          []string // whereabouts keys accepted but without effect, sorted
 
 	// Requested[i] is the address the network config's runtimeConfig.ips
 	// (Multus' "ips" of the network-selection element, for a delegate with
@@ -91,6 +96,9 @@ type Config struct {
 	ProbeSkipped string
 
 	own sources // what the config itself set, for ApplyPool and messages
+	// parts are the single-pool configs SelectPools joined when the
+	// families of an ADD come from different pools; Spaces reads them.
+	parts []*Config
 }
 
 // sources are the values an IPPool may supply too, each with the key it
@@ -146,6 +154,11 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 		}
 		c.own.pool = k.Pool.field
 	}
+	if k.Pools.ok() {
+		if err := c.parsePools(k); err != nil {
+			return nil, err
+		}
+	}
 	built, err := parseRanges(c, k)
 	if err == nil {
 		err = c.parseResultKeys(k)
@@ -159,7 +172,7 @@ func Parse(netconf []byte, flat []byte) (*Config, error) {
 	if err == nil {
 		err = c.parseProbeKeys(k, netconf)
 	}
-	if err == nil && c.Pool == "" {
+	if err == nil && c.Pool == "" && c.Pools == nil {
 		err = c.finish(built, c.own)
 	}
 	if err != nil {
@@ -268,6 +281,31 @@ func checkKnownKeys(fields map[string]field, ignored map[string]bool) ([]string,
 	return out, nil
 }
 
+// parsePools reads the pools list: at least one IPPool name, none twice,
+// and not beside pool.
+func (c *Config) parsePools(k *ipamKeys) error {
+	if c.Pool != "" {
+		return k.Pools.errorf("contradicts %s %s: a config names one pool or a list of pools", c.own.pool.path, c.own.pool.show())
+	}
+	list := k.Pools.get()
+	if len(list) == 0 {
+		return k.Pools.errorf("names no pool: list at least one IPPool")
+	}
+	c.Pools = make([]string, 0, len(list))
+	for _, e := range list {
+		name := e.get()
+		if !validName(name) {
+			return e.errorf("must be the name of an IPPool (a lowercase RFC 1123 subdomain)")
+		}
+		if j := slices.Index(c.Pools, name); j >= 0 {
+			return e.errorf("names IPPool %s a second time, after %s[%d]", name, k.Pools.path, j)
+		}
+		c.Pools = append(c.Pools, name)
+	}
+	c.own.pool = k.Pools.field
+	return nil
+}
+
 // parseResultKeys reads what goes into the CNI result besides the
 // addresses: gateway, routes and dns.
 func (c *Config) parseResultKeys(k *ipamKeys) error {
@@ -350,7 +388,7 @@ func parseRanges(c *Config, k *ipamKeys) ([]builtRange, error) {
 		}
 	}
 	rng, start, end, exclude, ipRanges := set[0], set[1], set[2], set[3], set[4]
-	if c.Pool != "" {
+	if c.Pool != "" || c.Pools != nil {
 		for _, f := range set {
 			if f != nil {
 				return nil, f.errorf("contradicts %s %s: a config takes its ranges either from a declared pool or from its own range/ipRanges keys", c.own.pool.path, c.own.pool.show())
@@ -609,7 +647,10 @@ func (c *Config) ApplyPool(name string, spec v1alpha1.IPPoolSpec) error {
 	if name == "" {
 		return &Error{Key: "IPPool", Value: `""`, Reason: "a pool name is required"}
 	}
-	if c.Pool != "" && c.Pool != name {
+	if c.Pools != nil && !slices.Contains(c.Pools, name) {
+		return &Error{Key: c.own.pool.path, Value: c.own.pool.show(), Reason: fmt.Sprintf("the config's pools list does not name IPPool %s", name)}
+	}
+	if c.Pool != "" && c.Pool != name && c.Pools == nil {
 		key := c.own.pool.path
 		if key == "" {
 			key = "ipam.pool"

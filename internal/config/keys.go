@@ -29,6 +29,7 @@ func (runtimeConfig) open() {}
 type ipamKeys struct {
 	Type                    val[string]           `json:"type"`
 	Pool                    val[string]           `json:"pool"`
+	Pools                   val[[]val[string]]    `json:"pools"`
 	Exclude                 val[[]val[string]]    `json:"exclude"`
 	Range                   val[string]           `json:"range"`
 	RangeStart              val[string]           `json:"range_start"`

@@ -36,8 +36,10 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -82,6 +84,9 @@ type Options struct {
 	// NodeGracePeriod: how long a node is NotReady before ReleaseUnfenced
 	// releases the addresses of its terminating pods.
 	NodeGracePeriod time.Duration
+	// ProbeInterval: how long a request to other nodes' agents to probe an
+	// address stands before they are asked again (repair.Policy).
+	ProbeInterval time.Duration
 	// SweepInterval between full sweeps; the first runs when the replica
 	// starts leading.
 	SweepInterval time.Duration
@@ -125,6 +130,8 @@ type Controller struct {
 	pools        *poolStatus
 	sticky       *stickyReleaser
 	fence        *fenceWaits
+	answers      *wireAnswers
+	probes       *probeSet
 
 	// resQ is the reservation controller's queue, which the sweep hands
 	// what to look at again; set once that controller starts.
@@ -200,8 +207,15 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 	c := &Controller{opts: o, log: o.Logger, mgr: mgr, cache: mgr.GetCache(), live: live, reservations: reservationInformers(live),
 		resQReady: make(chan struct{}), syncedCh: make(chan struct{})}
 	c.fence = newFenceWaits(o.Events, o.Logger)
-	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Log: o.Logger, Observe: c.fence.observe,
-		Policy: repair.Policy{ReleaseUnfenced: o.ReleaseUnfenced, NodeGracePeriod: o.NodeGracePeriod}}
+	c.answers = newWireAnswers(o.Events, o.Logger)
+	c.probes = newProbeSet()
+	c.rel = &Releaser{Live: live, Writer: live, Events: o.Events, Log: o.Logger,
+		Observe: func(r *tenurev1alpha1.IPReservation, d repair.Decision) {
+			c.fence.observe(r, d)
+			c.answers.observe(r, d)
+		},
+		AskWire: true, Probed: c.probes.get,
+		Policy: repair.Policy{ReleaseUnfenced: o.ReleaseUnfenced, NodeGracePeriod: o.NodeGracePeriod, ProbeInterval: o.ProbeInterval}}
 	c.cf = &claimFinalizer{live: live, writer: live, rel: c.rel, cached: func(_ context.Context, uid string) []string {
 		return c.idx.names(indexOwnerUID, uid)
 	}}
@@ -270,7 +284,23 @@ func (c *Controller) Run(ctx context.Context) error { return c.mgr.Start(ctx) }
 // builds the controllers.
 func (c *Controller) setup(ctx context.Context) error {
 	var pods cache.Informer
-	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Node{}, &ipamclaimsv1alpha1.IPAMClaim{}, &appsv1.StatefulSet{}, &tenurev1alpha1.IPPool{}} {
+	objs := []client.Object{&corev1.Pod{}, &corev1.Node{}, &ipamclaimsv1alpha1.IPAMClaim{}, &appsv1.StatefulSet{}, &tenurev1alpha1.IPPool{}}
+	// The IPProbe CRD is new: a cluster upgraded with `helm upgrade`,
+	// which installs no new CRD, does not serve it until the operator
+	// applies deploy/crds. The controller then asks no agent to probe
+	// (a NodeNotReady release waits for the fence) rather than fail.
+	askWire := true
+	if _, err := c.mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: tenurev1alpha1.GroupVersion.Group, Kind: "IPProbe"}, tenurev1alpha1.GroupVersion.Version); err != nil {
+		if !meta.IsNoMatchError(err) {
+			return fmt.Errorf("is the IPProbe CRD served: %w", err)
+		}
+		askWire = false
+		c.log.Warn("the API server does not serve IPProbes (apply deploy/crds): a NodeNotReady release (--release-unfenced) asks no agent to probe the address, and waits for the node to be fenced")
+	} else {
+		objs = append(objs, &tenurev1alpha1.IPProbe{})
+	}
+	c.rel.AskWire = askWire
+	for _, obj := range objs {
 		inf, err := c.cache.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
@@ -280,6 +310,10 @@ func (c *Controller) setup(ctx context.Context) error {
 			pods = inf
 		case *tenurev1alpha1.IPPool:
 			if _, err := inf.AddEventHandler(c.pools.dirtyHandler()); err != nil {
+				return err
+			}
+		case *tenurev1alpha1.IPProbe:
+			if _, err := inf.AddEventHandler(c.probes.handler()); err != nil {
 				return err
 			}
 		}
@@ -294,6 +328,7 @@ func (c *Controller) setup(ctx context.Context) error {
 		forget := toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
 			if e, ok := unwrapEntry[*resEntry](obj); ok {
 				c.fence.forget(e.name)
+				c.answers.forget(e.name)
 			}
 		}}
 		for _, h := range []toolscache.ResourceEventHandler{c.pools.dirtyHandler(), c.pools.counts.Handler(), forget} {
@@ -313,13 +348,18 @@ func (c *Controller) setup(ctx context.Context) error {
 	}
 	reservations := informerSource{name: "ipreservations", informers: eventInformers(c.reservations)}
 	podSource := informerSource{name: "pods", informers: []eventInformer{pods}}
-	err := builder.ControllerManagedBy(c.mgr).Named("ipreservation_release").
+	rb := builder.ControllerManagedBy(c.mgr).Named("ipreservation_release").
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: c.opts.Workers}).
 		WatchesRawSource(reservations.with(c.reservationEvents, c.setResQ)).
 		WatchesRawSource(podSource.with(c.podEvents, nil)).
 		Watches(&corev1.Node{}, c.nodeEvents()).
-		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, c.claimReservationEvents()).
-		Complete(reconcile.Func(c.reconcileReservation))
+		Watches(&ipamclaimsv1alpha1.IPAMClaim{}, c.claimReservationEvents())
+	if askWire {
+		// An IPProbe is named as its reservation: an agent's answer
+		// decides it again.
+		rb = rb.Watches(&tenurev1alpha1.IPProbe{}, &handler.EnqueueRequestForObject{})
+	}
+	err := rb.Complete(reconcile.Func(c.reconcileReservation))
 	if err != nil {
 		return err
 	}
@@ -599,7 +639,10 @@ func (c *Controller) reconcileReservation(ctx context.Context, req reconcile.Req
 	e := c.idx.reservation(req.Name)
 	if e == nil {
 		c.fence.forget(req.Name)
-		return reconcile.Result{}, nil
+		c.answers.forget(req.Name)
+		// A probe whose reservation is gone: its owner reference lets the
+		// garbage collector delete it as well.
+		return reconcile.Result{}, c.rel.retireProbe(ctx, req.Name, nil)
 	}
 	after, _, err := nominate(ctx, cachedSource{idx: c.idx, cache: c.cache}, c.rel, e.reservation(), e.opaque, c.log)
 	return reconcile.Result{RequeueAfter: after}, err
@@ -624,6 +667,7 @@ func nominate(ctx context.Context, src source, rel *Releaser, r *tenurev1alpha1.
 			d := repair.Decide(r, g.facts, rel.Policy)
 			if !d.Release && !d.AskLive {
 				rel.observe(r, d)
+				rel.settleCached(ctx, r, d)
 				return d.RecheckAfter, nil, nil
 			}
 			why = d.Message

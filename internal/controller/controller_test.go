@@ -510,6 +510,12 @@ func TestPoolCapacity(t *testing.T) {
 		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/29"}, {Range: "fd00::/120"}}}, 6 + 255, ""},
 		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "fd00::/32"}}}, 1<<63 - 1, ""},
 		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/33"}}}, 0, "spec.ranges[0].range"},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/29"}},
+			NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "rack", Operator: "Near"}}}}, 0, `IPPool p spec.nodeSelector: {"matchExpressions":[{"key":"rack","operator":"Near"}]}`},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/29"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "red blue"}}}, 0, `IPPool p spec.namespaceSelector: {"matchLabels":{"team":"red blue"}}`},
+		{tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.0.0.0/29"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "red"}}, NodeSelector: &metav1.LabelSelector{}}, 6, ""},
 	} {
 		got, err := PoolCapacity("p", tc.spec)
 		if tc.err != "" {

@@ -171,13 +171,28 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 	for _, p := range []*corev1.Pod{live, term, termFenced, done, doneReady, replaced} {
 		objects.pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
-	// With ReleaseUnfenced, so that every reason is released.
+	// With ReleaseUnfenced, so that every reason is released; the address
+	// on the NotReady node is released as NodeNotReady on node a's silent
+	// answer to its IPProbe, which only the live reads see.
 	policy := repair.Policy{NodeGracePeriod: time.Minute, ReleaseUnfenced: true}
+	notReady := all[6]
+	probe := &tenurev1alpha1.IPProbe{ObjectMeta: metav1.ObjectMeta{Name: notReady.Name, Generation: 1},
+		Spec: tenurev1alpha1.IPProbeSpec{Network: "n", Address: notReady.Spec.Address, Node: "dead", AskedAt: metav1.NewTime(now)},
+		Status: tenurev1alpha1.IPProbeStatus{Answers: []tenurev1alpha1.IPProbeAnswer{
+			{Node: "a", ObservedGeneration: 1, Result: tenurev1alpha1.ProbeSilent, Interface: "san0"}}}}
+	decideLive := func(r *tenurev1alpha1.IPReservation, g gathered) repair.Decision {
+		d := repair.Decide(r, g.facts, policy)
+		if d.Probe && r.Name == probe.Name {
+			g.facts.Wire = repair.WireFactOf(r, probe, func(n string) bool { return repair.NodeFactOf(objects.nodes[n]).Ready })
+			d = repair.Decide(r, g.facts, policy)
+		}
+		return d
+	}
 	wantReleased := map[string]repair.Reason{}
-	liveObjects := []client.Object{nodeA, dead, fenced, vm, deleting}
+	liveObjects := []client.Object{nodeA, dead, fenced, vm, deleting, probe}
 	for _, r := range all {
 		g, _ := gather(ctx, objects, r, now)
-		if d := repair.Decide(r, g.facts, policy); d.Release {
+		if d := decideLive(r, g); d.Release {
 			wantReleased[r.Name] = d.Reason
 		}
 		liveObjects = append(liveObjects, r.DeepCopy())
@@ -228,7 +243,7 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 			askedLive := 0
 			for _, r := range all {
 				g, _ := gather(ctx, objects, r, now)
-				want := repair.Decide(r, g.facts, policy)
+				want := decideLive(r, g)
 				e := entries.idx.reservation(r.Name)
 				if e == nil {
 					t.Fatalf("%s: no entry", r.Name)
@@ -244,6 +259,12 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 					// network-status, which only a live read gives.
 					if !want.Release {
 						askedLive++
+					}
+				} else if got.AskLive && got.Probe {
+					// What the wire says only a live read of the IPProbe
+					// gives: the sweep nominates it to the live reads.
+					if !want.Release || want.Reason != repair.NodeNotReady {
+						t.Errorf("%s: the entries ask the wire, the objects decide %+v", r.Name, want)
 					}
 				} else if got != want {
 					t.Errorf("%s: from the entries %+v, from the objects %+v", r.Name, got, want)

@@ -38,6 +38,10 @@ var (
 		Name: "tenure_reservations_waiting_for_fence",
 		Help: "Reservations of terminating or terminal pods kept because their node is not Ready and not fenced (tainted node.kubernetes.io/out-of-service, or deleted). Exported by the leader.",
 	})
+	answeringGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tenure_reservations_answering",
+		Help: "Reservations that a NodeNotReady release (--release-unfenced) would give back, kept because an agent of another node heard their address answer on the wire. Exported by the leader.",
+	})
 	leaderGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tenure_controller_leader",
 		Help: "1 while this replica holds the leader lease and acts, else 0.",
@@ -45,7 +49,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(reservationsGauge, releasesTotal, stickyReleasesTotal, sweepDuration, lastSweepSuccess, fenceWaitGauge, leaderGauge)
+	crmetrics.Registry.MustRegister(reservationsGauge, releasesTotal, stickyReleasesTotal, sweepDuration, lastSweepSuccess, fenceWaitGauge, answeringGauge, leaderGauge)
 }
 
 // initMetrics makes every release reason visible at zero, so a replica that

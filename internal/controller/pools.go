@@ -23,10 +23,15 @@ import (
 const ConditionSpecValid = "SpecValid"
 
 // PoolCapacity is the number of assignable addresses over all ranges of a
-// pool spec, computed by the same code the agent allocates with.
+// pool spec, computed by the same code the agent allocates with; a spec
+// whose ranges or selectors the agent would refuse is an error naming the
+// field.
 func PoolCapacity(name string, spec tenurev1alpha1.IPPoolSpec) (int64, error) {
 	c := &config.Config{}
 	if err := c.ApplyPool(name, spec); err != nil {
+		return 0, err
+	}
+	if err := config.CheckSelectors(name, spec); err != nil {
 		return 0, err
 	}
 	var total uint64

@@ -43,6 +43,14 @@ type Releaser struct {
 	// Observe, when set, is told every decision about a reservation that
 	// exists, whether a cache or the live reads made it.
 	Observe func(r *tenurev1alpha1.IPReservation, d repair.Decision)
+	// AskWire: the Releaser keeps an IPProbe for each reservation whose
+	// NodeNotReady release waits for the wire (repair.Decision.Probe), and
+	// deletes it once it no longer does. Off, it reads an IPProbe that
+	// exists and writes none.
+	AskWire bool
+	// Probed, when set, says whether an IPProbe of that name exists, and
+	// its UID (the controller's informer).
+	Probed func(name string) (types.UID, bool)
 }
 
 func (rl *Releaser) observe(r *tenurev1alpha1.IPReservation, d repair.Decision) {
@@ -99,9 +107,21 @@ func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 		return out, fmt.Errorf("reading the owner of reservation %s: %w", name, err)
 	}
 	d := repair.Decide(r, g.facts, rl.Policy)
+	var probe *tenurev1alpha1.IPProbe
+	if d.Probe {
+		// The release is due and the wire decides: what other nodes'
+		// agents heard, read live as the rest.
+		if g.facts.Wire, probe, err = rl.wireFact(ctx, r); err != nil {
+			return out, err
+		}
+		d = repair.Decide(r, g.facts, rl.Policy)
+	}
 	out.Decision = d
 	rl.observe(r, d)
-	if !d.Release || rl.DryRun {
+	if !d.Release {
+		return out, rl.tendProbe(ctx, r, d, probe)
+	}
+	if rl.DryRun {
 		return out, nil
 	}
 	uid, rv := r.UID, r.ResourceVersion
@@ -118,6 +138,11 @@ func (rl *Releaser) Release(ctx context.Context, name string) (Outcome, error) {
 	}
 	out.Released = true
 	releasesTotal.WithLabelValues(string(d.Reason)).Inc()
+	if err := rl.retireProbe(ctx, name, probe); err != nil {
+		// Its owner reference to the reservation lets the garbage
+		// collector delete it too.
+		rl.log().Warn("retiring the probe of a released reservation", "reservation", name, "err", err)
+	}
 	o := r.Spec.Owner
 	rl.log().Info("released", "reservation", name, "address", r.Spec.Address, "network", r.Spec.Network,
 		"owner", string(o.Kind)+" "+o.Namespace+"/"+o.Name, "uid", o.UID, "node", o.Node, "reason", d.Reason, "why", d.Message)

@@ -114,6 +114,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 				if g, err := gather(ctx, snap, e.into(&r), now); err == nil {
 					if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release && !d.AskLive {
 						s.Releaser.observe(&r, d)
+						s.Releaser.settleCached(ctx, &r, d)
 						if d.RecheckAfter > 0 {
 							s.requeue(e.name, d.RecheckAfter)
 						}

@@ -932,7 +932,7 @@ func (d *decoder) managedFields(e *metav1.ManagedFieldsEntry) {
 				return 5
 			}
 			raw := d.skip(0)
-			e.FieldsV1 = &metav1.FieldsV1{Raw: bytes.Clone(raw)}
+			e.FieldsV1 = metav1.NewFieldsV1(string(raw))
 			return 5
 		case "subresource":
 			e.Subresource = d.str()
@@ -1069,7 +1069,7 @@ func appendReservation(b []byte, r *tenurev1alpha1.IPReservation) ([]byte, bool)
 	o := &s.Owner
 	ow := objWriter{b: append(sw.b, '{')}
 	ow.string("kind", string(o.Kind))
-	ow.string("namespace", o.Namespace)
+	ow.optString("namespace", o.Namespace)
 	ow.string("name", o.Name)
 	ow.string("uid", o.UID)
 	ow.optString("podName", o.PodName)

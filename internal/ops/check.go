@@ -150,6 +150,11 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	if err := c.podsOnLostNodes(ctx, rs, facts); err != nil {
 		return nil, err
 	}
+	probes, note := c.probes(ctx)
+	if note != "" {
+		rep.Notes = append(rep.Notes, note)
+	}
+	facts.Probes = probes
 	rep.Counts.Reservations, rep.Counts.Claims, rep.Counts.Pods, rep.Counts.Nodes = len(rs), len(claimList), len(facts.Pods), len(nodes.Items)
 
 	rep.Findings = append(rep.Findings, FindDuplicates(rs)...)
@@ -176,6 +181,7 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 		rep.Notes = append(rep.Notes, note)
 	}
 	rep.Findings = append(rep.Findings, FindAddressConflicts(events, rs)...)
+	rep.Findings = append(rep.Findings, FindAddressesAnswering(rs, facts)...)
 	sortFindings(rep.Findings)
 	return rep, nil
 }

@@ -93,3 +93,52 @@ func FindAddressConflicts(events []corev1.Event, rs []*tenurev1alpha1.IPReservat
 	}
 	return out
 }
+
+// RuleAddressAnswers: an address the controller would release as
+// NodeNotReady (--release-unfenced) is kept because an agent of another
+// node heard it answer on the wire, in answer to the current request of
+// its IPProbe: the NotReady node, or something else, still uses it.
+const RuleAddressAnswers = Rule("AddressAnswers")
+
+// probes lists the IPProbes by name; an error (no IPProbe CRD, no right
+// to list them) is a note.
+func (c *Client) probes(ctx context.Context) (map[string]*tenurev1alpha1.IPProbe, string) {
+	out := map[string]*tenurev1alpha1.IPProbe{}
+	err := c.each(ctx, "IPProbes", func() client.ObjectList { return &tenurev1alpha1.IPProbeList{} }, metav1.ListOptions{}, func(o runtime.Object) error {
+		p := o.(*tenurev1alpha1.IPProbe)
+		out[p.Name] = p
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Sprintf("IPProbes could not be listed, so addresses a NodeNotReady release waits on are not reported: %v", err)
+	}
+	return out, ""
+}
+
+// FindAddressesAnswering reports each reservation whose IPProbe an agent
+// of a node other than the reservation's answered, for its current
+// request, with a MAC that answered for the address.
+func FindAddressesAnswering(rs []*tenurev1alpha1.IPReservation, facts OwnerFacts) []Finding {
+	var out []Finding
+	for _, r := range rs {
+		p := facts.Probes[r.Name]
+		if p == nil {
+			continue
+		}
+		for _, a := range facts.wire(r).Answers {
+			if a.Result != tenurev1alpha1.ProbeAnswered {
+				continue
+			}
+			o := r.Spec.Owner
+			out = append(out, Finding{
+				Rule: RuleAddressAnswers, Object: reservationObject(r), Network: r.Spec.Network, Address: r.Spec.Address,
+				Message: fmt.Sprintf("%s of %s on NotReady node %s answers on the wire from MAC %s (%s, heard by node %s on %s, asked at %s): "+
+					"the controller keeps it while it answers; the node still runs the pod, or another host holds the address",
+					r.Spec.Address, ownerText(o), o.Node, a.MAC, a.Kind, a.Node, a.Interface, p.Spec.AskedAt.UTC().Format(time.RFC3339)),
+				Related: []string{"IPProbe " + p.Name},
+			})
+			break
+		}
+	}
+	return out
+}

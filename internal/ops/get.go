@@ -42,8 +42,11 @@ type ReservationView struct {
 	Node string `json:"node,omitempty"`
 	// StatefulSet is, for a sticky claim's reservation, the StatefulSet
 	// whose pod the claim keeps addresses for.
-	StatefulSet string      `json:"statefulSet,omitempty"`
-	Created     metav1.Time `json:"created"`
+	StatefulSet string `json:"statefulSet,omitempty"`
+	// Reason is why an administrator set the address aside (owner kind
+	// Administrator).
+	Reason  string      `json:"reason,omitempty"`
+	Created metav1.Time `json:"created"`
 }
 
 // Placement is where a reservation's owner runs now.
@@ -137,6 +140,9 @@ func (c *Client) views(ctx context.Context, rs []*tenurev1alpha1.IPReservation) 
 			Name: r.Name, Network: r.Spec.Network, CNINetwork: r.Spec.CNINetwork, Kind: r.Spec.Kind, Address: r.Spec.Address, Range: r.Spec.Range, Pool: r.Spec.Pool,
 			Owner: r.Spec.Owner, Pod: pl.Pod, Node: pl.Node, Created: r.CreationTimestamp,
 		}
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerAdministrator {
+			out[i].Reason = r.Annotations[reservation.AnnotationReason]
+		}
 		if cl != nil && cl.Labels[stickyclaims.LabelSticky] == "true" {
 			out[i].StatefulSet = cl.Labels[stickyclaims.LabelStatefulSet]
 		}
@@ -171,6 +177,8 @@ func compareItems(a, b string) int {
 // claim the StatefulSet it belongs to.
 func ownerCell(v ReservationView) string {
 	switch {
+	case v.Owner.Kind == tenurev1alpha1.OwnerAdministrator:
+		return "set aside by " + v.Owner.Name + ": " + v.Reason
 	case v.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim:
 		return "pod/" + v.Owner.Name
 	case v.StatefulSet != "":
@@ -185,7 +193,10 @@ type ReservationsReport struct {
 	Query string `json:"query"`
 	// Scopes are, for get, the allocation scopes shown and how the query
 	// named each.
-	Scopes       []ScopeMatch      `json:"scopes,omitempty"`
+	Scopes []ScopeMatch `json:"scopes,omitempty"`
+	// Pools are, for get, the IPPools the shown scopes' ranges come from,
+	// with their selectors.
+	Pools        []PoolView        `json:"pools,omitempty"`
 	Reservations []ReservationView `json:"reservations"`
 
 	now time.Time
@@ -226,7 +237,27 @@ func (c *Client) Get(ctx context.Context, network string) (*ReservationsReport, 
 	if err != nil {
 		return nil, err
 	}
-	return &ReservationsReport{Query: network, Scopes: matches, Reservations: views, now: c.Now()}, nil
+	return &ReservationsReport{Query: network, Scopes: matches, Pools: inv.PoolsOf(scopes), Reservations: views, now: c.Now()}, nil
+}
+
+// PoolView is an IPPool as get shows it: its name and selectors.
+type PoolView struct {
+	Name      string        `json:"name"`
+	Selectors PoolSelectors `json:"selectors"`
+}
+
+// PoolsOf lists, sorted by name, the declared IPPools that ranges of the
+// scopes come from.
+func (inv *Inventory) PoolsOf(scopes []string) []PoolView {
+	var out []PoolView
+	for _, s := range inv.spaces {
+		if s.Pool == "" || !slices.Contains(scopes, s.Network) || slices.ContainsFunc(out, func(p PoolView) bool { return p.Name == s.Pool }) {
+			continue
+		}
+		out = append(out, PoolView{Name: s.Pool, Selectors: inv.Selectors[s.Pool]})
+	}
+	slices.SortFunc(out, func(a, b PoolView) int { return cmp.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Who returns the reservations that hold an address (the address itself,
@@ -285,6 +316,11 @@ func (r *ReservationsReport) WriteTable(w io.Writer, wide bool) error {
 		if _, err := fmt.Fprintf(w, "Network %s: %s\n", r.Query, describeScopes(r.Scopes)); err != nil {
 			return err
 		}
+		for _, p := range r.Pools {
+			if _, err := fmt.Fprintf(w, "IPPool %s selects %s\n", p.Name, p.Selectors.Describe()); err != nil {
+				return err
+			}
+		}
 	}
 	if len(r.Reservations) == 0 {
 		what := "in network " + r.Query
@@ -303,9 +339,9 @@ func (r *ReservationsReport) WriteTable(w io.Writer, wide bool) error {
 	for _, v := range r.Reservations {
 		owner := ownerCell(v)
 		age := duration.HumanDuration(r.now.Sub(v.Created.Time))
-		cells := []string{v.Address, v.Owner.Namespace, owner, orNone(v.Node), age}
+		cells := []string{v.Address, orNone(v.Owner.Namespace), owner, orNone(v.Node), age}
 		if r.who {
-			cells = []string{v.Address, networkCell(v.Network, v.CNINetwork), v.Owner.Namespace, owner, orNone(v.Node), v.Created.UTC().Format(time.RFC3339) + " (" + age + ")"}
+			cells = []string{v.Address, networkCell(v.Network, v.CNINetwork), orNone(v.Owner.Namespace), owner, orNone(v.Node), v.Created.UTC().Format(time.RFC3339) + " (" + age + ")"}
 		}
 		t.row(cells, []string{orNone(v.Pod), orNone(v.Owner.Node), orNone(v.Owner.Interface), v.Name, networkCell(v.Network, v.CNINetwork)}[:len(wideCols)]...)
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
@@ -52,6 +54,46 @@ type Inventory struct {
 	Notes []string
 	// Pools and NetworkConfigs count what it was built from.
 	Pools, NetworkConfigs int
+	// Selectors are each declared IPPool's selectors, by pool name.
+	Selectors map[string]PoolSelectors
+}
+
+// PoolSelectors are an IPPool's namespaceSelector and nodeSelector as
+// kubectl prints a selector, "" for one that selects everything (unset or
+// empty); a selector that does not parse is printed as its error.
+type PoolSelectors struct {
+	Namespace string `json:"namespaceSelector,omitempty"`
+	Node      string `json:"nodeSelector,omitempty"`
+}
+
+// selectorsOf renders a pool's selectors.
+func selectorsOf(p *tenurev1alpha1.IPPool) PoolSelectors {
+	show := func(s *metav1.LabelSelector) string {
+		if s == nil {
+			return ""
+		}
+		sel, err := metav1.LabelSelectorAsSelector(s)
+		if err != nil {
+			return "invalid: " + err.Error()
+		}
+		if sel.Empty() {
+			return ""
+		}
+		return sel.String()
+	}
+	return PoolSelectors{Namespace: show(p.Spec.NamespaceSelector), Node: show(p.Spec.NodeSelector)}
+}
+
+// Describe says what the selectors select: "any namespace, nodes rack=a".
+func (s PoolSelectors) Describe() string {
+	ns, node := "any namespace", "any node"
+	if s.Namespace != "" {
+		ns = "namespaces " + s.Namespace
+	}
+	if s.Node != "" {
+		node = "nodes " + s.Node
+	}
+	return ns + ", " + node
 }
 
 type spaceKey struct {
@@ -65,10 +107,11 @@ type spaceKey struct {
 // enable_overlapping_ranges; a pool no configuration names is taken with
 // the default (true).
 func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Inventory {
-	inv := &Inventory{index: map[spaceKey]*Space{}, Pools: len(pools), NetworkConfigs: len(nads)}
+	inv := &Inventory{index: map[spaceKey]*Space{}, Pools: len(pools), NetworkConfigs: len(nads), Selectors: map[string]PoolSelectors{}}
 	byName := map[string]*tenurev1alpha1.IPPool{}
 	for i := range pools {
 		byName[pools[i].Name] = &pools[i]
+		inv.Selectors[pools[i].Name] = selectorsOf(&pools[i])
 	}
 	named := map[string]bool{}
 	for _, nad := range nads {
@@ -92,7 +135,26 @@ func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Invent
 				inv.Notes = append(inv.Notes, fmt.Sprintf("%s: %v", source, err))
 				continue
 			}
-			inv.addConfig(c, source)
+			if c.Pools == nil {
+				inv.addConfig(c, source)
+				continue
+			}
+			// A pools list allocates from every listed pool's ranges,
+			// whichever of them an ADD chooses.
+			for _, name := range c.Pools {
+				named[name] = true
+				p := byName[name]
+				if p == nil {
+					inv.Notes = append(inv.Notes, fmt.Sprintf("%s: lists IPPool %s, which does not exist", source, name))
+					continue
+				}
+				pc := c.Clone()
+				if err := pc.ApplyPool(p.Name, p.Spec); err != nil {
+					inv.Notes = append(inv.Notes, fmt.Sprintf("%s: %v", source, err))
+					continue
+				}
+				inv.addConfig(pc, source)
+			}
 		}
 	}
 	for i := range pools {

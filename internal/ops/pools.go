@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // SourceReservations is the source of a row that no configuration
@@ -29,6 +30,9 @@ type PoolRow struct {
 	// "10.0.0.10-10.0.0.20/24", "2001:db8:100::/40 as /56".
 	Range string `json:"range"`
 	Pool  string `json:"pool,omitempty"`
+	// Selectors are the pool's, for a pools list's choice; zero for a
+	// range of no pool and for a pool that selects everything.
+	Selectors PoolSelectors `json:"selectors,omitzero"`
 	// Sources name the IPPools and NetworkAttachmentDefinitions that
 	// configure the range, or "reservations" when none does; then the
 	// capacity is the range's without its excludes, which reservations do
@@ -39,6 +43,10 @@ type PoolRow struct {
 	Capacity  uint64 `json:"capacity"`
 	Allocated uint64 `json:"allocated"`
 	Free      uint64 `json:"free"`
+	// SetAside counts the allocated addresses an administrator set aside,
+	// with their reasons (each once, in address order).
+	SetAside        uint64   `json:"setAside,omitempty"`
+	SetAsideReasons []string `json:"setAsideReasons,omitempty"`
 }
 
 // PoolsReport is Pools' answer.
@@ -83,9 +91,16 @@ func PoolRows(inv *Inventory, rs []*tenurev1alpha1.IPReservation) []PoolRow {
 			rows[k] = row
 		}
 		row.Allocated++
+		if r.Spec.Owner.Kind == tenurev1alpha1.OwnerAdministrator {
+			row.SetAside++
+			if reason := r.Annotations[reservation.AnnotationReason]; !slices.Contains(row.SetAsideReasons, reason) {
+				row.SetAsideReasons = append(row.SetAsideReasons, reason)
+			}
+		}
 	}
 	out := make([]PoolRow, 0, len(rows))
 	for _, row := range rows {
+		row.Selectors = inv.Selectors[row.Pool]
 		if row.Capacity > row.Allocated {
 			row.Free = row.Capacity - row.Allocated
 		}
@@ -98,7 +113,7 @@ func PoolRows(inv *Inventory, rs []*tenurev1alpha1.IPReservation) []PoolRow {
 }
 
 // WriteTable writes one row per range with a usage bar; wide adds the
-// kind, pool and sources.
+// kind, the pool and what its selectors select, and the sources.
 func (p *PoolsReport) WriteTable(w io.Writer, wide bool) error {
 	if err := writeNotes(w, p.Notes); err != nil {
 		return err
@@ -107,12 +122,25 @@ func (p *PoolsReport) WriteTable(w io.Writer, wide bool) error {
 		_, err := fmt.Fprintln(w, "No pools or reservations found.")
 		return err
 	}
-	t := newTable(w, wide, []string{"NETWORK", "RANGE", "CAPACITY", "ALLOCATED", "FREE", "USAGE"}, "KIND", "POOL", "SOURCES")
+	t := newTable(w, wide, []string{"NETWORK", "RANGE", "CAPACITY", "ALLOCATED", "FREE", "USAGE"}, "KIND", "POOL", "SELECTS", "SET ASIDE", "SOURCES")
 	for _, r := range p.Rows {
+		selects := "<none>"
+		if r.Pool != "" {
+			selects = r.Selectors.Describe()
+		}
 		t.row([]string{r.Network, orNone(r.Range), count(r.Capacity), strconv.FormatUint(r.Allocated, 10), count(r.Free), UsageBar(r.Allocated, r.Capacity, 20)},
-			string(r.Kind), orNone(r.Pool), strings.Join(r.Sources, ","))
+			string(r.Kind), orNone(r.Pool), selects, setAsideCell(r), strings.Join(r.Sources, ","))
 	}
 	return t.flush()
+}
+
+// setAsideCell is how many of a row's addresses are set aside, and why:
+// "2 (router; storage head)".
+func setAsideCell(r PoolRow) string {
+	if r.SetAside == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", r.SetAside, strings.Join(r.SetAsideReasons, "; "))
 }
 
 // count prints a capacity; a saturated one is 2^64 or more.

@@ -95,6 +95,18 @@ func (c *Client) Release(ctx context.Context, item string, opts ReleaseOptions) 
 		return nil, err
 	}
 	q := t.Item
+	if r.Spec.Owner.Kind == tenurev1alpha1.OwnerAdministrator {
+		// Set aside: giving it back is what release is for here.
+		if err := (&allocator.Factory{Writer: c.c}).Release(ctx, r); err != nil {
+			return nil, err
+		}
+		out := &Released{Decision: "set aside by " + r.Spec.Owner.Name + ": " + r.Annotations[reservation.AnnotationReason] + "; given back",
+			Event: "none: an address set aside has no owner object to record it on"}
+		if views, err := c.views(ctx, []*tenurev1alpha1.IPReservation{r}); err == nil {
+			out.Reservation = views[0]
+		}
+		return out, nil
+	}
 	facts, claim, err := c.liveFacts(ctx, r)
 	if err != nil {
 		return nil, err
@@ -247,6 +259,19 @@ func (c *Client) liveFacts(ctx context.Context, r *tenurev1alpha1.IPReservation)
 		sib, err := c.reservations(ctx, metav1.ListOptions{LabelSelector: reservation.LabelOwnerUID + "=" + o.UID})
 		readErr = cmp.Or(readErr, err)
 		f.ByOwner[o.UID] = sib
+		// What other nodes' agents heard of the address, for a NodeNotReady
+		// release. Unreadable (no IPProbe CRD, no right to read it), the
+		// wire is unknown and the address kept.
+		if p := (&tenurev1alpha1.IPProbe{}); o.Node != "" {
+			if found, err := c.getIfExists(ctx, types.NamespacedName{Name: r.Name}, p); err == nil && found {
+				f.Probes = map[string]*tenurev1alpha1.IPProbe{r.Name: p}
+				for _, a := range p.Status.Answers {
+					if node := (&corev1.Node{}); f.Nodes[a.Node] == nil && read(types.NamespacedName{Name: a.Node}, node) {
+						f.Nodes[a.Node] = repair.NodeFactOf(node)
+					}
+				}
+			}
+		}
 	case tenurev1alpha1.OwnerIPAMClaim:
 		if cl := (&ipamclaimsv1alpha1.IPAMClaim{}); read(key, cl) {
 			f.Claims[key.String()] = repair.ClaimFactOf(cl)

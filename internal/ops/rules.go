@@ -46,7 +46,7 @@ const (
 	RuleMalformed = Rule("Malformed")
 )
 
-var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleDuplicateAttachment, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed, RuleAddressConflict}
+var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleDuplicateAttachment, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed, RuleAddressConflict, RuleAddressAnswers}
 
 // Finding is one problem.
 type Finding struct {
@@ -68,6 +68,9 @@ func claimObject(namespace, name string) string { return "IPAMClaim " + namespac
 // ownerText names a reservation's owner for messages: "pod ns/name" or
 // "IPAMClaim ns/name".
 func ownerText(o tenurev1alpha1.ReservationOwner) string {
+	if o.Kind == tenurev1alpha1.OwnerAdministrator {
+		return "administrator " + o.Name + " (set aside)"
+	}
 	kind := "pod"
 	if o.Kind == tenurev1alpha1.OwnerIPAMClaim {
 		kind = "IPAMClaim"
@@ -259,6 +262,19 @@ type OwnerFacts struct {
 	// attachments hold two reservations of one slot; a pod missing here
 	// has none known.
 	NetworkStatus map[string]*repair.NetworkStatus
+	// Probes are the IPProbes by name (the name of the reservation each is
+	// about): what other nodes' agents heard of an address that
+	// NodeNotReady would release. A reservation missing here has none.
+	Probes map[string]*tenurev1alpha1.IPProbe
+}
+
+// wire is r's Wire fact from its IPProbe: the answering nodes' readiness
+// from Nodes.
+func (f OwnerFacts) wire(r *tenurev1alpha1.IPReservation) *repair.WireFact {
+	return repair.WireFactOf(r, f.Probes[r.Name], func(node string) bool {
+		n := f.Nodes[node]
+		return n != nil && n.Exists && n.Ready
+	})
 }
 
 // Facts are the facts repair.Decide needs for r.
@@ -275,6 +291,7 @@ func (f OwnerFacts) Facts(r *tenurev1alpha1.IPReservation, now time.Time) repair
 		}
 		if repair.NeedsNode(r, facts.Pod) {
 			facts.Node = orAbsent(f.Nodes[o.Node])
+			facts.Wire = f.wire(r)
 		}
 	case tenurev1alpha1.OwnerIPAMClaim:
 		facts.Claim = orAbsent(f.Claims[key])

@@ -143,9 +143,20 @@ func TestFindOwnersGone(t *testing.T) {
 		"OwnerGone IPReservation vm-net.10.1.0.2", "OwnerGone IPReservation vm-net.10.1.0.3",
 	}, "(PodGone)", "(PodReplaced)", "(NodeDeleted)", "(NodeOutOfService)", "(EarlierSandbox)", "(ClaimGone)", "(ClaimDeleted)", "the controller releases it")
 
-	// With --release-unfenced, past the grace period it releases them.
-	wantFindings(t, "NotReady past the grace period, opt-in", FindOwnersGone([]*tenurev1alpha1.IPReservation{onNotReady}, facts, optIn, now), []string{
-		"OwnerGone IPReservation san.10.0.0.5"}, "(NodeNotReady)")
+	// With --release-unfenced, past the grace period it releases them once
+	// an agent of another Ready node heard nothing answer for the address
+	// (and not before: the controller asks first).
+	wantFindings(t, "NotReady past the grace period, opt-in, not probed yet", FindOwnersGone([]*tenurev1alpha1.IPReservation{onNotReady}, facts, optIn, now), nil)
+	facts.Probes = map[string]*tenurev1alpha1.IPProbe{onNotReady.Name: {
+		ObjectMeta: metav1.ObjectMeta{Name: onNotReady.Name, Generation: 2},
+		Spec:       tenurev1alpha1.IPProbeSpec{Network: "san", Address: "10.0.0.5", Node: "node-down", AskedAt: metav1.NewTime(now)},
+		Status: tenurev1alpha1.IPProbeStatus{Answers: []tenurev1alpha1.IPProbeAnswer{
+			{Node: "node-a", ObservedGeneration: 2, Result: tenurev1alpha1.ProbeSilent, Interface: "san0"}}},
+	}}
+	wantFindings(t, "NotReady past the grace period, opt-in, silent on the wire", FindOwnersGone([]*tenurev1alpha1.IPReservation{onNotReady}, facts, optIn, now), []string{
+		"OwnerGone IPReservation san.10.0.0.5"}, "(NodeNotReady)", "nothing answered for 10.0.0.5 on the wire")
+	facts.Probes[onNotReady.Name].Status.Answers[0].Result = tenurev1alpha1.ProbeAnswered
+	wantFindings(t, "NotReady past the grace period, opt-in, answering", FindOwnersGone([]*tenurev1alpha1.IPReservation{onNotReady}, facts, optIn, now), nil)
 	// Within the grace period a NotReady node keeps its pods' addresses.
 	facts.Nodes["node-down"].NotReadySince = now.Add(-time.Minute)
 	wantFindings(t, "NotReady within the grace period, opt-in", FindOwnersGone([]*tenurev1alpha1.IPReservation{onNotReady}, facts, optIn, now), nil)
@@ -299,4 +310,45 @@ func TestFindDuplicateAttachments(t *testing.T) {
 	}
 	// OwnerGone reports the gone pod's pair, and no surplus of a live owner.
 	wantFindings(t, "owners gone", FindOwnersGone(all, facts, policy, now), []string{"OwnerGone IPReservation san.10.0.0.10", "OwnerGone IPReservation san.10.0.0.9"})
+}
+
+// TestFindAddressesAnswering: a reservation whose IPProbe another node's
+// agent answered, for the current request, with a MAC is reported; an
+// answer of an earlier request, a silent one, and the owner node's own
+// word are not.
+func TestFindAddressesAnswering(t *testing.T) {
+	now := t0.Add(time.Hour)
+	r := podRes("san", "10.0.0.5", "ns", "stuck", "u5", "node-down")
+	probe := func(answers ...tenurev1alpha1.IPProbeAnswer) *tenurev1alpha1.IPProbe {
+		return &tenurev1alpha1.IPProbe{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Generation: 3},
+			Spec:   tenurev1alpha1.IPProbeSpec{Network: "san", Address: "10.0.0.5", Node: "node-down", AskedAt: metav1.NewTime(now)},
+			Status: tenurev1alpha1.IPProbeStatus{Answers: answers}}
+	}
+	answered := func(node string, gen int64) tenurev1alpha1.IPProbeAnswer {
+		return tenurev1alpha1.IPProbeAnswer{Node: node, ObservedGeneration: gen, Result: tenurev1alpha1.ProbeAnswered, MAC: "02:00:00:00:00:0b", Kind: "arp-reply", Interface: "san0"}
+	}
+	nodes := map[string]*repair.NodeFact{"node-a": {Exists: true, Ready: true}, "node-down": {Exists: true}}
+	for _, tc := range []struct {
+		name  string
+		probe *tenurev1alpha1.IPProbe
+		want  []string
+	}{
+		{"no IPProbe", nil, nil},
+		{"answered now by another node", probe(answered("node-a", 3)), []string{"AddressAnswers IPReservation san.10.0.0.5"}},
+		{"answered an earlier request", probe(answered("node-a", 2)), nil},
+		{"the owner node's own word", probe(answered("node-down", 3)), nil},
+		{"silent", probe(tenurev1alpha1.IPProbeAnswer{Node: "node-a", ObservedGeneration: 3, Result: tenurev1alpha1.ProbeSilent}), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			facts := OwnerFacts{Nodes: nodes, Probes: map[string]*tenurev1alpha1.IPProbe{}}
+			if tc.probe != nil {
+				facts.Probes[r.Name] = tc.probe
+			}
+			var has []string
+			if tc.want != nil {
+				has = []string{"answers on the wire from MAC 02:00:00:00:00:0b (arp-reply, heard by node node-a on san0"}
+			}
+			wantFindings(t, tc.name, FindAddressesAnswering([]*tenurev1alpha1.IPReservation{r}, facts), tc.want, has...)
+		})
+	}
 }

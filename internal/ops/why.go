@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +26,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -61,6 +64,12 @@ type AttachmentReport struct {
 	OK bool `json:"ok"`
 	// Outcome is the last allocation outcome, in words.
 	Outcome string `json:"outcome"`
+	// Pools are, for a network whose config lists pools, each pool's
+	// verdict per family: which one the pod's ADD chooses, and why not the
+	// others. PoolsProblem says why it chooses none, or why the choice
+	// could not be worked out.
+	Pools        []config.PoolVerdict `json:"pools,omitempty"`
+	PoolsProblem string               `json:"poolsProblem,omitempty"`
 }
 
 // EventView is an Event on the pod or one of its claims.
@@ -139,6 +148,9 @@ func (c *Client) Why(ctx context.Context, namespace, name string) (*PodReport, e
 		pcs = append(pcs, pc)
 	}
 	rep := Explain(pod, owned, pcs, events, c.Now())
+	if err := c.explainPools(ctx, pod, rep); err != nil {
+		return nil, err
+	}
 	if pf := repair.PodFactOf(pod); (pf.Terminating || pf.Terminal) && pod.Spec.NodeName != "" {
 		n := &corev1.Node{}
 		switch err := c.c.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, n); {
@@ -150,6 +162,93 @@ func (c *Client) Why(ctx context.Context, namespace, name string) (*PodReport, e
 		rep.ExplainFence(pod, owned, repair.NodeFactOf(n))
 	}
 	return rep, nil
+}
+
+// explainPools reads what a pools list's choice depends on for each
+// attachment whose NetworkAttachmentDefinition's tenure config lists
+// pools, and has ExplainPools make it.
+func (c *Client) explainPools(ctx context.Context, pod *corev1.Pod, rep *PodReport) error {
+	configs := map[string]*config.Config{}
+	for _, a := range rep.Attachments {
+		if a.Network == "" || configs[a.Network] != nil {
+			continue
+		}
+		ns, name, _ := strings.Cut(a.Network, "/")
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(nadListGVK.GroupVersion().WithKind("NetworkAttachmentDefinition"))
+		switch err := c.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u); {
+		case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+			continue
+		case err != nil:
+			return err
+		}
+		spec, _, _ := unstructured.NestedString(u.Object, "spec", "config")
+		confs, _ := tenureConfigs(spec)
+		for _, conf := range confs {
+			if cfg, err := config.Parse(conf, nil); err == nil && cfg.Pools != nil {
+				configs[a.Network] = cfg
+			}
+		}
+	}
+	if len(configs) == 0 {
+		return nil
+	}
+	pools, err := c.pools(ctx)
+	if err != nil {
+		return err
+	}
+	at := config.Placement{Namespace: pod.Namespace, Node: pod.Spec.NodeName}
+	ns := &corev1.Namespace{}
+	if err := c.c.Get(ctx, types.NamespacedName{Name: pod.Namespace}, ns); err != nil {
+		return err
+	}
+	at.NamespaceLabels = ns.Labels
+	if at.Node != "" {
+		n := &corev1.Node{}
+		switch err := c.c.Get(ctx, types.NamespacedName{Name: at.Node}, n); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		default:
+			at.NodeLabels = n.Labels
+		}
+	}
+	ExplainPools(rep, configs, pools, at)
+	return nil
+}
+
+// ExplainPools fills in, for each attachment whose network's config (by
+// NetworkAttachmentDefinition, in configs) lists pools, the choice the
+// agent makes for the pod placed at: the pool of each family and why not
+// the others, an address the attachment holds keeping its pool as on an
+// ADD.
+func ExplainPools(rep *PodReport, configs map[string]*config.Config, pools []tenurev1alpha1.IPPool, at config.Placement) {
+	specs := map[string]*tenurev1alpha1.IPPoolSpec{}
+	for i := range pools {
+		specs[pools[i].Name] = &pools[i].Spec
+	}
+	for i := range rep.Attachments {
+		a := &rep.Attachments[i]
+		cfg := configs[a.Network]
+		if cfg == nil {
+			continue
+		}
+		if at.Node == "" {
+			a.PoolsProblem = "the pod is not scheduled: its node decides the pool"
+			continue
+		}
+		var held []netip.Addr
+		for _, item := range a.Addresses {
+			if p, err := reservation.ParseItem(item); err == nil && p.Bits() == p.Addr().BitLen() {
+				held = append(held, p.Addr())
+			}
+		}
+		_, choice, err := cfg.SelectPools(specs, at, held)
+		a.Pools = choice.Verdicts
+		if err != nil {
+			a.PoolsProblem = err.Error()
+		}
+	}
 }
 
 // ExplainFence adds to the report of a terminating or terminal pod whether
@@ -374,6 +473,9 @@ func (r *PodReport) WriteTable(w io.Writer, wide bool) error {
 		if err := t.flush(); err != nil {
 			return err
 		}
+		if err := r.writePools(w); err != nil {
+			return err
+		}
 	}
 	if len(r.Events) == 0 {
 		_, err := fmt.Fprintln(w, "Events: <none>")
@@ -385,4 +487,30 @@ func (r *PodReport) WriteTable(w io.Writer, wide bool) error {
 		t.row([]string{"  " + duration.HumanDuration(r.now.Sub(e.Time.Time)), e.Type, e.Reason, orNone(e.From), e.Object, e.Message})
 	}
 	return t.flush()
+}
+
+// writePools writes, for each attachment of a pools list, the pool chosen
+// per family and why the others were not.
+func (r *PodReport) writePools(w io.Writer) error {
+	for _, a := range r.Attachments {
+		if len(a.Pools) == 0 && a.PoolsProblem == "" {
+			continue
+		}
+		fmt.Fprintf(w, "Pools of %s (%s):\n", a.Interface, a.Network)
+		if a.PoolsProblem != "" {
+			fmt.Fprintf(w, "  none chosen: %s\n", a.PoolsProblem)
+		}
+		t := newTable(w, false, []string{"  FAMILY", "POOL", "CHOSEN", "WHY"})
+		for _, v := range a.Pools {
+			chosen := "no"
+			if v.Chosen {
+				chosen = "yes"
+			}
+			t.row([]string{"  " + v.Family, v.Pool, chosen, v.Reason})
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

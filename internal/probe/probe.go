@@ -54,7 +54,20 @@ type Prober struct {
 	// Count*Interval.
 	Count    int
 	Interval time.Duration
+	// HoldersOnly counts only a host that claims the address (an ARP
+	// packet with it as the sender, a Neighbor Advertisement for it), not
+	// another host's probe for it: a probe that asks whether an address
+	// is still held, not one that is about to take it, where other nodes
+	// probe the same address at the same moment.
+	HoldersOnly bool
 }
+
+// Kinds of Answer that are another host's probe of the address, not a
+// claim to it.
+const (
+	KindARPProbe        = "arp-probe"
+	KindDADSolicitation = "dad-solicitation"
+)
 
 // Answer is what answered for an address.
 type Answer struct {
@@ -161,7 +174,8 @@ func (p *Prober) Probe(ctx context.Context, ifName string, addr netip.Addr) (*An
 			if equalMAC(src, ifi.HardwareAddr) {
 				continue // our own frames, which a packet socket sees too
 			}
-			if a := match(buf[:n], src); a != nil && !equalMAC(a.MAC, ifi.HardwareAddr) {
+			if a := match(buf[:n], src); a != nil && !equalMAC(a.MAC, ifi.HardwareAddr) &&
+				!(p.HoldersOnly && (a.Kind == KindARPProbe || a.Kind == KindDADSolicitation)) {
 				return a, nil
 			}
 		}
@@ -267,7 +281,7 @@ func arpProbe(mac net.HardwareAddr, addr netip.Addr) ([]byte, net.HardwareAddr, 
 		case p.SenderIP == addr:
 			return &Answer{MAC: mac, Kind: "arp-announcement"}
 		case p.SenderIP == zero4 && p.TargetIP == addr && p.Operation == arp.OperationRequest:
-			return &Answer{MAC: mac, Kind: "arp-probe"}
+			return &Answer{MAC: mac, Kind: KindARPProbe}
 		}
 		return nil
 	}
@@ -327,7 +341,7 @@ func dadProbe(mac net.HardwareAddr, addr netip.Addr) ([]byte, net.HardwareAddr, 
 			}
 		case *ndp.NeighborSolicitation:
 			if m.TargetAddress == addr && src.IsUnspecified() {
-				return &Answer{MAC: append(net.HardwareAddr(nil), from...), Kind: "dad-solicitation"}
+				return &Answer{MAC: append(net.HardwareAddr(nil), from...), Kind: KindDADSolicitation}
 			}
 		}
 		return nil

@@ -246,3 +246,63 @@ func TestDefaultRouteInterfaceIsTheOneTheDefaultRouteLeavesBy(t *testing.T) {
 		t.Fatalf("DefaultRouteInterface = %q, %v; want wire0", name, err)
 	}
 }
+
+// TestTwoHostsProbingOneAddressAreNoHoldersOfItWithHoldersOnly: two hosts
+// on a segment probe one address at the same moment (the agents of two
+// nodes answering one probe request). Each hears the other's probe: an
+// answer by default (RFC 5227 and 4862: someone is about to take it), and
+// silence with HoldersOnly, which still hears a host that holds it.
+func TestTwoHostsProbingOneAddressAreNoHoldersOfItWithHoldersOnly(t *testing.T) {
+	nodeNs, otherNs, otherMAC := segment(t)
+	for _, addr := range []string{"10.99.0.20", "fd99::20"} {
+		t.Run(addr, func(t *testing.T) {
+			a := netip.MustParseAddr(addr)
+			both := func(holdersOnly bool) [2]*Answer {
+				p := [2]*Prober{{Netns: "/var/run/netns/" + nodeNs, HoldersOnly: holdersOnly}, {Netns: "/var/run/netns/" + otherNs, HoldersOnly: holdersOnly}}
+				ifs := [2]string{"wire0", "wire1"}
+				var out [2]*Answer
+				errs := make(chan error, 2)
+				for i := range 2 {
+					go func() {
+						ans, err := p[i].Probe(context.Background(), ifs[i], a)
+						out[i] = ans
+						errs <- err
+					}()
+				}
+				for range 2 {
+					if err := <-errs; err != nil {
+						t.Fatal(err)
+					}
+				}
+				return out
+			}
+			if got := both(false); got[0] == nil && got[1] == nil {
+				t.Fatalf("by default neither prober heard the other's probe of %s", addr)
+			} else {
+				for _, ans := range got {
+					if ans != nil && ans.Kind != KindARPProbe && ans.Kind != KindDADSolicitation {
+						t.Fatalf("heard %s (%s), want the other's probe", ans.MAC, ans.Kind)
+					}
+				}
+			}
+			if got := both(true); got[0] != nil || got[1] != nil {
+				t.Fatalf("with HoldersOnly: %+v and %+v, want both silent: nobody holds %s", got[0], got[1], addr)
+			}
+			args := []string{"addr", "add", addr + "/24", "dev", "wire1"}
+			if a.Is6() {
+				args = []string{"addr", "add", addr + "/64", "dev", "wire1", "nodad"}
+			}
+			if out, err := testbed.IPIn(otherNs, args...); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			p := &Prober{Netns: "/var/run/netns/" + nodeNs, HoldersOnly: true}
+			ans, err := p.Probe(context.Background(), "wire0", a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ans == nil || ans.MAC.String() != otherMAC.String() {
+				t.Fatalf("with HoldersOnly, %s held by %s: %+v", addr, otherMAC, ans)
+			}
+		})
+	}
+}

@@ -20,6 +20,9 @@ const (
 	LabelNode = "ipam.tenure.dev/node"
 	// LabelOwnerUID is spec.owner.uid: what a pod or claim holds.
 	LabelOwnerUID = "ipam.tenure.dev/owner-uid"
+	// AnnotationReason is why an administrator set the address aside, on
+	// a reservation of owner kind Administrator.
+	AnnotationReason = "ipam.tenure.dev/reason"
 )
 
 // NodeLabel is the LabelNode value for node: the name itself when it is a
@@ -112,8 +115,8 @@ func ParseItem(s string) (netip.Prefix, error) {
 }
 
 // Compact is an informer transform for whole reservations: it drops what no
-// tenure cache reads (managed fields, annotations, owner references, labels
-// other than the node's) and shares the strings that repeat across
+// tenure cache reads (managed fields, annotations but the reason of an
+// address set aside, owner references, labels other than the node's) and shares the strings that repeat across
 // thousands of objects. Objects of other types pass as they are.
 func Compact(obj any) (any, error) {
 	r, ok := obj.(*tenurev1alpha1.IPReservation)
@@ -121,7 +124,12 @@ func Compact(obj any) (any, error) {
 		return obj, nil
 	}
 	r.ManagedFields = nil
-	r.Annotations = nil
+	if reason, ok := r.Annotations[AnnotationReason]; ok && r.Spec.Owner.Kind == tenurev1alpha1.OwnerAdministrator {
+		// What `tenurectl get`, `who` and `pools` say of an address set aside.
+		r.Annotations = map[string]string{AnnotationReason: reason}
+	} else {
+		r.Annotations = nil
+	}
 	r.OwnerReferences = nil
 	if node := r.Labels[LabelNode]; node != "" {
 		r.Labels = map[string]string{LabelNode: unique.Make(node).Value()}

@@ -77,6 +77,19 @@ func TestCompactKeepsWhatCachesRead(t *testing.T) {
 	if r.Spec != want || r.Name != "san.10.0.0.5" || r.UID != "u1" || r.ResourceVersion != "9" {
 		t.Fatalf("compaction changed what caches read: %+v %+v", r.ObjectMeta, r.Spec)
 	}
+	// A pod's reservation carrying the annotation keeps nothing; an address
+	// set aside keeps its reason, and only that.
+	podWithReason := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{AnnotationReason: "x"}},
+		Spec: tenurev1alpha1.IPReservationSpec{Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod}}}
+	if _, _ = Compact(podWithReason); podWithReason.Annotations != nil {
+		t.Fatalf("a pod's reservation kept annotations %v", podWithReason.Annotations)
+	}
+	setAside := New(Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.6/32"),
+		Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerAdministrator, Name: "admin", UID: "a1"}})
+	setAside.Annotations[AnnotationReason] = "router"
+	if _, _ = Compact(setAside); len(setAside.Annotations) != 1 || setAside.Annotations[AnnotationReason] != "router" {
+		t.Fatalf("an address set aside kept annotations %v, want only its reason", setAside.Annotations)
+	}
 	noNode := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{LabelOwnerUID: "o"}}}
 	if _, _ = Compact(noNode); noNode.Labels != nil {
 		t.Fatalf("a reservation without a node label keeps no label map: %v", noNode.Labels)

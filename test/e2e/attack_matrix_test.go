@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -25,6 +26,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -40,12 +42,16 @@ import (
 type attack struct {
 	target, resource, verb, what string
 	method, path, contentType    string
+	params                       [][2]string // query parameters
 	body                         any
 	rule                         string // "" = must be allowed
 }
 
 func send(ctx context.Context, rc rest.Interface, a attack) error {
 	req := rc.Verb(a.method).AbsPath(a.path)
+	for _, p := range a.params {
+		req = req.Param(p[0], p[1])
+	}
 	if a.body != nil {
 		b, err := json.Marshal(a.body)
 		if err != nil {
@@ -177,6 +183,28 @@ func TestAgentAttackMatrix(t *testing.T) {
 	sharedBefore := claimStateOf(t, ctx, admin, ns, shared.Name)
 	claimBBefore := claimStateOf(t, ctx, admin, ns, claimB.Name)
 
+	// A probe request, as the controller makes one before a NodeNotReady
+	// release of B's pod's address, that node C's agent answered: the
+	// address answers.
+	c := newNodeAgent(t, ctx, "am-c")
+	probeB := &tenurev1alpha1.IPProbe{ObjectMeta: metav1.ObjectMeta{Name: resB.Name},
+		Spec: tenurev1alpha1.IPProbeSpec{Network: network, Address: resB.Spec.Address, Node: b.node, AskedAt: metav1.Now()}}
+	must("the controller asks", admin.Create(ctx, probeB))
+	answerOf := func(node string, result tenurev1alpha1.ProbeResult, mac string) map[string]any {
+		return map[string]any{"node": node, "observedGeneration": probeB.Generation, "probedAt": metav1.Now(), "result": result, "mac": mac, "interface": "san0"}
+	}
+	applyAnswer := func(ans map[string]any) map[string]any {
+		return map[string]any{"apiVersion": tenurev1alpha1.GroupVersion.String(), "kind": "IPProbe", "metadata": map[string]any{"name": probeB.Name},
+			"status": map[string]any{"answers": []any{ans}}}
+	}
+	cAnswer := applyAnswer(answerOf(c.node, tenurev1alpha1.ProbeAnswered, "02:00:00:00:0c:01"))
+	cBody, err := json.Marshal(cAnswer)
+	must("C's answer", err)
+	must("C answers", c.c.Status().Patch(ctx, &tenurev1alpha1.IPProbe{ObjectMeta: metav1.ObjectMeta{Name: probeB.Name}},
+		client.RawPatch(types.ApplyPatchType, cBody), client.FieldOwner("tenure-agent/"+c.node), client.ForceOwnership))
+	probeBefore := &tenurev1alpha1.IPProbe{}
+	must("read the answered request", admin.Get(ctx, client.ObjectKey{Name: probeB.Name}, probeBefore))
+
 	// Bodies.
 	rsv := func(r *tenurev1alpha1.IPReservation) *tenurev1alpha1.IPReservation {
 		r = r.DeepCopy()
@@ -209,6 +237,8 @@ func TestAgentAttackMatrix(t *testing.T) {
 		return rsv(heldFor(node, network, addr, c, pod))
 	}
 	const (
+		probesPath = "/apis/ipam.tenure.dev/v1alpha1/ipprobes"
+		apply      = "application/apply-patch+yaml"
 		resPath    = "/apis/ipam.tenure.dev/v1alpha1/ipreservations"
 		claimsPath = "/apis/k8s.cni.cncf.io/v1alpha1/namespaces/" + ns + "/ipamclaims"
 		eventsPath = "/api/v1/namespaces/" + ns + "/events"
@@ -265,6 +295,33 @@ func TestAgentAttackMatrix(t *testing.T) {
 	S := func(target, what string, c *ipamclaimsv1alpha1.IPAMClaim, change func(*ipamclaimsv1alpha1.IPAMClaimStatus), rule string) row {
 		r := R(target, "ipamclaims/status", "update", what, http.MethodPut, claimsPath+"/"+c.Name+"/status", "", nil, rule)
 		r.bodyFn = status(c, change)
+		return r
+	}
+	const probeTarget = "probe request of B's pod's address"
+	// P applies an answer to probeB's status as an agent does (its field
+	// manager, forced).
+	P := func(what string, body any, rule string) row {
+		r := R(probeTarget, "ipprobes/status", "patch (apply)", what, http.MethodPatch, "/apis/ipam.tenure.dev/v1alpha1/ipprobes/"+probeB.Name+"/status", apply, body, rule)
+		r.params = [][2]string{{"fieldManager", "tenure-agent/" + a.node}, {"force", "true"}}
+		return r
+	}
+	probeObj := func(p *tenurev1alpha1.IPProbe) *tenurev1alpha1.IPProbe {
+		p = p.DeepCopy()
+		p.APIVersion, p.Kind = tenurev1alpha1.GroupVersion.String(), "IPProbe"
+		p.Spec.AskedAt = metav1.Now()
+		return p
+	}
+	probeStatus := func(what string, change func([]tenurev1alpha1.IPProbeAnswer) []tenurev1alpha1.IPProbeAnswer, rule string) row {
+		r := R(probeTarget, "ipprobes/status", "update", what, http.MethodPut, "/apis/ipam.tenure.dev/v1alpha1/ipprobes/"+probeB.Name+"/status", "", nil, rule)
+		r.bodyFn = func() any {
+			cur := &tenurev1alpha1.IPProbe{}
+			if err := admin.Get(ctx, client.ObjectKey{Name: probeB.Name}, cur); err != nil {
+				t.Fatal(err)
+			}
+			cur = probeObj(cur)
+			cur.Status.Answers = change(cur.Status.Answers)
+			return cur
+		}
 		return r
 	}
 	rows := []row{
@@ -375,6 +432,28 @@ func TestAgentAttackMatrix(t *testing.T) {
 		R("B's pod's reservation", "ipreservations", "create", "the lock of a free address holding B's pod's address in its spec", http.MethodPost, resPath, "", lockOfAnother, "reservation-shape"),
 		R("B's pod", "ipreservations", "create", "its pod's reservation whose summary names B's live pod, for the controller never to release", http.MethodPost, resPath, "", summaryOfB, "reservation-shape"),
 		R("A's pod", "ipreservations", "create", "its pod's reservation in a network nothing configures", http.MethodPost, resPath, "", unconfigured, ""),
+		// A probe request about B's address, which C heard answer: what A
+		// could write to make the controller release it.
+		P("write node C's answer, Silent", applyAnswer(answerOf(c.node, tenurev1alpha1.ProbeSilent, "")), "probe-answer-own-node"),
+		P("write node B's answer, Silent", applyAnswer(answerOf(b.node, tenurev1alpha1.ProbeSilent, "")), "probe-answer-own-node"),
+		R(probeTarget, "ipprobes/status", "patch (JSON)", "turn node C's Answered into Silent", http.MethodPatch, probesPath+"/"+probeB.Name+"/status", jsonPatch,
+			[]map[string]any{{"op": "test", "path": "/status/answers/0/node", "value": c.node}, {"op": "replace", "path": "/status/answers/0/result", "value": "Silent"},
+				{"op": "remove", "path": "/status/answers/0/mac"}}, "probe-answer-own-node"),
+		probeStatus("replace node C's Answered with Silent, adding its own", func(as []tenurev1alpha1.IPProbeAnswer) []tenurev1alpha1.IPProbeAnswer {
+			for i := range as {
+				if as[i].Node == c.node {
+					as[i].Result, as[i].MAC = tenurev1alpha1.ProbeSilent, ""
+				}
+			}
+			return append(as, tenurev1alpha1.IPProbeAnswer{Node: a.node, ObservedGeneration: probeB.Generation, ProbedAt: metav1.Now(), Result: tenurev1alpha1.ProbeSilent})
+		}, "rbac"),
+		R(probeTarget, "ipprobes/status", "patch (merge)", "its own answer alone, dropping node C's", http.MethodPatch, probesPath+"/"+probeB.Name+"/status", merge,
+			map[string]any{"status": map[string]any{"answers": []any{answerOf(a.node, tenurev1alpha1.ProbeSilent, "")}}}, "probe-answer-own-node"),
+		R(probeTarget, "ipprobes", "update", "re-ask: move spec.askedAt", http.MethodPut, probesPath+"/"+probeB.Name, "", probeObj(probeBefore), "rbac"),
+		R(probeTarget, "ipprobes", "delete", "delete the request", http.MethodDelete, probesPath+"/"+probeB.Name, "", nil, "rbac"),
+		R(probeTarget, "ipprobes", "create", "a request of its own", http.MethodPost, probesPath, "", probeObj(&tenurev1alpha1.IPProbe{ObjectMeta: metav1.ObjectMeta{Name: "am-forged"},
+			Spec: tenurev1alpha1.IPProbeSpec{Network: network, Address: "10.90.0.1", Node: b.node, AskedAt: metav1.Now()}}), "rbac"),
+		P("its own node's answer", applyAnswer(answerOf(a.node, tenurev1alpha1.ProbeSilent, "")), ""),
 	}
 
 	var table strings.Builder
@@ -399,6 +478,55 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	t.Logf("attack matrix, agent of node %s against node %s:\n%s", a.node, b.node, table.String())
 
+	// The kubelet of A (system:node:A, the Node authorizer and
+	// NodeRestriction in force) writes what tenure's data or decisions
+	// could be read off: an Event saying B's address answers on the wire,
+	// and the Node objects whose taints and Ready condition the fencing
+	// rules read. The Events are admitted (any kubelet records Events in
+	// any namespace) and must move nothing: tenure acts on no Event. A's
+	// own node marked NotReady and out-of-service fences A only; the
+	// checks after the sweeps below judge B.
+	kubelet, err := testbed.KubeletClientset(cptest.Current(), a.node)
+	must("kubelet credentials of A", err)
+	krc := kubelet.CoreV1().RESTClient()
+	conflict := func(name string, about corev1.ObjectReference) *corev1.Event {
+		e := event(name, about)
+		e.Reason, e.Type = reservation.EventAddressConflict, corev1.EventTypeWarning
+		e.Message = "10.90.0.1 answers on net1 from 02:00:00:00:0a:0a: skipped"
+		e.Source.Host = b.node
+		return e
+	}
+	outOfService := map[string]any{"spec": map[string]any{"taints": []map[string]any{{"key": corev1.TaintNodeOutOfService, "value": "nodeshutdown", "effect": "NoExecute"}}}}
+	notReady := func() any {
+		return map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": "Ready", "status": "False", "reason": "Forged",
+			"lastHeartbeatTime": time.Now().UTC().Format(time.RFC3339), "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}}}
+	}
+	nodesPath := "/api/v1/nodes/"
+	kubeletRows := []row{
+		R("B's pod", "events", "create", "an AddressConflict Event saying B's pod's address answers from another MAC", http.MethodPost, eventsPath, "", conflict("conflict-b", podRef(podB)), ""),
+		R("claim of B's VM", "events", "create", "an AddressConflict Event about B's VM's claim", http.MethodPost, eventsPath, "", conflict("conflict-vm-b", claimRef(claimB)), ""),
+		R("node B", "nodes", "patch (merge)", "taint node B out-of-service", http.MethodPatch, nodesPath+b.node, merge, outOfService, "NodeRestriction"),
+		{attack: attack{target: "node B", resource: "nodes/status", verb: "patch (merge)", what: "mark node B NotReady", method: http.MethodPatch, path: nodesPath + b.node + "/status", contentType: merge, rule: "NodeRestriction"}, bodyFn: notReady},
+		R("node A", "nodes", "patch (merge)", "taint its own node out-of-service", http.MethodPatch, nodesPath+a.node, merge, outOfService, "NodeRestriction"),
+		{attack: attack{target: "node A", resource: "nodes/status", verb: "patch (merge)", what: "mark its own node NotReady", method: http.MethodPatch, path: nodesPath + a.node + "/status", contentType: merge}, bodyFn: notReady},
+		R("node B", "nodes", "delete", "delete node B", http.MethodDelete, nodesPath+b.node, "", nil, "rbac"),
+		R("node A", "nodes", "delete", "delete its own Node", http.MethodDelete, nodesPath+a.node, "", nil, "rbac"),
+	}
+	table.Reset()
+	table.WriteString(testbed.MatrixHeader("node B's unless A's"))
+	for i, r := range kubeletRows {
+		if r.bodyFn != nil {
+			r.body = r.bodyFn()
+		}
+		got := testbed.RefusalRule(send(ctx, krc, r.attack))
+		line, ok := testbed.MatrixRow(kubeletRowsFrom+i, r.target, r.resource, r.verb, r.what, r.rule, got)
+		if !ok {
+			t.Errorf("kubelet row %d: %s", kubeletRowsFrom+i, strings.TrimSpace(line))
+		}
+		table.WriteString(line)
+	}
+	t.Logf("attack matrix, kubelet of node %s against node %s:\n%s", a.node, b.node, table.String())
+
 	// What the refusals and the allowed writes left: B's objects as B
 	// wrote them.
 	for _, r := range []*tenurev1alpha1.IPReservation{resB, resClaimB, resMoved} {
@@ -420,6 +548,29 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 	if ev := (&corev1.Event{}); admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: evB.Name}, ev) != nil || ev.Message != "B's own" || ev.InvolvedObject.Name != podB.Name {
 		t.Errorf("B's Event: %+v", ev)
+	}
+	// The probe request as the controller asked it, C's answer as C wrote
+	// it, and A's own beside it.
+	probeAfter := &tenurev1alpha1.IPProbe{}
+	if err := admin.Get(ctx, client.ObjectKey{Name: probeB.Name}, probeAfter); err != nil || probeAfter.UID != probeBefore.UID ||
+		probeAfter.Generation != probeBefore.Generation || !probeAfter.Spec.AskedAt.Equal(&probeBefore.Spec.AskedAt) {
+		t.Errorf("probe request %s: %v, %+v; before the attacks %+v", probeB.Name, err, probeAfter, probeBefore)
+	}
+	answers := map[string]tenurev1alpha1.IPProbeAnswer{}
+	for _, an := range probeAfter.Status.Answers {
+		answers[an.Node] = an
+	}
+	var cBefore tenurev1alpha1.IPProbeAnswer
+	for _, an := range probeBefore.Status.Answers {
+		if an.Node == c.node {
+			cBefore = an
+		}
+	}
+	if len(answers) != 2 || !equalAnswer(answers[c.node], cBefore) || answers[a.node].Result != tenurev1alpha1.ProbeSilent {
+		t.Errorf("probe request %s's answers after the attacks: %+v, want node %s's as it wrote it (%+v) and node %s's own", probeB.Name, probeAfter.Status.Answers, c.node, cBefore, a.node)
+	}
+	if _, err := getProbe(ctx, admin, "am-forged"); !apierrors.IsNotFound(err) {
+		t.Errorf("the request A tried to create: %v, want none", err)
 	}
 
 	// And after two full sweeps of a controller that saw every row's
@@ -456,7 +607,11 @@ func TestAgentAttackMatrix(t *testing.T) {
 	}
 }
 
-func webhookConfigObject(t *testing.T, ctx context.Context) *admissionregistrationv1.ValidatingWebhookConfiguration {
+// kubeletRowsFrom numbers the kubelet's rows as docs/design.md's table
+// does: after the agent's rows and the data path's (93–97), which other tests send.
+const kubeletRowsFrom = 98
+
+func webhookConfigObject(t testing.TB, ctx context.Context) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	t.Helper()
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := apiClient(t).Get(ctx, client.ObjectKey{Name: "tenure-agent-node-restriction"}, vwc); err != nil {
@@ -467,7 +622,7 @@ func webhookConfigObject(t *testing.T, ctx context.Context) *admissionregistrati
 
 // waitWebhookGone waits until the API server no longer calls the webhook
 // for agent a: a claim the agent never creates is allowed (dry run).
-func waitWebhookGone(t *testing.T, ctx context.Context, a nodeAgent) {
+func waitWebhookGone(t testing.TB, ctx context.Context, a nodeAgent) {
 	t.Helper()
 	probe := &ipamclaimsv1alpha1.IPAMClaim{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.AgentNamespace, Name: "webhook-gone-probe"},
 		Spec: ipamclaimsv1alpha1.IPAMClaimSpec{Network: "probe", Interface: "net1"}}
@@ -476,4 +631,14 @@ func waitWebhookGone(t *testing.T, ctx context.Context, a nodeAgent) {
 	}); err != nil {
 		t.Fatal("the API server still calls the webhook after its configuration was deleted")
 	}
+}
+
+func equalAnswer(a, b tenurev1alpha1.IPProbeAnswer) bool {
+	return a.Node == b.Node && a.ObservedGeneration == b.ObservedGeneration && a.ProbedAt.Equal(&b.ProbedAt) &&
+		a.Result == b.Result && a.MAC == b.MAC && a.Kind == b.Kind && a.Interface == b.Interface && a.Message == b.Message
+}
+
+func getProbe(ctx context.Context, c client.Client, name string) (*tenurev1alpha1.IPProbe, error) {
+	p := &tenurev1alpha1.IPProbe{}
+	return p, c.Get(ctx, client.ObjectKey{Name: name}, p)
 }

@@ -26,7 +26,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
-func createClaim(t *testing.T, ctx context.Context, c client.Client, ns, name, network string) *ipamclaimsv1alpha1.IPAMClaim {
+func createClaim(t testing.TB, ctx context.Context, c client.Client, ns, name, network string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
 	if err := testbed.EnsureNamespace(ctx, c, ns); err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func vmAnnotations(network, claim string) map[string]string {
 	return map[string]string{"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"interface":"net1","ipam-claim-reference":%q}]`, network, claim)}
 }
 
-func getClaim(t *testing.T, ctx context.Context, c client.Client, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
+func getClaim(t testing.TB, ctx context.Context, c client.Client, ns, name string) *ipamclaimsv1alpha1.IPAMClaim {
 	t.Helper()
 	cl := &ipamclaimsv1alpha1.IPAMClaim{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl); err != nil {

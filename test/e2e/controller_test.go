@@ -185,9 +185,13 @@ func TestControllerHardNodeLoss(t *testing.T) {
 }
 
 // With --release-unfenced, the terminating pods of a node NotReady for the
-// grace period lose their addresses though the node is not fenced (as those
-// of a deleted node do, with or without it); live pods, and terminating
-// pods on a Ready node, keep theirs.
+// grace period would lose their addresses though the node is not fenced,
+// once an agent of another Ready node heard nothing answer for them on the
+// wire; here no agent runs the wire check, so the controller asks (an
+// IPProbe per address) and keeps them, saying so. Those of a deleted node
+// are released, with or without it; live pods, and terminating pods on a
+// Ready node, keep theirs. (The release on a silent probe:
+// TestGracePeriodReleaseWaitsWhileTheAddressAnswers.)
 func TestControllerTerminatingPodsOnLostNodes(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	c := apiClient(t)
@@ -243,19 +247,27 @@ func TestControllerTerminatingPodsOnLostNodes(t *testing.T) {
 	ctlPoll(t, ctx, "terminating pods of the deleted node released", func() (bool, error) {
 		return isReleased(pods["tl-deleted"][0]) && isReleased(pods["tl-deleted"][1]), nil
 	})
-	ctlPoll(t, ctx, "terminating pods of the NotReady node released", func() (bool, error) {
-		return isReleased(pods["tl-notready"][0]) && isReleased(pods["tl-notready"][1]), nil
+	// Past the grace period, the controller asks the wire about each
+	// address of the NotReady node's terminating pods, and of no other.
+	wantProbes := map[string]bool{}
+	for _, p := range pods["tl-notready"][:2] {
+		for name := range before[p.uid] {
+			wantProbes[name] = true
+		}
+	}
+	ctlPoll(t, ctx, "an IPProbe of each address of the NotReady node's terminating pods", func() (bool, error) {
+		return probesOf(t, ctx, c, wantProbes) == len(wantProbes), nil
 	})
 	// The Ready condition's lastTransitionTime has one-second resolution.
 	if waited := time.Since(down); waited < grace-time.Second {
-		t.Errorf("NotReady node's pods released after %v, before the %v grace period", waited, grace)
+		t.Errorf("the NotReady node's addresses were asked about after %v, before the %v grace period", waited, grace)
 	}
 	// Two more full sweeps: what is live stays, on every node.
 	ctrl.waitSweepAfter(t, ctx, time.Now().Add(time.Second))
 	after := byOwnerUID(t, ctx, network)
 	for _, p := range all {
 		released := len(after[p.uid]) == 0
-		wantReleased := terminating[p.uid] && p.node != "tl-ready"
+		wantReleased := terminating[p.uid] && p.node == "tl-deleted"
 		if released != wantReleased {
 			t.Errorf("pod %s on %s (terminating %v): released %v, want %v", p.name, p.node, terminating[p.uid], released, wantReleased)
 		}
@@ -263,25 +275,46 @@ func TestControllerTerminatingPodsOnLostNodes(t *testing.T) {
 			t.Errorf("pod %s: reservations changed from %v to %v", p.name, before[p.uid], after[p.uid])
 		}
 	}
-	for reason, want := range map[string]float64{"NodeDeleted": 2, "NodeNotReady": 2} {
+	for reason, want := range map[string]float64{"NodeDeleted": 2, "NodeNotReady": 0} {
 		if n, _ := ctrl.metric(t, "tenure_releases_total", `reason="`+reason+`"`); n != want {
 			t.Errorf("tenure_releases_total{reason=%s} = %v, want %v", reason, n, want)
 		}
 	}
-	// The Event is on the pod, which still exists.
+	if n := probesOf(t, ctx, c, wantProbes); n != len(wantProbes) {
+		t.Errorf("%d of the IPProbes %v remain, want all", n, wantProbes)
+	}
+	// The Event is on the pod, which still exists: it waits for the node to
+	// be fenced, the wire check being off on every other node.
 	p := pods["tl-notready"][0]
-	ctlPoll(t, ctx, "event on the terminating pod", func() (bool, error) {
+	ctlPoll(t, ctx, "a WaitingForFence event on the terminating pod", func() (bool, error) {
 		evs := &corev1.EventList{}
 		if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.Reason == controller.EventReason && e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == p.name && strings.Contains(e.Message, "NodeNotReady") {
+			if e.Reason == controller.EventReasonFenceWait && e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == p.name &&
+				strings.Contains(e.Message, "to be fenced") {
 				return true, nil
 			}
 		}
 		return false, nil
 	})
+}
+
+// probesOf counts the IPProbes of the given names that exist.
+func probesOf(t *testing.T, ctx context.Context, c client.Client, names map[string]bool) int {
+	t.Helper()
+	l := &tenurev1alpha1.IPProbeList{}
+	if err := c.List(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range l.Items {
+		if names[p.Name] && p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // statefulPod creates a pod with a fixed name, as a StatefulSet does.
@@ -429,6 +462,7 @@ func TestControllerNeverReleasesLiveReservationsDuringConcurrentAdds(t *testing.
 	// Poll the API server while the ADDs run: every address an ADD has
 	// returned must still have its reservation, owned by its pod.
 	stopPoll := make(chan struct{})
+	// polls counts the polls that checked at least one returned address.
 	pollDone := make(chan int)
 	go func() {
 		polls := 0
@@ -444,6 +478,12 @@ func TestControllerNeverReleasesLiveReservationsDuringConcurrentAdds(t *testing.
 			mu.Unlock()
 			list := &tenurev1alpha1.IPReservationList{}
 			if err := c.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: network}); err != nil {
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("poll %d: listing the reservations: %v", polls, err))
+				mu.Unlock()
+				return
+			}
+			if len(snapshot) == 0 {
 				continue
 			}
 			owner := map[string]string{}
@@ -494,6 +534,9 @@ func TestControllerNeverReleasesLiveReservationsDuringConcurrentAdds(t *testing.
 	}
 	for _, p := range problems {
 		t.Error(p)
+	}
+	if polls == 0 {
+		t.Error("no poll checked a returned address while the ADDs ran")
 	}
 	got := reservationsOf(t, ctx, network)
 	owner := map[string]string{}

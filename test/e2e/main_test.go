@@ -41,13 +41,13 @@ func TestMain(m *testing.M) {
 	os.Exit(testbed.Main(m, &bins, &agentWebhook, nil))
 }
 
-func testContext(t *testing.T, d time.Duration) context.Context {
+func testContext(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func apiClient(t *testing.T) client.WithWatch {
+func apiClient(t testing.TB) client.WithWatch {
 	t.Helper()
 	c, err := kube.NewClient(cptest.Current().Config)
 	if err != nil {

@@ -47,7 +47,7 @@ type nodeAgent struct {
 	c    client.Client
 }
 
-func newNodeAgent(t *testing.T, ctx context.Context, node string) nodeAgent {
+func newNodeAgent(t testing.TB, ctx context.Context, node string) nodeAgent {
 	t.Helper()
 	if _, err := testbed.CreateNode(ctx, apiClient(t), node); err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func newNodeAgent(t *testing.T, ctx context.Context, node string) nodeAgent {
 	return nodeAgent{node: node, cfg: cfg, c: tokenClient(t, cfg)}
 }
 
-func tokenClient(t *testing.T, cfg *rest.Config) client.Client {
+func tokenClient(t testing.TB, cfg *rest.Config) client.Client {
 	t.Helper()
 	c, err := kube.NewClient(cfg)
 	if err != nil {
@@ -150,7 +150,7 @@ func wantRefused(t *testing.T, what string, err error, rule string) {
 // presentOn creates a pod called name on node that presents claim (its
 // network-selection element names the claim, as KubeVirt's virt-launcher
 // pod's does), and returns name.
-func presentOn(t *testing.T, ctx context.Context, node, name string, claim *ipamclaimsv1alpha1.IPAMClaim) string {
+func presentOn(t testing.TB, ctx context.Context, node, name string, claim *ipamclaimsv1alpha1.IPAMClaim) string {
 	t.Helper()
 	if _, err := testbed.CreatePod(ctx, apiClient(t), claim.Namespace, name, node, vmAnnotations(claim.Spec.Network, claim.Name)); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -89,8 +90,15 @@ func TestTheAgentsKubeletMintedTokenIsHeldToItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = testbed.ForceDeletePod(context.Background(), cl, ns, launcherB.Name) })
-	claimB.Status.IPs, claimB.Status.OwnerPod = []string{"10.93.0.2/24"}, &ipamclaimsv1alpha1.OwnerPod{Name: launcherB.Name}
-	if err := cl.Status().Update(ctx, claimB); err != nil {
+	// On a fresh read each time: the controller adds its finalizer to a
+	// new claim meanwhile.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(claimB), claimB); err != nil {
+			return err
+		}
+		claimB.Status.IPs, claimB.Status.OwnerPod = []string{"10.93.0.2/24"}, &ipamclaimsv1alpha1.OwnerPod{Name: launcherB.Name}
+		return cl.Status().Update(ctx, claimB)
+	}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -23,9 +23,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
+	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
 // previousRelease is the release before the chart, as a chart
@@ -101,6 +103,11 @@ const helmUpgradePart = "HelmUpgradeFromPreviousReleaseWhilePodsRunKeepsEveryAdd
 // carry it, with the values that run it on these nodes and the suite's
 // node grace period, and waits until it has rolled out.
 func upgradeToChart(ctx context.Context) error {
+	// helm upgrade installs no CRD the release before lacked: the
+	// operator applies those of deploy/crds first (README).
+	if _, err := testbed.ApplyManifests(ctx, cl, deploy.CRDs); err != nil {
+		return err
+	}
 	err := localnode.HelmInstall(ctx, cp.KubeconfigPath, devnode.FabricAPIServer, devnode.FabricAPIServerPort, true)
 	if err != nil {
 		return err

@@ -100,13 +100,14 @@ func TestThreeNodes(t *testing.T) {
 		{helmUpgradePart, helmUpgradeWhilePodsRun},
 		{"DaemonSetReadyOnEveryNodeAndControllerHoldsLease", daemonSetReadyOnEveryNode},
 		{"Slash29SANAcrossNodesFillsUpAndTheWaitingPodStartsWhenOneLeaves", slash29SANAcrossNodes},
-		{"ASquatterOnTheSANIsNeverHandedOutAndTheEventsMetricsAndCheckNameIt", squatterOnTheSAN},
 		{"AFreedAddressCoolsDownAndTheNextPodGetsAnother", aFreedAddressCoolsDown},
+		{"ASquatterOnTheSANIsNeverHandedOutAndTheEventsMetricsAndCheckNameIt", squatterOnTheSAN},
 		{"NodeOnesAgentIsRefusedNodeTwosReservationsAndClaims", nodeOnesAgentIsRefusedNodeTwosObjects},
 		{"RollingTheAgentAcrossNodesWhilePodsStart", rollingTheAgentAcrossNodes},
 		{"VMMigratesBetweenTwoNodesWithItsAddressesPrefixAndDHCPv6", vmMigratesBetweenTwoNodes},
 		{"MirrorPodAndKubeletRewriteOnNodeOneChangeNothingOfNodeTwosVM", mirrorPodAndKubeletRewriteOnNodeOne},
 		{"PartitionedNodeKeepsItsAddressesUntilFencedAndNoAddressAnswersTwice", partitionedNodeKeepsItsAddresses},
+		{"GracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer", gracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer},
 		// Last: it takes a node away.
 		{"LostNodeOfThreeIsEvictedReleasedAndRescheduled", lostNodeOfThree},
 	} {

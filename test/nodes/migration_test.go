@@ -203,11 +203,24 @@ func installKubeVirtCRDs(ctx context.Context, t *testing.T) {
 			t.Error(err)
 			return
 		}
+		crds := cs.ApiextensionsV1().CustomResourceDefinitions()
 		for _, name := range []string{kubevirt.CRDName, "virtualmachines.kubevirt.io"} {
-			if err := cs.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if err := crds.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("deleting CRD %s: %v", name, err)
 			}
 		}
+		// Gone before the next part installs them again: a CRD being
+		// deleted cannot be updated, and vanishes under the install.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		kc.Poll(ctx, t, "KubeVirt's CRDs to be gone", func() error {
+			for _, name := range []string{kubevirt.CRDName, "virtualmachines.kubevirt.io"} {
+				if _, err := crds.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("CRD %s still there (%v)", name, err)
+				}
+			}
+			return nil
+		})
 	})
 }
 

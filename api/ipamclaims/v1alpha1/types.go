@@ -71,6 +71,11 @@ const (
 	ReasonSubnetExhausted       = "SubnetExhausted"
 	ReasonIPAddressConflict     = "IPAddressConflict"
 	ReasonAddressesOutsideRange = "AddressesOutsideRange"
+	// A claim's requested address (ipam.tenure.dev/requested-ips) lies in
+	// no subnet of the network, or in one but is never handed out (the
+	// gateway, an excluded or set-aside address).
+	ReasonRequestedIPOutsideSubnet = "RequestedIPOutsideSubnet"
+	ReasonReservedIPRequested      = "ReservedIPRequested"
 )
 
 // tenure's condition on whether status.delegatedPrefixes holds what the

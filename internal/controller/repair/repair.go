@@ -38,7 +38,11 @@
 //     are kept, waiting for the node to be fenced (Decision.Fence).
 //     NodeNotReady, the one release of an address whose node may still
 //     run, applies only with Policy.ReleaseUnfenced, once the node has not
-//     been Ready for the grace period.
+//     been Ready for the grace period, and then only on the wire's word
+//     (Facts.Wire, decideWire): an agent of a Ready node other than
+//     owner.node probed the address after the current request and heard
+//     nothing. While anything answers, or no such agent has answered, it
+//     is kept, waiting for the node to be fenced.
 //
 // No deputy: both sibling rules weigh only reservations made on the node
 // the pod runs on (spec.owner.node is the pod's spec.nodeName, for the
@@ -159,6 +163,53 @@ type Facts struct {
 	// NetworkStatus of the owning pod, nil when unknown: only a live read
 	// of the whole pod gives it (caches do not keep annotations).
 	NetworkStatus *NetworkStatus
+	// Wire is what other nodes' agents heard of the address on the wire
+	// (the reservation's IPProbe), nil when unknown: only a live read of
+	// the IPProbe gives it.
+	Wire *WireFact
+}
+
+// WireFact is what the agents of other nodes answered to the controller's
+// request to probe a reservation's address (its IPProbe).
+type WireFact struct {
+	// Asked: an IPProbe of the reservation exists.
+	Asked bool
+	// AskedAt is when the current request was made (spec.askedAt).
+	AskedAt time.Time
+	// Answers to the current request (status entries whose
+	// observedGeneration is the IPProbe's generation) of nodes other than
+	// the reservation's owner node (WireFactOf).
+	Answers []WireAnswer
+}
+
+// WireAnswer is one node's answer to the current request.
+type WireAnswer struct {
+	Node string
+	// NodeReady: the answering node is Ready, by a live read of its Node.
+	NodeReady bool
+	Result    tenurev1alpha1.ProbeResult
+	// MAC, Kind and Interface of an answered probe; Message of a failed one.
+	MAC, Kind, Interface, Message string
+}
+
+// WireFactOf summarises the IPProbe of r: the answers to its current
+// request (its generation) of nodes other than r's owner node, whose own
+// word, the node in question, does not count. nil p is a request not made
+// yet. ready says whether a node is Ready; it is asked only of the nodes
+// that answered.
+func WireFactOf(r *tenurev1alpha1.IPReservation, p *tenurev1alpha1.IPProbe, ready func(node string) bool) *WireFact {
+	if p == nil {
+		return &WireFact{}
+	}
+	f := &WireFact{Asked: true, AskedAt: p.Spec.AskedAt.Time}
+	for _, a := range p.Status.Answers {
+		if a.ObservedGeneration != p.Generation || a.Node == "" || a.Node == r.Spec.Owner.Node {
+			continue
+		}
+		f.Answers = append(f.Answers, WireAnswer{Node: a.Node, NodeReady: ready(a.Node), Result: a.Result,
+			MAC: a.MAC, Kind: a.Kind, Interface: a.Interface, Message: a.Message})
+	}
+	return f
 }
 
 // Policy holds the tunables.
@@ -171,6 +222,20 @@ type Policy struct {
 	// NodeGracePeriod is how long a node must have been NotReady before
 	// ReleaseUnfenced releases the addresses of its terminating pods.
 	NodeGracePeriod time.Duration
+	// ProbeInterval is how long a request to probe an address stands
+	// before the agents are asked again, while it answers or while no
+	// agent of a Ready node has answered (DefaultProbeInterval when 0).
+	ProbeInterval time.Duration
+}
+
+// DefaultProbeInterval is Policy.ProbeInterval's default.
+const DefaultProbeInterval = 30 * time.Second
+
+func (p Policy) probeInterval() time.Duration {
+	if p.ProbeInterval > 0 {
+		return p.ProbeInterval
+	}
+	return DefaultProbeInterval
 }
 
 // Decision is Decide's answer.
@@ -190,6 +255,16 @@ type Decision struct {
 	// AskLive: the facts given cannot decide, the live reads can; a cache
 	// nominates such a reservation to the live path as it would a release.
 	AskLive bool
+	// Probe: the release is due (NodeNotReady) and waits for the wire: an
+	// IPProbe of the reservation is to exist, and Wire facts decide.
+	Probe bool
+	// Reask, with Probe: the current request has stood for
+	// Policy.ProbeInterval without a silent answer; the agents are to be
+	// asked again.
+	Reask bool
+	// Answering, with Probe, is the answer that keeps the address: what
+	// answered for it on the wire.
+	Answering *WireAnswer
 }
 
 func keep(format string, args ...any) Decision {
@@ -218,6 +293,9 @@ func NeedsNode(r *tenurev1alpha1.IPReservation, pod *PodFact) bool {
 // Decide says whether r is to be released.
 func Decide(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 	o := r.Spec.Owner
+	if o.Kind == tenurev1alpha1.OwnerAdministrator {
+		return keep("an address an administrator set aside: only tenurectl release gives it back")
+	}
 	if o.UID == "" || o.Namespace == "" || o.Name == "" {
 		return keep("owner is incomplete (namespace %q, name %q, uid %q)", o.Namespace, o.Name, o.UID)
 	}
@@ -285,8 +363,8 @@ func decidePod(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 	}
 	down := f.Now.Sub(node.NotReadySince)
 	if p.ReleaseUnfenced && down >= p.NodeGracePeriod {
-		return release(NodeNotReady, "pod %s/%s (uid %s) is %s on node %s, NotReady for %s (grace period %s), not fenced",
-			o.Namespace, o.Name, o.UID, state, o.Node, down.Round(time.Second), p.NodeGracePeriod)
+		return decideWire(r, f, p, fmt.Sprintf("pod %s/%s (uid %s) is %s on node %s, NotReady for %s (grace period %s), not fenced",
+			o.Namespace, o.Name, o.UID, state, o.Node, down.Round(time.Second), p.NodeGracePeriod))
 	}
 	d := keep("pod %s/%s is %s on node %s, NotReady for %s: %s", o.Namespace, o.Name, state, o.Node, down.Round(time.Second), FenceWait(o.Node))
 	if p.ReleaseUnfenced {
@@ -294,6 +372,74 @@ func decidePod(r *tenurev1alpha1.IPReservation, f Facts, p Policy) Decision {
 		d.RecheckAfter = p.NodeGracePeriod - down
 	}
 	d.Fence = o.Node
+	return d
+}
+
+// decideWire decides a release that NodeNotReady makes due: the node may
+// still run the pod, so the address is released only once an agent of a
+// Ready node other than the owner node probed it on the wire, after the
+// current request, and heard nothing. While anything answers, or while no
+// such agent has answered, it is kept, waiting for the node to be fenced
+// as well.
+func decideWire(r *tenurev1alpha1.IPReservation, f Facts, p Policy, what string) Decision {
+	o, addr, w := r.Spec.Owner, r.Spec.Address, f.Wire
+	if r.Spec.Kind != tenurev1alpha1.KindAddress {
+		// A delegated prefix is routed, not claimed on the segment: no
+		// probe says whether the node still routes it.
+		d := keep("%s; a delegated prefix is not probed on the wire: %s", what, FenceWait(o.Node))
+		d.Fence = o.Node
+		return d
+	}
+	d := Decision{Probe: true, Fence: o.Node}
+	iv := p.probeInterval()
+	switch {
+	case w == nil:
+		d.Message = fmt.Sprintf("%s; whether anything answers for %s on the wire is for a live read of its IPProbe to say", what, addr)
+		d.AskLive = true
+		return d
+	case !w.Asked:
+		d.Message = fmt.Sprintf("%s; asking the agents of other nodes whether anything answers for %s on the wire before releasing it, or %s", what, addr, FenceWait(o.Node))
+		d.RecheckAfter = iv
+		return d
+	}
+	age := f.Now.Sub(w.AskedAt)
+	d.RecheckAfter = iv - age
+	if d.RecheckAfter <= 0 {
+		d.Reask, d.RecheckAfter = true, iv
+	}
+	for i := range w.Answers {
+		if a := &w.Answers[i]; a.Result == tenurev1alpha1.ProbeAnswered {
+			d.Answering = a
+			d.Message = fmt.Sprintf("%s; %s answers on the wire from MAC %s (%s, heard by node %s on %s): kept while anything answers for it, or %s",
+				what, addr, orNone(a.MAC), orNone(a.Kind), a.Node, orNone(a.Interface), FenceWait(o.Node))
+			return d
+		}
+	}
+	for _, a := range w.Answers {
+		if a.Result == tenurev1alpha1.ProbeSilent && a.NodeReady {
+			return release(NodeNotReady, "%s; nothing answered for %s on the wire (node %s probed it on %s)", what, addr, a.Node, orNone(a.Interface))
+		}
+	}
+	var heard []string
+	for _, a := range w.Answers {
+		switch {
+		case a.Result == tenurev1alpha1.ProbeFailed:
+			heard = append(heard, fmt.Sprintf("node %s could not probe: %s", a.Node, orNone(a.Message)))
+		case !a.NodeReady:
+			heard = append(heard, fmt.Sprintf("node %s heard nothing but is not Ready", a.Node))
+		}
+	}
+	so := ""
+	if len(heard) > 0 {
+		so = " (" + strings.Join(heard, "; ") + ")"
+	}
+	if age < iv {
+		d.Message = fmt.Sprintf("%s; waiting for an agent of a Ready node other than %s to probe %s on the wire, asked %s ago%s, or %s",
+			what, o.Node, addr, age.Round(time.Second), so, FenceWait(o.Node))
+		return d
+	}
+	d.Message = fmt.Sprintf("%s; no agent of a Ready node other than %s probed %s on the wire within %s of the request%s: no other node has served network %s, or their agents are down; %s",
+		what, o.Node, addr, iv, so, r.Spec.Network, FenceWait(o.Node))
 	return d
 }
 

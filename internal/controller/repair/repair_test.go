@@ -146,6 +146,9 @@ func TestDecide(t *testing.T) {
 		{"claim exists with an unknown uid", claimRes(), Facts{Now: t0, Claim: &ClaimFact{Exists: true}}, "", "uid unknown"},
 		{"owner without uid", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.UID = "" })), Facts{Now: t0, Pod: gonePod}, "", "incomplete"},
 		{"owner without name", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Name = "" })), Facts{Now: t0, Pod: gonePod}, "", "incomplete"},
+		{"an address an administrator set aside, whatever pod its name once was", podRes("x", "10.0.0.1", "", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) {
+			*o = tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerAdministrator, Name: "admin", UID: uid1}
+		})), Facts{Now: t0, Pod: gonePod, Claim: &ClaimFact{}}, "", "set aside"},
 		{"unknown owner kind", podRes("x", "10.0.0.1", "c", t0, "1", withOwner(func(o *tenurev1alpha1.ReservationOwner) { o.Kind = "VirtualMachine" })), Facts{Now: t0, Pod: gonePod, Claim: &ClaimFact{}}, "", "not known"},
 	}
 	for _, tc := range cases {
@@ -206,6 +209,8 @@ func TestDecideNodeFencing(t *testing.T) {
 		{"terminating, node state unknown", terminating, nil, fencing, "", false, 0, "state unknown"},
 
 		// ReleaseUnfenced: the grace period releases what is not fenced.
+		// (Past the grace period, the wire decides: TestDecideWire; here
+		// a silent answer of a Ready node.)
 		{"opt-in: NotReady past grace", terminating, downLong, optIn, NodeNotReady, false, 0, "NotReady for 10m0s (grace period 5m0s), not fenced"},
 		{"opt-in: NotReady exactly the grace period", terminal, downExactly, optIn, NodeNotReady, false, 0, "terminal"},
 		{"opt-in: NotReady within grace", terminating, downShort, optIn, "", true, 4 * time.Minute, "or for the end of its 5m0s grace period"},
@@ -215,7 +220,7 @@ func TestDecideNodeFencing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(r, Facts{Now: t0, Pod: tc.pod, Node: tc.node}, tc.p)
+			d := Decide(r, Facts{Now: t0, Pod: tc.pod, Node: tc.node, Wire: silentNow}, tc.p)
 			if d.Release != (tc.want != "") || d.Reason != tc.want {
 				t.Fatalf("Decide = release %v reason %q (%s); want reason %q", d.Release, d.Reason, d.Message, tc.want)
 			}
@@ -242,7 +247,7 @@ func TestDecideRecheckAfterWithinGrace(t *testing.T) {
 	if d.Release || d.RecheckAfter != 4*time.Minute {
 		t.Fatalf("got %+v, want keep with RecheckAfter 4m", d)
 	}
-	d = Decide(r, Facts{Now: t0.Add(4 * time.Minute), Pod: terminating, Node: downShort}, p)
+	d = Decide(r, Facts{Now: t0.Add(4 * time.Minute), Pod: terminating, Node: downShort, Wire: silentNow}, p)
 	if !d.Release || d.Reason != NodeNotReady {
 		t.Fatalf("after the recheck: %+v, want NodeNotReady", d)
 	}

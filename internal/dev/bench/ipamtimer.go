@@ -16,10 +16,14 @@ import (
 const ipamTimerType = "tenure-bench-ipam-timer"
 
 // ipamTimerSource is the timer: it reads the network configuration, takes
-// its two keys out of the ipam section (timed_type, the real plugin's type,
-// and timed_log, where to write), puts timed_type back as the type, runs
-// the real plugin found on CNI_PATH with that configuration and the same
-// environment, and appends one JSON line: the plugin, the command, the
+// its keys out of the ipam section (timed_type, the real plugin's type,
+// timed_log, where to write, and optionally timed_name, the name its lines
+// carry when two networks run one plugin, and timed_bin, the binary to run
+// instead of timed_type's on CNI_PATH: an older build's shim, which its
+// agent accepts only under the type "tenure"), puts timed_type back as the
+// type, runs the real plugin with that configuration and the same
+// environment, and appends one JSON line: the name (timed_type without
+// timed_name), the command, the
 // wall time from fork to exit and the child's CPU (user+system, wait4's
 // rusage). stdout, stderr and the exit code are the plugin's. It uses the
 // standard library only and is built at run time (buildIPAMTimer), so no
@@ -66,16 +70,31 @@ func run() int {
 	if err := json.Unmarshal(ipam["timed_log"], &logPath); err != nil || logPath == "" {
 		return fail("ipam.timed_log %s: want a file", ipam["timed_log"])
 	}
+	name := real
+	if raw, ok := ipam["timed_name"]; ok {
+		if err := json.Unmarshal(raw, &name); err != nil || name == "" {
+			return fail("ipam.timed_name %s: want a name", raw)
+		}
+	}
+	bin := ""
+	if raw, ok := ipam["timed_bin"]; ok {
+		if err := json.Unmarshal(raw, &bin); err != nil || !filepath.IsAbs(bin) {
+			return fail("ipam.timed_bin %s: want an absolute path", raw)
+		}
+	}
 	delete(ipam, "timed_type")
 	delete(ipam, "timed_log")
+	delete(ipam, "timed_name")
+	delete(ipam, "timed_bin")
 	ipam["type"], _ = json.Marshal(real)
 	conf["ipam"], _ = json.Marshal(ipam)
 	out, _ := json.Marshal(conf)
-	bin := ""
 	for _, dir := range filepath.SplitList(os.Getenv("CNI_PATH")) {
+		if bin != "" {
+			break
+		}
 		if fi, err := os.Stat(filepath.Join(dir, real)); err == nil && !fi.IsDir() {
 			bin = filepath.Join(dir, real)
-			break
 		}
 	}
 	if bin == "" {
@@ -93,7 +112,7 @@ func run() int {
 	code = cmd.ProcessState.ExitCode()
 	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	line, _ := json.Marshal(map[string]any{
-		"ipam": real, "command": os.Getenv("CNI_COMMAND"), "container": os.Getenv("CNI_CONTAINERID"),
+		"ipam": name, "command": os.Getenv("CNI_COMMAND"), "container": os.Getenv("CNI_CONTAINERID"),
 		"wall_ms": float64(wall) / 1e6, "cpu_ms": float64(cpu) / 1e6, "exit": code,
 	})
 	if f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {

@@ -39,13 +39,45 @@ import (
 )
 
 func init() {
-	registerScenario(Scenario{Name: "pod-start", Summary: "real pods on the real node, one Multus macvlan attachment each, host-local, tenure and whereabouts alternating wave by wave, then a storm each: creation to Ready and to network-status, and the IPAM plugin's own ADD time",
+	registerScenario(Scenario{Name: "pod-start", Summary: "real pods on the real node, one Multus macvlan attachment each, host-local, tenure (probing and not) and whereabouts, and with --baseline-bin an older build's tenure, alternating wave by wave, then a storm each: creation to Ready and to network-status, and the IPAM plugin's own ADD time",
 		Needs: Needs{Node: true}, Run: (*env).podStartScenario, Targets: podStartTargets})
 }
 
 // The IPAMs compared, in the order of the first round; each later round
 // starts one further on, so that none always follows the same one.
-var podStartIPAMs = []string{"host-local", "tenure", "whereabouts"}
+// ipamProbeOff is tenure's agent on a network with `"probe": false` (its
+// ADD without the wire check); ipamBefore, run only with
+// PodStartOptions.BaselineBin, is an older build's shim and agent beside
+// this build's on the same node.
+var podStartIPAMs = []string{"host-local", "tenure", ipamProbeOff, "whereabouts", ipamBefore}
+
+const (
+	ipamProbeOff = "tenure-probe-off"
+	ipamBefore   = "tenure-before"
+)
+
+// podStartIPAMsFor are the IPAMs a run with opts compares, in
+// podStartIPAMs' order.
+func podStartIPAMsFor(opts PodStartOptions) []string {
+	var out []string
+	for _, ipam := range podStartIPAMs {
+		if ipam != ipamBefore || opts.BaselineBin != "" {
+			out = append(out, ipam)
+		}
+	}
+	return out
+}
+
+// ipamLabel is how rows name an IPAM.
+func ipamLabel(ipam string) string {
+	switch ipam {
+	case ipamProbeOff:
+		return "tenure, probe off"
+	case ipamBefore:
+		return "tenure before"
+	}
+	return ipam
+}
 
 // Defaults of PodStartOptions: what the targets are stated for.
 const (
@@ -85,6 +117,11 @@ type PodStartOptions struct {
 	// Nodes is how many real nodes the pods spread over, pod by pod (1
 	// when 0; up to devnode.MaxNodes, a devnode.Cluster when more than 1).
 	Nodes int
+	// BaselineBin, when set, is a directory with an older build's tenure
+	// and tenure-agent (make build of the old tree): its agent runs beside
+	// this build's on every node (podStartBeforeAgent) and its shim serves
+	// the IPAM ipamBefore.
+	BaselineBin string
 }
 
 func (o PodStartOptions) withDefaults() PodStartOptions {
@@ -126,6 +163,11 @@ func (o PodStartOptions) Validate() error {
 		return fmt.Errorf("pod-start nodes: %d: from 1 to %d on this machine", o.Nodes, devnode.MaxNodes)
 	case o.Pods > 250 || o.Wave > 100 || o.Storm > 100:
 		return fmt.Errorf("pod-start: pods %d, wave %d, storm %d: a node runs 110 pods and each network is a /24", o.Pods, o.Wave, o.Storm)
+	}
+	if o.BaselineBin != "" {
+		if _, err := baselineBinaries(o.BaselineBin, testbed.Binaries{}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -248,6 +290,15 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 	if err != nil {
 		return nil, err
 	}
+	ipams := podStartIPAMsFor(opts)
+	if opts.BaselineBin != "" {
+		undoBefore, err := podStartBeforeAgent(ctx, c, nodes, opts.BaselineBin)
+		defer undoBefore()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ipamBefore, err)
+		}
+		logf("%s: the agent and shim of %s run beside this build's (DaemonSet %s/%s, socket %s)", ipamBefore, opts.BaselineBin, localnode.Namespace, beforeDaemonSet, beforeSocket)
+	}
 	for _, n := range nodes {
 		removeMaster, err := podStartMasterOn(n)
 		defer removeMaster()
@@ -271,10 +322,22 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 		"host-local":  fmt.Sprintf(`"ranges":[[{"subnet":"10.211.0.0/24"}]],"dataDir":%q`, filepath.Join(dir, "host-local")),
 		"tenure":      `"range":"10.212.0.0/24","network_name":"pod-start-tenure"`,
 		"whereabouts": fmt.Sprintf(`"range":"10.213.0.0/24","configuration_path":%q,"kubernetes":{"kubeconfig":%q}`, flat, nodeKubeconfig),
+		ipamProbeOff:  `"range":"10.214.0.0/24","network_name":"pod-start-tenure-probe-off","probe":false`,
+		ipamBefore:    fmt.Sprintf(`"range":"10.215.0.0/24","network_name":"pod-start-tenure-before","agent_socket":%q`, beforeSocket),
 	}
-	for _, ipam := range podStartIPAMs {
+	for _, ipam := range ipams {
+		// The probe-off and before networks are tenure's type (its agent
+		// refuses another); the before one runs the older shim, installed
+		// under its own name.
+		typ, bin := ipam, ""
+		switch ipam {
+		case ipamProbeOff:
+			typ = "tenure"
+		case ipamBefore:
+			typ, bin = "tenure", fmt.Sprintf(`"timed_bin":%q,`, filepath.Join(devnode.HostCNIBinDir, beforeShimType))
+		}
 		conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ps-%s","type":"macvlan","master":%q,"mode":"bridge",
-			"ipam":{"type":%q,"timed_type":%q,"timed_log":%q,%s}}`, ipam, podStartMaster, ipamTimerType, ipam, timerLog, ipamConf[ipam])
+			"ipam":{"type":%q,"timed_type":%q,"timed_name":%q,%s"timed_log":%q,%s}}`, ipam, podStartMaster, ipamTimerType, typ, ipam, bin, timerLog, ipamConf[ipam])
 		obj, err := localnode.NAD(podStartNamespace, "ps-"+ipam, conf)
 		if err != nil {
 			return nil, err
@@ -438,7 +501,7 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 
 	// One pod per IPAM first, unmeasured: the first ADD on a network pays
 	// for cold caches and page cache, which is no IPAM's steady cost.
-	for _, ipam := range podStartIPAMs {
+	for _, ipam := range ipams {
 		if err := batch("warmup", ipam, 0, 1); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
@@ -463,16 +526,16 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 	rounds := perSet * opts.Sets
 	for r := range rounds {
 		n := min(opts.Wave, opts.Pods-(r%perSet)*opts.Wave)
-		for i := range podStartIPAMs {
-			if err := batch("waves", podStartIPAMs[(r+i)%len(podStartIPAMs)], r, n); err != nil {
+		for i := range ipams {
+			if err := batch("waves", ipams[(r+i)%len(ipams)], r, n); err != nil {
 				return podStartRows(samples), err
 			}
 		}
 	}
 	if opts.Storm > 0 {
 		for r := range opts.Storms {
-			for i := range podStartIPAMs {
-				if err := batch("storm", podStartIPAMs[(rounds+r+i)%len(podStartIPAMs)], r, opts.Storm); err != nil {
+			for i := range ipams {
+				if err := batch("storm", ipams[(rounds+r+i)%len(ipams)], r, opts.Storm); err != nil {
 					return podStartRows(samples), err
 				}
 			}
@@ -864,19 +927,20 @@ func podStartRows(samples map[string]*podSample) []Result {
 		}
 		stats[k] = f
 		phase, ipam := splitKey(k)
-		rows = append(rows, Result{ID: "pod-start-" + phase + "-" + ipam, Name: fmt.Sprintf("pod start, %s, %s", phase, ipam),
+		rows = append(rows, Result{ID: "pod-start-" + phase + "-" + ipam, Name: fmt.Sprintf("pod start, %s, %s", phase, ipamLabel(ipam)),
 			Ops: int(f["pods"]), Failures: s.notReady, P50Ms: f["ready_p50_ms"], P90Ms: f["ready_p90_ms"], P99Ms: f["ready_p99_ms"], Figures: f})
 	}
 	for _, phase := range []string{"waves", "storm"} {
-		t := stats[phase+"/tenure"]
-		for _, other := range []string{"host-local", "whereabouts"} {
-			o := stats[phase+"/"+other]
+		for _, pair := range podStartRatios {
+			t, o := stats[phase+"/"+pair[0]], stats[phase+"/"+pair[1]]
 			if t == nil || o == nil {
 				continue
 			}
 			f := map[string]float64{}
 			for _, m := range []string{"ready_p50_ms", "ready_p90_ms", "ready_p99_ms", "netstatus_p50_ms", "netstatus_p90_ms", "netstatus_p99_ms", "ipam_add_p50_ms", "ipam_add_p99_ms", "ipam_add_cpu_ms_mean", cpuFigure("machine busy"), "api_requests_per_pod"} {
-				if o[m] > 0 {
+				// A figure of no pods (none Ready, no ADD timed) is 0: no
+				// ratio, rather than one that meets any target.
+				if t[m] > 0 && o[m] > 0 {
 					f[m] = round3(t[m] / o[m])
 				}
 			}
@@ -887,10 +951,31 @@ func podStartRows(samples map[string]*podSample) []Result {
 				ct, co := t["ready_p50_batch_cv"], o["ready_p50_batch_cv"]
 				f["ready_p50_ms_stderr"] = round3(f["ready_p50_ms"] * math.Sqrt(ct*ct/t["batches"]+co*co/o["batches"]))
 			}
-			rows = append(rows, Result{ID: "pod-start-" + phase + "-tenure/" + other, Name: fmt.Sprintf("pod start, %s, tenure / %s (ratios)", phase, other), Figures: f})
+			// Between two builds or settings of tenure the difference is
+			// what one adds to the other's ADD and pod start: with probing
+			// against without, the ADD latency probing adds.
+			if pair[1] == ipamProbeOff || pair[1] == ipamBefore {
+				for _, m := range []string{"ipam_add_p50_ms", "ipam_add_p99_ms", "ready_p50_ms", "ready_p99_ms"} {
+					if t[m] > 0 && o[m] > 0 {
+						f[m+"_added"] = round3(t[m] - o[m])
+					}
+				}
+			}
+			rows = append(rows, Result{ID: "pod-start-" + phase + "-" + pair[0] + "/" + pair[1],
+				Name: fmt.Sprintf("pod start, %s, %s / %s (ratios)", phase, ipamLabel(pair[0]), ipamLabel(pair[1])), Figures: f})
 		}
 	}
 	return rows
+}
+
+// podStartRatios are the pairs whose ratios are rows (the first's figures
+// over the second's): tenure against each other IPAM, the probe-off and
+// before IPAMs against host-local as tenure is, and tenure against its own
+// probe-off and before.
+var podStartRatios = [][2]string{
+	{"tenure", "host-local"}, {"tenure", "whereabouts"},
+	{ipamProbeOff, "host-local"}, {ipamBefore, "host-local"},
+	{"tenure", ipamProbeOff}, {"tenure", ipamBefore},
 }
 
 // spread is the coefficient of variation (sample standard deviation over
@@ -974,6 +1059,37 @@ func podStartTargets(rep *Report) []Target {
 	for _, id := range []string{"pod-start-waves-tenure/whereabouts", "pod-start-storm-tenure/whereabouts"} {
 		if v, ok := ratio(id, "ready_p50_ms"); ok {
 			ts = append(ts, Target{Name: "pod start p50, " + id[len("pod-start-"):], Want: "recorded", Measured: fmt.Sprintf("%.2f×", v), Status: "measured"})
+		}
+	}
+	// tenure with probing off and the older build, against host-local by
+	// the same figures as the targets above; recorded, since the targets
+	// are this build's with its defaults.
+	for _, ipam := range []string{ipamProbeOff, ipamBefore} {
+		for _, m := range []struct{ phase, fig, label string }{
+			{"waves", "ready_p50_ms", "pod start (to Ready) p50"}, {"waves", "ready_p99_ms", "pod start p99"},
+			{"waves", "netstatus_p99_ms", "network-status p99"}, {"storm", "ready_p99_ms", "pod start p99"},
+		} {
+			id := "pod-start-" + m.phase + "-" + ipam + "/host-local"
+			if v, ok := ratio(id, m.fig); ok {
+				ts = append(ts, Target{Name: fmt.Sprintf("%s, %s, %s / host-local", m.label, m.phase, ipamLabel(ipam)), Want: "recorded", Measured: fmt.Sprintf("%.2f×", v), Status: "measured"})
+			}
+		}
+	}
+	// The ADD time (the IPAM timer's) that probing adds, and that this
+	// build adds to the older one's.
+	for _, ipam := range []string{ipamProbeOff, ipamBefore} {
+		what := "added by probing"
+		if ipam == ipamBefore {
+			what = "added since " + ipamLabel(ipam)
+		}
+		for _, phase := range []string{"waves", "storm"} {
+			id := "pod-start-" + phase + "-tenure/" + ipam
+			p50, ok50 := ratio(id, "ipam_add_p50_ms_added")
+			p99, ok99 := ratio(id, "ipam_add_p99_ms_added")
+			if ok50 && ok99 {
+				ts = append(ts, Target{Name: fmt.Sprintf("IPAM ADD time %s, %s, p50 / p99", what, phase), Want: "recorded",
+					Measured: fmt.Sprintf("%+.1f / %+.1f ms", p50, p99), Status: "measured"})
+			}
 		}
 	}
 	for _, r := range rep.Scenarios {

@@ -212,3 +212,125 @@ func TestProbeStealKeepsTheMachineBusy(t *testing.T) {
 		t.Errorf("over the probe the CPUs were busy or stolen %.0f %% of the time, want most of it", used*100)
 	}
 }
+
+func TestPodStartIPAMsTheBeforeBuildOnlyWithABaseline(t *testing.T) {
+	if got := podStartIPAMsFor(PodStartOptions{}); strings.Join(got, ",") != "host-local,tenure,tenure-probe-off,whereabouts" {
+		t.Errorf("without a baseline: %v", got)
+	}
+	if got := podStartIPAMsFor(PodStartOptions{BaselineBin: "/old/bin"}); strings.Join(got, ",") != "host-local,tenure,tenure-probe-off,whereabouts,tenure-before" {
+		t.Errorf("with a baseline: %v", got)
+	}
+}
+
+func TestPodStartBaselineBinWithoutTheOldBinariesIsRefusedNamingIt(t *testing.T) {
+	dir := t.TempDir()
+	err := PodStartOptions{BaselineBin: dir}.withDefaults().Validate()
+	if err == nil || !strings.Contains(err.Error(), "--baseline-bin "+dir+": no tenure") {
+		t.Errorf("an empty directory: %v, want an error naming --baseline-bin and the directory", err)
+	}
+}
+
+// TestPodStartRowsProbeOffAndBeforeAgainstHostLocalAndTenure: the
+// probe-off and before IPAMs get their rows and their ratios to host-local,
+// tenure its ratios to each of them with the ADD time it adds in ms, and
+// the targets record them without judging them.
+func TestPodStartRowsProbeOffAndBeforeAgainstHostLocalAndTenure(t *testing.T) {
+	samples := map[string]*podSample{
+		"waves/host-local":       {ready: []float64{100, 200}, netStatus: []float64{50}, addWall: []float64{2, 4}},
+		"waves/tenure":           {ready: []float64{110, 220}, netStatus: []float64{55}, addWall: []float64{12, 40}},
+		"waves/tenure-probe-off": {ready: []float64{105, 210}, netStatus: []float64{50}, addWall: []float64{10, 30}},
+		"waves/tenure-before":    {ready: []float64{100, 250}, netStatus: []float64{60}, addWall: []float64{8, 20}},
+		"storm/host-local":       {ready: []float64{400}, addWall: []float64{5}},
+		"storm/tenure":           {ready: []float64{500}, addWall: []float64{25}},
+		"storm/tenure-probe-off": {ready: []float64{440}, addWall: []float64{20}},
+	}
+	rows := podStartRows(samples)
+	byID := map[string]Result{}
+	var order []string
+	for _, r := range rows {
+		byID[r.ID] = r
+		order = append(order, r.ID)
+	}
+	if r := byID["pod-start-waves-tenure-probe-off"]; r.Name != "pod start, waves, tenure, probe off" || r.Figures["ipam_add_p50_ms"] != 10 {
+		t.Errorf("probe-off row: %q %v", r.Name, r.Figures)
+	}
+	if r := byID["pod-start-waves-tenure-before"]; r.Name != "pod start, waves, tenure before" || r.Figures["ready_p99_ms"] != 250 {
+		t.Errorf("before row: %q %v", r.Name, r.Figures)
+	}
+	// The per-IPAM rows come in podStartIPAMs' order, waves then storm.
+	if want := "pod-start-waves-host-local,pod-start-waves-tenure,pod-start-waves-tenure-probe-off,pod-start-waves-tenure-before,pod-start-storm-host-local,pod-start-storm-tenure,pod-start-storm-tenure-probe-off"; strings.Join(order[:7], ",") != want {
+		t.Errorf("row order %v, want %s first", order, want)
+	}
+	if f := byID["pod-start-waves-tenure-probe-off/host-local"].Figures; f["ready_p50_ms"] != 1.05 || f["ipam_add_p50_ms"] != 5 {
+		t.Errorf("probe off / host-local: %v", f)
+	}
+	if f := byID["pod-start-waves-tenure-before/host-local"].Figures; f["ready_p99_ms"] != 1.25 || f["netstatus_p99_ms"] != 1.2 {
+		t.Errorf("before / host-local: %v", f)
+	}
+	p := byID["pod-start-waves-tenure/tenure-probe-off"]
+	if p.Name != "pod start, waves, tenure / tenure, probe off (ratios)" || p.Figures["ipam_add_p50_ms_added"] != 2 || p.Figures["ipam_add_p99_ms_added"] != 10 ||
+		p.Figures["ready_p50_ms_added"] != 5 || p.Figures["ipam_add_p50_ms"] != 1.2 {
+		t.Errorf("tenure / probe off: %q %v", p.Name, p.Figures)
+	}
+	if f := byID["pod-start-waves-tenure/tenure-before"].Figures; f["ipam_add_p50_ms_added"] != 4 || f["ready_p99_ms_added"] != -30 {
+		t.Errorf("tenure / before: %v", f)
+	}
+	if _, ok := byID["pod-start-waves-tenure/host-local"].Figures["ipam_add_p50_ms_added"]; ok {
+		t.Error("a difference in ms against host-local, another IPAM")
+	}
+	if _, ok := byID["pod-start-storm-tenure/tenure-before"]; ok {
+		t.Error("a storm ratio to the before build, which had no storm")
+	}
+	rep := &Report{Scenarios: rows}
+	got := map[string]Target{}
+	for _, tg := range podStartTargets(rep) {
+		got[tg.Name] = tg
+	}
+	for name, want := range map[string]string{
+		"pod start (to Ready) p50, waves, tenure, probe off / host-local": "1.05×",
+		"pod start p99, waves, tenure before / host-local":                "1.25×",
+		"pod start p99, storm, tenure, probe off / host-local":            "1.10×",
+		"IPAM ADD time added by probing, waves, p50 / p99":                "+2.0 / +10.0 ms",
+		"IPAM ADD time added by probing, storm, p50 / p99":                "+5.0 / +5.0 ms",
+		"IPAM ADD time added since tenure before, waves, p50 / p99":       "+4.0 / +20.0 ms",
+	} {
+		if tg, ok := got[name]; !ok || tg.Measured != want || tg.Status != "measured" {
+			t.Errorf("target %q: %+v, want measured %s", name, tg, want)
+		}
+	}
+	if _, ok := got["IPAM ADD time added since tenure before, storm, p50 / p99"]; ok {
+		t.Error("a before storm target without a before storm")
+	}
+	// The existing targets stay tenure's against host-local.
+	if tg := got["pod start (to Ready) p50, waves, tenure / host-local"]; tg.Measured != "1.10×" || tg.Status != "not met" {
+		t.Errorf("tenure's waves p50 target: %+v", tg)
+	}
+	// An IPAM none of whose pods got Ready has no ratios, so no target of
+	// its reads as met.
+	samples["waves/tenure"] = &podSample{notReady: 2, addWall: []float64{3, 4}, addFailures: 2}
+	rows = podStartRows(samples)
+	rep = &Report{Scenarios: rows}
+	for i := range rep.Scenarios {
+		rep.Scenarios[i].Scenario = "pod-start"
+	}
+	for _, r := range rows {
+		if r.ID == "pod-start-waves-tenure/host-local" || r.ID == "pod-start-waves-tenure/tenure-probe-off" {
+			if _, ok := r.Figures["ready_p50_ms"]; ok {
+				t.Errorf("%s: a Ready ratio with no pod Ready: %v", r.ID, r.Figures)
+			}
+			if _, ok := r.Figures["ready_p50_ms_added"]; ok {
+				t.Errorf("%s: a Ready difference with no pod Ready: %v", r.ID, r.Figures)
+			}
+		}
+	}
+	got = map[string]Target{}
+	for _, tg := range podStartTargets(rep) {
+		got[tg.Name] = tg
+	}
+	if tg := got["pod start (to Ready) p50, waves, tenure / host-local"]; tg.Status != "n/a" {
+		t.Errorf("tenure's waves p50 target with no tenure pod Ready: %+v", tg)
+	}
+	if tg := got["pod start, waves, tenure: every pod Ready"]; tg.Status != "not met" || tg.Measured != "2 not Ready" {
+		t.Errorf("every pod Ready: %+v", tg)
+	}
+}

@@ -32,8 +32,12 @@ func RefusalRule(err error) string {
 				return m[1]
 			}
 		}
-		if strings.Contains(msg, "cannot ") && strings.Contains(msg, "system:serviceaccount:") {
+		if strings.Contains(msg, "cannot ") && (strings.Contains(msg, "system:serviceaccount:") || strings.Contains(msg, "system:node:")) {
 			return "rbac"
+		}
+		// The NodeRestriction admission plugin's refusals of a kubelet.
+		if strings.Contains(msg, "is not allowed to modify") || strings.Contains(msg, "NodeRestriction") {
+			return "NodeRestriction"
 		}
 	}
 	return "error: " + msg

@@ -250,6 +250,9 @@ type CNICall struct {
 	Netns       string
 	Args        string // CNI_ARGS
 	Config      []byte // the network config on stdin
+	// Env is more of the plugin's environment, as the node's runtime has
+	// it (whereabouts reads its node's name from NODENAME).
+	Env []string
 }
 
 // PodArgs is the CNI_ARGS a kubelet passes for a pod.
@@ -273,6 +276,7 @@ func ExecShim(ctx context.Context, shim string, c CNICall) ([]byte, error) {
 		"CNI_COMMAND=" + c.Command, "CNI_CONTAINERID=" + c.ContainerID, "CNI_NETNS=" + netns,
 		"CNI_IFNAME=" + c.IfName, "CNI_ARGS=" + c.Args, "CNI_PATH=" + filepath.Dir(shim),
 	}
+	cmd.Env = append(cmd.Env, c.Env...)
 	cmd.Stdin = bytes.NewReader(c.Config)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

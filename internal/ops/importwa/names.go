@@ -25,6 +25,31 @@ func PoolName(networkName string, prefix netip.Prefix) string {
 	return s
 }
 
+// SlicePoolName is the name whereabouts gives the IPPool of node's slice
+// of a range made with node_slice_size (IPPoolName with a node): the
+// slice's CIDR as PoolName writes it, after "NODE-", after
+// "NETWORK_NAME-" when network_name is set.
+func SlicePoolName(networkName, node string, slice netip.Prefix) string {
+	if networkName != "" {
+		return networkName + "-" + node + "-" + PoolName("", slice)
+	}
+	return node + "-" + PoolName("", slice)
+}
+
+// isSlicePool reports whether name is a SlicePoolName of network_name
+// networkName for slice, whatever the node.
+func isSlicePool(networkName, name string, slice netip.Prefix) bool {
+	rest := name
+	if networkName != "" {
+		var ok bool
+		if rest, ok = strings.CutPrefix(name, networkName+"-"); !ok {
+			return false
+		}
+	}
+	node, ok := strings.CutSuffix(rest, "-"+PoolName("", slice))
+	return ok && node != "" && SlicePoolName(networkName, node, slice) == name
+}
+
 // OverlappingName is the name whereabouts gives the
 // OverlappingRangeIPReservation of an address (NormalizeIP).
 func OverlappingName(networkName string, addr netip.Addr) string {

@@ -12,6 +12,9 @@
 //     '-' (a trailing ':' gets a '0' first), prefixed with "NETWORK_NAME-"
 //     when network_name is set; spec.allocations maps the offset from the
 //     CIDR's first address to {id: containerID, podref: ns/name, ifname};
+//   - with node_slice_size, each node's slice of a range has its own
+//     IPPool, named NODE-SLICE (after "NETWORK_NAME-"), whose spec.range is
+//     the slice; its offsets count from the slice's first address;
 //   - an OverlappingRangeIPReservation (enable_overlapping_ranges) is named
 //     by the IP with ':' replaced by '-', prefixed the same way; spec
 //     holds podref and ifname.
@@ -160,6 +163,9 @@ type target struct {
 // whereabouts IPPool name they map to.
 type targets struct {
 	byPool map[string][]target
+	// sliced are the targets of configurations with node_slice_size,
+	// whose pools are named per node and slice (SlicePoolName).
+	sliced []target
 	// overlapping are the targets of configurations with
 	// enable_overlapping_ranges, which write OverlappingRangeIPReservations.
 	overlapping []target
@@ -181,8 +187,12 @@ func buildTargets(nads []NetworkConfig) *targets {
 		}
 		for _, conf := range confs {
 			c, err := parseAsTenure(conf)
-			if err == nil && c.Pool != "" {
+			switch {
+			case err != nil:
+			case c.Pool != "":
 				err = fmt.Errorf("names the tenure IPPool %s: whereabouts never allocated from it", c.Pool)
+			case c.Pools != nil:
+				err = fmt.Errorf("lists the tenure IPPools %s: whereabouts never allocated from them", strings.Join(c.Pools, ", "))
 			}
 			if err != nil {
 				t.notes = append(t.notes, fmt.Sprintf("%s: %v", source, err))
@@ -196,6 +206,9 @@ func buildTargets(nads []NetworkConfig) *targets {
 				tg := target{network: sp.Scope, rng: r, cniNetwork: c.Name, source: source, netName: c.NetworkName}
 				name := PoolName(c.NetworkName, r.Prefix)
 				t.byPool[name] = append(t.byPool[name], tg)
+				if slices.Contains(c.Ignored, "node_slice_size") {
+					t.sliced = append(t.sliced, tg)
+				}
 				if c.OverlappingRanges {
 					t.overlapping = append(t.overlapping, tg)
 				}
@@ -203,6 +216,28 @@ func buildTargets(nads []NetworkConfig) *targets {
 		}
 	}
 	return t
+}
+
+// slicePool returns the targets a node's slice pool maps to: those of the
+// configurations with node_slice_size whose range holds the pool's
+// spec.range (the slice) and whose network_name and slice name it. Its
+// allocations are offsets from the slice's first address, as any pool's
+// from its range's; the slice's NodeSlicePool records only which node has
+// which slice, nothing an import needs. whereabouts allocates a slice
+// without the range's exclude (v0.9.4): an allocation on an excluded
+// address is OutOfRange, and tenure never hands it out.
+func (t *targets) slicePool(p Pool) []target {
+	slice, err := netip.ParsePrefix(strings.TrimSpace(p.Range))
+	if err != nil {
+		return nil
+	}
+	var out []target
+	for _, tg := range t.sliced {
+		if tg.rng.Prefix.Bits() <= slice.Bits() && tg.rng.Prefix.Contains(slice.Addr()) && isSlicePool(tg.netName, p.Name, slice) {
+			out = append(out, tg)
+		}
+	}
+	return out
 }
 
 // Inputs are the listed objects Plan maps.
@@ -263,6 +298,9 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 	for _, p := range pools {
 		source := "IPPool " + p.Namespace + "/" + p.Name
 		tgs := t.byPool[p.Name]
+		if len(tgs) == 0 {
+			tgs = t.slicePool(p)
+		}
 		first, err := poolFirst(p.Range)
 		if len(tgs) == 0 || err != nil {
 			reason := "no whereabouts or tenure configuration in a NetworkAttachmentDefinition maps to it"
@@ -322,7 +360,13 @@ func Plan(in Inputs, pod func(podRef string) (Pod, bool, error), progress func(d
 			continue
 		}
 		e := Entry{PodRef: o.PodRef, ContainerID: o.ContainerID, Interface: o.IfName, Sources: []string{source}}
-		fill(&e, addr, *tg, *tg)
+		in := *tg
+		if !tg.rng.Contains(addr) {
+			// In the subnet but never handed out (excluded, or outside
+			// range_start..range_end), as the pool's record of it is.
+			in = target{}
+		}
+		fill(&e, addr, in, *tg)
 		if err := add(e, source); err != nil {
 			return nil, err
 		}
