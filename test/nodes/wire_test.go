@@ -89,11 +89,13 @@ func squatterOnTheSAN(t *testing.T) {
 			t.Fatalf("the squatter's %s: %v: %s", p, err, out)
 		}
 	}
-	out, err := exec.Command("nsenter", "--net="+guest.Netns, "cat", "/sys/class/net/"+guest.Link+"/address").Output()
+	// The guest's MAC read in its namespace (/sys outside a mount
+	// namespace of its own shows the host's links).
+	macStr, err := nodetest.LinkMAC(guest.Netns, guest.Link)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mac, err := net.ParseMAC(strings.TrimSpace(string(out)))
+	mac, err := net.ParseMAC(macStr)
 	if err != nil {
 		t.Fatal(err)
 	}
