@@ -117,7 +117,7 @@ func TestDevUpDown(t *testing.T) {
 		names = append(names, crd.Name)
 	}
 	slices.Sort(names)
-	want := []string{"ipamclaims.k8s.cni.cncf.io", "ippools.ipam.tenure.dev", "ipreservations.ipam.tenure.dev"}
+	want := []string{"ipamclaims.k8s.cni.cncf.io", "ippools.ipam.tenure.dev", "ipprobes.ipam.tenure.dev", "ipreservations.ipam.tenure.dev"}
 	if !slices.Equal(names, want) {
 		t.Errorf("CRDs = %v, want %v", names, want)
 	}

@@ -450,21 +450,38 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 		}
 	}
 	have := map[netip.Addr]bool{}
-	for _, r := range held {
-		if _, unsettled := a.store.Uncertain(r.Name); unsettled {
-			continue // not known to exist
-		}
-		if r.Spec.Kind == tenurev1alpha1.KindAddress {
-			if p, err := reservation.ParseItem(r.Spec.Address); err == nil {
-				have[p.Addr()] = true
+	note := func(held []*tenurev1alpha1.IPReservation) {
+		for _, r := range held {
+			if _, unsettled := a.store.Uncertain(r.Name); unsettled {
+				continue // not known to exist
+			}
+			if r.Spec.Kind == tenurev1alpha1.KindAddress {
+				if p, err := reservation.ParseItem(r.Spec.Address); err == nil {
+					have[p.Addr()] = true
+				}
 			}
 		}
 	}
-	for _, ipc := range pr.IPs {
-		addr, ok := netip.AddrFromSlice(ipc.Address.IP)
-		if !ok || !have[addr.Unmap()] {
-			return codedf(CodeCheckFailed, nil, "address %s of the previous result has no reservation for container %s interface %s", ipc.Address.IP, req.ContainerID, req.IfName)
+	missing := func() net.IP {
+		for _, ipc := range pr.IPs {
+			if addr, ok := netip.AddrFromSlice(ipc.Address.IP); !ok || !have[addr.Unmap()] {
+				return ipc.Address.IP
+			}
 		}
+		return nil
+	}
+	note(held)
+	if missing() != nil {
+		// The node cache may lag (its watch broke, the agent restarted):
+		// what it lacks is read from the API server before CHECK fails.
+		live, err := a.attachmentHolds(ctx, req.ContainerID, req.IfName, string(at.pod.UID), true, false)
+		if err != nil {
+			return err
+		}
+		note(live)
+	}
+	if ip := missing(); ip != nil {
+		return codedf(CodeCheckFailed, nil, "address %s of the previous result has no reservation for container %s interface %s", ip, req.ContainerID, req.IfName)
 	}
 	if len(pr.IPs) == 0 && (len(at.cfg.Ranges) > 0 || at.cfg.Pools != nil) {
 		return codedf(CodeCheckFailed, nil, "previous result holds no address")

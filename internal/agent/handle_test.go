@@ -312,6 +312,28 @@ func TestHandle(t *testing.T) {
 		},
 		wantHeldCount: 6,
 	}, {
+		// The node cache lags (its watch broke): CHECK reads what the
+		// attachment holds from the API server before it fails.
+		name: "CHECK passes for an address the stale cache has not seen",
+		objs: []client.Object{pod("p1", thisNode, nil)},
+		steps: []step{{
+			before: func(h *harness) {
+				h.fake.Pause()
+				a := netip.MustParseAddr("10.0.0.3")
+				r := reservation.New(reservation.Spec{Network: "san", Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(a, 32),
+					Range: "10.0.0.0/29", CNINetwork: "san",
+					Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerPod, Namespace: "ns", Name: "p1", UID: "uid-p1",
+						PodName: "p1", PodUID: "uid-p1", ContainerID: "c1", Interface: "net1", Node: thisNode}})
+				if err := h.fake.Create(h.ctx, r); err != nil {
+					h.t.Fatal(err)
+				}
+			},
+			call: call{cmd: "CHECK", ctr: "c1", pod: "p1", prev: []string{"10.0.0.3"}},
+		}, {
+			call: call{cmd: "CHECK", ctr: "c1", pod: "p1", prev: []string{"10.0.0.4"}}, wantCode: CodeCheckFailed, wantMsg: "10.0.0.4",
+		}},
+		wantHeld: []string{"10.0.0.3=p1"},
+	}, {
 		name: "an exhausted range answers 100 naming the range, and writes nothing",
 		objs: []client.Object{pod("p1", thisNode, nil), heldBy("san", "10.0.0.1", "uid-x", "node-b"),
 			heldBy("san", "10.0.0.2", "uid-x", "node-b"), heldBy("san", "10.0.0.3", "uid-x", "node-b"),

@@ -134,7 +134,11 @@ func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcom
 		opts.Idle = DefaultWireIdle
 	}
 	w := &wire{
-		prober: &probe.Prober{Netns: opts.Netns, Count: opts.Count, Interval: opts.Interval},
+		// HoldersOnly: the agents of every node on a segment probe the
+		// same next candidates ahead of their ADDs, so another host's probe
+		// of an address is no holder of it (the API server decides who
+		// takes it); only a host that claims it answers.
+		prober: &probe.Prober{Netns: opts.Netns, Count: opts.Count, Interval: opts.Interval, HoldersOnly: true},
 		opts:   opts, log: log, rec: rec, upcoming: upcoming,
 		results: map[wireKey]*wireResult{}, nets: map[wireNetKey]*wireNet{}, served: map[string]string{},
 		kick: make(chan struct{}, 1), sem: make(chan struct{}, 16),

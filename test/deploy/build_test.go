@@ -38,6 +38,7 @@ func TestKustomizeBuild(t *testing.T) {
 		{"Namespace", namespace},
 		{"CustomResourceDefinition", "ipreservations.ipam.tenure.dev"},
 		{"CustomResourceDefinition", "ippools.ipam.tenure.dev"},
+		{"CustomResourceDefinition", "ipprobes.ipam.tenure.dev"},
 		{"CustomResourceDefinition", "ipamclaims.k8s.cni.cncf.io"},
 		{"ServiceAccount", agentSA},
 		{"ClusterRole", agentSA},
