@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -70,35 +69,11 @@ func PodNetns(t *testing.T, p *corev1.Pod, paths []string) string {
 // dst and waits for its reply.
 func Ping(path, dst string) error {
 	var conn *icmp.PacketConn
-	errc := make(chan error, 1)
-	go func() {
-		// Left locked if it cannot go back: Go ends the thread.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			return
-		}
+	if err := inNetnsPath(path, func() error {
+		var err error
 		conn, err = icmp.ListenPacket("ip4:icmp", "0.0.0.0")
-		if backErr := netns.Set(orig); backErr != nil {
-			errc <- backErr
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+		return err
+	}); err != nil {
 		return err
 	}
 	defer conn.Close()
