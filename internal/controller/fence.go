@@ -2,7 +2,6 @@ package controller
 
 import (
 	"log/slog"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,12 +27,11 @@ const EventReasonFenceWait = "WaitingForFence"
 type fenceWaits struct {
 	events EventRecorder // nil: no Events
 	log    *slog.Logger
-	mu     sync.Mutex
-	told   map[string]string // reservation name: the node it waits for
+	*toldOnce
 }
 
 func newFenceWaits(events EventRecorder, log *slog.Logger) *fenceWaits {
-	return &fenceWaits{events: events, log: log, told: map[string]string{}}
+	return &fenceWaits{events: events, log: log, toldOnce: newToldOnce(fenceWaitGauge)}
 }
 
 // observe is told a decision about r (read from a cache or live).
@@ -45,14 +43,9 @@ func (f *fenceWaits) observe(r *tenurev1alpha1.IPReservation, d repair.Decision)
 	case d.Fence == "":
 		return
 	}
-	f.mu.Lock()
-	if f.told[r.Name] == d.Fence {
-		f.mu.Unlock()
+	if !f.first(r.Name, d.Fence) {
 		return
 	}
-	f.told[r.Name] = d.Fence
-	fenceWaitGauge.Set(float64(len(f.told)))
-	f.mu.Unlock()
 	o := r.Spec.Owner
 	f.log.Info("kept: waiting for the node to be fenced", "reservation", r.Name, "address", r.Spec.Address, "network", r.Spec.Network,
 		"owner", "Pod "+o.Namespace+"/"+o.Name, "uid", o.UID, "node", d.Fence, "why", d.Message)
@@ -62,14 +55,4 @@ func (f *fenceWaits) observe(r *tenurev1alpha1.IPReservation, d repair.Decision)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}}
 	f.events.Eventf(pod, corev1.EventTypeWarning, EventReasonFenceWait, "keeping %s %s of network %s (IPReservation %s): %s",
 		kindWord(r), r.Spec.Address, r.Spec.Network, r.Name, d.Message)
-}
-
-// forget drops a reservation that is released or deleted.
-func (f *fenceWaits) forget(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.told[name]; ok {
-		delete(f.told, name)
-		fenceWaitGauge.Set(float64(len(f.told)))
-	}
 }

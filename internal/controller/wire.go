@@ -168,12 +168,11 @@ func (s *probeSet) handler() toolscache.ResourceEventHandler {
 type wireAnswers struct {
 	events EventRecorder // nil: no Events
 	log    *slog.Logger
-	mu     sync.Mutex
-	told   map[string]string // reservation name: the MAC that answered
+	*toldOnce
 }
 
 func newWireAnswers(events EventRecorder, log *slog.Logger) *wireAnswers {
-	return &wireAnswers{events: events, log: log, told: map[string]string{}}
+	return &wireAnswers{events: events, log: log, toldOnce: newToldOnce(answeringGauge)}
 }
 
 func (w *wireAnswers) observe(r *tenurev1alpha1.IPReservation, d repair.Decision) {
@@ -185,14 +184,9 @@ func (w *wireAnswers) observe(r *tenurev1alpha1.IPReservation, d repair.Decision
 		return
 	}
 	a := d.Answering
-	w.mu.Lock()
-	if w.told[r.Name] == a.MAC {
-		w.mu.Unlock()
+	if !w.first(r.Name, a.MAC) {
 		return
 	}
-	w.told[r.Name] = a.MAC
-	answeringGauge.Set(float64(len(w.told)))
-	w.mu.Unlock()
 	o := r.Spec.Owner
 	w.log.Warn("kept: the address answers on the wire", "reservation", r.Name, "address", r.Spec.Address, "network", r.Spec.Network,
 		"owner", "Pod "+o.Namespace+"/"+o.Name, "node", o.Node, "mac", a.MAC, "heardBy", a.Node, "interface", a.Interface)
@@ -202,13 +196,4 @@ func (w *wireAnswers) observe(r *tenurev1alpha1.IPReservation, d repair.Decision
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}}
 	w.events.Eventf(pod, corev1.EventTypeWarning, EventReasonAddressAnswers, "keeping %s %s of network %s (IPReservation %s): it answers on the wire from MAC %s (%s, heard by node %s on %s)",
 		kindWord(r), r.Spec.Address, r.Spec.Network, r.Name, a.MAC, a.Kind, a.Node, a.Interface)
-}
-
-func (w *wireAnswers) forget(name string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, ok := w.told[name]; ok {
-		delete(w.told, name)
-		answeringGauge.Set(float64(len(w.told)))
-	}
 }
