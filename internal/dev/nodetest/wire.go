@@ -35,8 +35,8 @@ type WireSampler struct {
 	conn   *packet.Conn
 	cancel context.CancelFunc
 	done   sync.WaitGroup
-	// closing is set before Stop closes the socket: the read that fails
-	// then is no error.
+	// closing is set before Stop closes the socket: the read or the
+	// round's write that fails then is no error.
 	closing atomic.Bool
 
 	mu      sync.Mutex
@@ -98,6 +98,9 @@ func (s *WireSampler) probe(ctx context.Context, interval time.Duration) {
 				if b, err = req.MarshalBinary(); err == nil {
 					_, err = s.conn.WriteTo(b, &packet.Addr{HardwareAddr: ethernet.Broadcast})
 				}
+			}
+			if s.closing.Load() {
+				return // Stop closed the socket under this round
 			}
 			if err != nil {
 				s.fail(fmt.Errorf("probing %s: %w", a, err))
