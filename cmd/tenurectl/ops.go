@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/ops"
 )
 
@@ -111,6 +112,11 @@ type policyFlags struct {
 	gracePeriod     time.Duration
 }
 
+// policy is the controller's policy these flags describe.
+func (p *policyFlags) policy() repair.Policy {
+	return repair.Policy{ReleaseUnfenced: p.releaseUnfenced, NodeGracePeriod: p.gracePeriod}
+}
+
 func (p *policyFlags) add(fs *pflag.FlagSet) {
 	fs.BoolVar(&p.releaseUnfenced, "release-unfenced", false, "tenure-controller's --release-unfenced: the terminating pods of a node NotReady for --node-grace-period count as gone though the node is not fenced")
 	nonNegativeDuration(fs, &p.gracePeriod, "node-grace-period", ops.DefaultNodeGracePeriod, "tenure-controller's --node-grace-period: with --release-unfenced, how long a node is NotReady before its terminating pods count as gone")
@@ -143,6 +149,11 @@ func opsCommands(e *env) []*cobra.Command {
 		},
 		{
 			use: "why POD", summary: "a pod's attachments and their last allocation outcome", nargs: 1,
+			flags: func(fs *pflag.FlagSet) any {
+				f := &policyFlags{}
+				f.add(fs)
+				return f
+			},
 			complete: func(ctx context.Context, st *opsState, _ string) []string {
 				return completeWith(st, func(c *ops.Client) ([]string, error) {
 					ns, err := st.kube.namespaceOrDefault()
@@ -157,7 +168,8 @@ func opsCommands(e *env) []*cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				return call(st, func(c *ops.Client) (report, error) { return c.Why(ctx, ns, args[0]) })
+				f := st.own.(*policyFlags)
+				return call(st, func(c *ops.Client) (report, error) { return c.Why(ctx, ns, args[0], f.policy()) })
 			},
 		},
 		{

@@ -314,6 +314,9 @@ func TestExplain(t *testing.T) {
 // A terminating pod on a node that is not Ready and not fenced: why says
 // its addresses wait for the node to be fenced and names the taint; on a
 // Ready node, a fenced one or a deleted one it says nothing of the kind.
+// Judged by the controller's --release-unfenced, it says the grace period
+// and the wire too, and that NodeNotReady releases them once the wire is
+// silent.
 func TestExplainFence(t *testing.T) {
 	now := t0.Add(10 * time.Minute)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u1", DeletionTimestamp: &metav1.Time{Time: t0},
@@ -322,42 +325,66 @@ func TestExplainFence(t *testing.T) {
 	san := podRes("san", "10.0.0.5", "ns", "web", "u1", "node-a")
 	san.Spec.Owner.Interface = "net1"
 	const wait = "; kept: waiting for node node-a to be fenced (kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute, or delete the Node)"
+	notReady := &repair.NodeFact{Exists: true, NotReadySince: t0}
+	unfenced := repair.Policy{ReleaseUnfenced: true, NodeGracePeriod: 5 * time.Minute}
+	asked := func(answers ...repair.WireAnswer) *repair.WireFact {
+		return &repair.WireFact{Asked: true, AskedAt: now.Add(-time.Second), Answers: answers}
+	}
 	for _, tc := range []struct {
-		name string
-		node *repair.NodeFact
-		pod  func(*corev1.Pod)
-		want bool
+		name   string
+		node   *repair.NodeFact
+		pod    func(*corev1.Pod)
+		policy repair.Policy
+		wire   *repair.WireFact
+		want   []string // in the attachment's outcome after "allocated ..."; none: no wait
 	}{
-		{"terminating, NotReady, not fenced", &repair.NodeFact{Exists: true, NotReadySince: t0}, func(*corev1.Pod) {}, true},
-		{"terminal, NotReady, not fenced", &repair.NodeFact{Exists: true, NotReadySince: t0}, func(p *corev1.Pod) { p.DeletionTimestamp, p.Status.Phase = nil, corev1.PodFailed }, true},
-		{"terminating, Ready", &repair.NodeFact{Exists: true, Ready: true}, func(*corev1.Pod) {}, false},
-		{"terminating, NotReady, fenced", &repair.NodeFact{Exists: true, NotReadySince: t0, OutOfService: true}, func(*corev1.Pod) {}, false},
-		{"terminating, node deleted", &repair.NodeFact{}, func(*corev1.Pod) {}, false},
+		{"terminating, NotReady, not fenced", notReady, func(*corev1.Pod) {}, repair.Policy{}, nil, []string{wait}},
+		{"terminal, NotReady, not fenced", notReady, func(p *corev1.Pod) { p.DeletionTimestamp, p.Status.Phase = nil, corev1.PodFailed }, repair.Policy{}, nil, []string{wait}},
+		{"terminating, Ready", &repair.NodeFact{Exists: true, Ready: true}, func(*corev1.Pod) {}, repair.Policy{}, nil, nil},
+		{"terminating, NotReady, fenced", &repair.NodeFact{Exists: true, NotReadySince: t0, OutOfService: true}, func(*corev1.Pod) {}, repair.Policy{}, nil, nil},
+		{"terminating, node deleted", &repair.NodeFact{}, func(*corev1.Pod) {}, repair.Policy{}, nil, nil},
+		{"release-unfenced, within the grace period", notReady, func(*corev1.Pod) {},
+			repair.Policy{ReleaseUnfenced: true, NodeGracePeriod: time.Hour}, nil,
+			[]string{"; kept: pod ns/web is terminating on node node-a, NotReady for 10m0s: waiting for node node-a to be fenced", "or for the end of its 1h0m0s grace period"}},
+		{"release-unfenced, past the grace period, the address answers", notReady, func(*corev1.Pod) {}, unfenced,
+			asked(repair.WireAnswer{Node: "node-b", NodeReady: true, Result: tenurev1alpha1.ProbeAnswered, MAC: "02:00:00:00:00:05", Kind: "arp", Interface: "san0"}),
+			[]string{"; kept: pod ns/web (uid u1) is terminating on node node-a, NotReady for 10m0s (grace period 5m0s), not fenced", "answers on the wire from MAC 02:00:00:00:00:05", "waiting for node node-a to be fenced"}},
+		{"release-unfenced, past the grace period, nothing answers", notReady, func(*corev1.Pod) {}, unfenced,
+			asked(repair.WireAnswer{Node: "node-b", NodeReady: true, Result: tenurev1alpha1.ProbeSilent, Interface: "san0"}),
+			[]string{"; the controller releases it: pod ns/web (uid u1) is terminating on node node-a", "nothing answered for 10.0.0.5 on the wire (node node-b probed it on san0)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pod.DeepCopy()
 			tc.pod(p)
-			rep := Explain(p, []*tenurev1alpha1.IPReservation{san}, nil, nil, now)
-			rep.ExplainFence(p, []*tenurev1alpha1.IPReservation{san}, tc.node)
+			owned := []*tenurev1alpha1.IPReservation{san}
+			rep := Explain(p, owned, nil, nil, now)
+			d := repair.Decide(san, repair.Facts{Now: now, Pod: repair.PodFactOf(p), Node: tc.node, Wire: tc.wire}, tc.policy)
+			rep.ExplainFence(owned, []repair.Decision{d}, tc.policy.ReleaseUnfenced)
 			allocated := "allocated 10.0.0.5 10m ago on node node-a"
-			if !tc.want {
-				if rep.Fence != "" || rep.Attachments[0].Outcome != allocated {
-					t.Fatalf("fence %q, outcome %q; want no wait", rep.Fence, rep.Attachments[0].Outcome)
+			got := rep.Attachments[0].Outcome
+			if tc.want == nil {
+				if rep.Fence != "" || got != allocated {
+					t.Fatalf("fence %q, outcome %q; want no wait", rep.Fence, got)
 				}
 				return
 			}
-			if got := rep.Attachments[0].Outcome; got != allocated+wait {
-				t.Errorf("outcome %q, want %q", got, allocated+wait)
+			if !strings.HasPrefix(got, allocated+tc.want[0]) {
+				t.Errorf("outcome %q, want it to begin %q", got, allocated+tc.want[0])
 			}
-			if got := rep.Attachments[1].Outcome; strings.Contains(got, "fenced") {
+			for _, w := range tc.want[1:] {
+				if !strings.Contains(got, w) {
+					t.Errorf("outcome %q lacks %q", got, w)
+				}
+			}
+			if got := rep.Attachments[1].Outcome; strings.Contains(got, "fenced") || strings.Contains(got, "releases") {
 				t.Errorf("an attachment that holds nothing waits: %q", got)
 			}
 			var b strings.Builder
 			if err := rep.WriteTable(&b, false); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(b.String(), "addresses kept: pod ns/web is ") || !strings.Contains(b.String(), "waiting for node node-a to be fenced") {
-				t.Errorf("table lacks the wait:\n%s", b.String())
+			if released := strings.Contains(got, "releases it"); released != (rep.Fence == "") || released == strings.Contains(b.String(), "addresses kept: pod ns/web ") {
+				t.Errorf("released %v, fence %q; table:\n%s", released, rep.Fence, b.String())
 			}
 		})
 	}

@@ -105,8 +105,9 @@ type PodReport struct {
 // Why answers "why has this pod no address": for each attachment of the
 // pod, what it holds (its reservations, or its claim's) and the last
 // allocation outcome from the Events of tenure-agent, of the kubelet and on
-// the claims.
-func (c *Client) Why(ctx context.Context, namespace, name string) (*PodReport, error) {
+// the claims. For a terminating or terminal pod it also says what its
+// addresses wait for, judged by policy, the controller's flags.
+func (c *Client) Why(ctx context.Context, namespace, name string, policy repair.Policy) (*PodReport, error) {
 	pod := &corev1.Pod{}
 	if err := c.c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, pod); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -152,14 +153,17 @@ func (c *Client) Why(ctx context.Context, namespace, name string) (*PodReport, e
 		return nil, err
 	}
 	if pf := repair.PodFactOf(pod); (pf.Terminating || pf.Terminal) && pod.Spec.NodeName != "" {
-		n := &corev1.Node{}
-		switch err := c.c.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, n); {
-		case apierrors.IsNotFound(err):
-			n = nil
-		case err != nil:
-			return nil, err
+		decisions := make([]repair.Decision, len(owned))
+		for i, r := range owned {
+			// The same live facts as tenurectl release reads: the node, and
+			// under --release-unfenced what other nodes heard on the wire.
+			facts, _, err := c.liveFacts(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			decisions[i] = repair.Decide(r, facts, policy)
 		}
-		rep.ExplainFence(pod, owned, repair.NodeFactOf(n))
+		rep.ExplainFence(owned, decisions, policy.ReleaseUnfenced)
 	}
 	return rep, nil
 }
@@ -251,19 +255,28 @@ func ExplainPools(rep *PodReport, configs map[string]*config.Config, pools []ten
 	}
 }
 
-// ExplainFence adds to the report of a terminating or terminal pod whether
-// its addresses wait for its node to be fenced, by the controller's rules.
-func (r *PodReport) ExplainFence(pod *corev1.Pod, owned []*tenurev1alpha1.IPReservation, node *repair.NodeFact) {
-	for _, res := range owned {
-		facts := repair.Facts{Now: r.now, Pod: repair.PodFactOf(pod), Node: node}
-		d := repair.Decide(res, facts, repair.Policy{})
-		if d.Fence == "" {
+// ExplainFence adds to the report of a terminating or terminal pod what
+// the addresses of owned wait for, from the controller's decision about
+// each (decisions[i] about owned[i]): the node to be fenced, and with
+// unfenced (--release-unfenced) the grace period and the wire too; or that
+// NodeNotReady releases them now.
+func (r *PodReport) ExplainFence(owned []*tenurev1alpha1.IPReservation, decisions []repair.Decision, unfenced bool) {
+	for i, res := range owned {
+		d := decisions[i]
+		var outcome string
+		switch {
+		case d.Release && d.Reason == repair.NodeNotReady:
+			outcome = "; the controller releases it: " + d.Message
+		case d.Release || d.Fence == "":
 			continue
+		case unfenced:
+			outcome, r.Fence = "; kept: "+d.Message, d.Message
+		default:
+			outcome, r.Fence = "; kept: "+repair.FenceWait(d.Fence), d.Message
 		}
-		r.Fence = d.Message
 		for i := range r.Attachments {
-			if a := &r.Attachments[i]; a.Interface == res.Spec.Owner.Interface && !strings.Contains(a.Outcome, "to be fenced") {
-				a.Outcome += "; kept: " + repair.FenceWait(d.Fence)
+			if a := &r.Attachments[i]; a.Interface == res.Spec.Owner.Interface && !strings.Contains(a.Outcome, outcome) {
+				a.Outcome += outcome
 			}
 		}
 	}

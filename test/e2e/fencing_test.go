@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenure-ipam/tenure/internal/controller"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	tenureops "github.com/tenure-ipam/tenure/internal/ops"
 )
@@ -159,7 +160,7 @@ func TestTerminatingPodOnUnfencedNodeKeepsItsAddresses(t *testing.T) {
 		}
 	}
 
-	rep, err := tenureops.New(fc.c).Why(ctx, fc.ns, fc.terminating[0].name)
+	rep, err := tenureops.New(fc.c).Why(ctx, fc.ns, fc.terminating[0].name, repair.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestTerminatingPodOnUnfencedNodeKeepsItsAddresses(t *testing.T) {
 		len(rep.Attachments) != 1 || !strings.Contains(rep.Attachments[0].Outcome, "kept: waiting for node "+fc.lost+" to be fenced") {
 		t.Errorf("tenurectl why: fence %q, attachments %+v", rep.Fence, rep.Attachments)
 	}
-	if rep, err = tenureops.New(fc.c).Why(ctx, fc.ns, fc.other[2].name); err != nil || rep.Fence != "" {
+	if rep, err = tenureops.New(fc.c).Why(ctx, fc.ns, fc.other[2].name, repair.Policy{}); err != nil || rep.Fence != "" {
 		t.Errorf("tenurectl why of the running pod on the lost node: fence %q, %v; want none", rep.Fence, err)
 	}
 }

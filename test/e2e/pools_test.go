@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
@@ -142,7 +143,7 @@ func TestAPodGetsItsRacksPool(t *testing.T) {
 	if _, err := add(ctx, onB, conf("rack-b-1")); err != nil {
 		t.Fatal(err)
 	}
-	why, err := ops.New(cli).Why(ctx, ns, onB.name)
+	why, err := ops.New(cli).Why(ctx, ns, onB.name, repair.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
