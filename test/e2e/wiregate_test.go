@@ -15,6 +15,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller"
+	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	tenureops "github.com/tenure-ipam/tenure/internal/ops"
 )
@@ -136,6 +137,16 @@ func TestGracePeriodReleaseWaitsWhileTheAddressAnswers(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("check findings %+v, want %s of IPReservation %s naming %s", rep.Findings, tenureops.RuleAddressAnswers, held, s.squatMAC)
+	}
+	// tenurectl why, judging as this controller does, says the address is
+	// kept because it answers, and names the MAC.
+	why, err := tenureops.New(c).Why(ctx, ns, lostPod.name, repair.Policy{ReleaseUnfenced: true, NodeGracePeriod: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(why.Attachments) != 1 || !strings.Contains(why.Attachments[0].Outcome, "kept: ") ||
+		!strings.Contains(why.Attachments[0].Outcome, addr.String()+" answers on the wire from MAC "+s.squatMAC.String()) {
+		t.Errorf("tenurectl why --release-unfenced: attachments %+v, want %s kept as answering from %s", why.Attachments, addr, s.squatMAC)
 	}
 	released, _ := ctrl.metric(t, "tenure_releases_total", `reason="NodeNotReady"`)
 
