@@ -581,6 +581,13 @@ func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
 		return nil, err
 	}
 	if !match(p) {
+		if hash, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok && hash == args.UID {
+			// The runtime's UID of a static pod is its manifest's hash,
+			// which the kubelet writes on the mirror pod; the mirror pod is
+			// the node's own word (claims.IsMirrorPod).
+			return nil, codedf(CodeStaticPod, nil, "pod %s is a static pod (its mirror pod carries %s=%s): tenure gives no address of a shared network to a pod whose API object its node writes itself, as NodeRestriction gives a mirror pod no Secret, ConfigMap or ServiceAccount; run it as a DaemonSet's pod",
+				key, corev1.MirrorPodAnnotationKey, hash)
+		}
 		return nil, codedf(types.ErrTryAgainLater, nil, "pod %s has UID %s, the runtime asked for UID %s (a deleted pod's sandbox)", key, p.UID, args.UID)
 	}
 	switch p.Spec.NodeName {

@@ -27,6 +27,10 @@ const (
 	// VM's pod its VMI does not name yet gets 11 instead: virt-controller
 	// lists it when it next syncs the VMI.
 	CodeNotPresented uint = 103
+	// CodeStaticPod: the pod is a static pod, which the runtime names by
+	// its manifest's hash and the API by a mirror pod its node writes: it
+	// gets no address (docs/design.md, "Static pods").
+	CodeStaticPod uint = 104
 )
 
 // cniError is an error with the CNI code it should be reported with.

@@ -59,6 +59,27 @@ func TestAPodItsNodeCouldHaveMadeUpPresentsNoClaim(t *testing.T) {
 	}
 }
 
+// TestAStaticPodIsRefusedByName: the runtime names a static pod by its
+// manifest's hash, which its mirror pod carries as kubernetes.io/config.mirror;
+// its ADD fails with 104 naming the pod and the hash, at once, and
+// reserves nothing. A runtime UID no pod has is still a deleted pod's
+// sandbox (11, try again).
+func TestAStaticPodIsRefusedByName(t *testing.T) {
+	static := pod("static-web", thisNode, map[string]string{corev1.MirrorPodAnnotationKey: "6c1d0e5a"})
+	h := startAgent(t, static)
+	r := h.do(call{cmd: "ADD", ctr: "c1", pod: static.Name, uid: "6c1d0e5a"})
+	if r.Error == nil || r.Error.Code != CodeStaticPod || !strings.Contains(r.Error.Msg, "pod ns/static-web is a static pod") ||
+		!strings.Contains(r.Error.Msg, "kubernetes.io/config.mirror=6c1d0e5a") {
+		t.Fatalf("the static pod's ADD: %+v, want %d naming pod ns/static-web and its hash", r, CodeStaticPod)
+	}
+	h.wantHeld(nil)
+	r = h.do(call{cmd: "ADD", ctr: "c2", pod: static.Name, uid: "no-such-uid"})
+	if r.Error == nil || r.Error.Code != 11 {
+		t.Fatalf("an ADD under a UID no pod has: %+v, want 11", r)
+	}
+	h.wantHeld(nil)
+}
+
 // TestAClaimsStatusIsAppendedTo: a configuration grown by an IPv4 range
 // appends the claim's new address after the IPv6 one it records, which
 // keeps its place.

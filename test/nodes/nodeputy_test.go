@@ -187,16 +187,13 @@ func mirrorPodAndKubeletRewriteOnNodeOne(t *testing.T) {
 			return fmt.Errorf("pod %s is no mirror pod: %v", p.Name, p.Annotations)
 		}
 		mirror = p
-		// tenure's agent refuses it: as a mirror pod, which presents no
-		// claim (claims.MayPresent), or, asked by the runtime for the
-		// static pod's UID, which is not the mirror pod's the API server
-		// gave it, as a pod it cannot tell from a deleted one's sandbox.
+		// tenure's agent refuses it as a static pod: the runtime asks for
+		// the manifest's hash, which the mirror pod carries.
 		for _, e := range strings.Split(kc.Events(ctx, ns, mirrorName), " | ") {
 			if !strings.HasPrefix(e, "FailedCreatePodSandBox: ") {
 				continue
 			}
-			if strings.Contains(e, "may not present IPAMClaim "+ns+"/"+vm.Claim) && strings.Contains(e, claims.RefusedMirrorPod) ||
-				strings.Contains(e, "pod "+ns+"/"+mirrorName+" has UID "+string(p.UID)+", the runtime asked for UID") {
+			if strings.Contains(e, "pod "+ns+"/"+mirrorName+" is a static pod (its mirror pod carries "+corev1.MirrorPodAnnotationKey+"="+p.Annotations[corev1.MirrorPodAnnotationKey]+")") {
 				refusal = e
 				return nil
 			}
