@@ -149,7 +149,10 @@ func TestTheWireCheckProbesTheNextCandidatesAhead(t *testing.T) {
 func TestTheWireCheckProbesFurtherAheadOfABurst(t *testing.T) {
 	var asked []int
 	w := newWire(WireOptions{Fresh: time.Minute, Ahead: 8}, slog.Default(), nil,
-		func(_ context.Context, _ string, _ allocator.Space, n int) []netip.Prefix { asked = append(asked, n); return nil })
+		func(_ context.Context, _ string, _ allocator.Space, n int) []netip.Prefix {
+			asked = append(asked, n)
+			return nil
+		})
 	ctx := context.Background()
 	space := allocator.AddressSpace{}
 	for range 5 {
