@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/icmp"
@@ -19,12 +20,12 @@ import (
 // at path; false if the namespace or the link is gone.
 func AddrsIn(t *testing.T, path, ifname string) ([]string, bool) {
 	t.Helper()
-	ns, err := netns.GetFromPath(path)
+	target, err := netns.GetFromPath(path)
 	if err != nil {
 		return nil, false
 	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	defer target.Close()
+	h, err := netlink.NewHandleAt(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func PodNetns(t *testing.T, p *corev1.Pod, paths []string) string {
 // dst and waits for its reply.
 func Ping(path, dst string) error {
 	var conn *icmp.PacketConn
-	if err := inNetnsPath(path, func() error {
+	if err := ns.WithNetNSPath(path, func(ns.NetNS) error {
 		var err error
 		conn, err = icmp.ListenPacket("ip4:icmp", "0.0.0.0")
 		return err
