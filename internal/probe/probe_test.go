@@ -157,26 +157,6 @@ func TestMatchersCountOnlyWhatClaimsTheAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name string
-		b    []byte
-		want string
-	}{
-		{"reply for x", arpOf(arp.OperationReply, x, zero4), "arp-reply"},
-		{"gratuitous announcement of x", arpOf(arp.OperationRequest, x, x), "arp-announcement"},
-		{"a host asking from x", arpOf(arp.OperationRequest, x, other), "arp-announcement"},
-		{"another probe for x", arpOf(arp.OperationRequest, zero4, x), "arp-probe"},
-		{"reply for another address", arpOf(arp.OperationReply, other, zero4), ""},
-		{"another host asking for x", arpOf(arp.OperationRequest, other, x), ""},
-		{"garbage", []byte{1, 2, 3}, ""},
-	} {
-		t.Run("arp/"+tc.name, func(t *testing.T) {
-			a := matchARP(tc.b, theirs)
-			if got := kindOf(a); got != tc.want {
-				t.Fatalf("got %q, want %q", got, tc.want)
-			}
-		})
-	}
 
 	x6 := netip.MustParseAddr("fd00::5")
 	other6 := netip.MustParseAddr("fd00::6")
@@ -198,23 +178,33 @@ func TestMatchersCountOnlyWhatClaimsTheAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
-		b    []byte
-		want string
+		name  string
+		match func([]byte, net.HardwareAddr) *Answer
+		b     []byte
+		want  string
 	}{
-		{"advertisement of x", ip6(ll, 255, &ndp.NeighborAdvertisement{TargetAddress: x6, Override: true}), "neighbor-advertisement"},
-		{"another DAD for x", ip6(netip.IPv6Unspecified(), 255, &ndp.NeighborSolicitation{TargetAddress: x6}), "dad-solicitation"},
-		{"address resolution of x", ip6(ll, 255, &ndp.NeighborSolicitation{TargetAddress: x6}), ""},
-		{"advertisement of another address", ip6(ll, 255, &ndp.NeighborAdvertisement{TargetAddress: other6}), ""},
-		{"advertisement of x routed (hop limit below 255)", ip6(ll, 64, &ndp.NeighborAdvertisement{TargetAddress: x6}), ""},
+		{"arp/reply for x", matchARP, arpOf(arp.OperationReply, x, zero4), "arp-reply"},
+		{"arp/gratuitous announcement of x", matchARP, arpOf(arp.OperationRequest, x, x), "arp-announcement"},
+		{"arp/a host asking from x", matchARP, arpOf(arp.OperationRequest, x, other), "arp-announcement"},
+		{"arp/another probe for x", matchARP, arpOf(arp.OperationRequest, zero4, x), "arp-probe"},
+		{"arp/reply for another address", matchARP, arpOf(arp.OperationReply, other, zero4), ""},
+		{"arp/another host asking for x", matchARP, arpOf(arp.OperationRequest, other, x), ""},
+		{"arp/garbage", matchARP, []byte{1, 2, 3}, ""},
+		{"ndp/advertisement of x", matchND, ip6(ll, 255, &ndp.NeighborAdvertisement{TargetAddress: x6, Override: true}), "neighbor-advertisement"},
+		{"ndp/another DAD for x", matchND, ip6(netip.IPv6Unspecified(), 255, &ndp.NeighborSolicitation{TargetAddress: x6}), "dad-solicitation"},
+		{"ndp/address resolution of x", matchND, ip6(ll, 255, &ndp.NeighborSolicitation{TargetAddress: x6}), ""},
+		{"ndp/advertisement of another address", matchND, ip6(ll, 255, &ndp.NeighborAdvertisement{TargetAddress: other6}), ""},
+		{"ndp/advertisement of x routed (hop limit below 255)", matchND, ip6(ll, 64, &ndp.NeighborAdvertisement{TargetAddress: x6}), ""},
 	} {
-		t.Run("ndp/"+tc.name, func(t *testing.T) {
-			a := matchND(tc.b, theirs)
+		t.Run(tc.name, func(t *testing.T) {
+			a := tc.match(tc.b, theirs)
 			if got := kindOf(a); got != tc.want {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
+			// The claiming MAC is the packet's: the ARP sender's, or for
+			// NDP the frame's source.
 			if a != nil && a.MAC.String() != theirs.String() {
-				t.Fatalf("MAC %s, want the frame's source %s", a.MAC, theirs)
+				t.Fatalf("MAC %s, want %s", a.MAC, theirs)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ package nodes_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/guest"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
@@ -104,7 +106,7 @@ func slash29SANAcrossNodes(t *testing.T) {
 				continue
 			}
 			crossed++
-			if err := nodetest.Ping(path, addr[to.Name]); err != nil {
+			if err := guest.Ping(path, netip.MustParseAddr(addr[to.Name]), 3*time.Second); err != nil {
 				t.Errorf("%s (%s) -> %s (%s, %s): %v", from.Name, from.Spec.NodeName, to.Name, to.Spec.NodeName, addr[to.Name], err)
 			}
 		}
