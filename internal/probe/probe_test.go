@@ -56,8 +56,10 @@ func segment(t *testing.T) (nodeNs string, otherNs string, otherMAC net.Hardware
 	return nodeNs, otherNs, otherMAC
 }
 
-func TestAProbeReturnsTheMACOfTheHostHoldingTheAddress(t *testing.T) {
-	nodeNs, otherNs, otherMAC := segment(t)
+// addOtherHostAddrs gives the other host (segment) 10.99.0.7 and fd99::7
+// on its wire1, the IPv6 one usable at once (no DAD).
+func addOtherHostAddrs(t *testing.T, otherNs string) {
+	t.Helper()
 	for _, a := range []string{"10.99.0.7/24", "fd99::7/64"} {
 		args := []string{"addr", "add", a, "dev", "wire1"}
 		if strings.Contains(a, ":") {
@@ -67,6 +69,11 @@ func TestAProbeReturnsTheMACOfTheHostHoldingTheAddress(t *testing.T) {
 			t.Fatalf("%v: %s", err, out)
 		}
 	}
+}
+
+func TestAProbeReturnsTheMACOfTheHostHoldingTheAddress(t *testing.T) {
+	nodeNs, otherNs, otherMAC := segment(t)
+	addOtherHostAddrs(t, otherNs)
 	p := &Prober{Netns: "/var/run/netns/" + nodeNs}
 	for _, addr := range []string{"10.99.0.7", "fd99::7"} {
 		t.Run(addr, func(t *testing.T) {
@@ -88,15 +95,7 @@ func TestAProbeOfAnAddressNobodyHoldsIsSilentWithinItsBudget(t *testing.T) {
 	nodeNs, otherNs, _ := segment(t)
 	// The other host is on the segment with addresses of its own, and
 	// answers for them; not for the probed ones.
-	for _, a := range []string{"10.99.0.7/24", "fd99::7/64"} {
-		args := []string{"addr", "add", a, "dev", "wire1"}
-		if strings.Contains(a, ":") {
-			args = append(args, "nodad")
-		}
-		if out, err := testbed.IPIn(otherNs, args...); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-	}
+	addOtherHostAddrs(t, otherNs)
 	p := &Prober{Netns: "/var/run/netns/" + nodeNs, Count: 3, Interval: 100 * time.Millisecond}
 	for _, addr := range []string{"10.99.0.8", "fd99::8"} {
 		t.Run(addr, func(t *testing.T) {
