@@ -271,9 +271,10 @@
 // # Network namespace
 //
 // With a dataplane namespace path (tenure-agent --dataplane-netns), every
-// DHCPv6 socket is opened, and every interface name resolved, on an OS thread
-// switched into that namespace; the thread is then discarded (its goroutine
-// exits locked), and the socket stays in the namespace it was made in. Route
+// DHCPv6 socket is opened, and every interface name resolved, in ns.Do
+// (containernetworking/plugins' pkg/ns): on a locked OS thread switched into
+// that namespace and back, or discarded if it cannot switch back; the socket
+// stays in the namespace it was made in. Route
 // changes go through a netlink handle opened in that namespace
 // (netlink.NewHandleAt). The agent's API traffic, its CNI socket and its
 // metrics stay in the agent's own namespace. Without a path, all of it is

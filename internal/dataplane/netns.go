@@ -2,8 +2,8 @@ package dataplane
 
 import (
 	"fmt"
-	"runtime"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -11,19 +11,19 @@ import (
 // namespace is the dataplane network namespace: the one at a path, or the
 // agent's own (path "").
 type namespace struct {
-	path   string
-	handle netns.NsHandle // -1 for the agent's own
+	path string
+	ns   ns.NetNS // nil for the agent's own
 }
 
 func openNamespace(path string) (*namespace, error) {
 	if path == "" {
-		return &namespace{handle: netns.None()}, nil
+		return &namespace{}, nil
 	}
-	h, err := netns.GetFromPath(path)
+	n, err := ns.GetNS(path)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane network namespace %s: %w", path, err)
 	}
-	return &namespace{path: path, handle: h}, nil
+	return &namespace{path: path, ns: n}, nil
 }
 
 func (n *namespace) own() bool { return n.path == "" }
@@ -33,33 +33,23 @@ func (n *namespace) netlink() (*netlink.Handle, error) {
 	if n.own() {
 		return netlink.NewHandle()
 	}
-	return netlink.NewHandleAt(n.handle)
+	return netlink.NewHandleAt(netns.NsHandle(n.ns.Fd()))
 }
 
-// do runs fn on an OS thread switched into the namespace; sockets fn opens
-// stay there. The thread is never switched back: its goroutine exits with
-// the thread locked, so the Go runtime discards the thread and no other
-// goroutine ever runs in the dataplane namespace by accident.
+// do runs fn in the namespace; sockets fn opens stay there. ns.Do runs fn
+// on a locked thread of its own and discards the thread if it cannot
+// switch back, so no other goroutine ever runs in the dataplane namespace
+// by accident.
 func (n *namespace) do(fn func() error) error {
 	if n.own() {
 		return fn()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: see above.
-		if err := netns.Set(n.handle); err != nil {
-			errc <- fmt.Errorf("entering network namespace %s: %w", n.path, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return n.ns.Do(func(ns.NetNS) error { return fn() })
 }
 
 func (n *namespace) close() {
 	if !n.own() {
-		_ = n.handle.Close()
+		_ = n.ns.Close()
 	}
 }
 

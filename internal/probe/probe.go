@@ -22,15 +22,14 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/ndp"
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -210,43 +209,25 @@ func (p *Prober) open(ifName string, proto int) (*net.Interface, *packet.Conn, e
 		}
 		return nil
 	}
-	if p.Netns == "" {
-		if err := do(); err != nil {
-			return nil, nil, err
-		}
-		return ifi, conn, nil
-	}
 	if err := inNetns(p.Netns, do); err != nil {
 		return nil, nil, err
 	}
 	return ifi, conn, nil
 }
 
-// inNetns runs fn on an OS thread switched into the namespace at path.
+// inNetns runs fn in the network namespace at path ("" for the caller's);
+// a socket fn opens stays in that namespace. ns.Do runs fn on a locked
+// thread of its own and discards the thread if it cannot switch back.
 func inNetns(path string, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
+	if path == "" {
+		return fn()
 	}
-	defer orig.Close()
-	target, err := netns.GetFromPath(path)
+	target, err := ns.GetNS(path)
 	if err != nil {
 		return fmt.Errorf("probe: network namespace %s: %w", path, err)
 	}
 	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		return fmt.Errorf("probe: entering network namespace %s: %w", path, err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		// The thread is left locked and so dies with the goroutine rather
-		// than serve others in the wrong namespace.
-		runtime.LockOSThread()
-		return fmt.Errorf("probe: returning from network namespace %s: %w", path, err)
-	}
-	return ferr
+	return target.Do(func(ns.NetNS) error { return fn() })
 }
 
 func equalMAC(a, b net.HardwareAddr) bool {
@@ -386,12 +367,7 @@ func DefaultRouteInterface(netnsPath string, v6 bool) (string, error) {
 		}
 		return fmt.Errorf("probe: no default route")
 	}
-	var err error
-	if netnsPath == "" {
-		err = do()
-	} else {
-		err = inNetns(netnsPath, do)
-	}
+	err := inNetns(netnsPath, do)
 	return name, err
 }
 

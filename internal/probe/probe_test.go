@@ -56,8 +56,10 @@ func segment(t *testing.T) (nodeNs string, otherNs string, otherMAC net.Hardware
 	return nodeNs, otherNs, otherMAC
 }
 
-func TestAProbeReturnsTheMACOfTheHostHoldingTheAddress(t *testing.T) {
-	nodeNs, otherNs, otherMAC := segment(t)
+// addOtherHostAddrs gives the other host (segment) 10.99.0.7 and fd99::7
+// on its wire1, the IPv6 one usable at once (no DAD).
+func addOtherHostAddrs(t *testing.T, otherNs string) {
+	t.Helper()
 	for _, a := range []string{"10.99.0.7/24", "fd99::7/64"} {
 		args := []string{"addr", "add", a, "dev", "wire1"}
 		if strings.Contains(a, ":") {
@@ -67,6 +69,11 @@ func TestAProbeReturnsTheMACOfTheHostHoldingTheAddress(t *testing.T) {
 			t.Fatalf("%v: %s", err, out)
 		}
 	}
+}
+
+func TestAProbeReturnsTheMACOfTheHostHoldingTheAddress(t *testing.T) {
+	nodeNs, otherNs, otherMAC := segment(t)
+	addOtherHostAddrs(t, otherNs)
 	p := &Prober{Netns: "/var/run/netns/" + nodeNs}
 	for _, addr := range []string{"10.99.0.7", "fd99::7"} {
 		t.Run(addr, func(t *testing.T) {
@@ -88,15 +95,7 @@ func TestAProbeOfAnAddressNobodyHoldsIsSilentWithinItsBudget(t *testing.T) {
 	nodeNs, otherNs, _ := segment(t)
 	// The other host is on the segment with addresses of its own, and
 	// answers for them; not for the probed ones.
-	for _, a := range []string{"10.99.0.7/24", "fd99::7/64"} {
-		args := []string{"addr", "add", a, "dev", "wire1"}
-		if strings.Contains(a, ":") {
-			args = append(args, "nodad")
-		}
-		if out, err := testbed.IPIn(otherNs, args...); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-	}
+	addOtherHostAddrs(t, otherNs)
 	p := &Prober{Netns: "/var/run/netns/" + nodeNs, Count: 3, Interval: 100 * time.Millisecond}
 	for _, addr := range []string{"10.99.0.8", "fd99::8"} {
 		t.Run(addr, func(t *testing.T) {
@@ -157,26 +156,6 @@ func TestMatchersCountOnlyWhatClaimsTheAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name string
-		b    []byte
-		want string
-	}{
-		{"reply for x", arpOf(arp.OperationReply, x, zero4), "arp-reply"},
-		{"gratuitous announcement of x", arpOf(arp.OperationRequest, x, x), "arp-announcement"},
-		{"a host asking from x", arpOf(arp.OperationRequest, x, other), "arp-announcement"},
-		{"another probe for x", arpOf(arp.OperationRequest, zero4, x), "arp-probe"},
-		{"reply for another address", arpOf(arp.OperationReply, other, zero4), ""},
-		{"another host asking for x", arpOf(arp.OperationRequest, other, x), ""},
-		{"garbage", []byte{1, 2, 3}, ""},
-	} {
-		t.Run("arp/"+tc.name, func(t *testing.T) {
-			a := matchARP(tc.b, theirs)
-			if got := kindOf(a); got != tc.want {
-				t.Fatalf("got %q, want %q", got, tc.want)
-			}
-		})
-	}
 
 	x6 := netip.MustParseAddr("fd00::5")
 	other6 := netip.MustParseAddr("fd00::6")
@@ -198,23 +177,33 @@ func TestMatchersCountOnlyWhatClaimsTheAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
-		b    []byte
-		want string
+		name  string
+		match func([]byte, net.HardwareAddr) *Answer
+		b     []byte
+		want  string
 	}{
-		{"advertisement of x", ip6(ll, 255, &ndp.NeighborAdvertisement{TargetAddress: x6, Override: true}), "neighbor-advertisement"},
-		{"another DAD for x", ip6(netip.IPv6Unspecified(), 255, &ndp.NeighborSolicitation{TargetAddress: x6}), "dad-solicitation"},
-		{"address resolution of x", ip6(ll, 255, &ndp.NeighborSolicitation{TargetAddress: x6}), ""},
-		{"advertisement of another address", ip6(ll, 255, &ndp.NeighborAdvertisement{TargetAddress: other6}), ""},
-		{"advertisement of x routed (hop limit below 255)", ip6(ll, 64, &ndp.NeighborAdvertisement{TargetAddress: x6}), ""},
+		{"arp/reply for x", matchARP, arpOf(arp.OperationReply, x, zero4), "arp-reply"},
+		{"arp/gratuitous announcement of x", matchARP, arpOf(arp.OperationRequest, x, x), "arp-announcement"},
+		{"arp/a host asking from x", matchARP, arpOf(arp.OperationRequest, x, other), "arp-announcement"},
+		{"arp/another probe for x", matchARP, arpOf(arp.OperationRequest, zero4, x), "arp-probe"},
+		{"arp/reply for another address", matchARP, arpOf(arp.OperationReply, other, zero4), ""},
+		{"arp/another host asking for x", matchARP, arpOf(arp.OperationRequest, other, x), ""},
+		{"arp/garbage", matchARP, []byte{1, 2, 3}, ""},
+		{"ndp/advertisement of x", matchND, ip6(ll, 255, &ndp.NeighborAdvertisement{TargetAddress: x6, Override: true}), "neighbor-advertisement"},
+		{"ndp/another DAD for x", matchND, ip6(netip.IPv6Unspecified(), 255, &ndp.NeighborSolicitation{TargetAddress: x6}), "dad-solicitation"},
+		{"ndp/address resolution of x", matchND, ip6(ll, 255, &ndp.NeighborSolicitation{TargetAddress: x6}), ""},
+		{"ndp/advertisement of another address", matchND, ip6(ll, 255, &ndp.NeighborAdvertisement{TargetAddress: other6}), ""},
+		{"ndp/advertisement of x routed (hop limit below 255)", matchND, ip6(ll, 64, &ndp.NeighborAdvertisement{TargetAddress: x6}), ""},
 	} {
-		t.Run("ndp/"+tc.name, func(t *testing.T) {
-			a := matchND(tc.b, theirs)
+		t.Run(tc.name, func(t *testing.T) {
+			a := tc.match(tc.b, theirs)
 			if got := kindOf(a); got != tc.want {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
+			// The claiming MAC is the packet's: the ARP sender's, or for
+			// NDP the frame's source.
 			if a != nil && a.MAC.String() != theirs.String() {
-				t.Fatalf("MAC %s, want the frame's source %s", a.MAC, theirs)
+				t.Fatalf("MAC %s, want %s", a.MAC, theirs)
 			}
 		})
 	}

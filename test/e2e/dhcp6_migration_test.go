@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -442,9 +441,7 @@ func requireDHCPTools(t *testing.T) {
 	if ok, why := testbed.CanPlumb(); !ok {
 		t.Fatal(why)
 	}
-	if _, err := exec.LookPath("dhclient"); err != nil {
-		t.Fatal("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient); make test does (hack/test-deps.sh)")
-	}
+	testbed.NeedDhclient(t)
 }
 
 func migAnnotations(claim string) map[string]string {

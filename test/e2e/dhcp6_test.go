@@ -43,12 +43,7 @@ const (
 // delegated /56 from the agent of the node hosting the claim's owner pod,
 // and only from it; the route to the prefix follows the owner.
 func TestDHCPv6ServesTheClaimAcrossLiveMigration(t *testing.T) {
-	if ok, why := testbed.CanPlumb(); !ok {
-		t.Fatal(why)
-	}
-	if _, err := exec.LookPath("dhclient"); err != nil {
-		t.Fatal("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient); make test does (hack/test-deps.sh)")
-	}
+	requireDHCPTools(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := apiClient(t)
 

@@ -3,20 +3,13 @@
 package nodes_test
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -63,101 +56,13 @@ func gracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer(t *testing.T) {
 		}
 	}()
 
-	ns := kc.Namespace(ctx, t, "grace3")
-	kc.NAD(ctx, t, ns, "grace-san", `{
-		"cniVersion": "1.0.0", "name": "grace-san", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
-		"ipam": {"type": "tenure", "range": "`+graceRange+`", "network_name": "grace-san"}}`)
-	held := watchHolders(ctx, t, ns)
-	tmpl := localnode.Pod(ns, "", "grace-san")
-	labels := map[string]string{"app": "grace3"}
-	tmpl.Labels = labels
-	tmpl.Spec.Tolerations = []corev1.Toleration{
-		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(partitionTolerationSeconds))},
-		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(partitionTolerationSeconds))},
-	}
-	tmpl.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
-		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
-		NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
-		LabelSelector:    &metav1.LabelSelector{MatchLabels: labels},
-	}}
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "grace3"},
-		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(int32(6)), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}},
-	}
-	if err := cl.Create(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
-	listPods := func() []corev1.Pod {
-		var pods corev1.PodList
-		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
-			t.Fatal(err)
-		}
-		return pods.Items
-	}
-	running := func(pods []corev1.Pod) []corev1.Pod {
-		return slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil })
-	}
-	var before []corev1.Pod
-	kc.Poll(ctx, t, "six replicas running, two per node", func() error {
-		before = running(listPods())
-		perNode := map[string]int{}
-		for _, p := range before {
-			perNode[p.Spec.NodeName]++
-		}
-		for _, n := range cluster.Nodes {
-			if perNode[n.Name] != 2 {
-				return fmt.Errorf("%d running: %v per node", len(before), perNode)
-			}
-		}
-		return nil
-	})
-	wasBefore := func(p corev1.Pod) bool {
-		return slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.UID == p.UID })
-	}
+	rs := startSANReplicaSet(ctx, t, sanReplicaSetSpec{name: "grace3", network: "grace-san",
+		ipam: `"range": "` + graceRange + `", "network_name": "grace-san"`, failover: true})
+	ns := rs.ns
+	before := rs.waitTwoPerNode(ctx, t)
 
-	var ctrl corev1.PodList
-	if err := cl.List(ctx, &ctrl, client.InNamespace(localnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "tenure-controller"}); err != nil {
-		t.Fatal(err)
-	}
-	if len(ctrl.Items) != 1 {
-		t.Fatalf("%d controller pods, want 1", len(ctrl.Items))
-	}
-	var cut *devnode.Node
-	for _, n := range cluster.Nodes {
-		if n.Name != ctrl.Items[0].Spec.NodeName {
-			cut = n
-			break
-		}
-	}
-	type partitioned struct {
-		pod   corev1.Pod
-		addr  netip.Addr
-		mac   string
-		netns string
-		res   string // its reservation's name
-	}
-	var cutPods []partitioned
-	kept := map[string]string{} // name: UID
-	for _, p := range before {
-		addr := net1Of(ctx, t, &p)
-		if p.Spec.NodeName != cut.Name {
-			continue
-		}
-		path := podNetns(t, &p)
-		mac, err := nodetest.LinkMAC(path, "net1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := partitioned{pod: p, addr: netip.MustParseAddr(addr), mac: mac, netns: path}
-		for _, r := range kc.Reservations(ctx, t, ns) {
-			if r.Spec.Owner.UID == string(p.UID) {
-				kept[r.Name] = string(r.UID)
-				c.res = r.Name
-			}
-		}
-		cutPods = append(cutPods, c)
-	}
+	cut := nodeOtherThan(t, controllerPod(ctx, t).Spec.NodeName)
+	cutPods, kept := partitionedPods(ctx, t, ns, before, cut.Name)
 	if len(kept) != 2 || len(cutPods) != 2 {
 		t.Fatalf("the partitioned node's pods %v hold reservations %v, want one each", cutPods, kept)
 	}
@@ -203,7 +108,7 @@ func gracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer(t *testing.T) {
 		byName := map[string]string{}
 		for _, r := range kc.Reservations(ctx, t, ns) {
 			byName[r.Name] = string(r.UID)
-			if p, err := kc.Pod(ctx, ns, r.Spec.Owner.Name); err == nil && !wasBefore(*p) && kept[r.Name] != "" {
+			if p, err := kc.Pod(ctx, ns, r.Spec.Owner.Name); err == nil && !hasPod(before, *p) && kept[r.Name] != "" {
 				return fmt.Errorf("replacement %s holds %s while it answers", p.Name, r.Spec.Address)
 			}
 		}
@@ -254,7 +159,7 @@ func gracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer(t *testing.T) {
 		}
 	}
 	kc.Poll(ctx, t, "six replicas running off the partitioned node", func() error {
-		if n := len(slices.DeleteFunc(running(listPods()), func(p corev1.Pod) bool { return p.Spec.NodeName == cut.Name })); n != 6 {
+		if n := len(slices.DeleteFunc(rs.running(ctx, t), func(p corev1.Pod) bool { return p.Spec.NodeName == cut.Name })); n != 6 {
 			return fmt.Errorf("%d running off it", n)
 		}
 		return nil
@@ -271,21 +176,9 @@ func gracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer(t *testing.T) {
 	if err := cut.RestoreFabric(); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range cutPods {
-		kc.WaitGone(ctx, t, ns, c.pod.Name)
-		kc.Poll(ctx, t, "the kubelet to remove "+c.pod.Name+"'s sandbox", func() error {
-			if _, err := os.Stat(c.netns); !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("network namespace %s still there (%v)", c.netns, err)
-			}
-			return nil
-		})
-	}
+	waitSandboxesGone(ctx, t, ns, cutPods)
 	if err := cut.RestoreSAN(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Delete(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
-	kc.WaitReleased(ctx, t, ns)
-	held.check(t)
+	rs.deleteAndCheck(ctx, t)
 }

@@ -65,9 +65,7 @@ const (
 //     target pod. The guest keeps its address and prefix all along.
 func vmMigratesBetweenTwoNodes(t *testing.T) {
 	ctx := nodetest.Context(t, 8*time.Minute)
-	if _, err := exec.LookPath("dhclient"); err != nil {
-		t.Fatal("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient); make test does (hack/test-deps.sh)")
-	}
+	testbed.NeedDhclient(t)
 	n1, n2 := cluster.Nodes[0], cluster.Nodes[1]
 	ns1, ns2 := filepath.Base(n1.Netns()), filepath.Base(n2.Netns())
 	installKubeVirtCRDs(ctx, t)
@@ -75,12 +73,7 @@ func vmMigratesBetweenTwoNodes(t *testing.T) {
 		waitAgentLog(ctx, t, cluster.Nodes[i].Name, "KubeVirt VirtualMachineInstances are served")
 	}
 
-	ns := kc.Namespace(ctx, t, "mig3")
-	kc.NAD(ctx, t, ns, migNAD, `{
-		"cniVersion": "1.0.0", "name": "`+migNAD+`", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
-		"ipam": {"type": "tenure", "ipRanges": [{"range": "10.102.0.0/24"}, {"range": "fd00:102::/64"}],
-			"prefix_delegation": {"range": "fd00:1020::/40", "prefix_length": 56}, "network_name": "vmsan",
-			"dhcpv6": {"interfaces": ["`+devnode.SANLink+`"], "preferred_lifetime": 4, "valid_lifetime": 60}}}`)
+	ns := migNamespace(ctx, t, "mig3")
 	vm := createMigVM(ctx, t, ns, "vm1")
 	vm.Start(ctx, t, cl)
 	src := launcher(ctx, t, vm, n1.Name, "")
@@ -259,6 +252,20 @@ func waitAgentLogLast(ctx context.Context, t *testing.T, node, substr, undone st
 		}
 		return fmt.Errorf("not logged")
 	})
+}
+
+// migNamespace makes a namespace with the NAD migNAD: macvlan over each
+// node's SAN leg, tenure IPAM with IPv4, IPv6, delegated prefixes and
+// DHCPv6 on the SAN link.
+func migNamespace(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	ns := kc.Namespace(ctx, t, name)
+	kc.NAD(ctx, t, ns, migNAD, `{
+		"cniVersion": "1.0.0", "name": "`+migNAD+`", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
+		"ipam": {"type": "tenure", "ipRanges": [{"range": "10.102.0.0/24"}, {"range": "fd00:102::/64"}],
+			"prefix_delegation": {"range": "fd00:1020::/40", "prefix_length": 56}, "network_name": "vmsan",
+			"dhcpv6": {"interfaces": ["`+devnode.SANLink+`"], "preferred_lifetime": 4, "valid_lifetime": 60}}}`)
+	return ns
 }
 
 // createMigVM creates a VirtualMachine with one bridge interface on the

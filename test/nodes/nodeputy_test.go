@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -51,9 +50,7 @@ const nodePodNetworksPolicy = "tenure-node-pod-networks"
 // Renews.
 func mirrorPodAndKubeletRewriteOnNodeOne(t *testing.T) {
 	ctx := nodetest.Context(t, 10*time.Minute)
-	if _, err := exec.LookPath("dhclient"); err != nil {
-		t.Fatal("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient); make test does (hack/test-deps.sh)")
-	}
+	testbed.NeedDhclient(t)
 	n1, n2 := cluster.Nodes[0], cluster.Nodes[1]
 	ns1, ns2 := filepath.Base(n1.Netns()), filepath.Base(n2.Netns())
 	installKubeVirtCRDs(ctx, t)
@@ -62,12 +59,7 @@ func mirrorPodAndKubeletRewriteOnNodeOne(t *testing.T) {
 	for i := range 2 {
 		waitAgentLogLast(ctx, t, cluster.Nodes[i].Name, "KubeVirt VirtualMachineInstances are served", "KubeVirt VirtualMachineInstances are no longer served")
 	}
-	ns := kc.Namespace(ctx, t, "deputy3")
-	kc.NAD(ctx, t, ns, migNAD, `{
-		"cniVersion": "1.0.0", "name": "`+migNAD+`", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
-		"ipam": {"type": "tenure", "ipRanges": [{"range": "10.102.0.0/24"}, {"range": "fd00:102::/64"}],
-			"prefix_delegation": {"range": "fd00:1020::/40", "prefix_length": 56}, "network_name": "vmsan",
-			"dhcpv6": {"interfaces": ["`+devnode.SANLink+`"], "preferred_lifetime": 4, "valid_lifetime": 60}}}`)
+	ns := migNamespace(ctx, t, "deputy3")
 
 	// The VM on node 2, served and routed there.
 	vm := createMigVM(ctx, t, ns, "vm2")

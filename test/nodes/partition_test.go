@@ -6,23 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/dev/devnode"
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
 
@@ -57,108 +49,16 @@ const (
 // reboot), and still no address is answered by two MACs.
 func partitionedNodeKeepsItsAddresses(t *testing.T) {
 	ctx := nodetest.Context(t, partitionWatch+15*time.Minute)
-	ns := kc.Namespace(ctx, t, "part3")
-	kc.NAD(ctx, t, ns, "part-san", `{
-		"cniVersion": "1.0.0", "name": "part-san", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
-		"ipam": {"type": "tenure", "range": "`+partitionRange+`"}}`)
-	held := watchHolders(ctx, t, ns)
-
-	tmpl := localnode.Pod(ns, "", "part-san")
-	labels := map[string]string{"app": "part3"}
-	tmpl.Labels = labels
-	tmpl.Spec.Tolerations = []corev1.Toleration{
-		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(partitionTolerationSeconds))},
-		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(int64(partitionTolerationSeconds))},
-	}
-	// Two per node; a node whose taints the pods do not tolerate (the
-	// partitioned one) does not count, so the replacements are scheduled
-	// on the two others.
-	tmpl.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
-		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
-		NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
-		LabelSelector:    &metav1.LabelSelector{MatchLabels: labels},
-	}}
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "part3"},
-		Spec: appsv1.ReplicaSetSpec{
-			Replicas: ptr.To(int32(6)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec},
-		},
-	}
-	if err := cl.Create(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
-	listPods := func() []corev1.Pod {
-		var pods corev1.PodList
-		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
-			t.Fatal(err)
-		}
-		return pods.Items
-	}
-	running := func(pods []corev1.Pod) []corev1.Pod {
-		return slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil })
-	}
-	var before []corev1.Pod
-	kc.Poll(ctx, t, "six replicas running, two per node", func() error {
-		before = running(listPods())
-		perNode := map[string]int{}
-		for _, p := range before {
-			perNode[p.Spec.NodeName]++
-		}
-		for _, n := range cluster.Nodes {
-			if perNode[n.Name] != 2 {
-				return fmt.Errorf("%d running: %v per node", len(before), perNode)
-			}
-		}
-		return nil
-	})
+	rs := startSANReplicaSet(ctx, t, sanReplicaSetSpec{name: "part3", network: "part-san",
+		ipam: `"range": "` + partitionRange + `"`, failover: true})
+	ns := rs.ns
+	before := rs.waitTwoPerNode(ctx, t)
 
 	// The node to partition: not the tenure controller's.
-	var ctrl corev1.PodList
-	if err := cl.List(ctx, &ctrl, client.InNamespace(localnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "tenure-controller"}); err != nil {
-		t.Fatal(err)
-	}
-	if len(ctrl.Items) != 1 {
-		t.Fatalf("%d controller pods, want 1", len(ctrl.Items))
-	}
-	var cut *devnode.Node
-	for _, n := range cluster.Nodes {
-		if n.Name != ctrl.Items[0].Spec.NodeName {
-			cut = n
-			break
-		}
-	}
-	type partitioned struct {
-		pod   corev1.Pod
-		addr  netip.Addr
-		mac   string
-		netns string
-	}
-	var cutPods []partitioned
-	kept := map[string]string{} // the partitioned pods' reservations, name: UID
-	for _, p := range before {
-		addr := net1Of(ctx, t, &p)
-		if p.Spec.NodeName != cut.Name {
-			continue
-		}
-		path := podNetns(t, &p)
-		mac, err := nodetest.LinkMAC(path, "net1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cutPods = append(cutPods, partitioned{pod: p, addr: netip.MustParseAddr(addr), mac: mac, netns: path})
-		for _, r := range kc.Reservations(ctx, t, ns) {
-			if r.Spec.Owner.UID == string(p.UID) {
-				kept[r.Name] = string(r.UID)
-			}
-		}
-	}
+	cut := nodeOtherThan(t, controllerPod(ctx, t).Spec.NodeName)
+	cutPods, kept := partitionedPods(ctx, t, ns, before, cut.Name) // kept: the partitioned pods' reservations
 	if len(kept) != 2 {
 		t.Fatalf("the partitioned node's pods %v hold reservations %v, want one each", cutPods, kept)
-	}
-	wasBefore := func(p corev1.Pod) bool {
-		return slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.UID == p.UID })
 	}
 
 	guest, err := cluster.PlugSAN("part-probe")
@@ -212,8 +112,8 @@ func partitionedNodeKeepsItsAddresses(t *testing.T) {
 	evicted := time.Since(start)
 	kc.Poll(ctx, t, "two replacements waiting for an address of the full /29", func() error {
 		var waiting []string
-		for _, p := range listPods() {
-			if wasBefore(p) {
+		for _, p := range rs.pods(ctx, t) {
+			if hasPod(before, p) {
 				continue
 			}
 			if p.Spec.NodeName == cut.Name || p.Status.Phase == corev1.PodRunning {
@@ -248,7 +148,7 @@ func partitionedNodeKeepsItsAddresses(t *testing.T) {
 		byName := map[string]string{}
 		for _, r := range kc.Reservations(ctx, t, ns) {
 			byName[r.Name] = string(r.UID)
-			if p, err := kc.Pod(ctx, ns, r.Spec.Owner.Name); err == nil && !wasBefore(*p) {
+			if p, err := kc.Pod(ctx, ns, r.Spec.Owner.Name); err == nil && !hasPod(before, *p) {
 				t.Fatalf("replacement %s holds %s while the partitioned node is not fenced", p.Name, r.Spec.Address)
 			}
 		}
@@ -306,7 +206,7 @@ func partitionedNodeKeepsItsAddresses(t *testing.T) {
 	released := time.Since(taint)
 	var after []corev1.Pod
 	kc.Poll(ctx, t, "six replicas running on the two other nodes", func() error {
-		after = slices.DeleteFunc(running(listPods()), func(p corev1.Pod) bool { return p.Spec.NodeName == cut.Name })
+		after = slices.DeleteFunc(rs.running(ctx, t), func(p corev1.Pod) bool { return p.Spec.NodeName == cut.Name })
 		if len(after) != 6 {
 			return fmt.Errorf("%d running off the fenced node", len(after))
 		}
@@ -325,7 +225,7 @@ func partitionedNodeKeepsItsAddresses(t *testing.T) {
 			t.Errorf("%s and %s both hold %s", p.Name, other, a)
 		}
 		seen[a] = p.Name
-		if !wasBefore(p) {
+		if !hasPod(before, p) {
 			mac, err := nodetest.LinkMAC(podNetns(t, &p), "net1")
 			if err != nil {
 				t.Fatal(err)
@@ -366,15 +266,7 @@ func partitionedNodeKeepsItsAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc.Unfence(ctx, t, cut.Name)
-	for _, c := range cutPods {
-		kc.WaitGone(ctx, t, ns, c.pod.Name)
-		kc.Poll(ctx, t, "the kubelet to remove "+c.pod.Name+"'s sandbox", func() error {
-			if _, err := os.Stat(c.netns); !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("network namespace %s still there (%v)", c.netns, err)
-			}
-			return nil
-		})
-	}
+	waitSandboxesGone(ctx, t, ns, cutPods)
 	if err := cut.RestoreSAN(); err != nil {
 		t.Fatal(err)
 	}
@@ -392,9 +284,5 @@ func partitionedNodeKeepsItsAddresses(t *testing.T) {
 	}
 	t.Logf("%d rounds of the wire from the cut to the node's return, no address answered by two MACs", len(all))
 
-	if err := cl.Delete(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
-	kc.WaitReleased(ctx, t, ns)
-	held.check(t)
+	rs.deleteAndCheck(ctx, t)
 }

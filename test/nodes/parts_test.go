@@ -5,6 +5,7 @@ package nodes_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -14,13 +15,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/guest"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
 )
@@ -54,19 +55,13 @@ func daemonSetReadyOnEveryNode(t *testing.T) {
 			t.Errorf("node %s: Ready agent with IP %q, want one with the node's %s", n.Name, ip, devnode.NodeIP(i+1))
 		}
 	}
-	var ctrl corev1.PodList
-	if err := cl.List(ctx, &ctrl, client.InNamespace(localnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "tenure-controller"}); err != nil {
-		t.Fatal(err)
-	}
-	if len(ctrl.Items) != 1 {
-		t.Fatalf("%d controller pods, want 1", len(ctrl.Items))
-	}
+	ctrl := controllerPod(ctx, t)
 	var lease coordinationv1.Lease
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: localnode.Namespace, Name: "tenure-controller"}, &lease); err != nil {
 		t.Fatal(err)
 	}
-	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); !strings.HasPrefix(h, ctrl.Items[0].Name) {
-		t.Errorf("lease holder %q, want the controller pod %s", h, ctrl.Items[0].Name)
+	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); !strings.HasPrefix(h, ctrl.Name) {
+		t.Errorf("lease holder %q, want the controller pod %s", h, ctrl.Name)
 	}
 }
 
@@ -111,7 +106,7 @@ func slash29SANAcrossNodes(t *testing.T) {
 				continue
 			}
 			crossed++
-			if err := nodetest.Ping(path, addr[to.Name]); err != nil {
+			if err := guest.Ping(path, netip.MustParseAddr(addr[to.Name]), 3*time.Second); err != nil {
 				t.Errorf("%s (%s) -> %s (%s, %s): %v", from.Name, from.Spec.NodeName, to.Name, to.Spec.NodeName, addr[to.Name], err)
 			}
 		}
@@ -202,51 +197,14 @@ func (h *holders) check(t *testing.T) {
 // at any point. The node then returns and the taint is removed.
 func lostNodeOfThree(t *testing.T) {
 	ctx := nodetest.Context(t, 8*time.Minute)
-	ns := kc.Namespace(ctx, t, "lost3")
-	kc.NAD(ctx, t, ns, "lost-san", `{
-		"cniVersion": "1.0.0", "name": "lost-san", "type": "macvlan", "master": "`+devnode.SANLink+`", "mode": "bridge",
-		"ipam": {"type": "tenure", "range": "10.101.0.0/28"}}`)
-	held := watchHolders(ctx, t, ns)
-
-	tmpl := localnode.Pod(ns, "", "lost-san")
-	labels := map[string]string{"app": "lost3"}
-	tmpl.Labels = labels
-	tmpl.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
-		MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway,
-		LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
-	}}
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lost3"},
-		Spec: appsv1.ReplicaSetSpec{
-			Replicas: ptr.To(int32(6)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec},
-		},
-	}
-	if err := cl.Create(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
-	runningPods := func() ([]corev1.Pod, error) {
-		var pods corev1.PodList
-		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
-			return nil, err
-		}
-		var out []corev1.Pod
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				out = append(out, p)
-			}
-		}
-		return out, nil
-	}
+	rs := startSANReplicaSet(ctx, t, sanReplicaSetSpec{name: "lost3", network: "lost-san", ipam: `"range": "10.101.0.0/28"`})
+	ns := rs.ns
 	var before []corev1.Pod
 	kc.Poll(ctx, t, "six replicas running", func() error {
-		var err error
-		before, err = runningPods()
-		if err == nil && len(before) != 6 {
-			err = fmt.Errorf("%d running", len(before))
+		if before = rs.running(ctx, t); len(before) != 6 {
+			return fmt.Errorf("%d running", len(before))
 		}
-		return err
+		return nil
 	})
 	// The node to lose: one with replicas, not the tenure controller's.
 	var ctrl corev1.PodList
@@ -342,11 +300,7 @@ func lostNodeOfThree(t *testing.T) {
 	released := time.Since(lost)
 	var after []corev1.Pod
 	kc.Poll(ctx, t, "six replicas running on the two other nodes", func() error {
-		var err error
-		after, err = runningPods()
-		if err != nil {
-			return err
-		}
+		after = rs.running(ctx, t)
 		n := 0
 		for _, p := range after {
 			if p.Spec.NodeName != lostNode.Name {
@@ -383,9 +337,5 @@ func lostNodeOfThree(t *testing.T) {
 	for _, lp := range lostPods {
 		kc.WaitGone(ctx, t, ns, lp.Name)
 	}
-	if err := cl.Delete(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
-	kc.WaitReleased(ctx, t, ns)
-	held.check(t)
+	rs.deleteAndCheck(ctx, t)
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sync/errgroup"
@@ -596,8 +597,8 @@ func StopCluster(dir string) error {
 			errs = append(errs, fmt.Errorf("rmdir %s: %w", c.CreatedCgroups[i], err))
 		}
 	}
-	for _, ns := range slices.Concat(c.GuestNetns, c.NodeNetns, []string{c.FabricNetns}) {
-		if err := removeNetns(ns); err != nil {
+	for _, nsPath := range slices.Concat(c.GuestNetns, c.NodeNetns, []string{c.FabricNetns}) {
+		if err := removeNetns(nsPath); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -674,9 +675,9 @@ func ClusterLeftovers(dir string) ([]string, error) {
 		}
 	}
 	all := slices.Concat(c.GuestNetns, c.NodeNetns, []string{c.FabricNetns})
-	for _, ns := range all {
-		if _, err := os.Lstat(ns); err == nil {
-			found = append(found, "network namespace "+ns)
+	for _, nsPath := range all {
+		if _, err := os.Lstat(nsPath); err == nil {
+			found = append(found, "network namespace "+nsPath)
 		}
 	}
 	// A namespace whose file is gone lives on while a mount or a process
@@ -743,27 +744,34 @@ func fabricBridgesAlive() []string {
 }
 
 // newNamedNetns makes a network namespace bound at path, without moving
-// the caller into it.
+// the caller into it: netns.NewNamed moves its thread into the new
+// namespace, so it runs in ns.Do of the caller's own namespace, which
+// puts the thread back afterwards (or discards it).
 func newNamedNetns(p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	return onOwnThread(func() error {
-		ns, err := netns.NewNamed(filepath.Base(p))
+	here, err := ns.GetCurrentNS()
+	if err != nil {
+		return err
+	}
+	defer here.Close()
+	return here.Do(func(ns.NetNS) error {
+		made, err := netns.NewNamed(filepath.Base(p))
 		if err == nil {
-			ns.Close()
+			made.Close()
 		}
 		return err
 	})
 }
 
 func netnsHandle(p string) (*netlink.Handle, error) {
-	ns, err := netns.GetFromPath(p)
+	target, err := netns.GetFromPath(p)
 	if err != nil {
 		return nil, err
 	}
-	defer ns.Close()
-	return netlink.NewHandleAt(ns)
+	defer target.Close()
+	return netlink.NewHandleAt(target)
 }
 
 func linkUp(h *netlink.Handle, name string) error {

@@ -4,17 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/containernetworking/plugins/pkg/ns"
 )
 
 // ProxyConfig is the fabric proxy's configuration file (JSON, these field
@@ -173,43 +171,8 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-// inNetns runs f on a thread in the network namespace at path; sockets f
-// makes stay there.
+// inNetns runs f in the network namespace at path; sockets f makes stay
+// there.
 func inNetns(path string, f func() error) error {
-	return onOwnThread(func() error {
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			return err
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			return err
-		}
-		return f()
-	})
-}
-
-// onOwnThread runs f on a locked thread and puts the thread back into the
-// network namespace it was in. A thread that cannot return stays locked,
-// so Go ends it rather than run other goroutines on it.
-func onOwnThread(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		err = f()
-		if backErr := netns.Set(orig); backErr != nil {
-			errc <- errors.Join(err, backErr)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
+	return ns.WithNetNSPath(path, func(ns.NetNS) error { return f() })
 }

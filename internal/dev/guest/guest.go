@@ -33,8 +33,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/digitalocean/go-qemu/qmp"
-	"github.com/vishvananda/netns"
 )
 
 // QEMU is the emulator's binary (Debian's qemu-system-x86).
@@ -207,34 +207,7 @@ func startIn(path string, cmd *exec.Cmd) error {
 	if path == "" {
 		return cmd.Start()
 	}
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	errc := make(chan error, 1)
-	go func() {
-		// Left locked if it cannot go back: Go ends the thread.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- err
-			return
-		}
-		startErr := cmd.Start()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(startErr, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- startErr
-	}()
-	return <-errc
+	return ns.WithNetNSPath(path, func(ns.NetNS) error { return cmd.Start() })
 }
 
 // connect waits for QEMU's QMP socket and completes the handshake.

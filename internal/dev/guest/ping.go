@@ -1,15 +1,13 @@
 package guest
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"runtime"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
@@ -25,42 +23,13 @@ func listenICMP(path string, dst netip.Addr) (*icmp.PacketConn, error) {
 	if path == "" {
 		return icmp.ListenPacket(network, laddr)
 	}
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	type result struct {
-		c   *icmp.PacketConn
-		err error
-	}
-	rc := make(chan result, 1)
-	go func() {
-		// Left locked if it cannot go back: Go ends the thread.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			rc <- result{nil, err}
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			rc <- result{nil, err}
-			return
-		}
-		c, err := icmp.ListenPacket(network, laddr)
-		if backErr := netns.Set(orig); backErr != nil {
-			if c != nil {
-				c.Close()
-			}
-			rc <- result{nil, errors.Join(err, backErr)}
-			return
-		}
-		runtime.UnlockOSThread()
-		rc <- result{c, err}
-	}()
-	r := <-rc
-	return r.c, r.err
+	var c *icmp.PacketConn
+	err := ns.WithNetNSPath(path, func(ns.NetNS) error {
+		var err error
+		c, err = icmp.ListenPacket(network, laddr)
+		return err
+	})
+	return c, err
 }
 
 // Ping sends one ICMP echo request from the network namespace at path to

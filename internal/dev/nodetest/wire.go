@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/packet"
@@ -60,7 +60,7 @@ func StartWireSampler(netnsPath, ifName string, prefix netip.Prefix, interval ti
 		return nil, fmt.Errorf("wire sampler: prefix %s: an IPv4 prefix of at most 256 addresses", prefix)
 	}
 	s := &WireSampler{prefix: prefix.Masked()}
-	err := inNetnsPath(netnsPath, func() error {
+	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
 		link, err := netlink.LinkByName(ifName)
 		if err != nil {
 			return fmt.Errorf("wire sampler: interface %s: %w", ifName, err)
@@ -226,38 +226,4 @@ func LinkMAC(path, ifname string) (string, error) {
 		return "", fmt.Errorf("%s in %s: %w", ifname, path, err)
 	}
 	return l.Attrs().HardwareAddr.String(), nil
-}
-
-// inNetnsPath runs fn on an OS thread switched into the network
-// namespace at path; a socket fn opens stays in that namespace.
-func inNetnsPath(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Left locked if it cannot go back: Go ends the thread.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- err
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
 }

@@ -40,6 +40,15 @@ var (
 	reServerID = regexp.MustCompile(`option dhcp6\.server-id ([^;]+);`)
 )
 
+// NeedDhclient fails t when ISC dhclient is not installed: the tests that
+// need it do not skip, as make test installs it.
+func NeedDhclient(t SkipOrFail) {
+	t.Helper()
+	if _, err := exec.LookPath("dhclient"); err != nil {
+		t.Fatal("no DHCPv6 client: install Debian's isc-dhcp-client (dhclient); make test does (hack/test-deps.sh)")
+	}
+}
+
 // StartDhclient starts dhclient in the named network namespace, with its
 // files in dir.
 func StartDhclient(netns, dir string) (*Dhclient, error) {

@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 
-	"github.com/vishvananda/netns"
+	"github.com/containernetworking/plugins/pkg/ns"
 )
 
 // CanPlumb reports whether real network namespaces can be made here (root
@@ -33,35 +32,18 @@ func AddNetns(name string) (path string, remove func(), err error) {
 		remove()
 		return "", nil, fmt.Errorf("lo up in %s: %v: %s", name, err, out)
 	}
-	return "/var/run/netns/" + name, remove, nil
+	return netnsPath(name), remove, nil
 }
 
-// InNetns runs fn on an OS thread switched into the named namespace;
-// processes fn starts (CNI plugins) inherit it, so nothing fn plumbs touches
-// the machine's own network namespace.
+// InNetns runs fn in the named namespace on a locked thread of its own
+// (ns.Do); processes fn starts (CNI plugins) inherit the namespace, so
+// nothing fn plumbs touches the machine's own network namespace.
 func InNetns(name string, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		return err
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(fmt.Sprintf("cannot return to the original network namespace: %v", err))
-		}
-	}()
-	return fn()
+	return ns.WithNetNSPath(netnsPath(name), func(ns.NetNS) error { return fn() })
 }
+
+// netnsPath is the path of the named network namespace (ip netns add).
+func netnsPath(name string) string { return "/var/run/netns/" + name }
 
 // IPIn runs `ip ARGS` in a namespace and returns its output.
 func IPIn(name string, args ...string) (string, error) {
