@@ -84,10 +84,10 @@ const (
 	podStartPods = 30 // per IPAM, in waves
 	podStartWave = 10
 	// Times the waves' pods are run, the IPAMs' order rotating on: one
-	// wave's Ready p50 moves 8 to 11 % from the next on this machine with
-	// the host's speed, the IPAM aside, so three waves per IPAM cannot
-	// resolve a 5 % target; eighteen bring the ratio's standard error to
-	// about 3 % (docs/performance.md, "One wave's p50 moves a tenth").
+	// wave's Ready p50 moves from the next with the host's speed, the IPAM
+	// aside, by more than the targets' margin, so three waves per IPAM
+	// cannot resolve a target; eighteen bring the ratio's standard error
+	// well below it (docs/performance.md, "One wave's p50 moves a tenth").
 	podStartSets  = 6
 	podStartStorm = 50 // per IPAM, at once
 	// Storms per IPAM, the IPAMs' order rotating storm by storm: the p99
@@ -559,9 +559,9 @@ const (
 
 // A batch during which the hypervisor ran something else for more than
 // stolenLimit of the machine's time (steal in /proc/stat) is run again, at
-// most rerunsPerBatch times. On this machine most batches lose under 1 %;
-// one in ten loses 5 to 30 %, and its pods start up to 40 % slower
-// (docs/performance.md, "One wave's p50 moves a tenth").
+// most rerunsPerBatch times: such a batch's pods start slower for reasons
+// no IPAM has, and most batches lose far less (docs/performance.md, "One
+// wave's p50 moves a tenth").
 const (
 	stolenLimit    = 0.05
 	rerunsPerBatch = 3
