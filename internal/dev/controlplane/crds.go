@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tenure-ipam/tenure/internal/dev/progress"
 )
 
 const (
@@ -73,6 +75,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 	var settled time.Time // when the last CRD's just-created window ends
 	for _, crd := range crds {
 		var established *apiextensionsv1.CustomResourceDefinitionCondition
+		progress.Waiting(ctx, "CRD "+crd.Name+" to be Established")
 		err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 			if err != nil {
@@ -113,8 +116,12 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 			}
 			gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}
 			var last error
+			progress.Waiting(ctx, gvr.String()+" to be served")
 			err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 				_, last = dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+				if last != nil {
+					progress.Observe(ctx, last.Error())
+				}
 				return last == nil, nil
 			})
 			if err != nil {
