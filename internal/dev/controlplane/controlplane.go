@@ -733,6 +733,9 @@ func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(c
 	if wait.Interrupted(err) {
 		return fmt.Errorf("controlplane: %s not ready after %v: %v\n%s", p.Name, timeout, last, p.logTail())
 	}
+	if err == nil {
+		progress.Done(ctx)
+	}
 	return err
 }
 

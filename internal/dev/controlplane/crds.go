@@ -79,6 +79,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 		err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 			if err != nil {
+				progress.Observe(ctx, err.Error())
 				return false, nil
 			}
 			for i, c := range got.Status.Conditions {
@@ -90,11 +91,13 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 					return true, nil
 				}
 			}
+			progress.Observe(ctx, "no Established=True condition yet")
 			return false, nil
 		})
 		if err != nil {
 			return fmt.Errorf("controlplane: waiting for CRD %s to be Established: %w", crd.Name, err)
 		}
+		progress.Done(ctx)
 		// The serialized transition time is truncated to the second; the
 		// server compares against the exact one, which is at most a second
 		// later and not later than now.
@@ -127,6 +130,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 			if err != nil {
 				return fmt.Errorf("controlplane: listing %s: %w (last error: %v)", gvr, err, last)
 			}
+			progress.Done(ctx)
 		}
 	}
 
@@ -196,6 +200,7 @@ func ReadCRDs(files fs.FS) ([]*apiextensionsv1.CustomResourceDefinition, error) 
 }
 
 func applyCRD(ctx context.Context, cs apiextensionsclient.Interface, crd *apiextensionsv1.CustomResourceDefinition) error {
+	progress.Waiting(ctx, "the API server to create or update CRD "+crd.Name)
 	client := cs.ApiextensionsV1().CustomResourceDefinitions()
 	_, err := client.Create(ctx, crd.DeepCopy(), metav1.CreateOptions{})
 	if err == nil {

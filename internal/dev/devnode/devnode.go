@@ -834,6 +834,9 @@ func (node *Node) Netns() string { return node.layout.Netns }
 func (node *Node) ImportImage(ctx context.Context, tarball string) error {
 	progress.Waiting(ctx, "node "+node.Name+"'s containerd to import "+tarball)
 	_, err := node.ctr(ctx, "images", "import", tarball)
+	if err == nil {
+		progress.Done(ctx)
+	}
 	return err
 }
 
@@ -901,6 +904,7 @@ func poll(ctx context.Context, timeout time.Duration, what string, check func() 
 	if err != nil {
 		return fmt.Errorf("devnode: waiting for %s: %w (last: %v)", what, err, last)
 	}
+	progress.Done(ctx)
 	return nil
 }
 

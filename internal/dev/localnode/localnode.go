@@ -263,6 +263,7 @@ func WaitRollout(ctx context.Context, c client.Client) error {
 	if err != nil {
 		return fmt.Errorf("waiting for tenure to roll out: %w (last: %v)", err, last)
 	}
+	progress.Done(ctx)
 	return nil
 }
 

@@ -100,6 +100,7 @@ func InstallMultusThick(ctx context.Context, cfg *rest.Config, nodes []*devnode.
 	if err != nil {
 		return fmt.Errorf("waiting for Multus' thick daemon: %w (last: %v)", err, last)
 	}
+	progress.Done(ctx)
 	return nil
 }
 

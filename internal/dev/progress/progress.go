@@ -2,8 +2,8 @@
 // is waiting for while it waits, and why it gave up when it does.
 //
 // The command puts a Tracker in its context (With); the waits below it,
-// however deep, name what they wait for (Waiting) and what they last saw
-// (Observe). The command prints the Tracker's Line every few seconds
+// however deep, name what they wait for (Waiting), what they last saw
+// (Observe) and that they ended as they should (Done). The command prints the Tracker's Line every few seconds
 // (Report) and, once its deadline has passed, wraps the error with GaveUp,
 // which names the wait and its last state. A context without a Tracker
 // makes Waiting and Observe do nothing.
@@ -55,6 +55,16 @@ func Waiting(ctx context.Context, what string) {
 	if t := from(ctx); t != nil {
 		t.mu.Lock()
 		t.what, t.since, t.state = what, t.now(), ""
+		t.mu.Unlock()
+	}
+}
+
+// Done records that the current wait of ctx's command has ended as it
+// should: nothing is waited for until the next Waiting.
+func Done(ctx context.Context) {
+	if t := from(ctx); t != nil {
+		t.mu.Lock()
+		t.what, t.state = "", ""
 		t.mu.Unlock()
 	}
 }

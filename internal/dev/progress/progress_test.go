@@ -104,6 +104,12 @@ func TestGaveUpNamesTheWaitAndItsLastState(t *testing.T) {
 			Waiting(ctx, "kube-apiserver to be ready")
 			c.add(2 * time.Minute)
 		}, "gave up after 10m0s waiting for kube-apiserver to be ready (for 2m0s; last: nothing observed yet): context deadline exceeded"},
+		{"a wait that ended", func(ctx context.Context, c *clock) {
+			Waiting(ctx, "kube-apiserver to be ready")
+			Observe(ctx, "connection refused")
+			c.add(time.Minute)
+			Done(ctx)
+		}, "gave up after 10m0s: context deadline exceeded"},
 		{"the last wait and its last state", func(ctx context.Context, c *clock) {
 			Waiting(ctx, "node n1 to be Ready")
 			Observe(ctx, "no Ready condition yet")
