@@ -120,20 +120,20 @@ func serve(args []string, stderr io.Writer) int {
 		return code
 	}
 	if os.Getenv("GOMAXPROCS") == "" {
-		// One P: a CNI call costs the agent a millisecond of CPU at most,
-		// most of it spent waiting on the API server; a second P buys
-		// spinning threads and wakeups across them, more CPU per call on a
-		// busy node (docs/performance.md has the figures), and no node's
-		// pods need more than a core of it. $GOMAXPROCS overrides.
+		// One P: a CNI call costs the agent little CPU and spends most of
+		// its time waiting on the API server; a second P buys spinning
+		// threads and wakeups across them, more CPU per call on a busy
+		// node (docs/performance.md, "One P, GOGC 400"), and no node's pods
+		// need more than a core of it. $GOMAXPROCS overrides.
 		runtime.GOMAXPROCS(1)
 	}
 	if os.Getenv("GOGC") == "" {
 		// Collect once the heap has grown by four times what is live, not
-		// by once: the live heap is tens of MiB (the node's reservations
-		// and pods) and every call allocates its request and response
-		// anew, so at the default the agent marks its heap every few
-		// hundred calls, a share of its CPU per call that
-		// docs/performance.md measures. $GOGC overrides.
+		// by once: the live heap (the node's reservations and pods) is
+		// small beside the agent's memory target and every call allocates
+		// its request and response anew, so at the default the agent marks
+		// its heap often, a share of its CPU per call (docs/performance.md,
+		// "One P, GOGC 400"). $GOGC overrides.
 		debug.SetGCPercent(400)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))

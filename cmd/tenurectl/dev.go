@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +22,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/internal/dev/progress"
 )
 
 // developerCommands are the commands the release build leaves out.
@@ -79,7 +82,7 @@ type devFlags struct {
 
 func (d *devFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&d.dir, "dir", defaultDevDir(), "state `directory`: certificates, etcd data, logs, kubeconfig, state.json")
-	positiveDuration(fs, &d.timeout, "timeout", 5*time.Minute, "give up after this long")
+	positiveDuration(fs, &d.timeout, "timeout", 5*time.Minute, "give up after this long, naming what it waited for and what it last saw (up reports each wait on stderr every 5s)")
 }
 
 // absDir is --dir, absolute; a missing default is a usage error.
@@ -94,7 +97,7 @@ func (d *devFlags) absDir(e *env, name string) (string, error) {
 // devUp starts a detached control plane in --dir, installs every embedded
 // CRD and prints an export line for KUBECONFIG. When one is already running
 // there it only re-applies the CRDs.
-func devUp(ctx context.Context, e *env, d *devFlags) error {
+func devUp(ctx context.Context, e *env, d *devFlags) (err error) {
 	dir, err := d.absDir(e, "up")
 	if err != nil {
 		return err
@@ -129,6 +132,8 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
+	ctx, e, stop := reportWaits(ctx, e, "tenurectl dev up: ")
+	defer func() { err = stop(d.timeout, err) }()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -189,6 +194,49 @@ func devUp(ctx context.Context, e *env, d *devFlags) error {
 		cp.URL, ready.Round(time.Millisecond), (time.Since(begin) - ready).Round(time.Millisecond), pids[0], pids[1], dir)
 	printKubeconfig(e, cp.KubeconfigPath)
 	return nil
+}
+
+// progressEvery is how often a command reports the wait it is in.
+const progressEvery = 5 * time.Second
+
+// reportWaits prints, every progressEvery until stop, what the waits under
+// the returned context wait for and how long they have (progress.Waiting),
+// to the returned env's stderr, which is e's made safe for two writers.
+// stop ends the reports and, when ctx's deadline (of after) has passed,
+// turns err into one naming the wait and its last observed state.
+func reportWaits(ctx context.Context, e *env, prefix string) (context.Context, *env, func(after time.Duration, err error) error) {
+	tr := progress.New(nil)
+	le := *e
+	le.stderr = &lockedWriter{w: e.stderr}
+	rctx, cancel := context.WithCancel(ctx)
+	tick := time.NewTicker(progressEvery)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr.Report(rctx, le.stderr, prefix, tick.C)
+	}()
+	stop := func(after time.Duration, err error) error {
+		cancel()
+		tick.Stop()
+		<-done
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return tr.GaveUp(after, err)
+		}
+		return err
+	}
+	return progress.With(ctx, tr), &le, stop
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // printKubeconfig writes the kubeconfig path to stderr and an export line

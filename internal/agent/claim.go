@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -33,7 +32,7 @@ func (a *Agent) getClaim(ctx context.Context, namespace, name string, fresh bool
 	c := &ipamclaimsv1alpha1.IPAMClaim{}
 	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s/%s referenced by the pod's network-selection element does not exist", namespace, name)
+			return nil, codedf(CodeTryAgainLater, nil, "IPAMClaim %s/%s referenced by the pod's network-selection element does not exist", namespace, name)
 		}
 		return nil, err
 	}
@@ -63,10 +62,10 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		// while the VM runs) keeps serving: the migration target and a
 		// restart of the VM get its items.
 		if !claims.Held(claim) {
-			return codedf(types.ErrTryAgainLater, nil, "IPAMClaim %s is being deleted, and no finalizer but %s holds it", claims.Key(claim), claims.ReleaseFinalizer)
+			return codedf(CodeTryAgainLater, nil, "IPAMClaim %s is being deleted, and no finalizer but %s holds it", claims.Key(claim), claims.ReleaseFinalizer)
 		}
 		if claim.Spec.Network != at.cfg.Name {
-			return codedf(types.ErrInvalidNetworkConfig, nil, "IPAMClaim %s has spec.network %q but the CNI network is %q", claims.Key(claim), claim.Spec.Network, at.cfg.Name)
+			return codedf(CodeInvalidNetworkConfig, nil, "IPAMClaim %s has spec.network %q but the CNI network is %q", claims.Key(claim), claim.Spec.Network, at.cfg.Name)
 		}
 		if err := a.mayPresent(ctx, at.pod, claim); err != nil {
 			return err
@@ -80,7 +79,7 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		mine = a.keepRecorded(mine, rec)
 		req, err := claims.RequestedOf(claim)
 		if err != nil {
-			return codedf(types.ErrInvalidNetworkConfig, nil, "%v", err)
+			return codedf(CodeInvalidNetworkConfig, nil, "%v", err)
 		}
 		if !rec.Empty() {
 			req = claims.Requested{} // served as recorded from the first ADD on
@@ -113,7 +112,7 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		return nil
 	})
 	if apierrors.IsConflict(err) {
-		return nil, codedf(types.ErrTryAgainLater, err, "IPAMClaim %s/%s: too many concurrent updates", ns, at.sel.Claim)
+		return nil, codedf(CodeTryAgainLater, err, "IPAMClaim %s/%s: too many concurrent updates", ns, at.sel.Claim)
 	}
 	return held, err
 }
@@ -144,7 +143,7 @@ func (a *Agent) mayPresent(ctx context.Context, pod *corev1.Pod, claim *ipamclai
 		}
 	}
 	if byVMI() {
-		return codedf(types.ErrTryAgainLater, nil, "%v", err)
+		return codedf(CodeTryAgainLater, nil, "%v", err)
 	}
 	return codedf(CodeNotPresented, nil, "%v", err)
 }

@@ -148,7 +148,7 @@ type attachment struct {
 
 func (a *Agent) prepare(ctx context.Context, req *cniwire.Request) (*attachment, error) {
 	if req.ContainerID == "" || req.IfName == "" {
-		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required (got %q, %q)", req.ContainerID, req.IfName)
+		return nil, codedf(CodeInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required (got %q, %q)", req.ContainerID, req.IfName)
 	}
 	cfg, err := a.loadConfig(ctx, req)
 	if err != nil {
@@ -156,7 +156,7 @@ func (a *Agent) prepare(ctx context.Context, req *cniwire.Request) (*attachment,
 	}
 	args, err := parseCNIArgs(req.Args)
 	if err != nil {
-		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "%v", err)
+		return nil, codedf(CodeInvalidEnvironmentVariables, nil, "%v", err)
 	}
 	pod, err := a.pod(ctx, args)
 	if err != nil {
@@ -164,7 +164,7 @@ func (a *Agent) prepare(ctx context.Context, req *cniwire.Request) (*attachment,
 	}
 	sel, err := claims.Select(pod, req.IfName)
 	if err != nil {
-		return nil, codedf(types.ErrInvalidNetworkConfig, nil, "%v", err)
+		return nil, codedf(CodeInvalidNetworkConfig, nil, "%v", err)
 	}
 	return &attachment{req: req, cfg: cfg, base: cfg, pod: pod, sel: sel, args: args}, nil
 }
@@ -177,7 +177,7 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 	unlock := a.locks.lock(attachmentKey(req))
 	defer unlock()
 	if a.arrivals.deletedAfter(attachmentKey(req), arrivalOf(ctx)) {
-		return nil, codedf(types.ErrTryAgainLater, nil, "ADD of container %s interface %s abandoned: a DEL of the attachment arrived after it and has run", req.ContainerID, req.IfName)
+		return nil, codedf(CodeTryAgainLater, nil, "ADD of container %s interface %s abandoned: a DEL of the attachment arrived after it and has run", req.ContainerID, req.IfName)
 	}
 	if err := a.dataplane.Learn(at); err != nil {
 		a.recordAddFailure(at, err)
@@ -325,7 +325,7 @@ func (a *Agent) attachmentHolds(ctx context.Context, containerID, ifName, podUID
 		}
 		list := &tenurev1alpha1.IPReservationList{}
 		if err := a.client.List(ctx, list, sel); err != nil {
-			return nil, codedf(types.ErrTryAgainLater, err, "reading what container %s interface %s holds from the API server", containerID, ifName)
+			return nil, codedf(CodeTryAgainLater, err, "reading what container %s interface %s holds from the API server", containerID, ifName)
 		}
 		for i := range list.Items {
 			r := &list.Items[i]
@@ -341,7 +341,7 @@ func (a *Agent) attachmentHolds(ctx context.Context, containerID, ifName, podUID
 		case apierrors.IsAlreadyExists(err):
 			// Someone else's: the create did not commit for this attachment.
 		case err != nil:
-			return nil, codedf(types.ErrTryAgainLater, err, "container %s interface %s: an earlier create of %s is unsettled", containerID, ifName, u.Name)
+			return nil, codedf(CodeTryAgainLater, err, "container %s interface %s: an earlier create of %s is unsettled", containerID, ifName, u.Name)
 		case r != nil:
 			out = append(out, r)
 		}
@@ -379,7 +379,7 @@ const freshWait = time.Second
 
 func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	if req.ContainerID == "" || req.IfName == "" {
-		return codedf(types.ErrInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required")
+		return codedf(CodeInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required")
 	}
 	// DEL must succeed on a config that no longer parses: it only needs the
 	// attachment identity, so a bad config does not strand reservations.
@@ -407,7 +407,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	for _, r := range held {
 		// Claim-owned ones are not listed: released only when the claim goes.
 		if err := a.alloc.Release(ctx, r); err != nil {
-			return codedf(types.ErrTryAgainLater, err, "releasing %s of container %s interface %s", r.Name, req.ContainerID, req.IfName)
+			return codedf(CodeTryAgainLater, err, "releasing %s of container %s interface %s", r.Name, req.ContainerID, req.IfName)
 		}
 		released = append(released, r.Spec.CNINetwork)
 	}
@@ -424,15 +424,15 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 		PrevResult json.RawMessage `json:"prevResult"`
 	}
 	if err := json.Unmarshal(req.StdinData, &conf); err != nil || len(conf.PrevResult) == 0 {
-		return codedf(types.ErrInvalidNetworkConfig, err, "CHECK needs prevResult")
+		return codedf(CodeInvalidNetworkConfig, err, "CHECK needs prevResult")
 	}
 	prev, err := version.NewResult(conf.CNIVersion, conf.PrevResult)
 	if err != nil {
-		return codedf(types.ErrDecodingFailure, err, "decoding prevResult")
+		return codedf(CodeDecodingFailure, err, "decoding prevResult")
 	}
 	pr, err := current.NewResultFromResult(prev)
 	if err != nil {
-		return codedf(types.ErrDecodingFailure, err, "converting prevResult")
+		return codedf(CodeDecodingFailure, err, "converting prevResult")
 	}
 	held := a.store.ByAttachment(req.ContainerID, req.IfName)
 	if at.sel.Claim == "" {
@@ -489,9 +489,6 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	return nil
 }
 
-// CodeCheckFailed: CHECK found the attachment's reservations missing or different.
-const CodeCheckFailed uint = 103
-
 func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 	var conf struct {
 		Name  string `json:"name"`
@@ -501,7 +498,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 		} `json:"cni.dev/valid-attachments"`
 	}
 	if err := json.Unmarshal(req.StdinData, &conf); err != nil {
-		return codedf(types.ErrDecodingFailure, err, "decoding GC configuration")
+		return codedf(CodeDecodingFailure, err, "decoding GC configuration")
 	}
 	valid := map[string]bool{}
 	for _, v := range conf.Valid {
@@ -539,12 +536,12 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 
 func (a *Agent) status(ctx context.Context) error {
 	if !a.Ready() {
-		return codedf(50, nil, "tenure agent caches are not synced yet")
+		return codedf(CodePluginNotAvailable, nil, "tenure agent caches are not synced yet")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := a.client.List(ctx, &tenurev1alpha1.IPPoolList{}, limitOne); err != nil {
-		return codedf(50, err, "Kubernetes API not reachable")
+		return codedf(CodePluginNotAvailable, err, "Kubernetes API not reachable")
 	}
 	return nil
 }
@@ -576,7 +573,7 @@ func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
 	p := &corev1.Pod{}
 	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: args.Namespace, Name: args.Name}, p); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, codedf(types.ErrTryAgainLater, nil, "pod %s not found", key)
+			return nil, codedf(CodeTryAgainLater, nil, "pod %s not found", key)
 		}
 		return nil, err
 	}
@@ -588,16 +585,16 @@ func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
 			return nil, codedf(CodeStaticPod, nil, "pod %s is a static pod (its mirror pod carries %s=%s): tenure gives no address of a shared network to a pod whose API object its node writes itself, as NodeRestriction gives a mirror pod no Secret, ConfigMap or ServiceAccount; run it as a DaemonSet's pod",
 				key, corev1.MirrorPodAnnotationKey, hash)
 		}
-		return nil, codedf(types.ErrTryAgainLater, nil, "pod %s has UID %s, the runtime asked for UID %s (a deleted pod's sandbox)", key, p.UID, args.UID)
+		return nil, codedf(CodeTryAgainLater, nil, "pod %s has UID %s, the runtime asked for UID %s (a deleted pod's sandbox)", key, p.UID, args.UID)
 	}
 	switch p.Spec.NodeName {
 	case a.node:
 	case "":
 		// A runtime sets up pods bound to its node; an unbound pod's
 		// reservation would record a node that may never run it.
-		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "pod %s is not bound to a node (spec.nodeName is empty), this agent serves node %s", key, a.node)
+		return nil, codedf(CodeInvalidEnvironmentVariables, nil, "pod %s is not bound to a node (spec.nodeName is empty), this agent serves node %s", key, a.node)
 	default:
-		return nil, codedf(types.ErrInvalidEnvironmentVariables, nil, "pod %s is bound to node %s, this agent serves node %s", key, p.Spec.NodeName, a.node)
+		return nil, codedf(CodeInvalidEnvironmentVariables, nil, "pod %s is bound to node %s, this agent serves node %s", key, p.Spec.NodeName, a.node)
 	}
 	return p, nil
 }

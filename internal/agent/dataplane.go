@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -98,7 +97,7 @@ func (d *agentDataplane) Learn(at *attachment) error {
 		return nil
 	}
 	if err := d.svc.Learn(e.Namespace+"/"+e.Name, at.cfg.Name, withLinkInfo(at.cfg, at.req.StdinData)); err != nil {
-		return codedf(types.ErrInvalidNetworkConfig, nil, "%v", err)
+		return codedf(CodeInvalidNetworkConfig, nil, "%v", err)
 	}
 	return nil
 }

@@ -10,7 +10,41 @@ import (
 	"github.com/tenure-ipam/tenure/internal/config"
 )
 
-// tenure's CNI error codes (the spec leaves 100 and up to plugins).
+// Every CNI error code tenure answers with. The shim answers some of them
+// itself (internal/shim, where the runtime cannot reach the agent or the
+// call never gets that far) and the agent the rest; README.md's table of
+// CNI error codes lists these, one row per code.
+//
+// The spec's codes (0-99) are named after containernetworking/cni's types.
+const (
+	// CodeIncompatibleCNIVersion: the configuration's cniVersion is not
+	// supported, or is below what CHECK, GC or STATUS need.
+	CodeIncompatibleCNIVersion = types.ErrIncompatibleCNIVersion // 1
+	// CodeInvalidEnvironmentVariables: a CNI_* variable the command needs
+	// is missing or invalid, CNI_ARGS lacks the pod, or the pod is bound
+	// to another node.
+	CodeInvalidEnvironmentVariables = types.ErrInvalidEnvironmentVariables // 4
+	// CodeIOFailure: the shim could not read its stdin.
+	CodeIOFailure = types.ErrIOFailure // 5
+	// CodeDecodingFailure: the network configuration, a request or a
+	// prevResult is not what it should decode as.
+	CodeDecodingFailure = types.ErrDecodingFailure // 6
+	// CodeInvalidNetworkConfig: invalid IPAM configuration or pod
+	// annotation; the message names the key and the value.
+	CodeInvalidNetworkConfig = types.ErrInvalidNetworkConfig // 7
+	// CodeInvalidNetNS: CNI_NETNS is the shim's own network namespace.
+	CodeInvalidNetNS = types.ErrInvalidNetNS // 8
+	// CodeTryAgainLater: the runtime retries the sandbox (agent
+	// unreachable or busy, caches not synced, API errors, pod or claim
+	// not found yet).
+	CodeTryAgainLater = types.ErrTryAgainLater // 11
+	// CodePluginNotAvailable: STATUS finds the agent or the Kubernetes API
+	// not available. The spec defines 50; containernetworking/cni's types
+	// has no constant for it.
+	CodePluginNotAvailable uint = 50
+)
+
+// tenure's own codes (the spec leaves 100 and up to plugins).
 const (
 	// CodeRangeFull: every assignable address of a range is reserved.
 	CodeRangeFull uint = 100
@@ -27,6 +61,10 @@ const (
 	// VM's pod its VMI does not name yet gets 11 instead: virt-controller
 	// lists it when it next syncs the VMI.
 	CodeNotPresented uint = 103
+	// CodeCheckFailed: CHECK found the attachment's reservations missing
+	// or different. It shares 103 with CodeNotPresented (an ADD's answer,
+	// never a CHECK's); the message tells them apart.
+	CodeCheckFailed uint = 103
 	// CodeStaticPod: the pod is a static pod, which the runtime names by
 	// its manifest's hash and the API by a mirror pod its node writes: it
 	// gets no address (docs/design.md, "Static pods").
@@ -67,7 +105,7 @@ func toCNI(err error) *types.Error {
 	case errors.As(err, &outside):
 		return &types.Error{Code: CodeClaimMismatch, Msg: outside.Error()}
 	case errors.As(err, &asked):
-		return &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: asked.Error()}
+		return &types.Error{Code: CodeInvalidNetworkConfig, Msg: asked.Error()}
 	case errors.As(err, &ce):
 		details := ""
 		if ce.err != nil {
@@ -75,7 +113,7 @@ func toCNI(err error) *types.Error {
 		}
 		return &types.Error{Code: ce.code, Msg: ce.msg, Details: details}
 	case errors.As(err, &cfgErr):
-		return &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: cfgErr.Error()}
+		return &types.Error{Code: CodeInvalidNetworkConfig, Msg: cfgErr.Error()}
 	case errors.As(err, &full):
 		return &types.Error{Code: CodeRangeFull, Msg: full.Error()}
 	case errors.As(err, &answered):
@@ -85,9 +123,9 @@ func toCNI(err error) *types.Error {
 	case errors.As(err, &notInRange):
 		return &types.Error{Code: CodeClaimMismatch, Msg: notInRange.Error()}
 	case errors.Is(err, allocator.ErrNotReady):
-		return &types.Error{Code: types.ErrTryAgainLater, Msg: err.Error()}
+		return &types.Error{Code: CodeTryAgainLater, Msg: err.Error()}
 	default:
 		// API errors, timeouts: the runtime retries the sandbox.
-		return &types.Error{Code: types.ErrTryAgainLater, Msg: err.Error()}
+		return &types.Error{Code: CodeTryAgainLater, Msg: err.Error()}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/containernetworking/cni/pkg/types"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -34,17 +33,17 @@ func (a *Agent) choosePools(ctx context.Context, at *attachment, held []netip.Ad
 			if apierrors.IsNotFound(err) {
 				continue // SelectPools says "no IPPool of that name"
 			}
-			return codedf(types.ErrTryAgainLater, err, "reading IPPool %s", name)
+			return codedf(CodeTryAgainLater, err, "reading IPPool %s", name)
 		}
 		specs[name] = &pool.Spec
 	}
 	ns := &corev1.Namespace{}
 	if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: at.pod.Namespace}, ns); err != nil {
-		return codedf(types.ErrTryAgainLater, err, "reading namespace %s for the pools list's namespaceSelectors", at.pod.Namespace)
+		return codedf(CodeTryAgainLater, err, "reading namespace %s for the pools list's namespaceSelectors", at.pod.Namespace)
 	}
 	node := &corev1.Node{}
 	if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: a.node}, node); err != nil {
-		return codedf(types.ErrTryAgainLater, err, "reading node %s for the pools list's nodeSelectors", a.node)
+		return codedf(CodeTryAgainLater, err, "reading node %s for the pools list's nodeSelectors", a.node)
 	}
 	cfg, choice, err := at.base.SelectPools(specs, config.Placement{
 		Namespace: ns.Name, NamespaceLabels: ns.Labels, Node: node.Name, NodeLabels: node.Labels}, held)

@@ -160,16 +160,16 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, br *bufio.Reader, 
 	if err := readRequest(body, &req); body.N <= 0 {
 		a.log.Warn("request over the size limit refused", "limit", cniwire.MaxMessage)
 		drain()
-		resp = &Response{Error: &types.Error{Code: types.ErrInvalidNetworkConfig,
+		resp = &Response{Error: &types.Error{Code: CodeInvalidNetworkConfig,
 			Msg: fmt.Sprintf("request too large: over the tenure agent's limit of %d bytes", cniwire.MaxMessage)}}
 	} else if errors.Is(err, errBusy) {
 		a.requests.busy.Add(1)
 		a.log.Warn("request refused: the requests in flight fill the agent's budget", "limit", a.requests.limit)
 		drain()
-		resp = &Response{Error: &types.Error{Code: types.ErrTryAgainLater,
+		resp = &Response{Error: &types.Error{Code: CodeTryAgainLater,
 			Msg: fmt.Sprintf("the tenure agent is busy: requests in flight fill its budget of %d bytes; try again", a.requests.limit)}}
 	} else if err != nil {
-		resp = &Response{Error: &types.Error{Code: types.ErrDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
+		resp = &Response{Error: &types.Error{Code: CodeDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
 	} else {
 		_ = conn.SetReadDeadline(time.Time{})
 		resp = a.Handle(ctx, &req)

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 
-	"github.com/containernetworking/cni/pkg/types"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -37,7 +36,7 @@ func (a *Agent) stickyClaim(ctx context.Context, at *attachment, create bool) (s
 		if !set {
 			return "", nil // a sticky network's pods of other workloads are not sticky
 		}
-		return "", codedf(types.ErrInvalidNetworkConfig, nil, "pod %s/%s has annotation %s but is not a StatefulSet's pod (no apps StatefulSet controller reference whose name and an ordinal make the pod's name)",
+		return "", codedf(CodeInvalidNetworkConfig, nil, "pod %s/%s has annotation %s but is not a StatefulSet's pod (no apps StatefulSet controller reference whose name and an ordinal make the pod's name)",
 			pod.Namespace, pod.Name, claims.StickyAnnotation)
 	}
 	name := claims.StickyClaimName(pod.Name, ifName)
@@ -64,7 +63,7 @@ func (a *Agent) stickyClaim(ctx context.Context, at *attachment, create bool) (s
 		return name, nil
 	}
 	if s, sticky, _ := claims.StickyOf(cl); !sticky || s.Pod != pod.Name {
-		return "", codedf(types.ErrInvalidNetworkConfig, nil, "IPAMClaim %s exists but is not the sticky claim of pod %s (label %s=true, annotation %s=%s)",
+		return "", codedf(CodeInvalidNetworkConfig, nil, "IPAMClaim %s exists but is not the sticky claim of pod %s (label %s=true, annotation %s=%s)",
 			claims.Key(cl), pod.Name, claims.LabelSticky, claims.AnnotationPod, pod.Name)
 	}
 	return name, nil
@@ -111,5 +110,5 @@ func (a *Agent) allocateRequested(ctx context.Context, s slot, tmpl allocator.Te
 			return nil, err
 		}
 	}
-	return nil, codedf(types.ErrTryAgainLater, nil, "%s: an earlier sandbox of the pod still holds it", s.requested)
+	return nil, codedf(CodeTryAgainLater, nil, "%s: an earlier sandbox of the pod still holds it", s.requested)
 }

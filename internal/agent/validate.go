@@ -29,7 +29,7 @@ func validateCall(req *cniwire.Request, heads *headCache) *types.Error {
 	case "GC", "STATUS":
 		minimum = "1.1.0"
 	default:
-		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("unknown CNI_COMMAND: %v", req.Command), "")
+		return types.NewError(CodeInvalidEnvironmentVariables, fmt.Sprintf("unknown CNI_COMMAND: %v", req.Command), "")
 	}
 	h := heads.get(req.StdinData)
 	if h.bad != nil {
@@ -38,10 +38,10 @@ func validateCall(req *cniwire.Request, heads *headCache) *types.Error {
 	if minimum != "" {
 		ok, err := version.GreaterThanOrEqualTo(h.version, minimum)
 		if err != nil {
-			return types.NewError(types.ErrDecodingFailure, err.Error(), "")
+			return types.NewError(CodeDecodingFailure, err.Error(), "")
 		}
 		if !ok {
-			return types.NewError(types.ErrIncompatibleCNIVersion, "config version does not allow "+req.Command, "")
+			return types.NewError(CodeIncompatibleCNIVersion, "config version does not allow "+req.Command, "")
 		}
 	}
 	return h.incompatible
@@ -64,10 +64,10 @@ func readHead(stdin []byte) netconfHead {
 		CNIVersion string `json:"cniVersion"`
 	}
 	if err := json.Unmarshal(stdin, &conf); err != nil {
-		return netconfHead{bad: types.NewError(types.ErrDecodingFailure, fmt.Sprintf("error unmarshall network config: %v", err), "")}
+		return netconfHead{bad: types.NewError(CodeDecodingFailure, fmt.Sprintf("error unmarshall network config: %v", err), "")}
 	}
 	if conf.Name == "" {
-		return netconfHead{bad: types.NewError(types.ErrInvalidNetworkConfig, "missing network name", "")}
+		return netconfHead{bad: types.NewError(CodeInvalidNetworkConfig, "missing network name", "")}
 	}
 	if err := utils.ValidateNetworkName(conf.Name); err != nil {
 		return netconfHead{bad: err}
@@ -77,7 +77,7 @@ func readHead(stdin []byte) netconfHead {
 		h.version = "0.1.0"
 	}
 	if verErr := (&version.Reconciler{}).Check(h.version, Versions); verErr != nil {
-		h.incompatible = types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
+		h.incompatible = types.NewError(CodeIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
 	}
 	return h
 }

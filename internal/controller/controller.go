@@ -234,9 +234,10 @@ func New(cfg *rest.Config, o Options) (*Controller, error) {
 // reservationInformers are the reservations' informers, outside the
 // manager's cache, which keeps one informer per type: reservations that
 // carry the spec summary are watched as metadata, which travels as
-// protobuf, where a whole custom resource travels as JSON (at 100,000
-// reservations decoding them whole was most of the start-up's CPU); those
-// made before the summary existed are watched whole. The label selects
+// protobuf, where a whole custom resource travels as JSON, whose decoding
+// would be most of the start-up's CPU (docs/performance.md, "The
+// controller at 100,000 reservations and pods"); those made before the
+// summary existed are watched whole. The label selects
 // each set server-side, so every object is in exactly one of them.
 func reservationInformers(c client.WithWatch) []toolscache.SharedIndexInformer {
 	summarized, whole := summarySelectors()
@@ -412,9 +413,9 @@ func (c *Controller) lead(ctx context.Context) error {
 	// controller starts. For reservations that is the first sweep, which
 	// makes the same nomination from the same caches and hands the queue
 	// what the clock may change and what failed, so the reservation
-	// source skips the informers' initial list. (Reconciling every name as
-	// well did all of that twice at once: at 100,000 reservations half the
-	// start-up's CPU and most of its garbage.)
+	// source skips the informers' initial list: reconciling every name as
+	// well would do all of that twice at once (docs/performance.md, "The
+	// controller at 100,000 reservations and pods").
 	for _, ready := range []chan struct{}{c.syncedCh, c.resQReady} {
 		select {
 		case <-ctx.Done():

@@ -16,12 +16,12 @@ import (
 )
 
 // What the controller keeps of reservations and pods. It holds every one
-// of the cluster's, so their size is its memory: at 100,000 of each, the
-// trimmed typed objects it kept before took 1.2 KiB (a reservation: the
-// ObjectMeta and spec structs alone are 0.5 KiB, most fields empty) and
-// 1.4 KiB (a pod: PodSpec and PodStatus are large even when empty) each,
-// plus their indexes. These entries keep only what the rules read; a
-// release is decided again on live reads of the whole objects anyway.
+// of the cluster's, so their size is its memory, and typed objects are
+// large even trimmed (ObjectMeta, a reservation's spec, PodSpec and
+// PodStatus are large structs with most fields empty; docs/performance.md,
+// "The controller at 100,000 reservations and pods"). These entries keep
+// only what the rules read; a release is decided again on live reads of
+// the whole objects anyway.
 // They are stored by the informers themselves (the cache's transform
 // makes them), so controller-runtime's typed Get and List do not apply to
 // these two types: the controller reads them through the informers'

@@ -54,9 +54,9 @@ type usage struct{ addresses, prefixes int64 }
 
 // reservationCounts is the number of reservations per pool and kind, kept
 // from the reservation informer's events: a status pass then costs the
-// number of pools, not a copy of every reservation (at 100,000
-// reservations the copy cost the leader about 12 ms of CPU per allocation
-// while allocations went on, docs/performance.md). A relist replays as
+// number of pools, not a copy of every reservation, which costs the leader
+// CPU per allocation in proportion to the cluster's reservations while
+// allocations go on (docs/performance.md). A relist replays as
 // adds, updates and deletes, so the counts follow the cache exactly.
 type reservationCounts struct {
 	mu sync.Mutex

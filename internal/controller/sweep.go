@@ -89,8 +89,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	}
 	entries := snap.idx.list()
 	// An owner's reservations side by side: each is judged with its
-	// siblings read off the list, where asking the index for them cost
-	// the bucket's worth of lookups each (most of a sweep at 100,000).
+	// siblings read off the list, where asking the index for them costs
+	// the bucket's worth of lookups each (docs/performance.md, "Siblings
+	// off the list").
 	slices.SortFunc(entries, func(a, b *resEntry) int {
 		return cmp.Or(strings.Compare(a.owner.uid, b.owner.uid), strings.Compare(a.name, b.name))
 	})
@@ -170,9 +171,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 	}
 	res.Duration = time.Since(start)
-	// What the sweep listed (all of the index for --once) is garbage now:
-	// tens of MiB at 100,000 reservations that the runtime would otherwise
-	// keep until it scavenges them.
+	// What the sweep listed (all of the index for --once) is garbage now,
+	// in proportion to the cluster's reservations, which the runtime would
+	// otherwise keep until it scavenges it.
 	debug.FreeOSMemory()
 	sweepDuration.Observe(res.Duration.Seconds())
 	if len(errs) == 0 {

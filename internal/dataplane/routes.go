@@ -1,10 +1,12 @@
 package dataplane
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -168,4 +170,66 @@ func (s *Service) deleteRoute(r Route) error {
 		return nil // already gone
 	}
 	return err
+}
+
+// Route is one wanted route: Prefix via Via dev Dev onlink.
+type Route struct {
+	Prefix netip.Prefix
+	Via    netip.Addr
+	Dev    string
+}
+
+func (r Route) String() string { return fmt.Sprintf("%s via %s dev %s onlink", r.Prefix, r.Via, r.Dev) }
+
+// DesiredRoutes returns the routes this node must have, sorted by prefix:
+// one per binding with an address and a prefix on a network with
+// install_routes, through the binding's OwnInterface when it has one; otherwise
+// through the interface the client was last heard on (lastHeard, by
+// binding Key: an answered Request, Renew or Rebind from its MAC, see
+// Service.Heard) when the binding is served there, else the first one it
+// is served on.
+func DesiredRoutes(bs []Binding, lastHeard map[string]string) []Route {
+	var out []Route
+	for _, b := range bs {
+		if !b.InstallRoutes || !b.Address.IsValid() || !b.Prefix.IsValid() || len(b.Interfaces) == 0 {
+			continue
+		}
+		dev := b.Interfaces[0]
+		if h, ok := lastHeard[b.Key]; ok && b.OwnInterface == "" && slices.Contains(b.Interfaces, h) {
+			dev = h
+		}
+		out = append(out, Route{Prefix: b.Prefix.Masked(), Via: b.Address, Dev: dev})
+	}
+	slices.SortStableFunc(out, func(a, b Route) int {
+		return cmp.Or(a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()))
+	})
+	// Reservations make prefixes unique; should two bindings still name one
+	// prefix, the first (by binding key) wins, as a kernel table holds one.
+	return slices.CompactFunc(out, func(a, b Route) bool { return a.Prefix == b.Prefix })
+}
+
+// PlanRoutes compares the wanted routes with those present (tenure's, by
+// protocol) and returns what to replace and what to delete. A present route
+// whose Dev is "" (its interface is gone) counts as different.
+func PlanRoutes(want, have []Route) (replace, remove []Route) {
+	wanted := map[netip.Prefix]Route{}
+	for _, r := range want {
+		wanted[r.Prefix] = r
+	}
+	present := map[netip.Prefix]bool{}
+	for _, h := range have {
+		w, ok := wanted[h.Prefix]
+		switch {
+		case !ok:
+			remove = append(remove, h)
+		case w == h:
+			present[h.Prefix] = true
+		}
+	}
+	for _, w := range want {
+		if !present[w.Prefix] {
+			replace = append(replace, w)
+		}
+	}
+	return replace, remove
 }

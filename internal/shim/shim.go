@@ -35,7 +35,10 @@ const About = "tenure: cluster-wide IPAM through the Kubernetes API"
 // SupportedVersions are the CNI versions tenure speaks.
 var SupportedVersions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 
-// CNI error codes the shim reports itself (spec "Error codes").
+// CNI error codes the shim reports itself, copies of internal/agent's
+// (errors.go names every code tenure answers with): importing the agent or
+// containernetworking/cni would add to every exec of the shim.
+// TestShimCodesAreTheAgents keeps them equal.
 const (
 	codeInvalidEnvironmentVariables = 4
 	codeIOFailure                   = 5

@@ -84,10 +84,10 @@ const (
 	podStartPods = 30 // per IPAM, in waves
 	podStartWave = 10
 	// Times the waves' pods are run, the IPAMs' order rotating on: one
-	// wave's Ready p50 moves 8 to 11 % from the next on this machine with
-	// the host's speed, the IPAM aside, so three waves per IPAM cannot
-	// resolve a 5 % target; eighteen bring the ratio's standard error to
-	// about 3 % (docs/performance.md, "One wave's p50 moves a tenth").
+	// wave's Ready p50 moves from the next with the host's speed, the IPAM
+	// aside, by more than the targets' margin, so three waves per IPAM
+	// cannot resolve a target; eighteen bring the ratio's standard error
+	// well below it (docs/performance.md, "One wave's p50 moves a tenth").
 	podStartSets  = 6
 	podStartStorm = 50 // per IPAM, at once
 	// Storms per IPAM, the IPAMs' order rotating storm by storm: the p99
@@ -313,10 +313,47 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 	defer func() {
 		_ = c.Delete(context.WithoutCancel(ctx), ns)
 	}()
+	timerLog, err := podStartNetworks(ctx, c, dir, nodeKubeconfig, ipams)
+	if err != nil {
+		return nil, err
+	}
+
+	obs, err := watchPods(ctx, cs, podStartNamespace)
+	if err != nil {
+		return nil, err
+	}
+	defer obs.stop()
+
+	r := &podStartRun{
+		c: c, cs: cs, obs: obs, nodes: nodes, timerLog: timerLog, logf: logf,
+		samples:     map[string]*podSample{},
+		quiet:       1.0, // the warm-up's batches wait one window; see settle
+		probeBudget: probeRunBudget,
+	}
+	if err := r.warmUp(ctx, ipams); err != nil {
+		return nil, err
+	}
+	if err := r.settleIdle(ctx); err != nil {
+		return nil, err
+	}
+	rounds, err := r.waves(ctx, opts, ipams)
+	if err != nil {
+		return podStartRows(r.samples), err
+	}
+	if err := r.storms(ctx, opts, ipams, rounds); err != nil {
+		return podStartRows(r.samples), err
+	}
+	return podStartRows(r.samples), nil
+}
+
+// podStartNetworks writes whereabouts' flat configuration into dir and
+// creates one macvlan NetworkAttachmentDefinition per IPAM, each through
+// the timer, and returns the timer's log.
+func podStartNetworks(ctx context.Context, c client.Client, dir, nodeKubeconfig string, ipams []string) (string, error) {
 	timerLog := filepath.Join(dir, "ipam.log")
 	flat := filepath.Join(dir, "whereabouts.conf")
 	if err := os.WriteFile(flat, fmt.Appendf(nil, `{"datastore":"kubernetes","kubernetes":{"kubeconfig":%q}}`, nodeKubeconfig), 0o600); err != nil {
-		return nil, err
+		return "", err
 	}
 	ipamConf := map[string]string{
 		"host-local":  fmt.Sprintf(`"ranges":[[{"subnet":"10.211.0.0/24"}]],"dataDir":%q`, filepath.Join(dir, "host-local")),
@@ -340,208 +377,280 @@ func PodStart(ctx context.Context, cl PodStartCluster, opts PodStartOptions, log
 			"ipam":{"type":%q,"timed_type":%q,"timed_name":%q,%s"timed_log":%q,%s}}`, ipam, podStartMaster, ipamTimerType, typ, ipam, bin, timerLog, ipamConf[ipam])
 		obj, err := localnode.NAD(podStartNamespace, "ps-"+ipam, conf)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if err := c.Create(ctx, obj); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
+	return timerLog, nil
+}
 
-	obs, err := watchPods(ctx, cs, podStartNamespace)
-	if err != nil {
-		return nil, err
-	}
-	defer obs.stop()
+// podStartRun is what one run of the scenario carries from batch to batch.
+type podStartRun struct {
+	c        client.Client
+	cs       kubernetes.Interface
+	obs      *podObserver
+	nodes    []*devnode.Node
+	timerLog string
+	logf     func(format string, args ...any)
 
-	samples := map[string]*podSample{} // "phase/ipam"
-	var logOff int64
-	quiet := 1.0 // the warm-up's batches wait one window; see settle
-	probeBudget := probeRunBudget
-	// try runs one batch and returns what it measured, and the share of
-	// the machine's time the hypervisor took meanwhile.
-	try := func(phase, ipam string, round, attempt, n int) (*podSample, float64, error) {
-		s := &podSample{}
-		names := make([]string, n)
-		for i := range names {
-			names[i] = fmt.Sprintf("%s-%s-r%d-%d", phase, ipam, round, i)
-			if attempt > 0 {
-				names[i] = fmt.Sprintf("%s-%s-r%d-again%d-%d", phase, ipam, round, attempt, i)
-			}
-		}
-		settled, share, err := settle(ctx, machineBusy, settleWindow, quiet, settleDeadline)
-		if err != nil {
-			return nil, 0, err
-		}
-		if phase != "warmup" {
-			waited, stolen, err := awaitHost(ctx, probeSteal, probeWindow, probePause, min(probeDeadline, probeBudget))
-			if err != nil {
-				return nil, 0, err
-			}
-			probeBudget = max(probeBudget-waited, 0)
-			if waited > 0 {
-				logf("%s %s round %d: waited %v for the hypervisor to give the machine back (%.1f %% stolen under load at the last probe)", phase, ipam, round, waited.Round(time.Second), stolen*100)
-			}
-		}
-		apiBefore, err := apiRequests(ctx, cs)
-		if err != nil {
-			return nil, 0, fmt.Errorf("the API server's request counts: %w", err)
-		}
-		begin, cpuBefore := time.Now(), sampleMachineCPU()
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i, name := range names {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p := localnode.Pod(podStartNamespace, name, "ps-"+ipam)
-				p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodes[i%len(nodes)].Name}
-				obs.created(name)
-				errs[i] = c.Create(ctx, p)
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return nil, 0, err
-		}
-		timeout := 3 * time.Minute
-		if phase == "storm" {
-			timeout = 6 * time.Minute
-		}
-		notReady := obs.waitReady(ctx, names, timeout)
-		cpuAfter := sampleMachineCPU()
-		cpu := cpuByGroup(cpuBefore, cpuAfter)
-		stolen := stolenShare(cpuAfter.steal-cpuBefore.steal, cpuAfter.total-cpuBefore.total)
-		apiAfter, err := apiRequests(ctx, cs)
-		if err != nil {
-			return nil, 0, fmt.Errorf("the API server's request counts: %w", err)
-		}
-		api := apiAfter.Sub(apiBefore)
-		s.cpu, s.api = cpu, api
-		r, st := obs.times(names)
-		s.ready, s.netStatus = append(s.ready, r...), append(s.netStatus, st...)
-		rs, sts := SummarizeMs(r), SummarizeMs(st)
-		if len(r) > 0 {
-			s.batchReadyP50 = append(s.batchReadyP50, rs.P50)
-		}
-		s.notReady += len(notReady)
-		lines, off, err := readIPAMTimings(timerLog, logOff)
-		if err != nil {
-			return nil, 0, err
-		}
-		logOff = off
-		added := map[string]bool{}
-		for _, l := range lines {
-			if l.Command != "ADD" {
-				continue
-			}
-			if l.IPAM != ipam {
-				return nil, 0, fmt.Errorf("an ADD through %s during a %s batch: batches overlap", l.IPAM, ipam)
-			}
-			s.addWall, s.addCPU = append(s.addWall, l.WallMs), append(s.addCPU, l.CPUMs)
-			if l.Exit != 0 {
-				s.addFailures++
-			} else {
-				added[l.Container] = true
-			}
-		}
-		apiReqs, _ := splitWatchEvents(Cost(api).ByVerbResource)
-		// The slowest pod of each batch is logged: a pooled p99 is the
-		// second-slowest of a few hundred pods, so it is one batch's.
-		logf("%s %s round %d%s: %d pods, Ready p50 %.0f ms, slowest %.0f ms, network-status slowest %.0f ms, in %v%s (after %v for the machine to settle, %.0f %% busy; %.1f %% stolen); CPU ms per pod: %s; API requests per pod: %s",
-			phase, ipam, round, againNote(attempt), n, rs.P50, rs.Max, sts.Max, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100, stolen*100,
-			cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
-		// The next batch starts on a node that has finished this one:
-		// the pods gone and each sandbox's DEL seen.
-		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(podStartNamespace)); err != nil {
-			return nil, 0, err
-		}
-		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			var list corev1.PodList
-			if err := c.List(ctx, &list, client.InNamespace(podStartNamespace)); err != nil {
-				return false, nil
-			}
-			if len(list.Items) > 0 {
-				return false, nil
-			}
-			lines, off, err := readIPAMTimings(timerLog, logOff)
-			if err != nil {
-				return false, err
-			}
-			logOff = off
-			for _, l := range lines {
-				if l.Command == "DEL" {
-					delete(added, l.Container)
-				}
-			}
-			return len(added) == 0, nil
-		}); err != nil {
-			return nil, 0, fmt.Errorf("%s %s round %d: pods not gone or %d DELs not seen: %w", phase, ipam, round, len(added), err)
-		}
-		return s, stolen, nil
-	}
-	batch := func(phase, ipam string, round, n int) error {
-		key := phase + "/" + ipam
-		if samples[key] == nil {
-			samples[key] = &podSample{cpu: map[string]float64{}, api: RequestCounts{}}
-		}
-		for attempt := 0; ; attempt++ {
-			b, stolen, err := try(phase, ipam, round, attempt, n)
-			if err != nil {
-				return err
-			}
-			if phase != "warmup" && runAgain(b, stolen, attempt) { // the warm-up measures nothing
-				logf("%s %s round %d: the hypervisor took %.1f %% of the machine (more than %.0f %%): run again", phase, ipam, round, stolen*100, stolenLimit*100)
-				samples[key].reruns++
-				continue
-			}
-			samples[key].add(b)
-			return nil
-		}
-	}
+	samples     map[string]*podSample // "phase/ipam"
+	logOff      int64                 // how far timerLog has been read
+	quiet       float64               // the busy share a batch waits for; see settle
+	probeBudget time.Duration         // what is left of probeRunBudget
+}
 
-	// One pod per IPAM first, unmeasured: the first ADD on a network pays
-	// for cold caches and page cache, which is no IPAM's steady cost.
+// warmUp runs one pod per IPAM first, unmeasured: the first ADD on a
+// network pays for cold caches and page cache, which is no IPAM's steady
+// cost.
+func (r *podStartRun) warmUp(ctx context.Context, ipams []string) error {
 	for _, ipam := range ipams {
-		if err := batch("warmup", ipam, 0, 1); err != nil {
-			return nil, fmt.Errorf("warm-up: %w", err)
+		if err := r.batch(ctx, "warmup", ipam, 0, 1); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
 		}
-		delete(samples, "warmup/"+ipam)
+		delete(r.samples, "warmup/"+ipam)
 	}
-	// What the idle node keeps busy (its control plane, the kubelet's
-	// housekeeping) sets how quiet a settled machine is.
+	return nil
+}
+
+// settleIdle sets how quiet a settled machine is from what the idle node
+// keeps busy (its control plane, the kubelet's housekeeping).
+func (r *podStartRun) settleIdle(ctx context.Context) error {
 	idle := 1.0
 	for range settleIdleWindows {
 		_, share, err := settle(ctx, machineBusy, settleWindow, 0, 0)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		idle = min(idle, share)
 	}
-	quiet = idle + settleMargin
-	logf("the idle node keeps the machine %.0f %% busy; each batch waits for at most %.0f %% (up to %v)", idle*100, quiet*100, settleDeadline)
+	r.quiet = idle + settleMargin
+	r.logf("the idle node keeps the machine %.0f %% busy; each batch waits for at most %.0f %% (up to %v)", idle*100, r.quiet*100, settleDeadline)
+	return nil
+}
+
+// waves runs opts.Pods pods per IPAM in waves of opts.Wave, opts.Sets
+// times over, the IPAMs alternating wave by wave, and returns the number
+// of rounds it ran.
+func (r *podStartRun) waves(ctx context.Context, opts PodStartOptions, ipams []string) (int, error) {
 	perSet := 0
 	if opts.Wave > 0 {
 		perSet = (opts.Pods + opts.Wave - 1) / opts.Wave
 	}
 	rounds := perSet * opts.Sets
-	for r := range rounds {
-		n := min(opts.Wave, opts.Pods-(r%perSet)*opts.Wave)
+	for round := range rounds {
+		n := min(opts.Wave, opts.Pods-(round%perSet)*opts.Wave)
 		for i := range ipams {
-			if err := batch("waves", ipams[(r+i)%len(ipams)], r, n); err != nil {
-				return podStartRows(samples), err
+			if err := r.batch(ctx, "waves", ipams[(round+i)%len(ipams)], round, n); err != nil {
+				return rounds, err
 			}
 		}
 	}
-	if opts.Storm > 0 {
-		for r := range opts.Storms {
-			for i := range ipams {
-				if err := batch("storm", ipams[(rounds+r+i)%len(ipams)], r, opts.Storm); err != nil {
-					return podStartRows(samples), err
-				}
+	return rounds, nil
+}
+
+// storms runs opts.Storms storms of opts.Storm pods per IPAM at once, the
+// IPAMs' order rotating on from where the waves' rounds left it.
+func (r *podStartRun) storms(ctx context.Context, opts PodStartOptions, ipams []string, rounds int) error {
+	if opts.Storm <= 0 {
+		return nil
+	}
+	for round := range opts.Storms {
+		for i := range ipams {
+			if err := r.batch(ctx, "storm", ipams[(rounds+round+i)%len(ipams)], round, opts.Storm); err != nil {
+				return err
 			}
 		}
 	}
-	return podStartRows(samples), nil
+	return nil
+}
+
+// batch runs one batch of n pods through ipam until the hypervisor leaves
+// it alone (runAgain) and adds what it measured to the samples.
+func (r *podStartRun) batch(ctx context.Context, phase, ipam string, round, n int) error {
+	key := phase + "/" + ipam
+	if r.samples[key] == nil {
+		r.samples[key] = &podSample{cpu: map[string]float64{}, api: RequestCounts{}}
+	}
+	for attempt := 0; ; attempt++ {
+		b, stolen, err := r.try(ctx, phase, ipam, round, attempt, n)
+		if err != nil {
+			return err
+		}
+		if phase != "warmup" && runAgain(b, stolen, attempt) { // the warm-up measures nothing
+			r.logf("%s %s round %d: the hypervisor took %.1f %% of the machine (more than %.0f %%): run again", phase, ipam, round, stolen*100, stolenLimit*100)
+			r.samples[key].reruns++
+			continue
+		}
+		r.samples[key].add(b)
+		return nil
+	}
+}
+
+// try runs one batch and returns what it measured, and the share of the
+// machine's time the hypervisor took meanwhile.
+func (r *podStartRun) try(ctx context.Context, phase, ipam string, round, attempt, n int) (*podSample, float64, error) {
+	s := &podSample{}
+	names := podStartNames(phase, ipam, round, attempt, n)
+	settled, share, err := r.awaitMachine(ctx, phase, ipam, round)
+	if err != nil {
+		return nil, 0, err
+	}
+	apiBefore, err := apiRequests(ctx, r.cs)
+	if err != nil {
+		return nil, 0, fmt.Errorf("the API server's request counts: %w", err)
+	}
+	begin, cpuBefore := time.Now(), sampleMachineCPU()
+	if err := r.createPods(ctx, ipam, names); err != nil {
+		return nil, 0, err
+	}
+	timeout := 3 * time.Minute
+	if phase == "storm" {
+		timeout = 6 * time.Minute
+	}
+	notReady := r.obs.waitReady(ctx, names, timeout)
+	cpuAfter := sampleMachineCPU()
+	cpu := cpuByGroup(cpuBefore, cpuAfter)
+	stolen := stolenShare(cpuAfter.steal-cpuBefore.steal, cpuAfter.total-cpuBefore.total)
+	apiAfter, err := apiRequests(ctx, r.cs)
+	if err != nil {
+		return nil, 0, fmt.Errorf("the API server's request counts: %w", err)
+	}
+	api := apiAfter.Sub(apiBefore)
+	s.cpu, s.api = cpu, api
+	ready, st := r.obs.times(names)
+	s.ready, s.netStatus = append(s.ready, ready...), append(s.netStatus, st...)
+	rs, sts := SummarizeMs(ready), SummarizeMs(st)
+	if len(ready) > 0 {
+		s.batchReadyP50 = append(s.batchReadyP50, rs.P50)
+	}
+	s.notReady += len(notReady)
+	added, err := r.readADDs(s, ipam)
+	if err != nil {
+		return nil, 0, err
+	}
+	apiReqs, _ := splitWatchEvents(Cost(api).ByVerbResource)
+	// The slowest pod of each batch is logged: a pooled p99 is the
+	// second-slowest of a few hundred pods, so it is one batch's.
+	r.logf("%s %s round %d%s: %d pods, Ready p50 %.0f ms, slowest %.0f ms, network-status slowest %.0f ms, in %v%s (after %v for the machine to settle, %.0f %% busy; %.1f %% stolen); CPU ms per pod: %s; API requests per pod: %s",
+		phase, ipam, round, againNote(attempt), n, rs.P50, rs.Max, sts.Max, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100, stolen*100,
+		cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
+	if err := r.clear(ctx, phase, ipam, round, added); err != nil {
+		return nil, 0, err
+	}
+	return s, stolen, nil
+}
+
+// podStartNames names a batch's n pods; a batch run again gets new names.
+func podStartNames(phase, ipam string, round, attempt, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%s-r%d-%d", phase, ipam, round, i)
+		if attempt > 0 {
+			names[i] = fmt.Sprintf("%s-%s-r%d-again%d-%d", phase, ipam, round, attempt, i)
+		}
+	}
+	return names
+}
+
+// awaitMachine waits until the machine has settled and, for a measured
+// batch, until the hypervisor gives it back (awaitHost, within what is
+// left of the run's probe budget). It returns how long the machine took
+// to settle and its busy share then.
+func (r *podStartRun) awaitMachine(ctx context.Context, phase, ipam string, round int) (time.Duration, float64, error) {
+	settled, share, err := settle(ctx, machineBusy, settleWindow, r.quiet, settleDeadline)
+	if err != nil {
+		return 0, 0, err
+	}
+	if phase != "warmup" {
+		waited, stolen, err := awaitHost(ctx, probeSteal, probeWindow, probePause, min(probeDeadline, r.probeBudget))
+		if err != nil {
+			return 0, 0, err
+		}
+		r.probeBudget = max(r.probeBudget-waited, 0)
+		if waited > 0 {
+			r.logf("%s %s round %d: waited %v for the hypervisor to give the machine back (%.1f %% stolen under load at the last probe)", phase, ipam, round, waited.Round(time.Second), stolen*100)
+		}
+	}
+	return settled, share, nil
+}
+
+// createPods creates the batch's pods at once, on the nodes in turn.
+func (r *podStartRun) createPods(ctx context.Context, ipam string, names []string) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(names))
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := localnode.Pod(podStartNamespace, name, "ps-"+ipam)
+			p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: r.nodes[i%len(r.nodes)].Name}
+			r.obs.created(name)
+			errs[i] = r.c.Create(ctx, p)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// readADDs adds the ADDs the timer logged since the last read to s and
+// returns the containers of those that succeeded. An ADD through another
+// IPAM means batches overlap.
+func (r *podStartRun) readADDs(s *podSample, ipam string) (map[string]bool, error) {
+	lines, off, err := readIPAMTimings(r.timerLog, r.logOff)
+	if err != nil {
+		return nil, err
+	}
+	r.logOff = off
+	added := map[string]bool{}
+	for _, l := range lines {
+		if l.Command != "ADD" {
+			continue
+		}
+		if l.IPAM != ipam {
+			return nil, fmt.Errorf("an ADD through %s during a %s batch: batches overlap", l.IPAM, ipam)
+		}
+		s.addWall, s.addCPU = append(s.addWall, l.WallMs), append(s.addCPU, l.CPUMs)
+		if l.Exit != 0 {
+			s.addFailures++
+		} else {
+			added[l.Container] = true
+		}
+	}
+	return added, nil
+}
+
+// clear deletes the batch's pods and waits until they are gone and a DEL
+// of each container in added is logged: the next batch starts on a node
+// that has finished this one.
+func (r *podStartRun) clear(ctx context.Context, phase, ipam string, round int, added map[string]bool) error {
+	if err := r.c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(podStartNamespace)); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var list corev1.PodList
+		if err := r.c.List(ctx, &list, client.InNamespace(podStartNamespace)); err != nil {
+			return false, nil
+		}
+		if len(list.Items) > 0 {
+			return false, nil
+		}
+		lines, off, err := readIPAMTimings(r.timerLog, r.logOff)
+		if err != nil {
+			return false, err
+		}
+		r.logOff = off
+		for _, l := range lines {
+			if l.Command == "DEL" {
+				delete(added, l.Container)
+			}
+		}
+		return len(added) == 0, nil
+	}); err != nil {
+		return fmt.Errorf("%s %s round %d: pods not gone or %d DELs not seen: %w", phase, ipam, round, len(added), err)
+	}
+	return nil
 }
 
 // A batch starts once the machine has settled: its busy share over
@@ -559,9 +668,9 @@ const (
 
 // A batch during which the hypervisor ran something else for more than
 // stolenLimit of the machine's time (steal in /proc/stat) is run again, at
-// most rerunsPerBatch times. On this machine most batches lose under 1 %;
-// one in ten loses 5 to 30 %, and its pods start up to 40 % slower
-// (docs/performance.md, "One wave's p50 moves a tenth").
+// most rerunsPerBatch times: such a batch's pods start slower for reasons
+// no IPAM has, and most batches lose far less (docs/performance.md, "One
+// wave's p50 moves a tenth").
 const (
 	stolenLimit    = 0.05
 	rerunsPerBatch = 3

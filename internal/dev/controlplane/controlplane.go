@@ -51,6 +51,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/tenure-ipam/tenure/internal/atomicfile"
+	"github.com/tenure-ipam/tenure/internal/dev/progress"
 )
 
 const (
@@ -708,6 +709,7 @@ func (cp *ControlPlane) httpClient() (*http.Client, error) {
 // waitReady polls check until it succeeds, the process exits, or timeout.
 func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(context.Context) error) error {
 	var last error
+	progress.Waiting(ctx, p.Name+" to be ready")
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		reqCtx, reqCancel := context.WithTimeout(ctx, 2*time.Second)
 		last = check(reqCtx)
@@ -715,6 +717,7 @@ func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(c
 		if last == nil {
 			return true, nil
 		}
+		progress.Observe(ctx, last.Error())
 		select {
 		case <-p.exited():
 			tail := p.logTail()
@@ -729,6 +732,9 @@ func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(c
 	})
 	if wait.Interrupted(err) {
 		return fmt.Errorf("controlplane: %s not ready after %v: %v\n%s", p.Name, timeout, last, p.logTail())
+	}
+	if err == nil {
+		progress.Done(ctx)
 	}
 	return err
 }

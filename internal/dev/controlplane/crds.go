@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tenure-ipam/tenure/internal/dev/progress"
 )
 
 const (
@@ -73,9 +75,11 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 	var settled time.Time // when the last CRD's just-created window ends
 	for _, crd := range crds {
 		var established *apiextensionsv1.CustomResourceDefinitionCondition
+		progress.Waiting(ctx, "CRD "+crd.Name+" to be Established")
 		err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 			if err != nil {
+				progress.Observe(ctx, err.Error())
 				return false, nil
 			}
 			for i, c := range got.Status.Conditions {
@@ -87,11 +91,13 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 					return true, nil
 				}
 			}
+			progress.Observe(ctx, "no Established=True condition yet")
 			return false, nil
 		})
 		if err != nil {
 			return fmt.Errorf("controlplane: waiting for CRD %s to be Established: %w", crd.Name, err)
 		}
+		progress.Done(ctx)
 		// The serialized transition time is truncated to the second; the
 		// server compares against the exact one, which is at most a second
 		// later and not later than now.
@@ -113,13 +119,18 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, files fs.FS) error {
 			}
 			gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}
 			var last error
+			progress.Waiting(ctx, gvr.String()+" to be served")
 			err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 				_, last = dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+				if last != nil {
+					progress.Observe(ctx, last.Error())
+				}
 				return last == nil, nil
 			})
 			if err != nil {
 				return fmt.Errorf("controlplane: listing %s: %w (last error: %v)", gvr, err, last)
 			}
+			progress.Done(ctx)
 		}
 	}
 
@@ -189,6 +200,7 @@ func ReadCRDs(files fs.FS) ([]*apiextensionsv1.CustomResourceDefinition, error) 
 }
 
 func applyCRD(ctx context.Context, cs apiextensionsclient.Interface, crd *apiextensionsv1.CustomResourceDefinition) error {
+	progress.Waiting(ctx, "the API server to create or update CRD "+crd.Name)
 	client := cs.ApiextensionsV1().CustomResourceDefinitions()
 	_, err := client.Create(ctx, crd.DeepCopy(), metav1.CreateOptions{})
 	if err == nil {

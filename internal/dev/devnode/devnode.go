@@ -38,6 +38,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/image"
+	"github.com/tenure-ipam/tenure/internal/dev/progress"
 )
 
 // DefaultNodeName is the name of a node of its own (no Options.NodeName).
@@ -831,7 +832,11 @@ func (node *Node) Netns() string { return node.layout.Netns }
 // ImportImage imports an OCI or Docker image tarball into the node's
 // containerd, where pods with imagePullPolicy Never find it.
 func (node *Node) ImportImage(ctx context.Context, tarball string) error {
+	progress.Waiting(ctx, "node "+node.Name+"'s containerd to import "+tarball)
 	_, err := node.ctr(ctx, "images", "import", tarball)
+	if err == nil {
+		progress.Done(ctx)
+	}
 	return err
 }
 
@@ -888,13 +893,18 @@ func waitNodeReady(ctx context.Context, kubeconfig, name string, timeout time.Du
 // error names what was awaited and check's last answer.
 func poll(ctx context.Context, timeout time.Duration, what string, check func() error) error {
 	var last error
+	progress.Waiting(ctx, what)
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		last = check()
+		if last != nil {
+			progress.Observe(ctx, last.Error())
+		}
 		return last == nil, nil
 	})
 	if err != nil {
 		return fmt.Errorf("devnode: waiting for %s: %w (last: %v)", what, err, last)
 	}
+	progress.Done(ctx)
 	return nil
 }
 

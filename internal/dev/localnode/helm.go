@@ -18,6 +18,7 @@ import (
 	"github.com/tenure-ipam/tenure/charts"
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/internal/dev/progress"
 )
 
 // How Start and StartCluster install tenure (Options.Install).
@@ -162,6 +163,7 @@ func ChartValues(host string, port int, cluster bool) map[string]any {
 // order). Helm installs the chart's CRDs first and waits until they are
 // established. It does not wait for the workloads; see WaitRollout.
 func HelmInstall(ctx context.Context, kubeconfig, host string, port int, cluster bool, values ...map[string]any) error {
+	progress.Waiting(ctx, "helm to install tenure's chart")
 	dir, err := os.MkdirTemp("", "tenure-chart-")
 	if err != nil {
 		return err

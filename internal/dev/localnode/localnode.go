@@ -35,6 +35,7 @@ import (
 	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
+	"github.com/tenure-ipam/tenure/internal/dev/progress"
 )
 
 //go:embed kustomization.yaml agent.yaml controller.yaml
@@ -183,6 +184,7 @@ func Install(ctx context.Context, cfg *rest.Config, port int, mutate func(*unstr
 
 // InstallFor is Install for pods that reach the API server at host:port.
 func InstallFor(ctx context.Context, cfg *rest.Config, host string, port int, mutate func(*unstructured.Unstructured)) error {
+	progress.Waiting(ctx, "tenure's manifests to be applied")
 	docs, err := BuildFor(host, port)
 	if err != nil {
 		return err
@@ -250,13 +252,18 @@ func Decode(docs []byte) ([]*unstructured.Unstructured, error) {
 // Deployment run their current template everywhere, Ready.
 func WaitRollout(ctx context.Context, c client.Client) error {
 	var last error
+	progress.Waiting(ctx, "tenure to roll out (DaemonSet "+Namespace+"/"+AgentDaemonSet+", Deployment "+Namespace+"/"+ControllerDeployment+")")
 	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		last = rolledOut(ctx, c)
+		if last != nil {
+			progress.Observe(ctx, last.Error())
+		}
 		return last == nil, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for tenure to roll out: %w (last: %v)", err, last)
 	}
+	progress.Done(ctx)
 	return nil
 }
 

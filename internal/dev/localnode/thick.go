@@ -20,6 +20,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/image"
+	"github.com/tenure-ipam/tenure/internal/dev/progress"
 )
 
 //go:embed multusthick/multus-thick.yaml
@@ -88,13 +89,18 @@ func InstallMultusThick(ctx context.Context, cfg *rest.Config, nodes []*devnode.
 		}
 	}
 	var last error
+	progress.Waiting(ctx, "Multus' thick daemon to be ready")
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		last = multusThickReady(ctx, c, nodes)
+		if last != nil {
+			progress.Observe(ctx, last.Error())
+		}
 		return last == nil, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for Multus' thick daemon: %w (last: %v)", err, last)
 	}
+	progress.Done(ctx)
 	return nil
 }
 
