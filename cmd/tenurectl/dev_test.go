@@ -33,7 +33,9 @@ type result struct {
 
 func tenurectl(t *testing.T, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// Past dev up's own --timeout (5m), which gives up naming its wait:
+	// the command, not this kill, ends a run that hangs.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
