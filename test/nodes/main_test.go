@@ -108,6 +108,7 @@ func TestThreeNodes(t *testing.T) {
 		{"MirrorPodAndKubeletRewriteOnNodeOneChangeNothingOfNodeTwosVM", mirrorPodAndKubeletRewriteOnNodeOne},
 		{"PartitionedNodeKeepsItsAddressesUntilFencedAndNoAddressAnswersTwice", partitionedNodeKeepsItsAddresses},
 		{"GracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer", gracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer},
+		{"RealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute", realVMMigratesBetweenTwoNodes},
 		// Last: it takes a node away.
 		{"LostNodeOfThreeIsEvictedReleasedAndRescheduled", lostNodeOfThree},
 	} {
