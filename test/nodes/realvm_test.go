@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -367,6 +368,11 @@ func bridgeBinding(t *testing.T, p *corev1.Pod) string {
 	t.Helper()
 	path := podNetns(t, p)
 	ifname := testbed.LauncherInterface(migNetwork)
+	// The pod's interface holds the VM's MAC and addresses from its CNI
+	// ADD until here: the echo replies its kernel sent meanwhile were
+	// sent in the VM's place.
+	v4, v6 := rvmEchoReplies(t, path)
+	t.Logf("launcher pod %s answered %d ICMP and %d ICMPv6 echo requests with the VM's MAC before its bridge binding", p.Name, v4, v6)
 	// KubeVirt's bridge name, cut to a link name's 15 characters.
 	k6t := ("k6t-" + ifname)[:15]
 	for _, args := range [][]string{
@@ -386,6 +392,41 @@ func bridgeBinding(t *testing.T, p *corev1.Pod) string {
 		}
 	}
 	return path
+}
+
+// rvmEchoReplies reads the echo replies sent from the network namespace
+// at path (/proc/net/snmp's Icmp OutEchoReps, snmp6's
+// Icmp6OutEchoReplies).
+func rvmEchoReplies(t *testing.T, path string) (v4, v6 int) {
+	t.Helper()
+	read := func(file string) string {
+		out, err := exec.Command("nsenter", "--net="+path, "cat", file).Output()
+		if err != nil {
+			t.Fatalf("%s in %s: %v", file, path, err)
+		}
+		return string(out)
+	}
+	var names, values []string
+	for _, l := range strings.Split(read("/proc/net/snmp"), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "Icmp:" {
+			if names == nil {
+				names = f
+			} else {
+				values = f
+			}
+		}
+	}
+	for i, n := range names {
+		if n == "OutEchoReps" && i < len(values) {
+			v4, _ = strconv.Atoi(values[i])
+		}
+	}
+	for _, l := range strings.Split(read("/proc/net/snmp6"), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "Icmp6OutEchoReplies" {
+			v6, _ = strconv.Atoi(f[1])
+		}
+	}
+	return v4, v6
 }
 
 func rvmIP(t *testing.T, ns string, args ...string) {
