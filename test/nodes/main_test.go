@@ -109,6 +109,7 @@ func TestThreeNodes(t *testing.T) {
 		{"RackPoolsGiveEachNodeItsRacksSubnetAndAVMKeepsItsAddressesAcrossRacks", rackPoolsGiveEachNodeItsRacksSubnet},
 		{"PartitionedNodeKeepsItsAddressesUntilFencedAndNoAddressAnswersTwice", partitionedNodeKeepsItsAddresses},
 		{"GracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer", gracePeriodKeepsAPartitionedNodesAddressesWhileTheyAnswer},
+		{"RealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute", realVMMigratesBetweenTwoNodes},
 		// Last: it takes a node away.
 		{"LostNodeOfThreeIsEvictedReleasedAndRescheduled", lostNodeOfThree},
 	} {

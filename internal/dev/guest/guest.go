@@ -12,8 +12,8 @@
 // records line by line with the time each line arrived (Console).
 //
 // QEMU is driven over QMP (digitalocean/go-qemu): its status, live
-// migration (Migrate, on a target started with Config.Incoming) and its
-// migration statistics.
+// migration (Migrate, or MigrateConn into a TCP connection, on a target
+// started with Config.Incoming) and its migration statistics.
 package guest
 
 import (
@@ -248,6 +248,12 @@ func (v *VM) Pid() int { return v.cmd.Process.Pid }
 // run sends one QMP command and decodes its "return" into out (when not
 // nil).
 func (v *VM) run(command string, arguments any, out any) error {
+	return v.runWithFile(command, arguments, nil, out)
+}
+
+// runWithFile is run passing file (when not nil) beside the command, as
+// QMP getfd takes one.
+func (v *VM) runWithFile(command string, arguments any, file *os.File, out any) error {
 	c := map[string]any{"execute": command}
 	if arguments != nil {
 		c["arguments"] = arguments
@@ -262,7 +268,7 @@ func (v *VM) run(command string, arguments any, out any) error {
 	}
 	rc := make(chan result, 1)
 	go func() {
-		raw, err := v.mon.Run(b)
+		raw, err := v.mon.RunWithFile(b, file)
 		rc <- result{raw, err}
 	}()
 	var r result

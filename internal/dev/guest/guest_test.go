@@ -292,8 +292,22 @@ func TestRealVMMigratesBetweenPodsKeepingItsAddressAndPrefix(t *testing.T) {
 	warm := time.Now()
 	waitAnswered(ctx, t, prober, targets, warm)
 
+	// The stream goes over TCP as between nodes: the source writes into a
+	// connection to a port the node serves and joins to the target's
+	// incoming socket.
+	proxy, err := guest.ServeMigration(site.nodePath, net.JoinHostPort(nodeIPv4.String(), "0"), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Stop()
+	conn, err := guest.DialIn(site.nodePath, proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
 	begin := time.Now()
-	if err := src.Migrate("unix:" + sock); err != nil {
+	err = src.MigrateConn(conn)
+	conn.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := src.WaitMigration(ctx)
