@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -536,10 +538,45 @@ func (r *podStartRun) try(ctx context.Context, phase, ipam string, round, attemp
 	r.logf("%s %s round %d%s: %d pods, Ready p50 %.0f ms, slowest %.0f ms, network-status slowest %.0f ms, in %v%s (after %v for the machine to settle, %.0f %% busy; %.1f %% stolen); CPU ms per pod: %s; API requests per pod: %s",
 		phase, ipam, round, againNote(attempt), n, rs.P50, rs.Max, sts.Max, time.Since(begin).Round(time.Millisecond), notReadyNote(notReady), settled.Round(time.Millisecond), share*100, stolen*100,
 		cpuNote(cpu, n), FormatBreakdown(nonWatch(apiReqs), float64(n)))
+	r.logStragglers(ctx, phase, ipam, round, r.obs.readyTimes(names), rs.P50)
 	if err := r.clear(ctx, phase, ipam, round, added); err != nil {
 		return nil, 0, err
 	}
 	return s, stolen, nil
+}
+
+// logStragglers logs, for each pod of a batch that reached Ready far
+// behind the batch's p50 (stragglers), its Events: a phase's p99 is its
+// second or third slowest pod, and a straggler's Events say which step
+// held it (a sandbox retried, an image, the CNI chain) while the node's
+// logs are gone with the run.
+func (r *podStartRun) logStragglers(ctx context.Context, phase, ipam string, round int, ready map[string]float64, p50 float64) {
+	for _, name := range stragglers(ready, p50) {
+		evs, err := r.cs.CoreV1().Events(podStartNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			r.logf("%s %s round %d: straggler %s (Ready at %.0f ms): its Events: %v", phase, ipam, round, name, ready[name], err)
+			continue
+		}
+		slices.SortFunc(evs.Items, func(a, b corev1.Event) int { return a.FirstTimestamp.Compare(b.FirstTimestamp.Time) })
+		var seen []string
+		for _, e := range evs.Items {
+			seen = append(seen, fmt.Sprintf("%s %s x%d: %s", e.FirstTimestamp.Format("15:04:05"), e.Reason, max(e.Count, 1), e.Message))
+		}
+		r.logf("%s %s round %d: straggler %s, Ready at %.0f ms (batch p50 %.0f ms); its Events: %s", phase, ipam, round, name, ready[name], p50, strings.Join(seen, " | "))
+	}
+}
+
+// stragglers are the pods of ready (Ready ms by name) that took at least
+// twice the batch's p50 and 2 s more than it, slowest first.
+func stragglers(ready map[string]float64, p50 float64) []string {
+	var out []string
+	for name, ms := range ready {
+		if ms >= 2*p50 && ms >= p50+2000 {
+			out = append(out, name)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Compare(ready[b], ready[a]) })
+	return out
 }
 
 // podStartNames names a batch's n pods; a batch run again gets new names.
@@ -985,6 +1022,20 @@ func (o *podObserver) waitReady(ctx context.Context, names []string, timeout tim
 
 // times are the milliseconds from create to Ready and to network-status
 // of the pods of names that got there.
+// readyTimes are the ms from creation to Ready of names' pods that got
+// Ready, by name.
+func (o *podObserver) readyTimes(names []string) map[string]float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]float64{}
+	for _, n := range names {
+		if t, ok := o.rdAt[n]; ok {
+			out[n] = float64(t.Sub(o.createdAt[n])) / 1e6
+		}
+	}
+	return out
+}
+
 func (o *podObserver) times(names []string) (ready, status []float64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

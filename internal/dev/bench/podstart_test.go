@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -348,5 +349,27 @@ func TestPodStartRowsProbeOffAndBeforeAgainstHostLocalAndTenure(t *testing.T) {
 	}
 	if tg := got["pod start, waves, tenure: every pod Ready"]; tg.Status != "not met" || tg.Measured != "2 not Ready" {
 		t.Errorf("every pod Ready: %+v", tg)
+	}
+}
+
+// A straggler took at least twice the batch's p50 and 2 s more; the
+// slowest comes first.
+func TestStragglers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ready map[string]float64
+		p50   float64
+		want  []string
+	}{
+		{"a storm's two late pods", map[string]float64{"a": 9000, "b": 9300, "c": 19900, "d": 19100}, 9270, []string{"c", "d"}},
+		{"twice p50 but not 2 s more", map[string]float64{"a": 500, "b": 1200}, 500, nil},
+		{"2 s more but not twice p50", map[string]float64{"a": 9000, "b": 11500}, 9000, nil},
+		{"none Ready", map[string]float64{}, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stragglers(tc.ready, tc.p50); !slices.Equal(got, tc.want) {
+				t.Errorf("stragglers = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
