@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/config"
@@ -75,7 +75,7 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 // slot is one thing an ADD hands out: an address of a range, or a prefix.
 type slot struct {
 	scope string
-	space allocator.Space
+	space addrspace.Space
 	rng   *addrspace.Range // nil for the prefix slot
 	// requested is the address runtimeConfig.ips asks for from rng; zero
 	// for any free one.

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/probe"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -58,7 +59,7 @@ type wire struct {
 	opts     WireOptions
 	log      *slog.Logger
 	rec      record.EventRecorder
-	upcoming func(ctx context.Context, scope string, space allocator.Space, n int) []netip.Prefix
+	upcoming func(ctx context.Context, scope string, space addrspace.Space, n int) []netip.Prefix
 
 	conflicts *prometheus.CounterVec
 	probes    *prometheus.CounterVec
@@ -122,11 +123,11 @@ type wireNetKey struct {
 type wireNet struct {
 	iface string
 	scope string
-	space allocator.Space
+	space addrspace.Space
 	used  time.Time
 }
 
-func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcoming func(context.Context, string, allocator.Space, int) []netip.Prefix) *wire {
+func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcoming func(context.Context, string, addrspace.Space, int) []netip.Prefix) *wire {
 	if opts.Fresh <= 0 {
 		opts.Fresh = DefaultWireFresh
 	}
@@ -233,7 +234,7 @@ type configProbe struct {
 
 // vet is the allocator.Vet of one ADD's slot: it keeps the network probed
 // ahead of time, and records on the pod what it skipped.
-func (w *wire) vet(iface, scope string, space allocator.Space, network string, pod *corev1.Pod) allocator.Vet {
+func (w *wire) vet(iface, scope string, space addrspace.Space, network string, pod *corev1.Pod) allocator.Vet {
 	w.use(iface, scope, space)
 	return func(ctx context.Context, item netip.Prefix) (bool, error) {
 		// The next candidates are probed while this one is: the ADD
@@ -346,7 +347,7 @@ func (w *wire) run(ctx context.Context, k wireKey, r *wireResult) {
 }
 
 // use records that an ADD used the network, to be kept probed ahead.
-func (w *wire) use(iface, scope string, space allocator.Space) {
+func (w *wire) use(iface, scope string, space addrspace.Space) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.served[scope] = iface

@@ -3,8 +3,7 @@ package config
 import (
 	"net/netip"
 
-	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -12,7 +11,7 @@ import (
 // with the allocation scope of its reservations.
 type ScopedSpace struct {
 	Scope string          // spec.network of the space's reservations
-	Space allocator.Space // allocator.AddressSpace or allocator.PrefixSpace
+	Space addrspace.Space // addrspace.AddressSpace or addrspace.PrefixSpace
 	Range *addrspace.Range
 	// Pool is the IPPool the space comes from, "" for the config's own.
 	Pool string
@@ -42,14 +41,14 @@ func (c *Config) Spaces() []ScopedSpace {
 	out := make([]ScopedSpace, 0, len(c.Ranges)+1)
 	for i := range c.Ranges {
 		r := &c.Ranges[i]
-		s := ScopedSpace{Scope: c.scope(r.String()), Space: allocator.AddressSpace{Range: *r}, Range: r, Pool: c.Pool}
+		s := ScopedSpace{Scope: c.scope(r.String()), Space: addrspace.AddressSpace{Range: *r}, Range: r, Pool: c.Pool}
 		if c.Gateway.IsValid() && r.Prefix.Contains(c.Gateway) {
 			s.Gateway = c.Gateway
 		}
 		out = append(out, s)
 	}
 	if pd := c.PrefixDelegation; pd != nil {
-		out = append(out, ScopedSpace{Scope: c.scope(pd.Range.String()), Space: allocator.PrefixSpace{PD: *pd}, Pool: c.Pool})
+		out = append(out, ScopedSpace{Scope: c.scope(pd.Range.String()), Space: addrspace.PrefixSpace{PD: *pd}, Pool: c.Pool})
 	}
 	return out
 }

@@ -11,8 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -29,7 +28,7 @@ type Space struct {
 	// Network is the allocation scope: the spec.network of the
 	// reservations made from this space.
 	Network string
-	Space   allocator.Space
+	Space   addrspace.Space
 	// Pool is the IPPool the space comes from, "" for an inline range.
 	Pool string
 	// Sources name where the space is configured: "IPPool NAME",
@@ -183,7 +182,7 @@ func (inv *Inventory) addConfig(c *config.Config, source string) {
 
 // add records a space; the first configuration of a (scope, range) wins,
 // later ones only add their name as a source and their CNI network name.
-func (inv *Inventory) add(network string, sp allocator.Space, pool, source, cniNetwork string) {
+func (inv *Inventory) add(network string, sp addrspace.Space, pool, source, cniNetwork string) {
 	k := spaceKey{network, sp.Kind(), sp.String()}
 	s := inv.index[k]
 	if s == nil {
@@ -326,7 +325,7 @@ func IPAMConfigs(specConfig string, ipamTypes ...string) ([][]byte, error) {
 // scopes no known configuration describes: the range's bounds without its
 // excludes (a reservation does not record them), or a delegation pool
 // ("2001:db8::/40 as /56"). nil when rng is neither.
-func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) allocator.Space {
+func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) addrspace.Space {
 	if kind == tenurev1alpha1.KindDelegatedPrefix {
 		p, l, ok := strings.Cut(rng, " as /")
 		if !ok {
@@ -338,7 +337,7 @@ func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) allocator.Spa
 		if err1 != nil || err2 != nil || pd.Count() == 0 {
 			return nil
 		}
-		return allocator.PrefixSpace{PD: pd}
+		return addrspace.PrefixSpace{PD: pd}
 	}
 	conf, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "range", "ipam": map[string]string{"type": config.PluginType, "range": rng}})
 	if err != nil {
@@ -348,7 +347,7 @@ func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) allocator.Spa
 	if err != nil || len(c.Ranges) != 1 {
 		return nil
 	}
-	return allocator.AddressSpace{Range: c.Ranges[0]}
+	return addrspace.AddressSpace{Range: c.Ranges[0]}
 }
 
 // RangeCapacity is the capacity of a range as a reservation records it in

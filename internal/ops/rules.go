@@ -10,7 +10,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -458,7 +458,7 @@ func claimMismatches(c *ipamclaimsv1alpha1.IPAMClaim, owned []*tenurev1alpha1.IP
 // the reservation records (without its excludes, which are not recorded).
 // unchecked counts the reservations with neither.
 func FindOutsideRanges(rs []*tenurev1alpha1.IPReservation, inv *Inventory) (out []Finding, unchecked int) {
-	recorded := map[string]allocator.Space{} // spaceOfRange by kind and range, parsed once
+	recorded := map[string]addrspace.Space{} // spaceOfRange by kind and range, parsed once
 	for _, h := range parsedItems(rs) {
 		r := h.r
 		spaces := inv.InScope(r.Spec.Network, r.Spec.Kind)
