@@ -447,8 +447,8 @@ func (w *wire) refresh(ctx context.Context) {
 // with the wire check of the network's parent interface where it is on
 // and the slot is a range's.
 func (a *Agent) nextAllocator(at *attachment, s slot) (allocator.Interface, error) {
-	if a.wire == nil || s.rng == nil {
-		return a.alloc.For(s.scope, s.space), nil
+	if a.wire == nil || s.Range == nil {
+		return a.alloc.For(s.Scope, s.Space), nil
 	}
 	c := at.cfg
 	iface, err := a.wire.iface(configProbe{Name: c.Name, Probe: c.Probe, ProbeInterface: c.ProbeInterface,
@@ -460,9 +460,9 @@ func (a *Agent) nextAllocator(at *attachment, s slot) (allocator.Interface, erro
 		if c.Probe && c.ProbeSkipped != "" {
 			a.wire.noteSkipped(c.Name, c.ProbeSkipped)
 		}
-		return a.alloc.For(s.scope, s.space), nil
+		return a.alloc.For(s.Scope, s.Space), nil
 	}
-	return a.alloc.ForVetted(s.scope, s.space, a.wire.vet(iface, s.scope, s.space, c.Name, at.pod)), nil
+	return a.alloc.ForVetted(s.Scope, s.Space, a.wire.vet(iface, s.Scope, s.Space, c.Name, at.pod)), nil
 }
 
 // noteSkipped logs once per network that its addresses are handed out

@@ -8,9 +8,10 @@ import (
 )
 
 // ScopedSpace is one space of a config, a range or the delegation pool,
-// with the allocation scope of its reservations.
+// with the allocation scope of its reservations: the one type for "a space
+// and its scope". The agent's slot and the inventory's entry embed it.
 type ScopedSpace struct {
-	Scope string          // spec.network of the space's reservations
+	Scope string          // the allocation scope: spec.network of the space's reservations
 	Space addrspace.Space // addrspace.AddressSpace or addrspace.PrefixSpace
 	Range *addrspace.Range
 	// Pool is the IPPool the space comes from, "" for the config's own.

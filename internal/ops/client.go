@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -131,8 +132,8 @@ func (c *Client) podMeta(ctx context.Context, fn func(*metav1.PartialObjectMetad
 
 // networkConfigs reads every NetworkAttachmentDefinition's config; none
 // when the cluster has no such CRD.
-func (c *Client) networkConfigs(ctx context.Context) ([]NetworkConfig, error) {
-	var out []NetworkConfig
+func (c *Client) networkConfigs(ctx context.Context) ([]inventory.NetworkConfig, error) {
+	var out []inventory.NetworkConfig
 	err := c.each(ctx, "network configurations", func() client.ObjectList {
 		l := &unstructured.UnstructuredList{}
 		l.SetGroupVersionKind(nadListGVK)
@@ -140,7 +141,7 @@ func (c *Client) networkConfigs(ctx context.Context) ([]NetworkConfig, error) {
 	}, metav1.ListOptions{}, func(o runtime.Object) error {
 		u := o.(*unstructured.Unstructured)
 		cfg, _, _ := unstructured.NestedString(u.Object, "spec", "config")
-		out = append(out, NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg})
+		out = append(out, inventory.NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg})
 		return nil
 	})
 	if meta.IsNoMatchError(err) {
@@ -159,7 +160,7 @@ func (c *Client) pools(ctx context.Context) ([]tenurev1alpha1.IPPool, error) {
 }
 
 // inventory reads the declared pools and the network configurations.
-func (c *Client) inventory(ctx context.Context) (*Inventory, error) {
+func (c *Client) inventory(ctx context.Context) (*inventory.Inventory, error) {
 	pools, err := c.pools(ctx)
 	if err != nil {
 		return nil, err
@@ -168,5 +169,5 @@ func (c *Client) inventory(ctx context.Context) (*Inventory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing NetworkAttachmentDefinitions: %w", err)
 	}
-	return BuildInventory(pools, nads), nil
+	return inventory.BuildInventory(pools, nads), nil
 }
