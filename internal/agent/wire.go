@@ -34,7 +34,10 @@ type WireOptions struct {
 	// one is skipped until then (DefaultWireFresh when 0).
 	Fresh time.Duration
 	// Ahead is how many of each network's next candidates are kept
-	// probed (0: none, every ADD probes its candidate and waits).
+	// probed (0: none, every ADD probes its candidate and waits). A
+	// network's ADDs of the last demandWindow add one each, up to
+	// maxAhead: a burst of ADDs finds its candidates probed or in flight
+	// rather than each starting a probe and waiting it out.
 	Ahead int
 	// Idle: a network no ADD used for this long is no longer probed
 	// ahead (DefaultWireIdle when 0).
@@ -46,6 +49,14 @@ const (
 	DefaultWireFresh = 10 * time.Second
 	DefaultWireAhead = 8
 	DefaultWireIdle  = 10 * time.Minute
+)
+
+// demandWindow and maxAhead bound the probes ahead of a burst of ADDs:
+// the window is about the time a burst's sandboxes reach their ADDs, and
+// maxAhead caps the broadcast a node sends for one network.
+const (
+	demandWindow = 2 * time.Second
+	maxAhead     = 64
 )
 
 // EventAddressConflict is reservation.EventAddressConflict: the Warning
@@ -125,6 +136,19 @@ type wireNet struct {
 	scope string
 	space addrspace.Space
 	used  time.Time
+	// recent are the uses of the last demandWindow, oldest first.
+	recent []time.Time
+}
+
+// ahead is how many of n's next candidates to keep probed at now: base
+// and one per use of the last demandWindow, at most maxAhead.
+func (n *wireNet) ahead(base int, now time.Time) int {
+	i := 0
+	for i < len(n.recent) && now.Sub(n.recent[i]) > demandWindow {
+		i++
+	}
+	n.recent = n.recent[i:]
+	return min(base+len(n.recent), max(base, maxAhead))
 }
 
 func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcoming func(context.Context, string, addrspace.Space, int) []netip.Prefix) *wire {
@@ -358,6 +382,11 @@ func (w *wire) use(iface, scope string, space addrspace.Space) {
 		w.nets[k] = n
 	}
 	n.used = time.Now()
+	n.ahead(0, n.used) // drops the uses out of the window
+	if len(n.recent) >= maxAhead {
+		n.recent = n.recent[1:] // more count no further
+	}
+	n.recent = append(n.recent, n.used)
 }
 
 func (w *wire) kickRefresh() {
@@ -392,13 +421,17 @@ func (w *wire) runAhead(ctx context.Context) {
 func (w *wire) refresh(ctx context.Context) {
 	now := time.Now()
 	w.mu.Lock()
-	var nets []*wireNet
+	type netAhead struct {
+		*wireNet
+		want int
+	}
+	var nets []netAhead
 	for k, n := range w.nets {
 		if now.Sub(n.used) > w.opts.Idle {
 			delete(w.nets, k)
 			continue
 		}
-		nets = append(nets, n)
+		nets = append(nets, netAhead{n, n.ahead(w.opts.Ahead, now)})
 	}
 	for k, r := range w.results {
 		if r.ended() && now.Sub(r.end) > 2*w.opts.Fresh {
@@ -408,7 +441,7 @@ func (w *wire) refresh(ctx context.Context) {
 	w.mu.Unlock()
 	renew := w.opts.Fresh * 2 / 3
 	for _, n := range nets {
-		for _, item := range w.upcoming(ctx, n.scope, n.space, w.opts.Ahead) {
+		for _, item := range w.upcoming(ctx, n.scope, n.space, n.want) {
 			k := wireKey{n.iface, item.Addr()}
 			w.mu.Lock()
 			r := w.results[k]

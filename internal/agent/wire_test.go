@@ -142,3 +142,36 @@ func TestTheWireCheckProbesTheNextCandidatesAhead(t *testing.T) {
 		t.Fatalf("the renewal was not stopped when the ADD took the address: %d cancelled", probesOf(w, "cancelled"))
 	}
 }
+
+// A burst of ADDs widens how far ahead a network is probed: one candidate
+// more per ADD of the last demandWindow, at most maxAhead, and back to
+// Ahead once the burst has passed.
+func TestTheWireCheckProbesFurtherAheadOfABurst(t *testing.T) {
+	var asked []int
+	w := newWire(WireOptions{Fresh: time.Minute, Ahead: 8}, slog.Default(), nil,
+		func(_ context.Context, _ string, _ addrspace.Space, n int) []netip.Prefix {
+			asked = append(asked, n)
+			return nil
+		})
+	ctx := context.Background()
+	space := addrspace.AddressSpace{}
+	for range 5 {
+		w.use("seg0", "scope", space)
+	}
+	w.refresh(ctx)
+	for range 100 {
+		w.use("seg0", "scope", space)
+	}
+	w.refresh(ctx)
+	w.mu.Lock()
+	for _, n := range w.nets {
+		for i := range n.recent {
+			n.recent[i] = n.recent[i].Add(-demandWindow - time.Second)
+		}
+	}
+	w.mu.Unlock()
+	w.refresh(ctx)
+	if want := []int{8 + 5, maxAhead, 8}; fmt.Sprint(asked) != fmt.Sprint(want) {
+		t.Fatalf("candidates asked for ahead: %v, want %v (after 5 ADDs, after 105, after the burst)", asked, want)
+	}
+}

@@ -4,11 +4,15 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
@@ -20,19 +24,24 @@ import (
 // another, with the wire check off, probing ahead of the ADDs (the
 // default), and probing in each ADD (--probe-ahead 0). It reports the
 // p50 and p99 of one ADD; paced is the pause between two ADDs, as pods
-// of a node start over time rather than all in one instant.
+// of a node start over time rather than all in one instant. stream starts
+// an ADD every stream without waiting for the ones before, as a storm of
+// pods on one node reaches its ADDs: concurrent ADDs in a stream.
 //
 //	go test -tags integration -run '^$' -bench AddWithWireCheck -benchtime 100x ./test/e2e/
 func BenchmarkAddWithWireCheck(b *testing.B) {
 	for _, tc := range []struct {
-		name  string
-		args  []string
-		paced time.Duration
+		name   string
+		args   []string
+		paced  time.Duration
+		stream time.Duration
 	}{
-		{"probe=off", []string{"--probe=false"}, 0},
-		{"probe=ahead/back-to-back", nil, 0},
-		{"probe=ahead/paced-100ms", nil, 100 * time.Millisecond},
-		{"probe=in-ADD", []string{"--probe-ahead", "0"}, 0},
+		{"probe=off", []string{"--probe=false"}, 0, 0},
+		{"probe=ahead/back-to-back", nil, 0, 0},
+		{"probe=ahead/paced-100ms", nil, 100 * time.Millisecond, 0},
+		{"probe=in-ADD", []string{"--probe-ahead", "0"}, 0, 0},
+		{"probe=off/stream-20ms", []string{"--probe=false"}, 0, 20 * time.Millisecond},
+		{"probe=ahead/stream-20ms", nil, 0, 20 * time.Millisecond},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -50,26 +59,12 @@ func BenchmarkAddWithWireCheck(b *testing.B) {
 			if err := testbed.EnsureNamespace(ctx, c, ns); err != nil {
 				b.Fatal(err)
 			}
-			took := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
-			for i := range b.N {
-				b.StopTimer()
-				name := fmt.Sprintf("wb-%s-%d", node, i)
-				p, err := testbed.CreatePod(ctx, c, ns, name, node, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				call := testbed.CNICall{Command: "ADD", ContainerID: fmt.Sprintf("sandbox-%s", p.UID), IfName: "net1",
-					Args: testbed.PodArgs(ns, name, string(p.UID)), Config: conf}
-				if tc.paced > 0 {
-					time.Sleep(tc.paced)
-				}
-				b.StartTimer()
-				start := time.Now()
-				if _, err := testbed.ExecShim(ctx, bins.Shim, call); err != nil {
-					b.Fatalf("ADD %d: %v", i, err)
-				}
-				took = append(took, time.Since(start))
+			var took []time.Duration
+			if tc.stream > 0 {
+				took = streamADDs(b, ctx, c, ns, node, conf, tc.stream)
+			} else {
+				took = sequentialADDs(b, ctx, c, ns, node, conf, tc.paced)
 			}
 			b.StopTimer()
 			slices.Sort(took)
@@ -78,4 +73,68 @@ func BenchmarkAddWithWireCheck(b *testing.B) {
 			b.ReportMetric(q(0.99), "p99-ms")
 		})
 	}
+}
+
+// streamADDs creates b.N pods, then starts their ADDs one every interval,
+// each without waiting for those before, and returns each ADD's time.
+func streamADDs(b *testing.B, ctx context.Context, c client.Client, ns, node string, conf []byte, interval time.Duration) []time.Duration {
+	b.Helper()
+	calls := make([]testbed.CNICall, b.N)
+	for i := range b.N {
+		name := fmt.Sprintf("wb-%s-%d", node, i)
+		p, err := testbed.CreatePod(ctx, c, ns, name, node, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		calls[i] = testbed.CNICall{Command: "ADD", ContainerID: fmt.Sprintf("sandbox-%s", p.UID), IfName: "net1",
+			Args: testbed.PodArgs(ns, name, string(p.UID)), Config: conf}
+	}
+	took := make([]time.Duration, b.N)
+	errs := make([]error, b.N)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for i := range b.N {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_, errs[i] = testbed.ExecShim(ctx, bins.Shim, calls[i])
+			took[i] = time.Since(start)
+		}()
+		<-tick.C
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	return took
+}
+
+// sequentialADDs creates a pod and runs its ADD, b.N times, one after
+// another, pausing paced before each ADD; it times the ADDs alone.
+func sequentialADDs(b *testing.B, ctx context.Context, c client.Client, ns, node string, conf []byte, paced time.Duration) []time.Duration {
+	b.Helper()
+	took := make([]time.Duration, 0, b.N)
+	for i := range b.N {
+		b.StopTimer()
+		name := fmt.Sprintf("wb-%s-%d", node, i)
+		p, err := testbed.CreatePod(ctx, c, ns, name, node, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		call := testbed.CNICall{Command: "ADD", ContainerID: fmt.Sprintf("sandbox-%s", p.UID), IfName: "net1",
+			Args: testbed.PodArgs(ns, name, string(p.UID)), Config: conf}
+		if paced > 0 {
+			time.Sleep(paced)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if _, err := testbed.ExecShim(ctx, bins.Shim, call); err != nil {
+			b.Fatalf("ADD %d: %v", i, err)
+		}
+		took = append(took, time.Since(start))
+	}
+	b.StopTimer()
+	return took
 }

@@ -103,9 +103,11 @@ const helmUpgradePart = "HelmUpgradeFromPreviousReleaseWhilePodsRunKeepsEveryAdd
 // carry it, with the values that run it on these nodes and the suite's
 // node grace period, and waits until it has rolled out.
 func upgradeToChart(ctx context.Context) error {
-	// helm upgrade installs no CRD the release before lacked: the
-	// operator applies those of deploy/crds first (README).
-	if _, err := testbed.ApplyManifests(ctx, cl, deploy.CRDs); err != nil {
+	// helm upgrade neither installs a CRD the release before lacked nor
+	// changes one it installed: the operator applies deploy/crds first
+	// (README), which gives the release's CRDs their new fields (an
+	// IPPool's selectors).
+	if _, err := testbed.ServerSideApplyManifests(ctx, cl, deploy.CRDs, "tenure-test"); err != nil {
 		return err
 	}
 	err := localnode.HelmInstall(ctx, cp.KubeconfigPath, devnode.FabricAPIServer, devnode.FabricAPIServerPort, true)

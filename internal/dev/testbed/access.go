@@ -46,6 +46,27 @@ const tokenLifetime = int64(3600)
 // ApplyManifests creates every object of every YAML file in fsys (multi-
 // document files allowed); objects that exist are left alone.
 func ApplyManifests(ctx context.Context, c client.Client, fsys fs.FS) (int, error) {
+	return eachManifest(fsys, func(u *unstructured.Unstructured) error {
+		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	})
+}
+
+// ServerSideApplyManifests applies every object of every YAML file in fsys
+// as `kubectl apply --server-side --force-conflicts` does: objects that
+// exist take the files' fields (a CRD a release before installed gets the
+// new schema, which Helm never upgrades).
+func ServerSideApplyManifests(ctx context.Context, c client.Client, fsys fs.FS, fieldOwner string) (int, error) {
+	return eachManifest(fsys, func(u *unstructured.Unstructured) error {
+		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership)
+	})
+}
+
+// eachManifest calls do with every object of every YAML file in fsys, and
+// returns how many it did.
+func eachManifest(fsys fs.FS, do func(*unstructured.Unstructured) error) (int, error) {
 	n := 0
 	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" {
@@ -67,7 +88,7 @@ func ApplyManifests(ctx context.Context, c client.Client, fsys fs.FS) (int, erro
 			if len(u.Object) == 0 {
 				continue
 			}
-			if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			if err := do(u); err != nil {
 				return fmt.Errorf("%s: %s %s: %w", path, u.GetKind(), u.GetName(), err)
 			}
 			n++
