@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -51,10 +50,6 @@ var rangeUsage = &rangeCollector{}
 func init() {
 	crmetrics.Registry.MustRegister(rangeUsage)
 }
-
-// nadListGVK is read as unstructured: a cluster without Multus' CRD is a
-// cluster without network configurations.
-var nadListGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinitionList"}
 
 // rangeKey is what a reservation says of its range: the network's label
 // (the only form of the scope every cached reservation carries), kind and
@@ -206,7 +201,7 @@ func (s *rangeSource) rows(ctx context.Context) []rangeRow {
 
 func (s *rangeSource) networkConfigs(ctx context.Context) ([]inventory.NetworkConfig, error) {
 	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(nadListGVK)
+	l.SetGroupVersionKind(inventory.NADListGVK)
 	if err := s.reader.List(ctx, l); err != nil {
 		if meta.IsNoMatchError(err) {
 			return nil, nil
@@ -215,8 +210,7 @@ func (s *rangeSource) networkConfigs(ctx context.Context) ([]inventory.NetworkCo
 	}
 	out := make([]inventory.NetworkConfig, 0, len(l.Items))
 	for _, u := range l.Items {
-		cfg, _, _ := unstructured.NestedString(u.Object, "spec", "config")
-		out = append(out, inventory.NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg})
+		out = append(out, inventory.NetworkConfigOf(&u))
 	}
 	return out, nil
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/addrspace"
@@ -25,6 +27,18 @@ import (
 type NetworkConfig struct {
 	Namespace, Name string
 	Config          string
+}
+
+// NADListGVK is the NetworkAttachmentDefinition list, read as unstructured
+// so that a cluster without Multus's CRD is only a cluster without network
+// configurations to read.
+var NADListGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinitionList"}
+
+// NetworkConfigOf is the spec.config of a NetworkAttachmentDefinition read
+// as unstructured.
+func NetworkConfigOf(u *unstructured.Unstructured) NetworkConfig {
+	cfg, _, _ := unstructured.NestedString(u.Object, "spec", "config")
+	return NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg}
 }
 
 // Entry is one known space: a scoped space, as the agent allocates from it,

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/pager"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,11 +50,6 @@ type Client struct {
 func New(c client.Client) *Client {
 	return &Client{c: c, Now: time.Now, PageSize: DefaultPageSize}
 }
-
-// nadListGVK is the NetworkAttachmentDefinition list, read as unstructured
-// so that a cluster without Multus's CRD is only a cluster without network
-// configurations to read.
-var nadListGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinitionList"}
 
 // each calls fn for every object of a paged list. A page is a consistent
 // snapshot with the others (the continue token pins the revision); when the
@@ -136,12 +130,10 @@ func (c *Client) networkConfigs(ctx context.Context) ([]inventory.NetworkConfig,
 	var out []inventory.NetworkConfig
 	err := c.each(ctx, "network configurations", func() client.ObjectList {
 		l := &unstructured.UnstructuredList{}
-		l.SetGroupVersionKind(nadListGVK)
+		l.SetGroupVersionKind(inventory.NADListGVK)
 		return l
 	}, metav1.ListOptions{}, func(o runtime.Object) error {
-		u := o.(*unstructured.Unstructured)
-		cfg, _, _ := unstructured.NestedString(u.Object, "spec", "config")
-		out = append(out, inventory.NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg})
+		out = append(out, inventory.NetworkConfigOf(o.(*unstructured.Unstructured)))
 		return nil
 	})
 	if meta.IsNoMatchError(err) {

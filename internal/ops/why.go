@@ -180,7 +180,7 @@ func (c *Client) explainPools(ctx context.Context, pod *corev1.Pod, rep *PodRepo
 		}
 		ns, name, _ := strings.Cut(a.Network, "/")
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(nadListGVK.GroupVersion().WithKind("NetworkAttachmentDefinition"))
+		u.SetGroupVersionKind(inventory.NADListGVK.GroupVersion().WithKind("NetworkAttachmentDefinition"))
 		switch err := c.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u); {
 		case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
 			continue
