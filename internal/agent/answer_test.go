@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/probe"
 )
@@ -36,7 +36,7 @@ func TestAnAgentAnswersOnlyRequestsItsNodeCanProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.use("san0", "san", allocator.AddressSpace{Range: c.Ranges[0]})
+	w.use("san0", "san", addrspace.AddressSpace{Range: c.Ranges[0]})
 	a := &answerer{node: "node-c", wire: w}
 	mine := tenurev1alpha1.IPProbeAnswer{Node: "node-c", ObservedGeneration: 2, Result: tenurev1alpha1.ProbeSilent}
 	other := tenurev1alpha1.IPProbeAnswer{Node: "node-d", ObservedGeneration: 3, Result: tenurev1alpha1.ProbeAnswered}

@@ -232,11 +232,11 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 	}
 	for i, s := range ss {
 		tmpl := tmpl
-		tmpl.Pool = s.pool
+		tmpl.Pool = s.Pool
 		if want := wants[i]; len(want) > 0 {
 			item := want[0]
 			used[item] = true
-			r, err := a.alloc.For(s.scope, s.space).Allocate(ctx, item, tmpl)
+			r, err := a.alloc.For(s.Scope, s.Space).Allocate(ctx, item, tmpl)
 			if err != nil {
 				return nil, false, err
 			}
@@ -252,7 +252,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			if !item.IsValid() {
 				item = s.requestedItem()
 			}
-			r, err := a.alloc.For(s.scope, s.space).Allocate(ctx, item, tmpl)
+			r, err := a.alloc.For(s.Scope, s.Space).Allocate(ctx, item, tmpl)
 			if err != nil {
 				return nil, false, err
 			}
@@ -312,28 +312,28 @@ func claimRequestSlots(claim string, ss []slot, req claims.Requested) ([]netip.P
 	asked := make([]netip.Prefix, len(ss))
 	var ranges []string
 	for _, s := range ss {
-		ranges = append(ranges, s.space.String())
+		ranges = append(ranges, s.Space.String())
 	}
 	for _, q := range req.Addresses {
 		item := netip.PrefixFrom(q.Addr, q.Addr.BitLen())
-		i := slices.IndexFunc(ss, func(s slot) bool { return s.rng != nil && s.space.Contains(item) })
+		i := slices.IndexFunc(ss, func(s slot) bool { return s.Range != nil && s.Space.Contains(item) })
 		if i < 0 {
-			if j := slices.IndexFunc(ss, func(s slot) bool { return s.rng != nil && s.rng.Prefix.Contains(q.Addr) }); j >= 0 {
+			if j := slices.IndexFunc(ss, func(s slot) bool { return s.Range != nil && s.Range.Prefix.Contains(q.Addr) }); j >= 0 {
 				return nil, &claimRequestError{ipamclaimsv1alpha1.ReasonReservedIPRequested, fmt.Sprintf(
 					"IPAMClaim %s asks for %s (annotation %s), which range %s never hands out (its gateway, an excluded address, or outside its first and last address)",
-					claim, q.Addr, claims.RequestedIPsAnnotation, ss[j].space)}
+					claim, q.Addr, claims.RequestedIPsAnnotation, ss[j].Space)}
 			}
 			return nil, &claimRequestError{ipamclaimsv1alpha1.ReasonRequestedIPOutsideSubnet, fmt.Sprintf(
 				"IPAMClaim %s asks for %s (annotation %s), which is in no subnet of the network (%s)", claim, q.Addr, claims.RequestedIPsAnnotation, strings.Join(ranges, ", "))}
 		}
-		if q.Bits >= 0 && q.Bits != ss[i].rng.Prefix.Bits() {
+		if q.Bits >= 0 && q.Bits != ss[i].Range.Prefix.Bits() {
 			return nil, &claimRequestError{ipamclaimsv1alpha1.ReasonRequestedIPOutsideSubnet, fmt.Sprintf(
-				"IPAMClaim %s asks for %s/%d (annotation %s), but its range %s is a /%d", claim, q.Addr, q.Bits, claims.RequestedIPsAnnotation, ss[i].space, ss[i].rng.Prefix.Bits())}
+				"IPAMClaim %s asks for %s/%d (annotation %s), but its range %s is a /%d", claim, q.Addr, q.Bits, claims.RequestedIPsAnnotation, ss[i].Space, ss[i].Range.Prefix.Bits())}
 		}
 		asked[i] = item
 	}
 	if p := req.Prefix; p.IsValid() {
-		i := slices.IndexFunc(ss, func(s slot) bool { return s.rng == nil && s.space.Contains(p) })
+		i := slices.IndexFunc(ss, func(s slot) bool { return s.Range == nil && s.Space.Contains(p) })
 		if i < 0 {
 			return nil, &claimRequestError{ipamclaimsv1alpha1.ReasonRequestedIPOutsideSubnet, fmt.Sprintf(
 				"IPAMClaim %s asks for the delegated prefix %s (annotation %s), which is no prefix of the network's delegation pool (%s)", claim, p, claims.RequestedPrefixAnnotation, strings.Join(ranges, ", "))}
@@ -364,8 +364,8 @@ type claimItem struct {
 func describeItem(recorded string, item netip.Prefix, ss []slot, wants [][]netip.Prefix) claimItem {
 	c := claimItem{item: recorded, addr: item}
 	for i, s := range ss {
-		if len(wants[i]) > 0 && s.space.Contains(item) {
-			c.slot, c.first = s.space.String(), wants[i][0].String()
+		if len(wants[i]) > 0 && s.Space.Contains(item) {
+			c.slot, c.first = s.Space.String(), wants[i][0].String()
 		}
 	}
 	return c
@@ -403,16 +403,16 @@ func (a *Agent) whoMade(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim
 // recordedIn is what the claim's status records in slot s.
 func recordedIn(s slot, rec claims.Recorded) []netip.Prefix {
 	var want []netip.Prefix
-	if s.rng != nil {
+	if s.Range != nil {
 		for _, p := range rec.Addresses {
-			if item := netip.PrefixFrom(p.Addr(), p.Addr().BitLen()); s.space.Contains(item) {
+			if item := netip.PrefixFrom(p.Addr(), p.Addr().BitLen()); s.Space.Contains(item) {
 				want = append(want, item)
 			}
 		}
 		return want
 	}
 	for _, p := range rec.Prefixes {
-		if s.space.Contains(p) {
+		if s.Space.Contains(p) {
 			want = append(want, p)
 		}
 	}
@@ -462,8 +462,8 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		if err != nil {
 			return err
 		}
-		if h.slot.rng != nil {
-			ips = append(ips, netip.PrefixFrom(p.Addr(), h.slot.rng.Prefix.Bits()).String())
+		if h.slot.Range != nil {
+			ips = append(ips, netip.PrefixFrom(p.Addr(), h.slot.Range.Prefix.Bits()).String())
 		} else {
 			prefixes = append(prefixes, p.String())
 		}

@@ -59,7 +59,7 @@ func TestClaimRequestSlotsPlacesRequestsOrNamesTheReason(t *testing.T) {
 			}
 			for i, w := range tc.want {
 				if (w == "") != !got[i].IsValid() || (w != "" && got[i].String() != w) {
-					t.Errorf("slot %d (%s): %v, want %q", i, ss[i].space, got[i], w)
+					t.Errorf("slot %d (%s): %v, want %q", i, ss[i].Space, got[i], w)
 				}
 			}
 		})

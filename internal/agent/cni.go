@@ -20,7 +20,6 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/config"
@@ -72,18 +71,14 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 	return &Response{Result: data}
 }
 
-// slot is one thing an ADD hands out: an address of a range, or a prefix.
+// slot is one thing an ADD hands out: an address of a range (Range set),
+// or a prefix of the delegation pool (Range nil). It is the config's scoped
+// space and what the pod asks of it.
 type slot struct {
-	scope string
-	space allocator.Space
-	rng   *addrspace.Range // nil for the prefix slot
-	// requested is the address runtimeConfig.ips asks for from rng; zero
+	config.ScopedSpace
+	// requested is the address runtimeConfig.ips asks for from Range; zero
 	// for any free one.
 	requested netip.Addr
-	// pool is the IPPool the space comes from ("" for the config's own
-	// ranges); gateway the result's gateway for an address of rng.
-	pool    string
-	gateway netip.Addr
 }
 
 // requestedItem is the requested address as the allocator's item.
@@ -94,7 +89,7 @@ func (s slot) requestedItem() netip.Prefix {
 // holds reads the reservation's name, which says its scope and item
 // whether the cache holds the whole object or only its metadata.
 func (s slot) holds(r *tenurev1alpha1.IPReservation) bool {
-	return reservation.ScopeLabelOf(r.Name) == reservation.ScopeLabel(s.scope) && allocator.InSpace(s.space, r.Name)
+	return reservation.ScopeLabelOf(r.Name) == reservation.ScopeLabel(s.Scope) && allocator.InSpace(s.Space, r.Name)
 }
 
 func slots(cfg *config.Config, withPrefix bool) []slot {
@@ -103,7 +98,7 @@ func slots(cfg *config.Config, withPrefix bool) []slot {
 		if sp.Range == nil && !withPrefix {
 			continue
 		}
-		s := slot{scope: sp.Scope, space: sp.Space, rng: sp.Range, pool: sp.Pool, gateway: sp.Gateway}
+		s := slot{ScopedSpace: sp}
 		if i < len(cfg.Requested) {
 			s.requested = cfg.Requested[i]
 		}
@@ -269,7 +264,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 		var r *tenurev1alpha1.IPReservation
 		var err error
 		tmpl := tmpl
-		tmpl.Pool = s.pool
+		tmpl.Pool = s.Pool
 		if s.requested.IsValid() {
 			r, err = a.allocateRequested(ctx, s, tmpl)
 		} else {
@@ -602,7 +597,7 @@ func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
 func buildResult(cfg *config.Config, held []heldSlot) (types.Result, error) {
 	res := &current.Result{CNIVersion: current.ImplementedSpecVersion, Routes: cfg.Routes, DNS: cfg.DNS}
 	for _, h := range held {
-		if h.slot.rng == nil {
+		if h.slot.Range == nil {
 			continue // a delegated prefix is not an interface address
 		}
 		p, err := reservation.ParseItem(h.res.Spec.Address)
@@ -610,8 +605,8 @@ func buildResult(cfg *config.Config, held []heldSlot) (types.Result, error) {
 			return nil, err
 		}
 		addr := p.Addr()
-		ipc := &current.IPConfig{Address: net.IPNet{IP: net.IP(addr.AsSlice()), Mask: net.CIDRMask(h.slot.rng.Prefix.Bits(), addr.BitLen())}}
-		if gw := h.slot.gateway; gw.IsValid() {
+		ipc := &current.IPConfig{Address: net.IPNet{IP: net.IP(addr.AsSlice()), Mask: net.CIDRMask(h.slot.Range.Prefix.Bits(), addr.BitLen())}}
+		if gw := h.slot.Gateway; gw.IsValid() {
 			ipc.Gateway = net.IP(gw.AsSlice())
 		}
 		res.IPs = append(res.IPs, ipc)

@@ -92,7 +92,7 @@ func (a *Agent) claimOrNil(ctx context.Context, namespace, name string) (*ipamcl
 // the runtime replaced, whose late DEL or GC would free the address under
 // this one: that reservation is released and the address reserved anew.
 func (a *Agent) allocateRequested(ctx context.Context, s slot, tmpl allocator.Template) (*tenurev1alpha1.IPReservation, error) {
-	al := a.alloc.For(s.scope, s.space)
+	al := a.alloc.For(s.Scope, s.Space)
 	for range 2 {
 		r, err := al.Allocate(ctx, s.requestedItem(), tmpl)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/probe"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -69,7 +70,7 @@ type wire struct {
 	opts     WireOptions
 	log      *slog.Logger
 	rec      record.EventRecorder
-	upcoming func(ctx context.Context, scope string, space allocator.Space, n int) []netip.Prefix
+	upcoming func(ctx context.Context, scope string, space addrspace.Space, n int) []netip.Prefix
 
 	conflicts *prometheus.CounterVec
 	probes    *prometheus.CounterVec
@@ -133,7 +134,7 @@ type wireNetKey struct {
 type wireNet struct {
 	iface string
 	scope string
-	space allocator.Space
+	space addrspace.Space
 	used  time.Time
 	// recent are the uses of the last demandWindow, oldest first.
 	recent []time.Time
@@ -150,7 +151,7 @@ func (n *wireNet) ahead(base int, now time.Time) int {
 	return min(base+len(n.recent), max(base, maxAhead))
 }
 
-func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcoming func(context.Context, string, allocator.Space, int) []netip.Prefix) *wire {
+func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcoming func(context.Context, string, addrspace.Space, int) []netip.Prefix) *wire {
 	if opts.Fresh <= 0 {
 		opts.Fresh = DefaultWireFresh
 	}
@@ -257,7 +258,7 @@ type configProbe struct {
 
 // vet is the allocator.Vet of one ADD's slot: it keeps the network probed
 // ahead of time, and records on the pod what it skipped.
-func (w *wire) vet(iface, scope string, space allocator.Space, network string, pod *corev1.Pod) allocator.Vet {
+func (w *wire) vet(iface, scope string, space addrspace.Space, network string, pod *corev1.Pod) allocator.Vet {
 	w.use(iface, scope, space)
 	return func(ctx context.Context, item netip.Prefix) (bool, error) {
 		// The next candidates are probed while this one is: the ADD
@@ -370,7 +371,7 @@ func (w *wire) run(ctx context.Context, k wireKey, r *wireResult) {
 }
 
 // use records that an ADD used the network, to be kept probed ahead.
-func (w *wire) use(iface, scope string, space allocator.Space) {
+func (w *wire) use(iface, scope string, space addrspace.Space) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.served[scope] = iface
@@ -479,8 +480,8 @@ func (w *wire) refresh(ctx context.Context) {
 // with the wire check of the network's parent interface where it is on
 // and the slot is a range's.
 func (a *Agent) nextAllocator(at *attachment, s slot) (allocator.Interface, error) {
-	if a.wire == nil || s.rng == nil {
-		return a.alloc.For(s.scope, s.space), nil
+	if a.wire == nil || s.Range == nil {
+		return a.alloc.For(s.Scope, s.Space), nil
 	}
 	c := at.cfg
 	iface, err := a.wire.iface(configProbe{Name: c.Name, Probe: c.Probe, ProbeInterface: c.ProbeInterface,
@@ -492,9 +493,9 @@ func (a *Agent) nextAllocator(at *attachment, s slot) (allocator.Interface, erro
 		if c.Probe && c.ProbeSkipped != "" {
 			a.wire.noteSkipped(c.Name, c.ProbeSkipped)
 		}
-		return a.alloc.For(s.scope, s.space), nil
+		return a.alloc.For(s.Scope, s.Space), nil
 	}
-	return a.alloc.ForVetted(s.scope, s.space, a.wire.vet(iface, s.scope, s.space, c.Name, at.pod)), nil
+	return a.alloc.ForVetted(s.Scope, s.Space, a.wire.vet(iface, s.Scope, s.Space, c.Name, at.pod)), nil
 }
 
 // noteSkipped logs once per network that its addresses are handed out

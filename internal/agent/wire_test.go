@@ -13,7 +13,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 )
 
@@ -95,9 +95,9 @@ func TestTheWireCheckHandsOutASilentResultOnceAndSkipsAnAnswer(t *testing.T) {
 func TestTheWireCheckProbesTheNextCandidatesAhead(t *testing.T) {
 	path, _ := wireSegment(t)
 	next := []netip.Prefix{netip.MustParsePrefix("10.98.0.20/32"), netip.MustParsePrefix("10.98.0.21/32")}
-	space := allocator.AddressSpace{}
+	space := addrspace.AddressSpace{}
 	w := newWire(WireOptions{Netns: path, Interval: 50 * time.Millisecond, Fresh: time.Minute, Ahead: 2}, slog.Default(), nil,
-		func(context.Context, string, allocator.Space, int) []netip.Prefix { return next })
+		func(context.Context, string, addrspace.Space, int) []netip.Prefix { return next })
 	ctx := context.Background()
 	w.use("seg0", "scope", space)
 	w.refresh(ctx)
@@ -149,12 +149,12 @@ func TestTheWireCheckProbesTheNextCandidatesAhead(t *testing.T) {
 func TestTheWireCheckProbesFurtherAheadOfABurst(t *testing.T) {
 	var asked []int
 	w := newWire(WireOptions{Fresh: time.Minute, Ahead: 8}, slog.Default(), nil,
-		func(_ context.Context, _ string, _ allocator.Space, n int) []netip.Prefix {
+		func(_ context.Context, _ string, _ addrspace.Space, n int) []netip.Prefix {
 			asked = append(asked, n)
 			return nil
 		})
 	ctx := context.Background()
-	space := allocator.AddressSpace{}
+	space := addrspace.AddressSpace{}
 	for range 5 {
 		w.use("seg0", "scope", space)
 	}

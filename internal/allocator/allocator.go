@@ -22,23 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
-
-// Space is an ordered set of candidates: the addresses of a range or the
-// prefixes of a delegation pool.
-type Space interface {
-	Kind() tenurev1alpha1.ReservationKind
-	// Size is the number of indexes (saturating).
-	Size() uint64
-	// Next returns the first index at or after i that holds a candidate,
-	// and that candidate, skipping excluded indexes arithmetically rather
-	// than one by one; false when none is below Size.
-	Next(i uint64) (idx uint64, item netip.Prefix, ok bool)
-	Contains(p netip.Prefix) bool
-	Capacity() uint64
-	String() string
-}
 
 // Template is everything of a reservation but the item.
 type Template struct {
@@ -104,7 +90,7 @@ const maxWiden = 4
 var errWidened = errors.New("window widened maxWiden times")
 
 // For returns the allocator of space on network (a reservation.Scope).
-func (f *Factory) For(network string, space Space) Interface {
+func (f *Factory) For(network string, space addrspace.Space) Interface {
 	return &allocator{f: f, network: network, label: reservation.ScopeLabel(network), space: space}
 }
 
@@ -116,7 +102,7 @@ type allocator struct {
 	// label is reservation.NetworkLabel(network), what the store's
 	// labels and indexes know the network by.
 	label string
-	space Space
+	space addrspace.Space
 }
 
 var _ Interface = (*allocator)(nil)
@@ -330,7 +316,7 @@ const (
 // store's index. ok false: not an address space (prefixes are not indexed),
 // or the candidate is not held.
 func (a *allocator) skipHeld(idx uint64, item netip.Prefix) (next uint64, ok bool) {
-	as, isAddr := a.space.(AddressSpace)
+	as, isAddr := a.space.(addrspace.AddressSpace)
 	if !isAddr {
 		return 0, false
 	}
@@ -351,7 +337,7 @@ func (a *allocator) skipHeld(idx uint64, item netip.Prefix) (next uint64, ok boo
 // firstFree creates the reservation of the first candidate from this node's
 // cursor on, wrapping around, that taken does not refuse and no other node
 // has created; nil when every candidate was seen taken. The walk visits
-// candidates only (Space.Next jumps over excluded blocks wherever the
+// candidates only (addrspace.Space.Next jumps over excluded blocks wherever the
 // cursor lands), and each candidate it passes is held by a reservation, so
 // the walk is as long as the reservations that exist, not the space: it
 // needs no bound to end, and reaching the end means full.
@@ -448,12 +434,12 @@ type liveList struct {
 	byOwner map[string][]string // owner UID -> the names it holds
 
 	mu     sync.Mutex
-	inSpan map[string]uint64 // by Space.String(): held names inside it
+	inSpan map[string]uint64 // by addrspace.Space.String(): held names inside it
 }
 
 // heldIn counts the listed names that are candidates of space, once per
 // space per list.
-func (q *liveList) heldIn(space Space) uint64 {
+func (q *liveList) heldIn(space addrspace.Space) uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	key := string(space.Kind()) + "|" + space.String()

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/store"
@@ -54,7 +54,7 @@ func newFactory(t *testing.T, node string) (f *allocator.Factory, stop func()) {
 func TestAllocateNextFillsThenReportsFull(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
-	a := f.For("alloc-full", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/30"}`)})
+	a := f.For("alloc-full", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/30"}`)})
 	got := map[string]bool{}
 	for i := 0; i < 2; i++ {
 		r, err := a.AllocateNext(ctx, owner(string(rune('a'+i))))
@@ -81,7 +81,7 @@ func TestAllocateNextFillsThenReportsFull(t *testing.T) {
 func TestAllocateExplicitConflictAndRange(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
-	a := f.For("alloc-explicit", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)})
+	a := f.For("alloc-explicit", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)})
 	item := netip.MustParsePrefix("10.2.0.9/32")
 	r1, err := a.Allocate(ctx, item, owner("x"))
 	if err != nil {
@@ -117,7 +117,7 @@ func TestAllocateKeepsAnUnconfirmedWrite(t *testing.T) {
 	ctx := context.Background()
 	f, stop := newFactory(t, "n1")
 	stop() // the cache never confirms what follows
-	a := f.For("alloc-unconfirmed", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)})
+	a := f.For("alloc-unconfirmed", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)})
 	item := netip.MustParsePrefix("10.2.0.9/32")
 	r1, err := a.Allocate(ctx, item, owner("x"))
 	if err != nil {
@@ -164,7 +164,7 @@ func TestStaleCacheNeitherDuplicatesNorReportsFalselyFull(t *testing.T) {
 		taken = append(taken, r)
 	}
 	stale.LiveListInterval = time.Millisecond
-	a := stale.For("alloc-stale", allocator.AddressSpace{Range: rng})
+	a := stale.For("alloc-stale", addrspace.AddressSpace{Range: rng})
 	if _, err := a.AllocateNext(ctx, owner("me")); !errors.Is(err, allocator.ErrFull) {
 		t.Fatalf("every address is taken though the cache does not know: %v, want ErrFull", err)
 	}
@@ -196,7 +196,7 @@ func TestPrefixSpace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := f.For("alloc-pd", allocator.PrefixSpace{PD: *c.PrefixDelegation})
+	a := f.For("alloc-pd", addrspace.PrefixSpace{PD: *c.PrefixDelegation})
 	seen := map[string]bool{}
 	for i := 0; i < 2; i++ {
 		r, err := a.AllocateNext(ctx, owner(string(rune('p'+i))))
@@ -236,7 +236,7 @@ func TestAllocateNextFromInsideExcludedBlocks(t *testing.T) {
 		for n := range nodes {
 			node := fmt.Sprintf("node-%d", n)
 			f := &allocator.Factory{Store: base.Store, Writer: base.Writer, Live: base.Live, Node: node}
-			r, err := f.For(tc.network, allocator.AddressSpace{Range: rng}).AllocateNext(ctx, owner(tc.network+"-"+node))
+			r, err := f.For(tc.network, addrspace.AddressSpace{Range: rng}).AllocateNext(ctx, owner(tc.network+"-"+node))
 			if err != nil {
 				t.Fatalf("%s, %s, %d addresses reserved: %v", tc.network, node, len(seen), err)
 			}
@@ -276,7 +276,7 @@ func (r *releasedOnRead) Get(ctx context.Context, key client.ObjectKey, obj clie
 // for again, and reserved.
 func TestAllocateAfterTheHolderReleased(t *testing.T) {
 	ctx := context.Background()
-	space := allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)}
+	space := addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.2.0.0/24"}`)}
 	item := netip.MustParsePrefix("10.2.0.9/32")
 	f1, _ := newFactory(t, "n1")
 	if _, err := f1.For("alloc-released", space).Allocate(ctx, item, owner("x")); err != nil {
@@ -330,7 +330,7 @@ func TestConcurrentAllocationsStartPastTheItemsInFlight(t *testing.T) {
 	counter := &refusalCounter{Store: f.Store}
 	f.Store = counter
 	f.Writer = &heldWriter{Client: f.Writer, entered: entered, release: release}
-	a := f.For("alloc-inflight", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.9.0.0/24"}`)})
+	a := f.For("alloc-inflight", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.9.0.0/24"}`)})
 	const n = 8
 	var g sync.WaitGroup
 	got := make([]string, n)
@@ -406,7 +406,7 @@ func TestADDsThatReadTheCursorTogetherBuildOneCandidateEach(t *testing.T) {
 	const n = 8
 	s := &barrierStore{refusalCounter: &refusalCounter{Store: f.Store}, n: n, open: make(chan struct{})}
 	f.Store = s
-	a := f.For("alloc-together", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.10.0.0/24"}`)})
+	a := f.For("alloc-together", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.10.0.0/24"}`)})
 	var g sync.WaitGroup
 	got := make([]string, n)
 	for i := range n {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/store"
@@ -28,8 +29,8 @@ type filled struct {
 	first, last *tenurev1alpha1.IPReservation
 }
 
-func space(t *testing.T) allocator.Space {
-	return allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.9.0.0/29"}`)}
+func space(t *testing.T) addrspace.Space {
+	return addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.9.0.0/29"}`)}
 }
 
 func withIf(tpl allocator.Template, ifc string) allocator.Template {

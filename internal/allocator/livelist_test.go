@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 )
 
@@ -35,7 +36,7 @@ func TestFullNetworkCallersShareOneLiveList(t *testing.T) {
 	f.Live = lists
 	// Long enough that no second list is due while the test runs.
 	f.LiveListInterval = time.Hour
-	a := f.For("alloc-storm", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.6.0.0/29"}`)})
+	a := f.For("alloc-storm", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.6.0.0/29"}`)})
 	var held []*tenurev1alpha1.IPReservation
 	for {
 		r, err := a.AllocateNext(ctx, owner(string(rune('a'+len(held)))))
@@ -101,7 +102,7 @@ func TestConcurrentLiveListsAreShared(t *testing.T) {
 	lists := &blockingReader{Reader: f.Live, gate: gate}
 	f.Live = lists
 	f.LiveListInterval = time.Nanosecond
-	a := f.For("alloc-shared", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.7.0.0/31"}`)})
+	a := f.For("alloc-shared", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.7.0.0/31"}`)})
 	for i := 0; i < 2; i++ {
 		if _, err := a.AllocateNext(ctx, owner(string(rune('a'+i)))); err != nil {
 			t.Fatal(err)

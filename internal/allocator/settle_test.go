@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -73,7 +74,7 @@ func TestCreateOfUnknownOutcomeIsSettledByRead(t *testing.T) {
 	w := &lossyWriter{Client: f.Writer, commit: true}
 	w.lose.Store(1)
 	f.Writer = w
-	a := f.For("settle-committed", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.61.0.0/24"}`)})
+	a := f.For("settle-committed", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.61.0.0/24"}`)})
 	r, err := a.AllocateNext(ctx, attachmentOwner("u-committed", "c1"))
 	if err != nil {
 		t.Fatalf("a committed create whose reply was lost: %v, want its reservation", err)
@@ -94,7 +95,7 @@ func TestCreateLostBeforeCommitIsSentAgain(t *testing.T) {
 	w := &lossyWriter{Client: f.Writer}
 	w.lose.Store(1)
 	f.Writer = w
-	a := f.For("settle-lost", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.62.0.0/24"}`)})
+	a := f.For("settle-lost", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.62.0.0/24"}`)})
 	r, err := a.AllocateNext(ctx, attachmentOwner("u-lost", "c1"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestUnsettledCreateKeepsItsName(t *testing.T) {
 	w := &lossyWriter{Client: f.Writer, commit: true}
 	w.lose.Store(1)
 	f.Writer, f.Live, f.SettleTimeout = w, deafReader{live}, 300*time.Millisecond
-	a := f.For("settle-unsettled", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.63.0.0/30"}`)})
+	a := f.For("settle-unsettled", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.63.0.0/30"}`)})
 	_, err := a.AllocateNext(ctx, attachmentOwner("u-unsettled", "c1"))
 	var unsettled *allocator.UnsettledError
 	if !errors.As(err, &unsettled) {
@@ -150,7 +151,7 @@ func TestUnsettledCreateKeepsItsName(t *testing.T) {
 func TestSettledNameOfAnotherIsRefused(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
-	a := f.For("settle-other", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.64.0.0/24"}`)})
+	a := f.For("settle-other", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.64.0.0/24"}`)})
 	theirs, err := a.AllocateNext(ctx, attachmentOwner("u-them", "c9"))
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestSettledNameOfAnotherIsRefused(t *testing.T) {
 func TestNoFalseFullWhenTheAttachmentHolds(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
-	a := f.For("settle-full", allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.65.0.0/30"}`)})
+	a := f.For("settle-full", addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.65.0.0/30"}`)})
 	held, err := a.Allocate(ctx, netip.MustParsePrefix("10.65.0.1/32"), attachmentOwner("u-holder", "c1"))
 	if err != nil {
 		t.Fatal(err)

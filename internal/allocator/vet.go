@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -21,7 +22,7 @@ type Vet func(ctx context.Context, item netip.Prefix) (ok bool, err error)
 // ForVetted is For with every candidate AllocateNext picks checked by vet
 // before it is reserved. Allocate (an item asked for by name, or one the
 // owner holds) does not vet.
-func (f *Factory) ForVetted(network string, space Space, vet Vet) Interface {
+func (f *Factory) ForVetted(network string, space addrspace.Space, vet Vet) Interface {
 	a := f.For(network, space).(*allocator)
 	a.vet = vet
 	return a
@@ -91,7 +92,7 @@ func (a *allocator) vetted(ctx context.Context, name string, item netip.Prefix) 
 // second, or when the widening fails). What it returns may be taken by
 // the time a call comes, which the call finds out as always. The agent
 // probes these ahead of time (ForVetted).
-func (f *Factory) Upcoming(ctx context.Context, network string, space Space, n int) []netip.Prefix {
+func (f *Factory) Upcoming(ctx context.Context, network string, space addrspace.Space, n int) []netip.Prefix {
 	if n <= 0 || space.Size() == 0 || !f.Store.HasSynced() {
 		return nil
 	}

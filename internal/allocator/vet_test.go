@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -30,7 +31,7 @@ func TestAnAddressTheVetRefusesIsSkippedAndStaysFree(t *testing.T) {
 	f, _ := newFactory(t, "n1")
 	squatted := netip.MustParseAddr("10.1.0.2")
 	w := &answering{held: map[netip.Addr]bool{squatted: true}}
-	space := allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/29"}`)}
+	space := addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/29"}`)}
 	got := map[string]string{}
 	for _, uid := range []string{"a", "b", "c", "d", "e"} {
 		r, err := f.ForVetted("vet-skip", space, w.vet).AllocateNext(ctx, owner(uid))
@@ -69,7 +70,7 @@ func TestAnAddressTheVetRefusesIsSkippedAndStaysFree(t *testing.T) {
 func TestACandidateTheVetCannotCheckFailsTheCallAndStaysFree(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
-	space := allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/30"}`)}
+	space := addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/30"}`)}
 	broken := errors.New("no such interface")
 	var tried netip.Addr
 	_, err := f.ForVetted("vet-err", space, func(_ context.Context, item netip.Prefix) (bool, error) {
@@ -91,7 +92,7 @@ func TestACandidateTheVetCannotCheckFailsTheCallAndStaysFree(t *testing.T) {
 func TestUpcomingIsWhatTheNextAllocationsTake(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
-	space := allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/28"}`)}
+	space := addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/28"}`)}
 	held := map[netip.Addr]bool{}
 	for _, uid := range []string{"a", "b", "c"} {
 		r, err := f.For("upcoming", space).AllocateNext(ctx, owner(uid))
@@ -124,7 +125,7 @@ func TestUpcomingWidensTheWindowIntoTheNextBlock(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newFactory(t, "n1")
 	// 21 addresses across two blocks (.0-.63 and .64-.127).
-	space := allocator.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/24","range_start":"10.1.0.60","range_end":"10.1.0.80"}`)}
+	space := addrspace.AddressSpace{Range: rangeOf(t, `{"type":"tenure","range":"10.1.0.0/24","range_start":"10.1.0.60","range_end":"10.1.0.80"}`)}
 	r, err := f.For("upcoming-widen", space).AllocateNext(ctx, owner("a"))
 	if err != nil {
 		t.Fatal(err)

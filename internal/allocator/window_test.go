@@ -17,6 +17,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/store"
@@ -58,7 +59,7 @@ func TestWindowWidensBlockByBlockThenAsksTheLiveList(t *testing.T) {
 	blocks := blocksOf(network, "10.7.0.0")
 
 	// One allocation watches one block: the block it took from.
-	a := mine.For(network, allocator.AddressSpace{Range: rng})
+	a := mine.For(network, addrspace.AddressSpace{Range: rng})
 	first, err := a.AllocateNext(ctx, owner("first"))
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func TestWindowWidensBlockByBlockThenAsksTheLiveList(t *testing.T) {
 
 	// Another node takes every address but one, .250 of the last block,
 	// behind mine's window.
-	b := other.For(network, allocator.AddressSpace{Range: rng})
+	b := other.For(network, addrspace.AddressSpace{Range: rng})
 	for i := 1; i <= 510; i++ { // 10.7.0.1 to 10.7.1.254
 		a := netip.AddrFrom4([4]byte{10, 7, byte(i / 256), byte(i % 256)})
 		if a.String() == first.Spec.Address || a.String() == "10.7.1.250" {
@@ -158,7 +159,7 @@ func TestWindowTakesInTheWholeNetworkOnceItHasWalkedAQuarterOfTheRange(t *testin
 
 	// Another node holds every address but .33 of each block.
 	free := map[string]bool{}
-	b := other.For(network, allocator.AddressSpace{Range: rng})
+	b := other.For(network, addrspace.AddressSpace{Range: rng})
 	for i := 1; i <= 1022; i++ {
 		a := netip.AddrFrom4([4]byte{10, 8, byte(i / 256), byte(i % 256)})
 		if i%64 == 33 {
@@ -170,7 +171,7 @@ func TestWindowTakesInTheWholeNetworkOnceItHasWalkedAQuarterOfTheRange(t *testin
 		}
 	}
 
-	a := mine.For(network, allocator.AddressSpace{Range: rng})
+	a := mine.For(network, addrspace.AddressSpace{Range: rng})
 	lists := &countingReader{Reader: mine.Live}
 	mine.Live = lists
 	got := map[string]bool{}
@@ -263,7 +264,7 @@ func TestAFullNetworkAnswersWhileTheWindowTakesItInWhole(t *testing.T) {
 	label := reservation.ScopeLabel(network)
 	rng := rangeOf(t, `{"type":"tenure","range":"10.8.0.0/23"}`)
 	other, _ := newFactory(t, "n2")
-	b := other.For(network, allocator.AddressSpace{Range: rng})
+	b := other.For(network, addrspace.AddressSpace{Range: rng})
 	for i := 1; i <= 510; i++ { // 10.8.0.1 to 10.8.1.254: the range, full
 		a := netip.AddrFrom4([4]byte{10, 8, byte(i / 256), byte(i % 256)})
 		if _, err := b.Allocate(ctx, netip.PrefixFrom(a, 32), ownerOn(fmt.Sprint("o", i), "n2")); err != nil {
@@ -284,7 +285,7 @@ func TestAFullNetworkAnswersWhileTheWindowTakesItInWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	mine := &allocator.Factory{Store: win, Writer: gate.WithWatch, Live: gate.WithWatch, Node: "n1"}
-	a := mine.For(network, allocator.AddressSpace{Range: rng})
+	a := mine.For(network, addrspace.AddressSpace{Range: rng})
 
 	// The first ADD widens the window by 4 blocks of the 8, then a live
 	// list finds the range full: the answer, and the window starts taking

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 )
 
 // DHCPv6 configures the node agent's DHCPv6 service for the attachment.

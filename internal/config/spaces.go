@@ -3,16 +3,16 @@ package config
 import (
 	"net/netip"
 
-	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // ScopedSpace is one space of a config, a range or the delegation pool,
-// with the allocation scope of its reservations.
+// with the allocation scope of its reservations: the one type for "a space
+// and its scope". The agent's slot and the inventory's entry embed it.
 type ScopedSpace struct {
-	Scope string          // spec.network of the space's reservations
-	Space allocator.Space // allocator.AddressSpace or allocator.PrefixSpace
+	Scope string          // the allocation scope: spec.network of the space's reservations
+	Space addrspace.Space // addrspace.AddressSpace or addrspace.PrefixSpace
 	Range *addrspace.Range
 	// Pool is the IPPool the space comes from, "" for the config's own.
 	Pool string
@@ -42,14 +42,14 @@ func (c *Config) Spaces() []ScopedSpace {
 	out := make([]ScopedSpace, 0, len(c.Ranges)+1)
 	for i := range c.Ranges {
 		r := &c.Ranges[i]
-		s := ScopedSpace{Scope: c.scope(r.String()), Space: allocator.AddressSpace{Range: *r}, Range: r, Pool: c.Pool}
+		s := ScopedSpace{Scope: c.scope(r.String()), Space: addrspace.AddressSpace{Range: *r}, Range: r, Pool: c.Pool}
 		if c.Gateway.IsValid() && r.Prefix.Contains(c.Gateway) {
 			s.Gateway = c.Gateway
 		}
 		out = append(out, s)
 	}
 	if pd := c.PrefixDelegation; pd != nil {
-		out = append(out, ScopedSpace{Scope: c.scope(pd.Range.String()), Space: allocator.PrefixSpace{PD: *pd}, Pool: c.Pool})
+		out = append(out, ScopedSpace{Scope: c.scope(pd.Range.String()), Space: addrspace.PrefixSpace{PD: *pd}, Pool: c.Pool})
 	}
 	return out
 }

@@ -13,13 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -51,10 +50,6 @@ var rangeUsage = &rangeCollector{}
 func init() {
 	crmetrics.Registry.MustRegister(rangeUsage)
 }
-
-// nadListGVK is read as unstructured: a cluster without Multus' CRD is a
-// cluster without network configurations.
-var nadListGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinitionList"}
 
 // rangeKey is what a reservation says of its range: the network's label
 // (the only form of the scope every cached reservation carries), kind and
@@ -189,34 +184,33 @@ func (s *rangeSource) rows(ctx context.Context) []rangeRow {
 	if err != nil {
 		s.log.Info("range metrics: NetworkAttachmentDefinitions not read", "err", err)
 	}
-	inv := ops.BuildInventory(pools.Items, nads)
+	inv := inventory.BuildInventory(pools.Items, nads)
 	counts := s.counts.snapshot()
 	var out []rangeRow
 	for _, sp := range inv.Spaces() {
-		k := rangeKey{reservation.ScopeLabel(sp.Network), sp.Space.Kind(), sp.Range()}
-		out = append(out, rangeRow{scope: sp.Network, rng: sp.Range(), networks: slices.Sorted(slices.Values(sp.CNINetworks)),
+		k := rangeKey{reservation.ScopeLabel(sp.Scope), sp.Space.Kind(), sp.Space.String()}
+		out = append(out, rangeRow{scope: sp.Scope, rng: sp.Space.String(), networks: slices.Sorted(slices.Values(sp.CNINetworks)),
 			kind: sp.Space.Kind(), capacity: sp.Space.Capacity(), allocated: counts[k]})
 		delete(counts, k)
 	}
 	for k, n := range counts {
-		out = append(out, rangeRow{scope: k.label, rng: k.rng, kind: k.kind, capacity: ops.RangeCapacity(k.kind, k.rng), allocated: n})
+		out = append(out, rangeRow{scope: k.label, rng: k.rng, kind: k.kind, capacity: inventory.RangeCapacity(k.kind, k.rng), allocated: n})
 	}
 	return out
 }
 
-func (s *rangeSource) networkConfigs(ctx context.Context) ([]ops.NetworkConfig, error) {
+func (s *rangeSource) networkConfigs(ctx context.Context) ([]inventory.NetworkConfig, error) {
 	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(nadListGVK)
+	l.SetGroupVersionKind(inventory.NADListGVK)
 	if err := s.reader.List(ctx, l); err != nil {
 		if meta.IsNoMatchError(err) {
 			return nil, nil
 		}
 		return nil, err
 	}
-	out := make([]ops.NetworkConfig, 0, len(l.Items))
+	out := make([]inventory.NetworkConfig, 0, len(l.Items))
 	for _, u := range l.Items {
-		cfg, _, _ := unstructured.NestedString(u.Object, "spec", "config")
-		out = append(out, ops.NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg})
+		out = append(out, inventory.NetworkConfigOf(&u))
 	}
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -26,7 +27,7 @@ func TestRangeMetricsCoverEveryKnownRange(t *testing.T) {
 		Spec: tenurev1alpha1.IPPoolSpec{Ranges: []tenurev1alpha1.PoolRange{{Range: "10.2.0.0/24"}}}}
 	nad := func(name, config string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(nadListGVK.GroupVersion().WithKind("NetworkAttachmentDefinition"))
+		u.SetGroupVersionKind(inventory.NADListGVK.GroupVersion().WithKind("NetworkAttachmentDefinition"))
 		u.SetNamespace("ns")
 		u.SetName(name)
 		_ = unstructured.SetNestedField(u.Object, config, "spec", "config")

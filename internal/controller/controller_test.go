@@ -713,7 +713,7 @@ func TestNodeEventsRecheckTheNodesReservations(t *testing.T) {
 	})
 	ready := with(notReady, func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionTrue })
 	heartbeat := with(notReady, func(n *corev1.Node) { n.Status.Conditions[0].LastHeartbeatTime = metav1.Now() })
-	h := c.nodeEvents()
+	h := (&reservationReconciler{c}).nodeEvents()
 	for _, tc := range []struct {
 		name     string
 		old, new *corev1.Node

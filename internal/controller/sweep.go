@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -299,4 +300,52 @@ func transformTrim(obj any) (any, error) {
 		o.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// Run sweeps now and then every interval until ctx ends.
+func (s *Sweeper) Run(ctx context.Context, interval time.Duration, log *slog.Logger) error {
+	for {
+		res, err := s.Sweep(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		released := 0
+		for _, o := range res.Outcomes {
+			if o.Released {
+				released++
+			}
+		}
+		if err != nil {
+			log.Info("sweep finished with errors", "reservations", res.Reservations, "released", released, "err", err)
+		} else if released > 0 || res.Kept > 0 || res.ClaimsFinalized > 0 {
+			log.Info("sweep", "reservations", res.Reservations, "released", released, "keptOnLiveRead", res.Kept,
+				"claimsFinalized", res.ClaimsFinalized, "duration", res.Duration)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+// cachedSnapshot is the running controller's sweep view: the caches.
+func (c *Controller) cachedSnapshot(ctx context.Context) (*snapshot, error) {
+	snap := &snapshot{idx: c.idx, nodes: map[string]*corev1.Node{}, claims: map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim{}}
+	nodes := &corev1.NodeList{}
+	if err := c.cache.List(ctx, nodes); err != nil {
+		return nil, err
+	}
+	for i := range nodes.Items {
+		snap.nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	claims := &ipamclaimsv1alpha1.IPAMClaimList{}
+	if err := c.cache.List(ctx, claims); err != nil {
+		return nil, err
+	}
+	for i := range claims.Items {
+		cl := &claims.Items[i]
+		snap.claims[types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}] = cl
+	}
+	return snap, nil
 }

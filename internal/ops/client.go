@@ -21,11 +21,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/pager"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -50,11 +50,6 @@ type Client struct {
 func New(c client.Client) *Client {
 	return &Client{c: c, Now: time.Now, PageSize: DefaultPageSize}
 }
-
-// nadListGVK is the NetworkAttachmentDefinition list, read as unstructured
-// so that a cluster without Multus's CRD is only a cluster without network
-// configurations to read.
-var nadListGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinitionList"}
 
 // each calls fn for every object of a paged list. A page is a consistent
 // snapshot with the others (the continue token pins the revision); when the
@@ -131,16 +126,14 @@ func (c *Client) podMeta(ctx context.Context, fn func(*metav1.PartialObjectMetad
 
 // networkConfigs reads every NetworkAttachmentDefinition's config; none
 // when the cluster has no such CRD.
-func (c *Client) networkConfigs(ctx context.Context) ([]NetworkConfig, error) {
-	var out []NetworkConfig
+func (c *Client) networkConfigs(ctx context.Context) ([]inventory.NetworkConfig, error) {
+	var out []inventory.NetworkConfig
 	err := c.each(ctx, "network configurations", func() client.ObjectList {
 		l := &unstructured.UnstructuredList{}
-		l.SetGroupVersionKind(nadListGVK)
+		l.SetGroupVersionKind(inventory.NADListGVK)
 		return l
 	}, metav1.ListOptions{}, func(o runtime.Object) error {
-		u := o.(*unstructured.Unstructured)
-		cfg, _, _ := unstructured.NestedString(u.Object, "spec", "config")
-		out = append(out, NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg})
+		out = append(out, inventory.NetworkConfigOf(o.(*unstructured.Unstructured)))
 		return nil
 	})
 	if meta.IsNoMatchError(err) {
@@ -159,7 +152,7 @@ func (c *Client) pools(ctx context.Context) ([]tenurev1alpha1.IPPool, error) {
 }
 
 // inventory reads the declared pools and the network configurations.
-func (c *Client) inventory(ctx context.Context) (*Inventory, error) {
+func (c *Client) inventory(ctx context.Context) (*inventory.Inventory, error) {
 	pools, err := c.pools(ctx)
 	if err != nil {
 		return nil, err
@@ -168,5 +161,5 @@ func (c *Client) inventory(ctx context.Context) (*Inventory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing NetworkAttachmentDefinitions: %w", err)
 	}
-	return BuildInventory(pools, nads), nil
+	return inventory.BuildInventory(pools, nads), nil
 }

@@ -19,6 +19,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	stickyclaims "github.com/tenure-ipam/tenure/internal/claims"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -193,7 +194,7 @@ type ReservationsReport struct {
 	Query string `json:"query"`
 	// Scopes are, for get, the allocation scopes shown and how the query
 	// named each.
-	Scopes []ScopeMatch `json:"scopes,omitempty"`
+	Scopes []inventory.ScopeMatch `json:"scopes,omitempty"`
 	// Pools are, for get, the IPPools the shown scopes' ranges come from,
 	// with their selectors.
 	Pools        []PoolView        `json:"pools,omitempty"`
@@ -204,7 +205,7 @@ type ReservationsReport struct {
 }
 
 // Get returns the reservations of a network, named by any of its names
-// (Inventory.Resolve): an allocation scope, which for a network_name also
+// (inventory.Inventory.Resolve): an allocation scope, which for a network_name also
 // lists its per-range scopes (enable_overlapping_ranges false makes one
 // scope per range, named "NAME/RANGE"; a per-range scope no configuration
 // names any more is listed when named exactly); a CNI network name (the
@@ -237,21 +238,21 @@ func (c *Client) Get(ctx context.Context, network string) (*ReservationsReport, 
 	if err != nil {
 		return nil, err
 	}
-	return &ReservationsReport{Query: network, Scopes: matches, Pools: inv.PoolsOf(scopes), Reservations: views, now: c.Now()}, nil
+	return &ReservationsReport{Query: network, Scopes: matches, Pools: PoolsOf(inv, scopes), Reservations: views, now: c.Now()}, nil
 }
 
 // PoolView is an IPPool as get shows it: its name and selectors.
 type PoolView struct {
-	Name      string        `json:"name"`
-	Selectors PoolSelectors `json:"selectors"`
+	Name      string                  `json:"name"`
+	Selectors inventory.PoolSelectors `json:"selectors"`
 }
 
 // PoolsOf lists, sorted by name, the declared IPPools that ranges of the
 // scopes come from.
-func (inv *Inventory) PoolsOf(scopes []string) []PoolView {
+func PoolsOf(inv *inventory.Inventory, scopes []string) []PoolView {
 	var out []PoolView
-	for _, s := range inv.spaces {
-		if s.Pool == "" || !slices.Contains(scopes, s.Network) || slices.ContainsFunc(out, func(p PoolView) bool { return p.Name == s.Pool }) {
+	for _, s := range inv.Spaces() {
+		if s.Pool == "" || !slices.Contains(scopes, s.Scope) || slices.ContainsFunc(out, func(p PoolView) bool { return p.Name == s.Pool }) {
 			continue
 		}
 		out = append(out, PoolView{Name: s.Pool, Selectors: inv.Selectors[s.Pool]})
@@ -358,7 +359,7 @@ func networkCell(scope, cniNetwork string) string {
 }
 
 // describeScopes says which allocation scopes get shows and why.
-func describeScopes(ms []ScopeMatch) string {
+func describeScopes(ms []inventory.ScopeMatch) string {
 	parts := make([]string, len(ms))
 	for i, m := range ms {
 		parts[i] = m.Scope + " (" + strings.Join(m.Via, ", ") + ")"

@@ -20,7 +20,7 @@ func (c *Client) Networks(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, s := range inv.Spaces() {
-		for _, n := range []string{reservation.NetworkNameOf(s.Network), s.Network} {
+		for _, n := range []string{reservation.NetworkNameOf(s.Scope), s.Scope} {
 			if !slices.Contains(out, n) {
 				out = append(out, n)
 			}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -32,7 +33,7 @@ type PoolRow struct {
 	Pool  string `json:"pool,omitempty"`
 	// Selectors are the pool's, for a pools list's choice; zero for a
 	// range of no pool and for a pool that selects everything.
-	Selectors PoolSelectors `json:"selectors,omitzero"`
+	Selectors inventory.PoolSelectors `json:"selectors,omitzero"`
 	// Sources name the IPPools and NetworkAttachmentDefinitions that
 	// configure the range, or "reservations" when none does; then the
 	// capacity is the range's without its excludes, which reservations do
@@ -72,20 +73,25 @@ func (c *Client) Pools(ctx context.Context) (*PoolsReport, error) {
 
 // PoolRows counts the reservations of each known space, and of each
 // (network, kind, range) they name that no known space is.
-func PoolRows(inv *Inventory, rs []*tenurev1alpha1.IPReservation) []PoolRow {
-	rows := map[spaceKey]*PoolRow{}
+func PoolRows(inv *inventory.Inventory, rs []*tenurev1alpha1.IPReservation) []PoolRow {
+	type rowKey struct {
+		scope string
+		kind  tenurev1alpha1.ReservationKind
+		rng   string
+	}
+	rows := map[rowKey]*PoolRow{}
 	for _, s := range inv.Spaces() {
-		rows[spaceKey{s.Network, s.Space.Kind(), s.Range()}] = &PoolRow{
-			Network: s.Network, Kind: s.Space.Kind(), Range: s.Range(), Pool: s.Pool,
+		rows[rowKey{s.Scope, s.Space.Kind(), s.Space.String()}] = &PoolRow{
+			Network: s.Scope, Kind: s.Space.Kind(), Range: s.Space.String(), Pool: s.Pool,
 			Sources: slices.Clone(s.Sources), Capacity: s.Space.Capacity(),
 		}
 	}
 	for _, r := range rs {
-		k := spaceKey{r.Spec.Network, r.Spec.Kind, r.Spec.Range}
+		k := rowKey{r.Spec.Network, r.Spec.Kind, r.Spec.Range}
 		row := rows[k]
 		if row == nil {
 			row = &PoolRow{Network: r.Spec.Network, Kind: r.Spec.Kind, Range: r.Spec.Range, Pool: r.Spec.Pool, Sources: []string{SourceReservations}}
-			if sp := spaceOfRange(r.Spec.Kind, r.Spec.Range); sp != nil {
+			if sp := inventory.SpaceOfRange(r.Spec.Kind, r.Spec.Range); sp != nil {
 				row.Capacity = sp.Capacity()
 			}
 			rows[k] = row

@@ -12,6 +12,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 )
 
 const racksNAD = `{"cniVersion":"1.0.0","name":"racks","type":"macvlan","ipam":{"type":"tenure","network_name":"racks","pools":["rack-a","rack-b","shared","gone"]}}`
@@ -33,7 +34,7 @@ func racks() []tenurev1alpha1.IPPool {
 // A pools list's every listed pool is a space of the config's scope, and
 // `tenurectl pools -o wide` says what each pool selects.
 func TestPoolsShowsAPoolsListsPoolsWithTheirSelectors(t *testing.T) {
-	inv := BuildInventory(racks(), []NetworkConfig{nad("ns", "racks", racksNAD)})
+	inv := inventory.BuildInventory(racks(), []inventory.NetworkConfig{nad("ns", "racks", racksNAD)})
 	want := []string{
 		"racks 10.80.1.0/24 NetworkAttachmentDefinition ns/racks,IPPool rack-a",
 		"racks 10.80.2.0/24 NetworkAttachmentDefinition ns/racks,IPPool rack-b",
@@ -63,8 +64,8 @@ func TestPoolsShowsAPoolsListsPoolsWithTheirSelectors(t *testing.T) {
 
 // `tenurectl get` names the pools of the network with their selectors.
 func TestGetShowsThePoolsSelectors(t *testing.T) {
-	inv := BuildInventory(racks(), []NetworkConfig{nad("ns", "racks", racksNAD)})
-	rep := &ReservationsReport{Query: "racks", Scopes: inv.Resolve("racks"), Pools: inv.PoolsOf([]string{"racks"})}
+	inv := inventory.BuildInventory(racks(), []inventory.NetworkConfig{nad("ns", "racks", racksNAD)})
+	rep := &ReservationsReport{Query: "racks", Scopes: inv.Resolve("racks"), Pools: PoolsOf(inv, []string{"racks"})}
 	var b bytes.Buffer
 	if err := rep.WriteTable(&b, false); err != nil {
 		t.Fatal(err)

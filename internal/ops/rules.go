@@ -10,9 +10,10 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -457,18 +458,18 @@ func claimMismatches(c *ipamclaimsv1alpha1.IPAMClaim, owned []*tenurev1alpha1.IP
 // prefix length). A scope no configuration describes is judged by the range
 // the reservation records (without its excludes, which are not recorded).
 // unchecked counts the reservations with neither.
-func FindOutsideRanges(rs []*tenurev1alpha1.IPReservation, inv *Inventory) (out []Finding, unchecked int) {
-	recorded := map[string]allocator.Space{} // spaceOfRange by kind and range, parsed once
+func FindOutsideRanges(rs []*tenurev1alpha1.IPReservation, inv *inventory.Inventory) (out []Finding, unchecked int) {
+	recorded := map[string]addrspace.Space{} // inventory.SpaceOfRange by kind and range, parsed once
 	for _, h := range parsedItems(rs) {
 		r := h.r
 		spaces := inv.InScope(r.Spec.Network, r.Spec.Kind)
 		if len(spaces) > 0 {
-			if slices.ContainsFunc(spaces, func(s *Space) bool { return s.Space.Contains(h.item) }) {
+			if slices.ContainsFunc(spaces, func(s *inventory.Entry) bool { return s.Space.Contains(h.item) }) {
 				continue
 			}
 			descs := make([]string, len(spaces))
 			for i, s := range spaces {
-				descs[i] = fmt.Sprintf("%s (%s)", s.Range(), strings.Join(s.Sources, ", "))
+				descs[i] = fmt.Sprintf("%s (%s)", s.Space.String(), strings.Join(s.Sources, ", "))
 			}
 			out = append(out, Finding{
 				Rule: RuleOutsideRange, Object: reservationObject(r), Network: r.Spec.Network, Address: r.Spec.Address,
@@ -480,7 +481,7 @@ func FindOutsideRanges(rs []*tenurev1alpha1.IPReservation, inv *Inventory) (out 
 		k := string(r.Spec.Kind) + " " + r.Spec.Range
 		sp, seen := recorded[k]
 		if !seen {
-			sp = spaceOfRange(r.Spec.Kind, r.Spec.Range)
+			sp = inventory.SpaceOfRange(r.Spec.Kind, r.Spec.Range)
 			recorded[k] = sp
 		}
 		switch {

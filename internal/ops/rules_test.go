@@ -11,6 +11,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 )
 
 // ruleCase is one table row of a rule over reservations alone.
@@ -197,7 +198,7 @@ func TestFindClaimMismatches(t *testing.T) {
 }
 
 func TestFindOutsideRanges(t *testing.T) {
-	inv := BuildInventory(nil, []NetworkConfig{{Namespace: "ns", Name: "san", Config: `{"cniVersion":"1.0.0","name":"san","type":"macvlan",
+	inv := inventory.BuildInventory(nil, []inventory.NetworkConfig{{Namespace: "ns", Name: "san", Config: `{"cniVersion":"1.0.0","name":"san","type":"macvlan",
 		"ipam":{"type":"tenure","network_name":"san","range":"10.0.0.0/28","exclude":["10.0.0.5/32"],
 		"prefix_delegation":{"range":"2001:db8:100::/40","prefix_length":56}}}`}})
 	if len(inv.Notes) > 0 {

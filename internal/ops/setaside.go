@@ -16,6 +16,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -161,10 +162,10 @@ func (c *Client) Reserve(ctx context.Context, network, addrs string, opts SetAsi
 	if err != nil {
 		return nil, err
 	}
-	var spaces []*Space
+	var spaces []*inventory.Entry
 	for _, m := range inv.Resolve(network) {
 		for _, s := range inv.Spaces() {
-			if s.Network == m.Scope && s.Space.Kind() == tenurev1alpha1.KindAddress {
+			if s.Scope == m.Scope && s.Space.Kind() == tenurev1alpha1.KindAddress {
 				spaces = append(spaces, s)
 			}
 		}
@@ -177,19 +178,19 @@ func (c *Client) Reserve(ctx context.Context, network, addrs string, opts SetAsi
 	rep := &SetAsideReport{APIVersion: "v1", Kind: "List", DryRun: opts.DryRun}
 	for _, a := range list {
 		item := netip.PrefixFrom(a, a.BitLen())
-		i := slices.IndexFunc(spaces, func(s *Space) bool { return s.Space.Contains(item) })
+		i := slices.IndexFunc(spaces, func(s *inventory.Entry) bool { return s.Space.Contains(item) })
 		if i < 0 {
 			if len(list) == 1 {
 				var rs []string
 				for _, s := range spaces {
-					rs = append(rs, s.Range())
+					rs = append(rs, s.Space.String())
 				}
 				return nil, fmt.Errorf("ADDR|RANGE %q: no range of network %s hands out %s (ranges %s)", addrs, network, a, strings.Join(rs, ", "))
 			}
 			continue
 		}
 		s := spaces[i]
-		r := reservation.New(reservation.Spec{Network: s.Network, Kind: tenurev1alpha1.KindAddress, Item: item, Range: s.Range(), Pool: s.Pool,
+		r := reservation.New(reservation.Spec{Network: s.Scope, Kind: tenurev1alpha1.KindAddress, Item: item, Range: s.Space.String(), Pool: s.Pool,
 			Owner: tenurev1alpha1.ReservationOwner{Kind: tenurev1alpha1.OwnerAdministrator, Name: by, UID: uid}})
 		r.Annotations[reservation.AnnotationReason] = reason
 		rep.Items = append(rep.Items, *r)

@@ -28,6 +28,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -179,7 +180,7 @@ func (c *Client) explainPools(ctx context.Context, pod *corev1.Pod, rep *PodRepo
 		}
 		ns, name, _ := strings.Cut(a.Network, "/")
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(nadListGVK.GroupVersion().WithKind("NetworkAttachmentDefinition"))
+		u.SetGroupVersionKind(inventory.NADListGVK.GroupVersion().WithKind("NetworkAttachmentDefinition"))
 		switch err := c.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u); {
 		case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
 			continue
@@ -187,7 +188,7 @@ func (c *Client) explainPools(ctx context.Context, pod *corev1.Pod, rep *PodRepo
 			return err
 		}
 		spec, _, _ := unstructured.NestedString(u.Object, "spec", "config")
-		confs, _ := tenureConfigs(spec)
+		confs, _ := inventory.TenureConfigs(spec)
 		for _, conf := range confs {
 			if cfg, err := config.Parse(conf, nil); err == nil && cfg.Pools != nil {
 				configs[a.Network] = cfg

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
@@ -115,7 +116,7 @@ func TestReservationsInOnePassJSONAsControllerRuntimeReadsThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &allocator.Factory{Store: st, Writer: jc, Live: jc, Node: node}
-	alloc := f.For(network, allocator.AddressSpace{Range: conf.Ranges[0]})
+	alloc := f.For(network, addrspace.AddressSpace{Range: conf.Ranges[0]})
 	made := map[string]*tenurev1alpha1.IPReservation{}
 	for i := range 3 {
 		uid := fmt.Sprintf("uid-codec-%d", i)

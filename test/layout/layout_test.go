@@ -94,3 +94,35 @@ func TestTheDeveloperBuildLinksTheDevCommands(t *testing.T) {
 	}
 	t.Fatal("the developer build of tenurectl links nothing under internal/dev: the tooling prefix is wrong")
 }
+
+// TestDependenciesPointDownhill: a package does not depend on one that sits
+// above it (docs/design.md, "Packages"): the controller reads the inventory,
+// not the operator commands' package; config builds spaces without the
+// allocator that walks them. Each row also names a dependency the package
+// does have, so a wrong pattern cannot pass vacuously.
+func TestDependenciesPointDownhill(t *testing.T) {
+	for _, tc := range []struct {
+		pkg      string
+		notUnder string // no dependency at or under this path
+		has      string // a dependency it has
+	}{
+		{"./internal/controller/...", module + "/internal/ops", module + "/internal/inventory"},
+		{"./internal/config", module + "/internal/allocator", module + "/internal/addrspace"},
+		{"./internal/inventory", module + "/internal/allocator", module + "/internal/config"},
+	} {
+		t.Run(tc.pkg, func(t *testing.T) {
+			has := false
+			for _, p := range goList(t, tc.pkg) {
+				for _, d := range p.Deps {
+					if d == tc.notUnder || strings.HasPrefix(d, tc.notUnder+"/") {
+						t.Errorf("%s depends on %s", p.ImportPath, d)
+					}
+					has = has || d == tc.has
+				}
+			}
+			if !has {
+				t.Errorf("no package of %s depends on %s", tc.pkg, tc.has)
+			}
+		})
+	}
+}

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/store"
@@ -210,7 +210,7 @@ func (w countingWriter) Create(ctx context.Context, obj client.Object, opts ...c
 // The agents share one RESTMapper: API discovery is each real agent's
 // once at start, and a thousand of them at once here only measured this
 // machine's TLS handshakes.
-func (e *env) newFanAgent(i int, space allocator.Space, mapper meta.RESTMapper, conflicts *atomic.Int64, track *fanTracker) (*fanAgent, error) {
+func (e *env) newFanAgent(i int, space addrspace.Space, mapper meta.RESTMapper, conflicts *atomic.Int64, track *fanTracker) (*fanAgent, error) {
 	cfg := rest.CopyConfig(e.cp.Config)
 	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	cfg.QPS, cfg.Burst = 50, 100
@@ -237,7 +237,7 @@ func (e *env) fanoutScenario(ctx context.Context, sc *ScenarioRun) ([]Result, er
 	v4, _ := sc.nets.next()
 	prefix := netip.MustParsePrefix(v4)
 	lo, hi := addrspace.UsableBounds(prefix)
-	space := allocator.AddressSpace{Range: addrspace.Range{Prefix: prefix, Start: lo, End: hi}}
+	space := addrspace.AddressSpace{Range: addrspace.Range{Prefix: prefix, Start: lo, End: hi}}
 	if err := e.fanoutFill(ctx, space); err != nil {
 		return nil, err
 	}
@@ -254,7 +254,7 @@ func (e *env) fanoutScenario(ctx context.Context, sc *ScenarioRun) ([]Result, er
 
 // fanoutFill creates the reservations present before the ADDs, at random
 // addresses of the range, owned by filler pods.
-func (e *env) fanoutFill(ctx context.Context, space allocator.AddressSpace) error {
+func (e *env) fanoutFill(ctx context.Context, space addrspace.AddressSpace) error {
 	owners, err := e.ensureOwners(ctx, fanoutPresent)
 	if err != nil {
 		return err
@@ -277,7 +277,7 @@ func (e *env) fanoutFill(ctx context.Context, space allocator.AddressSpace) erro
 
 // fanoutRound starts n caches, times their sync, runs the ADDs spread over
 // them and waits until every cache holds every new reservation.
-func (e *env) fanoutRound(ctx context.Context, n int, space allocator.AddressSpace) (Result, error) {
+func (e *env) fanoutRound(ctx context.Context, n int, space addrspace.AddressSpace) (Result, error) {
 	r := Result{ID: fmt.Sprintf("fanout-n%d", n), Name: fmt.Sprintf("fanout: %d agent caches, ADD ×%d c%d", n, fanoutOps, fanoutConc),
 		Command: "ADD", Nodes: n, Concurrency: fanoutConc}
 	var conflicts atomic.Int64

@@ -10,9 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/agent"
-	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
 )
 
 func init() {
@@ -68,7 +67,7 @@ func (e *env) fullPoolScenario(ctx context.Context, sc *ScenarioRun) ([]Result, 
 	}
 	prefix := netip.PrefixFrom(netip.MustParseAddr("10.250.0.0"), bits).Masked()
 	lo, hi := addrspace.UsableBounds(prefix)
-	space := allocator.AddressSpace{Range: addrspace.Range{Prefix: prefix, Start: lo, End: hi}}
+	space := addrspace.AddressSpace{Range: addrspace.Range{Prefix: prefix, Start: lo, End: hi}}
 	node := agentNodes[0]
 	r := Result{ID: "full-pool", Name: fmt.Sprintf("full-pool: %s full, %d pods retrying ADD for %v", prefix, fullPoolWaiting, dur), Command: "ADD",
 		Nodes: 1, Concurrency: fullPoolWaiting}

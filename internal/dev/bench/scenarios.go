@@ -22,7 +22,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/allocator"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/testbed"
@@ -496,7 +496,7 @@ func (e *env) usageScenario(ctx context.Context, nets *netAlloc) ([]Result, erro
 		if err != nil {
 			return nil, err
 		}
-		space := allocator.AddressSpace{Range: cfg.Ranges[0]}
+		space := addrspace.AddressSpace{Range: cfg.Ranges[0]}
 		var cands []netip.Addr
 		for i, p, ok := space.Next(0); ok; i, p, ok = space.Next(i + 1) {
 			cands = append(cands, p.Addr())

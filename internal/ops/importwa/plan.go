@@ -31,9 +31,9 @@ import (
 	"strings"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
-	"github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
@@ -41,7 +41,7 @@ import (
 const WhereaboutsType = "whereabouts"
 
 // NetworkConfig is one NetworkAttachmentDefinition's spec.config.
-type NetworkConfig = ops.NetworkConfig
+type NetworkConfig = inventory.NetworkConfig
 
 // Allocation is one address of a whereabouts IPPool.
 type Allocation struct {
@@ -180,7 +180,7 @@ func buildTargets(nads []NetworkConfig) *targets {
 	})
 	for _, nad := range nads {
 		source := "NetworkAttachmentDefinition " + nad.Namespace + "/" + nad.Name
-		confs, err := ops.IPAMConfigs(nad.Config, WhereaboutsType, config.PluginType)
+		confs, err := inventory.IPAMConfigs(nad.Config, WhereaboutsType, config.PluginType)
 		if err != nil {
 			t.notes = append(t.notes, fmt.Sprintf("%s: %v", source, err))
 			continue

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/inventory"
 	"github.com/tenure-ipam/tenure/internal/ops"
 )
 
@@ -26,7 +27,6 @@ const Group = "whereabouts.cni.cncf.io"
 var (
 	poolListGVK        = schema.GroupVersionKind{Group: Group, Version: "v1alpha1", Kind: "IPPoolList"}
 	overlappingListGVK = schema.GroupVersionKind{Group: Group, Version: "v1alpha1", Kind: "OverlappingRangeIPReservationList"}
-	nadListGVK         = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinitionList"}
 )
 
 // Options of Run.
@@ -144,9 +144,8 @@ func resolveExisting(e *Entry, cur tenurev1alpha1.ReservationOwner) {
 // CRDs has none of their objects.
 func read(ctx context.Context, c client.Client) (*Inputs, error) {
 	in := &Inputs{Existing: map[string]tenurev1alpha1.ReservationOwner{}}
-	err := list(ctx, c, nadListGVK, func(u *unstructured.Unstructured) {
-		cfg, _, _ := unstructured.NestedString(u.Object, "spec", "config")
-		in.NetworkConfigs = append(in.NetworkConfigs, NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg})
+	err := list(ctx, c, inventory.NADListGVK, func(u *unstructured.Unstructured) {
+		in.NetworkConfigs = append(in.NetworkConfigs, inventory.NetworkConfigOf(u))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing NetworkAttachmentDefinitions: %w", err)

@@ -1,4 +1,9 @@
-package ops
+// Package inventory knows which spaces exist in a cluster, with which
+// allocation scope: the spaces of the declared IPPools and of the tenure IPAM
+// configurations in NetworkAttachmentDefinitions, each a config.ScopedSpace
+// with where it is configured. The operator commands (internal/ops) and the
+// controller's pool usage (internal/controller) both read it.
+package inventory
 
 import (
 	"encoding/json"
@@ -9,10 +14,11 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/allocator/addrspace"
+	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
@@ -23,15 +29,22 @@ type NetworkConfig struct {
 	Config          string
 }
 
-// Space is one configured address range or prefix-delegation pool of an
-// allocation scope, as the agent allocates from it.
-type Space struct {
-	// Network is the allocation scope: the spec.network of the
-	// reservations made from this space.
-	Network string
-	Space   allocator.Space
-	// Pool is the IPPool the space comes from, "" for an inline range.
-	Pool string
+// NADListGVK is the NetworkAttachmentDefinition list, read as unstructured
+// so that a cluster without Multus's CRD is only a cluster without network
+// configurations to read.
+var NADListGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinitionList"}
+
+// NetworkConfigOf is the spec.config of a NetworkAttachmentDefinition read
+// as unstructured.
+func NetworkConfigOf(u *unstructured.Unstructured) NetworkConfig {
+	cfg, _, _ := unstructured.NestedString(u.Object, "spec", "config")
+	return NetworkConfig{Namespace: u.GetNamespace(), Name: u.GetName(), Config: cfg}
+}
+
+// Entry is one known space: a scoped space, as the agent allocates from it,
+// and where it is configured.
+type Entry struct {
+	config.ScopedSpace
 	// Sources name where the space is configured: "IPPool NAME",
 	// "NetworkAttachmentDefinition NS/NAME".
 	Sources []string
@@ -40,16 +53,13 @@ type Space struct {
 	CNINetworks []string
 }
 
-// Range is the space as reservations record it in spec.range.
-func (s *Space) Range() string { return s.Space.String() }
-
-// Inventory is every space tenurectl knows from the cluster's objects:
+// Inventory is every space known from the cluster's objects:
 // declared IPPools and the tenure IPAM configurations in
 // NetworkAttachmentDefinitions. Configurations that live only in files on
 // the nodes (a flat config's ranges) are not known.
 type Inventory struct {
-	spaces []*Space
-	index  map[spaceKey]*Space
+	spaces []*Entry
+	index  map[spaceKey]*Entry
 	// Notes are configurations that could not be read, in words.
 	Notes []string
 	// Pools and NetworkConfigs count what it was built from.
@@ -97,9 +107,9 @@ func (s PoolSelectors) Describe() string {
 }
 
 type spaceKey struct {
-	network string
-	kind    tenurev1alpha1.ReservationKind
-	rng     string
+	scope string
+	kind  tenurev1alpha1.ReservationKind
+	rng   string
 }
 
 // BuildInventory derives the spaces of pools and network configurations.
@@ -107,7 +117,7 @@ type spaceKey struct {
 // enable_overlapping_ranges; a pool no configuration names is taken with
 // the default (true).
 func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Inventory {
-	inv := &Inventory{index: map[spaceKey]*Space{}, Pools: len(pools), NetworkConfigs: len(nads), Selectors: map[string]PoolSelectors{}}
+	inv := &Inventory{index: map[spaceKey]*Entry{}, Pools: len(pools), NetworkConfigs: len(nads), Selectors: map[string]PoolSelectors{}}
 	byName := map[string]*tenurev1alpha1.IPPool{}
 	for i := range pools {
 		byName[pools[i].Name] = &pools[i]
@@ -116,7 +126,7 @@ func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Invent
 	named := map[string]bool{}
 	for _, nad := range nads {
 		source := "NetworkAttachmentDefinition " + nad.Namespace + "/" + nad.Name
-		confs, err := tenureConfigs(nad.Config)
+		confs, err := TenureConfigs(nad.Config)
 		if err != nil {
 			inv.Notes = append(inv.Notes, fmt.Sprintf("%s: %v", source, err))
 			continue
@@ -177,17 +187,17 @@ func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Invent
 
 func (inv *Inventory) addConfig(c *config.Config, source string) {
 	for _, sp := range c.Spaces() {
-		inv.add(sp.Scope, sp.Space, c.Pool, source, c.Name)
+		inv.add(sp, source, c.Name)
 	}
 }
 
 // add records a space; the first configuration of a (scope, range) wins,
 // later ones only add their name as a source and their CNI network name.
-func (inv *Inventory) add(network string, sp allocator.Space, pool, source, cniNetwork string) {
-	k := spaceKey{network, sp.Kind(), sp.String()}
+func (inv *Inventory) add(sp config.ScopedSpace, source, cniNetwork string) {
+	k := spaceKey{sp.Scope, sp.Space.Kind(), sp.Space.String()}
 	s := inv.index[k]
 	if s == nil {
-		s = &Space{Network: network, Space: sp, Pool: pool}
+		s = &Entry{ScopedSpace: sp}
 		inv.index[k] = s
 		inv.spaces = append(inv.spaces, s)
 	}
@@ -220,16 +230,16 @@ func (inv *Inventory) Resolve(name string) []ScopeMatch {
 	}
 	for _, s := range inv.spaces {
 		switch {
-		case s.Network == name:
-			match(s.Network, "allocation scope")
-		case reservation.NetworkNameOf(name) == name && reservation.NetworkNameOf(s.Network) == name:
-			match(s.Network, "network_name")
+		case s.Scope == name:
+			match(s.Scope, "allocation scope")
+		case reservation.NetworkNameOf(name) == name && reservation.NetworkNameOf(s.Scope) == name:
+			match(s.Scope, "network_name")
 		}
 		if slices.Contains(s.CNINetworks, name) {
-			match(s.Network, "CNI network name")
+			match(s.Scope, "CNI network name")
 		}
 		if slices.Contains(s.Sources, "NetworkAttachmentDefinition "+name) {
-			match(s.Network, "NetworkAttachmentDefinition")
+			match(s.Scope, "NetworkAttachmentDefinition")
 		}
 	}
 	if len(out) == 0 {
@@ -255,27 +265,27 @@ func (inv *Inventory) addPoolSource(pool string) {
 }
 
 // Spaces returns every known space in the order they were found.
-func (inv *Inventory) Spaces() []*Space { return inv.spaces }
+func (inv *Inventory) Spaces() []*Entry { return inv.spaces }
 
 // Lookup returns the known space of a scope, kind and range string, or nil.
-func (inv *Inventory) Lookup(network string, kind tenurev1alpha1.ReservationKind, rng string) *Space {
-	return inv.index[spaceKey{network, kind, rng}]
+func (inv *Inventory) Lookup(scope string, kind tenurev1alpha1.ReservationKind, rng string) *Entry {
+	return inv.index[spaceKey{scope, kind, rng}]
 }
 
 // InScope returns the known spaces of one allocation scope and kind.
-func (inv *Inventory) InScope(network string, kind tenurev1alpha1.ReservationKind) []*Space {
-	var out []*Space
+func (inv *Inventory) InScope(scope string, kind tenurev1alpha1.ReservationKind) []*Entry {
+	var out []*Entry
 	for _, s := range inv.spaces {
-		if s.Network == network && s.Space.Kind() == kind {
+		if s.Scope == scope && s.Space.Kind() == kind {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-// tenureConfigs returns the network configurations with a tenure ipam
+// TenureConfigs returns the network configurations with a tenure ipam
 // section in a NetworkAttachmentDefinition's spec.config (IPAMConfigs).
-func tenureConfigs(specConfig string) ([][]byte, error) {
+func TenureConfigs(specConfig string) ([][]byte, error) {
 	return IPAMConfigs(specConfig, config.PluginType)
 }
 
@@ -322,11 +332,11 @@ func IPAMConfigs(specConfig string, ipamTypes ...string) ([][]byte, error) {
 	return out, nil
 }
 
-// spaceOfRange rebuilds a space from a reservation's spec.range alone, for
+// SpaceOfRange rebuilds a space from a reservation's spec.range alone, for
 // scopes no known configuration describes: the range's bounds without its
 // excludes (a reservation does not record them), or a delegation pool
 // ("2001:db8::/40 as /56"). nil when rng is neither.
-func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) allocator.Space {
+func SpaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) addrspace.Space {
 	if kind == tenurev1alpha1.KindDelegatedPrefix {
 		p, l, ok := strings.Cut(rng, " as /")
 		if !ok {
@@ -338,7 +348,7 @@ func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) allocator.Spa
 		if err1 != nil || err2 != nil || pd.Count() == 0 {
 			return nil
 		}
-		return allocator.PrefixSpace{PD: pd}
+		return addrspace.PrefixSpace{PD: pd}
 	}
 	conf, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "range", "ipam": map[string]string{"type": config.PluginType, "range": rng}})
 	if err != nil {
@@ -348,14 +358,14 @@ func spaceOfRange(kind tenurev1alpha1.ReservationKind, rng string) allocator.Spa
 	if err != nil || len(c.Ranges) != 1 {
 		return nil
 	}
-	return allocator.AddressSpace{Range: c.Ranges[0]}
+	return addrspace.AddressSpace{Range: c.Ranges[0]}
 }
 
 // RangeCapacity is the capacity of a range as a reservation records it in
 // spec.range (its bounds without excludes, or a delegation pool), 0 when
 // rng is neither.
 func RangeCapacity(kind tenurev1alpha1.ReservationKind, rng string) uint64 {
-	if sp := spaceOfRange(kind, rng); sp != nil {
+	if sp := SpaceOfRange(kind, rng); sp != nil {
 		return sp.Capacity()
 	}
 	return 0

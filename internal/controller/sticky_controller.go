@@ -8,8 +8,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
@@ -114,4 +117,28 @@ func trimStatefulSet(obj any) (any, error) {
 		},
 		Spec: appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas, Ordinals: s.Spec.Ordinals},
 	}, nil
+}
+
+// stickyReconciler is the controller sticky_claim_release: one sticky
+// claim, fed by the sticky claims, their StatefulSets and pods, and every
+// sweep interval.
+type stickyReconciler struct{ *Controller }
+
+// SetupWithManager builds the controller on the sticky claims, their
+// StatefulSets and the pod source.
+func (c *stickyReconciler) SetupWithManager(mgr manager.Manager, pods informerSource) error {
+	return builder.ControllerManagedBy(mgr).Named("sticky_claim_release").
+		For(&ipamclaimsv1alpha1.IPAMClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[claims.LabelSticky] == "true"
+		}))).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(c.stickyClaimsOf(indexStickyStatefulSet))).
+		WatchesRawSource(pods.with(c.stickyPodEvents, nil)).
+		WatchesRawSource(every(c.opts.SweepInterval, c.enqueueAllSticky)).
+		Complete(c)
+}
+
+// Reconcile decides and acts on one sticky claim.
+func (c *stickyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	after, err := c.sticky.reconcile(ctx, req.NamespacedName)
+	return reconcile.Result{RequeueAfter: after}, err
 }
