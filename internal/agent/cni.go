@@ -287,7 +287,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 // (of pod UID podUID; "" when unknown): the node cache's, or with live
 // the API server's (a list by the owner-UID label, or by this node's label
 // when the pod UID is unknown). Creates of the attachment whose outcome is
-// unknown (Store.Uncertain) are settled first by live reads; with
+// unknown (Store.Unsettled) are settled first by live reads; with
 // recreate (ADD) a name found free is created again, so a create still in
 // flight cannot commit beside it. One that cannot be settled in time is a
 // retryable error.
@@ -305,7 +305,7 @@ func (a *Agent) attachmentHolds(ctx context.Context, containerID, ifName, podUID
 		if !ours(r) {
 			continue
 		}
-		if u, ok := a.store.Uncertain(r.Name); ok {
+		if u, ok := a.store.Unsettled(r.Name); ok {
 			unsettled = append(unsettled, u)
 			continue
 		}
@@ -324,7 +324,7 @@ func (a *Agent) attachmentHolds(ctx context.Context, containerID, ifName, podUID
 		}
 		for i := range list.Items {
 			r := &list.Items[i]
-			if _, ok := a.store.Uncertain(r.Name); ok || !ours(r) {
+			if _, ok := a.store.Unsettled(r.Name); ok || !ours(r) {
 				continue // settled below
 			}
 			out = append(out, r)
@@ -447,7 +447,7 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	have := map[netip.Addr]bool{}
 	note := func(held []*tenurev1alpha1.IPReservation) {
 		for _, r := range held {
-			if _, unsettled := a.store.Uncertain(r.Name); unsettled {
+			if _, unsettled := a.store.Unsettled(r.Name); unsettled {
 				continue // not known to exist
 			}
 			if r.Spec.Kind == tenurev1alpha1.KindAddress {
@@ -509,7 +509,7 @@ func (a *Agent) gc(ctx context.Context, req *cniwire.Request) error {
 		if valid[key] || a.locks.held(key) {
 			continue
 		}
-		if u, ok := a.store.Uncertain(r.Name); ok {
+		if u, ok := a.store.Unsettled(r.Name); ok {
 			// Deleted by name only once it is known to be this one.
 			cur, err := a.alloc.Settle(ctx, u, false)
 			if apierrors.IsAlreadyExists(err) || (err == nil && cur == nil) {

@@ -40,7 +40,7 @@ type Factory struct {
 	// Writer creates and deletes reservations.
 	Writer client.Client
 	// Live answers live reads (served from etcd, never from a cache):
-	// the live list of a network the cache says is full, to tell a really
+	// the live list of a scope the cache says is full, to tell a really
 	// full range from a stale cache, and the GETs that settle a Create
 	// whose outcome is unknown.
 	Live client.Reader
@@ -51,7 +51,7 @@ type Factory struct {
 	// (DefaultSettleTimeout when 0; the call's own deadline when sooner).
 	SettleTimeout time.Duration
 	// LiveListInterval is the least time between two live lists of one
-	// network (DefaultLiveListInterval when 0): a full network retried by
+	// scope (DefaultLiveListInterval when 0): a full scope retried by
 	// many pods costs one list per interval, not one per ADD. What the
 	// cache learns in between (a DEL) is used at once all the same.
 	LiveListInterval time.Duration
@@ -60,7 +60,7 @@ type Factory struct {
 	cursors map[string]uint64
 
 	liveMu     sync.Mutex
-	liveLast   map[string]*liveList // by network
+	liveLast   map[string]*liveList // by scope
 	liveFlight singleflight.Group
 }
 
@@ -68,8 +68,8 @@ type Factory struct {
 const DefaultLiveListInterval = 5 * time.Second
 
 // WholeLiveListInterval is the least time between two live lists of a
-// network the window holds whole (when LiveListInterval is shorter): its
-// watch reports every create and delete in the network as it happens, so
+// scope the window holds whole (when LiveListInterval is shorter): its
+// watch reports every create and delete in the scope as it happens, so
 // the cache answers "full", and the list only checks now and then that
 // the window has not fallen behind.
 const WholeLiveListInterval = 30 * time.Second
@@ -81,7 +81,7 @@ const DefaultSettleTimeout = 20 * time.Second
 
 // maxWiden is how many blocks one cache pass may add to the window before
 // it asks the live list instead: past a few full blocks in a row, one
-// list of the network says where the free items are for less than a walk
+// list of the scope says where the free items are for less than a walk
 // that watches block after block.
 const maxWiden = 4
 
@@ -89,18 +89,18 @@ const maxWiden = 4
 // without finding a free candidate.
 var errWidened = errors.New("window widened maxWiden times")
 
-// For returns the allocator of space on network (a reservation.Scope).
-func (f *Factory) For(network string, space addrspace.Space) Interface {
-	return &allocator{f: f, network: network, label: reservation.ScopeLabel(network), space: space}
+// For returns the allocator of space on scope (a reservation.Scope).
+func (f *Factory) For(scope string, space addrspace.Space) Interface {
+	return &allocator{f: f, scope: scope, label: reservation.ScopeLabel(scope), space: space}
 }
 
 type allocator struct {
 	f *Factory
 	// vet checks a candidate on the wire (ForVetted); nil checks none.
-	vet     Vet
-	network string
-	// label is reservation.NetworkLabel(network), what the store's
-	// labels and indexes know the network by.
+	vet   Vet
+	scope string
+	// label is reservation.ScopeLabel(scope), what the store's
+	// labels and indexes know the scope by.
 	label string
 	space addrspace.Space
 }
@@ -109,12 +109,12 @@ var _ Interface = (*allocator)(nil)
 
 func (a *allocator) object(item netip.Prefix, t Template) *tenurev1alpha1.IPReservation {
 	return reservation.New(reservation.Spec{
-		Network: a.network, Kind: a.space.Kind(), Item: item, Range: a.space.String(),
+		Network: a.scope, Kind: a.space.Kind(), Item: item, Range: a.space.String(),
 		Pool: t.Pool, CNINetwork: t.CNINetwork, Owner: t.Owner,
 	})
 }
 
-func (a *allocator) cursorKey() string { return a.network + "|" + a.space.String() }
+func (a *allocator) cursorKey() string { return a.scope + "|" + a.space.String() }
 
 func (a *allocator) start() uint64 {
 	a.f.mu.Lock()
@@ -148,7 +148,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (created *tenu
 	}
 	// taken decides candidates; first from the cache, then, if the cache
 	// says full or the pass has widened the window enough, from one live
-	// list of the network.
+	// list of the scope.
 	a, refused := a.counting()
 	defer func() {
 		if len(*refused) > 0 && errors.Is(err, ErrFull) {
@@ -168,9 +168,9 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (created *tenu
 		return created, err
 	}
 	// A live list tells a full range from a stale cache, and says where
-	// the free items are past the window; callers on one network share
+	// the free items are past the window; callers on one scope share
 	// one list per LiveListInterval.
-	q, fresh, lerr := a.f.list(ctx, a.network, a.f.Store.Watching("", a.label))
+	q, fresh, lerr := a.f.list(ctx, a.scope, a.f.Store.Watching("", a.label))
 	if lerr != nil {
 		return nil, lerr
 	}
@@ -212,7 +212,7 @@ func (a *allocator) AllocateNext(ctx context.Context, t Template) (created *tenu
 // is full while it holds an address of it.
 //
 // The list's names are looked up by the owner's UID: a waiting pod holds
-// none, so "full" costs no read and no walk of the network's names.
+// none, so "full" costs no read and no walk of the scope's names.
 func (a *allocator) full(ctx context.Context, q *liveList, t Template) (*tenurev1alpha1.IPReservation, error) {
 	for _, name := range q.byOwner[t.Owner.UID] {
 		if !InSpace(a.space, name) {
@@ -233,41 +233,41 @@ func (a *allocator) full(ctx context.Context, q *liveList, t Template) (*tenurev
 	return nil, &FullError{Range: a.space.String(), Capacity: a.space.Capacity()}
 }
 
-// watchWhole has the store's window take in the whole network once a live
+// watchWhole has the store's window take in the whole scope once a live
 // list found its range full: every delete in it is then a waiting pod's
 // chance, seen at once rather than at the next list. The watch starts in
-// the background (a full network is a list of all its reservations, which
+// the background (a full scope is a list of all its reservations, which
 // this ADD's "full" answer need not wait for), outliving the ADD.
 func (a *allocator) watchWhole(ctx context.Context) {
-	w, network := a.f.Store, a.label
-	if w.Watching("", network) || w.TakingInWhole(network) {
+	w, scope := a.f.Store, a.label
+	if w.Watching("", scope) || w.TakingInWhole(scope) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wholeNetworkSync)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wholeScopeSync)
 		defer cancel()
 		// The answer stands without it: a failed Watch only means a
 		// freed address waits for the next live list.
-		_ = w.Watch(ctx, network, "")
+		_ = w.Watch(ctx, scope, "")
 	}()
 }
 
-// wholeNetworkSync bounds the list of a full network's reservations.
-const wholeNetworkSync = 5 * time.Minute
+// wholeScopeSync bounds the list of a full scope's reservations.
+const wholeScopeSync = 5 * time.Minute
 
 // widen makes sure the store's window holds the block of item before the
 // cache pass reads the cache about it; errWidened once the pass has added
 // maxWiden blocks.
 func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) error {
-	w, network := a.f.Store, a.label
-	block := reservation.BlockLabel(network, a.space.Kind() == tenurev1alpha1.KindDelegatedPrefix, item)
-	if w.Watching(block, network) {
+	w, scope := a.f.Store, a.label
+	block := reservation.BlockLabel(scope, a.space.Kind() == tenurev1alpha1.KindDelegatedPrefix, item)
+	if w.Watching(block, scope) {
 		return nil
 	}
-	if w.TakingInWhole(network) {
-		// The window is taking in the whole network (a live list found
+	if w.TakingInWhole(scope) {
+		// The window is taking in the whole scope (a live list found
 		// its range full): a Watch of a block would wait behind that list
-		// of every reservation, seconds on a large network. The live list
+		// of every reservation, seconds on a large scope. The live list
 		// answers the pass meanwhile, "full" included.
 		return errWidened
 	}
@@ -275,10 +275,10 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 		return errWidened
 	}
 	*added++
-	if w.WatchedBlocks(network) >= a.wholeAfter() {
-		block = "" // the whole network
+	if w.WatchedBlocks(scope) >= a.wholeAfter() {
+		block = "" // the whole scope
 	}
-	if err := w.Watch(ctx, network, block); errors.Is(err, ErrTakingInWhole) {
+	if err := w.Watch(ctx, scope, block); errors.Is(err, ErrTakingInWhole) {
 		return errWidened // as above: the live list answers meanwhile
 	} else if err != nil {
 		return err
@@ -287,28 +287,28 @@ func (a *allocator) widen(ctx context.Context, item netip.Prefix, added *int) er
 }
 
 // ErrTakingInWhole is a Store's answer to a Watch of a block whose whole
-// network it is taking in (a list of every reservation of it): the
+// scope it is taking in (a list of every reservation of it): the
 // allocator asks the live list rather than wait for it.
-var ErrTakingInWhole = errors.New("reservation window: taking in the whole network")
+var ErrTakingInWhole = errors.New("reservation window: taking in the whole scope")
 
-// A window that needed wholeAfter blocks of one network takes in the whole
-// network instead of a next block: wholeNetworkMinBlocks, or a
-// wholeNetworkShare of the range's blocks if more. Each widening relists
+// A window that needed wholeAfter blocks of one scope takes in the whole
+// scope instead of a next block: wholeScopeMinBlocks, or a
+// wholeScopeShare of the range's blocks if more. Each widening relists
 // every block the window holds, so a walk through a nearly full range
 // (one free address in every other block) costs the square of its length
-// block by block, and one list of the whole network once; a node that has
+// block by block, and one list of the whole scope once; a node that has
 // walked a quarter of a range is likely to walk the rest. A range of
 // few blocks is never watched whole this way (its nodes' other events
 // stay with the nodes that work in their blocks), nor is one too large
 // to walk a quarter of.
 func (a *allocator) wholeAfter() int {
 	blocks := a.space.Capacity()>>reservation.BlockBits + 1
-	return int(max(wholeNetworkMinBlocks, min(blocks/wholeNetworkShare, 1<<30)))
+	return int(max(wholeScopeMinBlocks, min(blocks/wholeScopeShare, 1<<30)))
 }
 
 const (
-	wholeNetworkMinBlocks = 8
-	wholeNetworkShare     = 4
+	wholeScopeMinBlocks = 8
+	wholeScopeShare     = 4
 )
 
 // skipHeld is where the first pass resumes when the cache holds the
@@ -427,7 +427,7 @@ func (a *allocator) try(ctx context.Context, idx uint64, item netip.Prefix, t Te
 	return created, err
 }
 
-// liveList is one live list of a network: the names held then.
+// liveList is one live list of a scope: the names held then.
 type liveList struct {
 	at      time.Time
 	held    map[string]string   // name -> owner UID (its label)
@@ -459,11 +459,11 @@ func (q *liveList) heldIn(space addrspace.Space) uint64 {
 	return n
 }
 
-// list returns the network's live list: the last one if younger than
+// list returns the scope's live list: the last one if younger than
 // LiveListInterval (WholeLiveListInterval at least when the window holds
-// the network whole) (fresh false), else a new one shared by every
+// the scope whole) (fresh false), else a new one shared by every
 // concurrent caller (fresh true).
-func (f *Factory) list(ctx context.Context, network string, whole bool) (q *liveList, fresh bool, err error) {
+func (f *Factory) list(ctx context.Context, scope string, whole bool) (q *liveList, fresh bool, err error) {
 	interval := f.LiveListInterval
 	if interval <= 0 {
 		interval = DefaultLiveListInterval
@@ -472,7 +472,7 @@ func (f *Factory) list(ctx context.Context, network string, whole bool) (q *live
 		interval = max(interval, WholeLiveListInterval)
 	}
 	f.liveMu.Lock()
-	last := f.liveLast[network]
+	last := f.liveLast[scope]
 	f.liveMu.Unlock()
 	if last != nil && time.Since(last.at) < interval {
 		return last, false, nil
@@ -481,16 +481,16 @@ func (f *Factory) list(ctx context.Context, network string, whole bool) (q *live
 		q      *liveList
 		listed bool
 	}
-	v, err, _ := f.liveFlight.Do(network, func() (any, error) {
+	v, err, _ := f.liveFlight.Do(scope, func() (any, error) {
 		// A caller that came in just after the previous flight landed
 		// takes its answer rather than listing again.
 		f.liveMu.Lock()
-		last := f.liveLast[network]
+		last := f.liveLast[scope]
 		f.liveMu.Unlock()
 		if last != nil && time.Since(last.at) < interval {
 			return flight{q: last}, nil
 		}
-		held, err := f.liveNames(ctx, network)
+		held, err := f.liveNames(ctx, scope)
 		if err != nil {
 			return nil, err
 		}
@@ -502,7 +502,7 @@ func (f *Factory) list(ctx context.Context, network string, whole bool) (q *live
 		if f.liveLast == nil {
 			f.liveLast = map[string]*liveList{}
 		}
-		f.liveLast[network] = q
+		f.liveLast[scope] = q
 		f.liveMu.Unlock()
 		return flight{q: q, listed: true}, nil
 	})
@@ -513,12 +513,12 @@ func (f *Factory) list(ctx context.Context, network string, whole bool) (q *live
 	return fl.q, fl.listed, nil
 }
 
-func (f *Factory) liveNames(ctx context.Context, network string) (map[string]string, error) {
+func (f *Factory) liveNames(ctx context.Context, scope string) (map[string]string, error) {
 	// Metadata only: the names are the answer, and a full range of a large
-	// network is thousands of objects.
+	// scope is thousands of objects.
 	list := reservation.NewMetadataList()
-	if err := f.Live.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.ScopeLabel(network)}); err != nil {
-		return nil, fmt.Errorf("listing reservations of network %s: %w", network, err)
+	if err := f.Live.List(ctx, list, client.MatchingLabels{reservation.LabelNetwork: reservation.ScopeLabel(scope)}); err != nil {
+		return nil, fmt.Errorf("listing reservations of scope %s: %w", scope, err)
 	}
 	held := make(map[string]string, len(list.Items))
 	for i := range list.Items {
@@ -577,7 +577,7 @@ func (f *Factory) Settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 //     the attachment never ends up with two items where it asked for one;
 //     without, (nil, nil).
 //
-// Out of time, the name stays marked as possibly obj's (MarkUncertain) and
+// Out of time, the name stays marked as possibly obj's (MarkUnsettled) and
 // the answer is an UnsettledError.
 func (f *Factory) settle(ctx context.Context, obj *tenurev1alpha1.IPReservation, cause error, recreate bool) (*tenurev1alpha1.IPReservation, error) {
 	timeout := f.SettleTimeout
@@ -629,7 +629,7 @@ func (f *Factory) settle(ctx context.Context, obj *tenurev1alpha1.IPReservation,
 			if last == nil {
 				last = cause
 			}
-			f.Store.MarkUncertain(obj)
+			f.Store.MarkUnsettled(obj)
 			return nil, &UnsettledError{Name: obj.Name, Err: last}
 		}
 		delay = min(2*delay, 2*time.Second)
@@ -644,7 +644,7 @@ func (a *allocator) Allocate(ctx context.Context, item netip.Prefix, t Template)
 		return nil, &ErrNotInRange{Item: reservation.ItemString(a.space.Kind(), item), ValidRange: a.space.String()}
 	}
 	obj := a.object(item, t)
-	if u, ok := a.f.Store.Uncertain(obj.Name); ok && reservation.SameAttachment(u, obj) && a.f.Live != nil {
+	if u, ok := a.f.Store.Unsettled(obj.Name); ok && reservation.SameAttachment(u, obj) && a.f.Live != nil {
 		// An earlier call's Create of this very item is unsettled: settle it
 		// first; its answer is this one's.
 		cur, err := a.f.settle(ctx, u, nil, true)

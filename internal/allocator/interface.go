@@ -72,7 +72,7 @@ func (e *ConflictError) Is(target error) bool { return target == ErrAllocated }
 
 // UnsettledError answers a call whose Create's outcome is unknown and could
 // not be read back within Factory.SettleTimeout. The name stays set aside
-// for its owner (Store.MarkUncertain), and the next call of the attachment
+// for its owner (Store.MarkUnsettled), and the next call of the attachment
 // settles it first; the runtime should try again (CNI code 11).
 type UnsettledError struct {
 	Name string
@@ -91,7 +91,7 @@ func (e *UnsettledError) Unwrap() error { return e.Err }
 // pick the same item. internal/store implements it over informers.
 //
 // The cache is a window: it holds only part of the cluster's reservations
-// (the blocks its node allocates from, and the networks found full).
+// (the blocks its node allocates from, and the scopes found full).
 // Before the cache pass trusts the cache about a candidate, it makes sure
 // the candidate's block is watched (Watching, Watch).
 type Store interface {
@@ -112,12 +112,12 @@ type Store interface {
 	Confirm(r *tenurev1alpha1.IPReservation)
 	// Forget drops an assumption whose Create failed.
 	Forget(name string)
-	// MarkUncertain keeps r's name set aside for r's owner after a Create
+	// MarkUnsettled keeps r's name set aside for r's owner after a Create
 	// whose outcome is unknown and could not be settled in time.
-	MarkUncertain(r *tenurev1alpha1.IPReservation)
-	// Uncertain returns the reservation an unsettled Create of that name
+	MarkUnsettled(r *tenurev1alpha1.IPReservation)
+	// Unsettled returns the reservation an unsettled Create of that name
 	// was to make, if there is one.
-	Uncertain(name string) (*tenurev1alpha1.IPReservation, bool)
+	Unsettled(name string) (*tenurev1alpha1.IPReservation, bool)
 	// MarkTakenElsewhere records a Create refused as AlreadyExists.
 	MarkTakenElsewhere(name string)
 	// Released records a delete of ours of the object of uid (empty: by
@@ -131,23 +131,23 @@ type Store interface {
 	ReleasedSince(name string, t time.Time) bool
 
 	// Watching reports whether the window holds every reservation of that
-	// block or of that whole network (reservation.LabelBlock and
+	// block or of that whole scope (reservation.LabelBlock and
 	// reservation.LabelNetwork values).
-	Watching(block, networkLabel string) bool
-	// WatchedBlocks is how many blocks of the network of that label the
-	// window holds one by one (none once it holds the network whole).
-	WatchedBlocks(networkLabel string) int
-	// TakingInWhole reports whether a Watch of the whole network of that
-	// label is under way (it returns once the window holds the network).
+	Watching(block, scopeLabel string) bool
+	// WatchedBlocks is how many blocks of the scope of that label the
+	// window holds one by one (none once it holds the scope whole).
+	WatchedBlocks(scopeLabel string) int
+	// TakingInWhole reports whether a Watch of the whole scope of that
+	// label is under way (it returns once the window holds the scope).
 	// A Watch of a block of it then answers ErrTakingInWhole.
-	TakingInWhole(networkLabel string) bool
-	// Watch makes the window hold one block of the network of that label,
-	// or the whole network when block is "", and returns once it does.
-	Watch(ctx context.Context, networkLabel, block string) error
+	TakingInWhole(scopeLabel string) bool
+	// Watch makes the window hold one block of the scope of that label,
+	// or the whole scope when block is "", and returns once it does.
+	Watch(ctx context.Context, scopeLabel, block string) error
 	// NextUnheldAddress is the first address at or after a that the window
-	// holds no reservation of in the network of that label; false when
+	// holds no reservation of in the scope of that label; false when
 	// all up to the end of a's family are held. The window indexes what it
 	// holds as runs, so a search jumps over a taken run in one step
 	// instead of probing each address.
-	NextUnheldAddress(networkLabel string, a netip.Addr) (netip.Addr, bool)
+	NextUnheldAddress(scopeLabel string, a netip.Addr) (netip.Addr, bool)
 }

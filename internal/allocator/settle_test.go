@@ -126,7 +126,7 @@ func TestUnsettledCreateKeepsItsName(t *testing.T) {
 	if len(committed) != 1 || committed[0] != unsettled.Name {
 		t.Fatalf("the API holds %v, the unsettled name is %s", committed, unsettled.Name)
 	}
-	u, ok := f.Store.Uncertain(unsettled.Name)
+	u, ok := f.Store.Unsettled(unsettled.Name)
 	if !ok || u.Spec.Owner.ContainerID != "c1" {
 		t.Fatalf("%s is not marked as possibly c1's", unsettled.Name)
 	}
@@ -138,8 +138,8 @@ func TestUnsettledCreateKeepsItsName(t *testing.T) {
 	if err != nil || r == nil || r.Name != unsettled.Name || r.UID == "" {
 		t.Fatalf("Settle: %v, %v; want the committed %s", r, err, unsettled.Name)
 	}
-	if _, still := f.Store.Uncertain(unsettled.Name); still {
-		t.Fatal("a settled name must not stay uncertain")
+	if _, still := f.Store.Unsettled(unsettled.Name); still {
+		t.Fatal("a settled name must not stay unsettled")
 	}
 	if got := ownedBy(t, live, "u-unsettled"); len(got) != 1 {
 		t.Fatalf("the API holds %v for the owner, want one", got)

@@ -22,8 +22,8 @@ type Vet func(ctx context.Context, item netip.Prefix) (ok bool, err error)
 // ForVetted is For with every candidate AllocateNext picks checked by vet
 // before it is reserved. Allocate (an item asked for by name, or one the
 // owner holds) does not vet.
-func (f *Factory) ForVetted(network string, space addrspace.Space, vet Vet) Interface {
-	a := f.For(network, space).(*allocator)
+func (f *Factory) ForVetted(scope string, space addrspace.Space, vet Vet) Interface {
+	a := f.For(scope, space).(*allocator)
 	a.vet = vet
 	return a
 }
@@ -92,11 +92,11 @@ func (a *allocator) vetted(ctx context.Context, name string, item netip.Prefix) 
 // second, or when the widening fails). What it returns may be taken by
 // the time a call comes, which the call finds out as always. The agent
 // probes these ahead of time (ForVetted).
-func (f *Factory) Upcoming(ctx context.Context, network string, space addrspace.Space, n int) []netip.Prefix {
+func (f *Factory) Upcoming(ctx context.Context, scope string, space addrspace.Space, n int) []netip.Prefix {
 	if n <= 0 || space.Size() == 0 || !f.Store.HasSynced() {
 		return nil
 	}
-	a := f.For(network, space).(*allocator)
+	a := f.For(scope, space).(*allocator)
 	start, size := a.start(), space.Size()
 	var out []netip.Prefix
 	// Each step passes a run the store holds or one candidate; the bound

@@ -349,7 +349,7 @@ func TestALateReleaseHidesOnlyWhatItDeleted(t *testing.T) {
 	}
 	check("before the informer reports the create")
 	eventually(t, ctx, "the informer reports the create", func() bool {
-		_, ok, _ := s.local.GetIndexer().GetByKey(mine.Name)
+		_, ok, _ := s.nodeCache.GetIndexer().GetByKey(mine.Name)
 		return ok && !assumedHolds(s, s.assumed, mine.Name)
 	})
 	check("after the informer reports the create")
@@ -411,8 +411,8 @@ func TestAnAttachmentIsFoundWhileTheInformerTakesOver(t *testing.T) {
 		}
 		s.Confirm(r)
 		readUntil(t, ctx, s, i, "create", 1, func() bool {
-			_, inLocal := s.localGet(r.Name, r.UID)
-			return inLocal && !assumedHolds(s, s.assumed, r.Name)
+			_, inNodeCache := s.nodeCacheGet(r.Name, r.UID)
+			return inNodeCache && !assumedHolds(s, s.assumed, r.Name)
 		})
 		if err := fc.Delete(ctx, r); err != nil {
 			t.Fatal(err)
@@ -422,8 +422,8 @@ func TestAnAttachmentIsFoundWhileTheInformerTakesOver(t *testing.T) {
 		// informer's handler ran before Released: done once the cache
 		// lets the object go.
 		readUntil(t, ctx, s, i, "delete", 0, func() bool {
-			_, inLocal, _ := s.local.GetIndexer().GetByKey(r.Name)
-			return !inLocal
+			_, inNodeCache, _ := s.nodeCache.GetIndexer().GetByKey(r.Name)
+			return !inNodeCache
 		})
 	}
 }

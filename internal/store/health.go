@@ -50,7 +50,7 @@ type health struct {
 // since it was last found whole. While it is false the agent asks the API
 // server what an attachment holds rather than the cache.
 func (s *Store) Fresh() bool {
-	if !s.local.HasSynced() {
+	if !s.nodeCache.HasSynced() {
 		return false
 	}
 	s.health.mu.Lock()
@@ -182,7 +182,7 @@ func (s *Store) localHoldsAll(items []metav1.PartialObjectMetadata) bool {
 	defer s.health.mu.Unlock()
 	for i := range items {
 		m := &items[i]
-		if _, ok := s.localGet(m.Name, m.UID); !ok && s.health.gone[m.Name] != m.UID {
+		if _, ok := s.nodeCacheGet(m.Name, m.UID); !ok && s.health.gone[m.Name] != m.UID {
 			return false
 		}
 	}
@@ -211,7 +211,7 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// trackedClient is the local informer's client: it tells the store when
+// trackedClient is the node cache's informer's client: it tells the store when
 // the informer's List or Watch fails and when a watch ends early.
 type trackedClient struct {
 	client.WithWatch
@@ -225,7 +225,7 @@ func (t *trackedClient) IsWatchListSemanticsUnSupported() bool {
 }
 
 func (t *trackedClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	relist := t.s.local != nil && t.s.local.HasSynced()
+	relist := t.s.nodeCache != nil && t.s.nodeCache.HasSynced()
 	err := t.WithWatch.List(ctx, list, opts...)
 	if err != nil || relist {
 		t.s.watchBroke()

@@ -7,19 +7,19 @@
 // reservations and of its own node's differs by orders of magnitude:
 //   - the window: other nodes' reservations of the blocks this agent
 //     allocates from (label ipam.tenure.dev/block, 64 addresses each) and
-//     of the networks it found full, as metadata only (name, UID, the
+//     of the scopes it found full, as metadata only (name, UID, the
 //     owner-UID label); this node's own are the node cache's alone. A
-//     name says the network and the item, so this answers "taken, and by
+//     name says the scope and the item, so this answers "taken, and by
 //     whom" for any address the agent may pick. Watching only its blocks,
 //     rather than every reservation, is what keeps an ADD's watch event
 //     from going to every node: the API server's cost of an ADD stays flat
 //     as nodes are added (docs/performance.md, "fanout"). The allocator
 //     widens the window (Watch) before it trusts the cache about a block.
-//   - local: this node's reservations (label ipam.tenure.dev/node), whole,
+//   - the node cache: this node's reservations (label ipam.tenure.dev/node), whole,
 //     which is what ADD idempotency, DEL, CHECK and GC read.
 //
 // Every reservation a node agent creates carries its own node label, so its
-// own writes are confirmed by the local informer.
+// own writes are confirmed by the node cache's informer.
 package store
 
 import (
@@ -44,33 +44,33 @@ import (
 const (
 	indexAttachment = "attachment"
 	indexOwnerUID   = reservation.OwnerIndex
-	indexNetwork    = "network"
+	indexScope      = "scope"
 )
 
 // assumedTTL bounds how long a write of ours stays visible without the
 // informer confirming it; a watch delivers within milliseconds normally.
 const assumedTTL = 2 * time.Minute
 
-// Store answers from the window, the local informer and the agent's
+// Store answers from the window, the node cache's informer and the agent's
 // unconfirmed writes.
 type Store struct {
 	// nodeLabel is reservation.NodeLabel(node): what this node's
-	// reservations carry and the local informer selects.
+	// reservations carry and the node cache's informer selects.
 	nodeLabel string
 	c         client.WithWatch
-	win       atomic.Pointer[window]    // *entry, from metadata: the watched blocks and networks
-	local     cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
+	win       atomic.Pointer[window]    // *entry, from metadata: the watched blocks and scopes
+	nodeCache cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
 
 	// winMu serialises window changes; wanted is when each block ("b:"
-	// network label "|" block label), network ("n:" label) or network's
+	// scope label "|" block label), scope ("n:" label) or scope's
 	// unlabelled reservations ("l:" label) was last asked for, and runCtx
 	// the context the window's informers run under (set by Run).
 	winMu    sync.Mutex
 	wanted   map[string]time.Time
 	runCtx   context.Context
 	rebuilds atomic.Int64
-	// takingInWhole counts the Watch calls of a whole network under way,
-	// by network label (TakingInWhole), and wholeBegun is closed (and
+	// takingInWhole counts the Watch calls of a whole scope under way,
+	// by scope label (TakingInWhole), and wholeBegun is closed (and
 	// made anew) when one begins; wholeMu guards them, apart from the
 	// rebuild such a call holds throughout. rebuild (one slot) is held by
 	// the Watch that rebuilds the window.
@@ -98,17 +98,17 @@ type Store struct {
 type assumedEntry struct {
 	obj *tenurev1alpha1.IPReservation
 	at  time.Time
-	// uncertain: a Create of obj whose outcome no reply told (a transport
+	// unsettled: a Create of obj whose outcome no reply told (a transport
 	// error, a timeout, a 5xx) and no live read has settled yet. The name
-	// stays set aside for its owner until one does (Uncertain).
-	uncertain bool
+	// stays set aside for its owner until one does (Unsettled).
+	unsettled bool
 }
 
-// uncertainTTL bounds how long an unsettled Create stays set aside. Past
+// unsettledTTL bounds how long an unsettled Create stays set aside. Past
 // it, a committed object is long in the node cache (it carries this
 // node's label), and a stale cache is read past by the live list the
 // agent makes while Fresh is false.
-const uncertainTTL = 10 * time.Minute
+const unsettledTTL = 10 * time.Minute
 
 // New builds the store of node on a watching client. Call Run, then
 // WaitForSync.
@@ -116,7 +116,7 @@ func New(c client.WithWatch, node string) *Store {
 	s := &Store{nodeLabel: reservation.NodeLabel(node), c: c, assumed: map[string]assumedEntry{}, released: map[string]releasedEntry{}, wanted: map[string]time.Time{}, takingInWhole: map[string]int{},
 		wholeBegun: make(chan struct{}), rebuild: make(chan struct{}, 1)}
 	s.win.Store(&window{held: &heldIndex{}, cancel: func() {}})
-	s.local = kube.NewInformer(&trackedClient{WithWatch: c, s: s}, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
+	s.nodeCache = kube.NewInformer(&trackedClient{WithWatch: c, s: s}, func() client.ObjectList { return &tenurev1alpha1.IPReservationList{} }, &tenurev1alpha1.IPReservation{}, cache.Indexers{
 		indexAttachment: func(obj any) ([]string, error) {
 			r := obj.(*tenurev1alpha1.IPReservation)
 			if r.Spec.Owner.ContainerID == "" {
@@ -127,14 +127,14 @@ func New(c client.WithWatch, node string) *Store {
 		indexOwnerUID: func(obj any) ([]string, error) {
 			return []string{obj.(*tenurev1alpha1.IPReservation).Spec.Owner.UID}, nil
 		},
-		indexNetwork: func(obj any) ([]string, error) {
+		indexScope: func(obj any) ([]string, error) {
 			return []string{reservation.ScopeLabelOf(obj.(*tenurev1alpha1.IPReservation).Name)}, nil
 		},
 	}, client.MatchingLabels{reservation.LabelNode: s.nodeLabel})
-	_ = s.local.SetTransform(reservation.Compact)
+	_ = s.nodeCache.SetTransform(reservation.Compact)
 	// One handler, not three: the informer wakes a pair of goroutines per
 	// handler for every event.
-	_, _ = s.local.AddEventHandler(handlers{s.confirmations(), s.heldLocal(), cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted}})
+	_, _ = s.nodeCache.AddEventHandler(handlers{s.confirmations(), s.heldLocal(), cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted}})
 	return s
 }
 
@@ -211,10 +211,10 @@ func (s *Store) observed(obj any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.assumed[name]
-	if ok && a.uncertain {
+	if ok && a.unsettled {
 		// The Create committed: the node cache now holds the object
 		// whole, and says whose it is.
-		if r, inLocal := s.localGet(name, uid); inLocal && reservation.SameAttachment(r, a.obj) {
+		if r, inNodeCache := s.nodeCacheGet(name, uid); inNodeCache && reservation.SameAttachment(r, a.obj) {
 			delete(s.assumed, name)
 		}
 		return
@@ -223,7 +223,7 @@ func (s *Store) observed(obj any) {
 		return
 	}
 	if a.obj.Labels[reservation.LabelNode] == s.nodeLabel {
-		if _, inLocal := s.localGet(name, uid); !inLocal {
+		if _, inNodeCache := s.nodeCacheGet(name, uid); !inNodeCache {
 			return
 		}
 	}
@@ -241,8 +241,8 @@ func (s *Store) deleted(obj any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, inCluster := s.win.Load().get(name)
-	_, inLocal, _ := s.local.GetIndexer().GetByKey(name)
-	if !inCluster && !inLocal {
+	_, inNodeCache, _ := s.nodeCache.GetIndexer().GetByKey(name)
+	if !inCluster && !inNodeCache {
 		delete(s.released, name)
 	}
 }
@@ -255,8 +255,8 @@ func nameUID(obj any) (string, types.UID, bool) {
 	return m.GetName(), m.GetUID(), true
 }
 
-func (s *Store) localGet(name string, uid types.UID) (*tenurev1alpha1.IPReservation, bool) {
-	obj, ok, _ := s.local.GetIndexer().GetByKey(name)
+func (s *Store) nodeCacheGet(name string, uid types.UID) (*tenurev1alpha1.IPReservation, bool) {
+	obj, ok, _ := s.nodeCache.GetIndexer().GetByKey(name)
 	if !ok {
 		return nil, false
 	}
@@ -268,18 +268,18 @@ func (s *Store) localGet(name string, uid types.UID) (*tenurev1alpha1.IPReservat
 // from the informer's goroutine (fn must be quick). Call before Run.
 func (s *Store) OnClusterAdd(fn func(name string)) { s.clusterAdded = fn }
 
-// Run runs the local informer, and lets the window's run, until ctx ends.
+// Run runs the node cache's informer, and lets the window's run, until ctx ends.
 func (s *Store) Run(ctx context.Context) {
 	s.winMu.Lock()
 	s.runCtx = ctx
 	s.winMu.Unlock()
-	s.local.RunWithContext(ctx)
+	s.nodeCache.RunWithContext(ctx)
 	s.winMu.Lock()
 	s.win.Load().cancel()
 	s.winMu.Unlock()
 }
 
-// WaitForSync blocks until the local initial list is in, or ctx ends.
+// WaitForSync blocks until the node cache's initial list is in, or ctx ends.
 func (s *Store) WaitForSync(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), s.HasSynced) {
 		return fmt.Errorf("reservation cache did not sync: %w", ctx.Err())
@@ -287,9 +287,9 @@ func (s *Store) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
-// HasSynced reports whether the local initial list is in (the window is
+// HasSynced reports whether the node cache's initial list is in (the window is
 // synced whenever it is in place: see Watch).
-func (s *Store) HasSynced() bool { return s.local.HasSynced() }
+func (s *Store) HasSynced() bool { return s.nodeCache.HasSynced() }
 
 // Get returns the reservation of that name as this agent knows it. For a
 // name of another node it is a partial reservation (see partial), for this node's the
@@ -304,7 +304,7 @@ func (s *Store) getLocked(name string) (*tenurev1alpha1.IPReservation, bool) {
 	if a, ok := s.assumed[name]; ok && !s.hiddenLocked(name, a.obj.UID) {
 		return a.obj, true
 	}
-	if r, ok := s.localGet(name, ""); ok && !s.hiddenLocked(name, r.UID) {
+	if r, ok := s.nodeCacheGet(name, ""); ok && !s.hiddenLocked(name, r.UID) {
 		return r, true
 	}
 	e, ok := s.win.Load().get(name)
@@ -359,7 +359,7 @@ func (s *Store) takenLocked(name string) bool {
 		if _, ok := s.assumed[name]; ok {
 			return true
 		}
-		if _, ok, _ := s.local.GetIndexer().GetByKey(name); ok {
+		if _, ok, _ := s.nodeCache.GetIndexer().GetByKey(name); ok {
 			return true
 		}
 		_, ok := s.win.Load().get(name)
@@ -388,7 +388,7 @@ func (s *Store) Confirm(r *tenurev1alpha1.IPReservation) {
 	defer s.mu.Unlock()
 	confirmed := false
 	if r.Labels[reservation.LabelNode] == s.nodeLabel {
-		_, confirmed = s.localGet(r.Name, r.UID)
+		_, confirmed = s.nodeCacheGet(r.Name, r.UID)
 	} else if e, ok := s.win.Load().get(r.Name); ok {
 		confirmed = e.uid == r.UID
 	}
@@ -399,22 +399,22 @@ func (s *Store) Confirm(r *tenurev1alpha1.IPReservation) {
 	s.assumed[r.Name] = assumedEntry{obj: r, at: time.Now()}
 }
 
-// MarkUncertain keeps r's name set aside for r's owner after a Create
+// MarkUnsettled keeps r's name set aside for r's owner after a Create
 // whose outcome is unknown, until a live read settles it (Settled) or the
 // node cache reports the object.
-func (s *Store) MarkUncertain(r *tenurev1alpha1.IPReservation) {
+func (s *Store) MarkUnsettled(r *tenurev1alpha1.IPReservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.released, r.Name)
-	s.assumed[r.Name] = assumedEntry{obj: r, at: time.Now(), uncertain: true}
+	s.assumed[r.Name] = assumedEntry{obj: r, at: time.Now(), unsettled: true}
 }
 
-// Uncertain returns the reservation an unsettled Create of that name was
+// Unsettled returns the reservation an unsettled Create of that name was
 // to make, if there is one.
-func (s *Store) Uncertain(name string) (*tenurev1alpha1.IPReservation, bool) {
+func (s *Store) Unsettled(name string) (*tenurev1alpha1.IPReservation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if a, ok := s.assumed[name]; ok && a.uncertain {
+	if a, ok := s.assumed[name]; ok && a.unsettled {
 		return a.obj, true
 	}
 	return nil, false
@@ -561,11 +561,11 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 	// success and leaving it) or a deleted one found again.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var local, others []any
+	var own, others []any
 	if index == "" {
-		local = s.local.GetIndexer().List()
+		own = s.nodeCache.GetIndexer().List()
 	} else {
-		local, _ = s.local.GetIndexer().ByIndex(index, key)
+		own, _ = s.nodeCache.GetIndexer().ByIndex(index, key)
 		if cluster {
 			ckey := key
 			if index == indexOwnerUID {
@@ -575,8 +575,8 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 		}
 	}
 	s.expireLocked()
-	out := make([]*tenurev1alpha1.IPReservation, 0, len(local)+len(others))
-	seen := make(map[string]bool, len(local)+len(others))
+	out := make([]*tenurev1alpha1.IPReservation, 0, len(own)+len(others))
+	seen := make(map[string]bool, len(own)+len(others))
 	add := func(r *tenurev1alpha1.IPReservation) {
 		if s.hiddenLocked(r.Name, r.UID) || seen[r.Name] {
 			return
@@ -587,7 +587,7 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 		seen[r.Name] = true
 		out = append(out, r)
 	}
-	for _, o := range local {
+	for _, o := range own {
 		add(o.(*tenurev1alpha1.IPReservation))
 	}
 	for _, o := range others {
@@ -607,8 +607,8 @@ func (s *Store) expireLocked() {
 	now := time.Now()
 	for name, a := range s.assumed {
 		ttl := assumedTTL
-		if a.uncertain {
-			ttl = uncertainTTL
+		if a.unsettled {
+			ttl = unsettledTTL
 		}
 		if now.Sub(a.at) > ttl {
 			delete(s.assumed, name)

@@ -53,7 +53,7 @@ func TestEntryKeysLikeTheObject(t *testing.T) {
 
 func TestOwnerBucketsAreFilteredToTheOwner(t *testing.T) {
 	win := cache.NewSharedIndexInformer(nil, &metav1.PartialObjectMetadata{}, 0, windowIndexers())
-	s := &Store{local: cache.NewSharedIndexInformer(nil, &tenurev1alpha1.IPReservation{}, 0, cache.Indexers{indexOwnerUID: cache.MetaNamespaceIndexFunc}),
+	s := &Store{nodeCache: cache.NewSharedIndexInformer(nil, &tenurev1alpha1.IPReservation{}, 0, cache.Indexers{indexOwnerUID: cache.MetaNamespaceIndexFunc}),
 		assumed: map[string]assumedEntry{}, released: map[string]releasedEntry{}}
 	s.win.Store(&window{infs: []cache.SharedIndexInformer{win}, held: &heldIndex{}})
 	// Same bucket ("abc"), different owners.

@@ -19,23 +19,23 @@ import (
 	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
-// windowKeep is how long a block or network stays in the window after it
+// windowKeep is how long a block or scope stays in the window after it
 // was last asked for. The window is rebuilt only when something new is
 // asked for, so a block in use is not dropped under an allocation; one
 // that was is listed again the next time (a few dozen objects).
 const windowKeep = 10 * time.Minute
 
 // window is one generation of what the agent watches of other nodes'
-// reservations: the blocks it allocates from, the networks it found full
-// (a full network's every delete is a waiting pod's chance) and, in the
-// networks of those blocks, the reservations that have no block label
+// reservations: the blocks it allocates from, the scopes it found full
+// (a full scope's every delete is a waiting pod's chance) and, in the
+// scopes of those blocks, the reservations that have no block label
 // (legacy: written before the label existed, or by an older agent during
 // an upgrade; new ones always have it, so this set only shrinks). Each
 // generation has its informers and its index; Watch replaces the whole
 // generation, so lookups never see half of one.
 type window struct {
-	blocks, networks, legacy map[string]bool
-	// blocksOf counts blocks by the label of their network.
+	blocks, scopes, legacy map[string]bool
+	// blocksOf counts blocks by the label of their scope.
 	blocksOf map[string]int
 	infs     []cache.SharedIndexInformer // *entry
 	held     *heldIndex
@@ -65,31 +65,31 @@ func (w *window) byIndex(index, key string) []any {
 func windowIndexers() cache.Indexers {
 	return cache.Indexers{
 		indexOwnerUID: func(obj any) ([]string, error) { return []string{reservation.OwnerBucket(obj.(*entry).owner)}, nil },
-		indexNetwork:  func(obj any) ([]string, error) { return []string{reservation.ScopeLabelOf(obj.(*entry).name)}, nil },
+		indexScope:  func(obj any) ([]string, error) { return []string{reservation.ScopeLabelOf(obj.(*entry).name)}, nil },
 	}
 }
 
 // Watching reports whether the window holds every reservation of that
-// block or of that whole network (label values: reservation.LabelBlock,
+// block or of that whole scope (label values: reservation.LabelBlock,
 // reservation.LabelNetwork).
-func (s *Store) Watching(block, networkLabel string) bool {
+func (s *Store) Watching(block, scopeLabel string) bool {
 	w := s.win.Load()
-	return w.blocks[block] || w.networks[networkLabel]
+	return w.blocks[block] || w.scopes[scopeLabel]
 }
 
-// WatchedBlocks is how many blocks of the network of that label the window
-// holds one by one; none once it holds the network whole.
-func (s *Store) WatchedBlocks(networkLabel string) int {
-	return s.win.Load().blocksOf[networkLabel]
+// WatchedBlocks is how many blocks of the scope of that label the window
+// holds one by one; none once it holds the scope whole.
+func (s *Store) WatchedBlocks(scopeLabel string) int {
+	return s.win.Load().blocksOf[scopeLabel]
 }
 
 // lockRebuild takes the right to rebuild the window, which one Watch
-// holds at a time; a Watch of a block of networkLabel gives up once a
-// Watch of that whole network is under way.
-func (s *Store) lockRebuild(ctx context.Context, networkLabel, block string) error {
+// holds at a time; a Watch of a block of scopeLabel gives up once a
+// Watch of that whole scope is under way.
+func (s *Store) lockRebuild(ctx context.Context, scopeLabel, block string) error {
 	for {
 		s.wholeMu.Lock()
-		begun, taking := s.wholeBegun, s.takingInWhole[networkLabel] > 0
+		begun, taking := s.wholeBegun, s.takingInWhole[scopeLabel] > 0
 		s.wholeMu.Unlock()
 		if block != "" && taking {
 			return allocator.ErrTakingInWhole
@@ -97,48 +97,48 @@ func (s *Store) lockRebuild(ctx context.Context, networkLabel, block string) err
 		select {
 		case s.rebuild <- struct{}{}:
 			return nil
-		case <-begun: // a take-in of a whole network began: look again
+		case <-begun: // a take-in of a whole scope began: look again
 		case <-ctx.Done():
 			return fmt.Errorf("reservation window: %w", ctx.Err())
 		}
 	}
 }
 
-// TakingInWhole reports whether a Watch of the whole network of that label
-// is under way. It lists every reservation of the network and holds the
-// window's lock until its informer has them all: a large network's takes
+// TakingInWhole reports whether a Watch of the whole scope of that label
+// is under way. It lists every reservation of the scope and holds the
+// window's lock until its informer has them all: a large scope's takes
 // seconds, and a Watch of a block meanwhile waits for it.
-func (s *Store) TakingInWhole(networkLabel string) bool {
+func (s *Store) TakingInWhole(scopeLabel string) bool {
 	s.wholeMu.Lock()
 	defer s.wholeMu.Unlock()
-	return s.takingInWhole[networkLabel] > 0
+	return s.takingInWhole[scopeLabel] > 0
 }
 
-// Watch makes the window hold the reservations of one block of the network
-// of that label, or of the whole network when block is "", and returns
+// Watch makes the window hold the reservations of one block of the scope
+// of that label, or of the whole scope when block is "", and returns
 // once it does (a list of just those, then a watch): until then the cache
 // says nothing about them. The new window keeps what was asked for in the
 // last windowKeep and drops the rest.
 //
 // A Watch of a block gives up with allocator.ErrTakingInWhole once a Watch
-// of its whole network is under way, rather than wait for that list of
+// of its whole scope is under way, rather than wait for that list of
 // every reservation.
-func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
+func (s *Store) Watch(ctx context.Context, scopeLabel, block string) error {
 	if block == "" {
 		s.wholeMu.Lock()
-		s.takingInWhole[networkLabel]++
+		s.takingInWhole[scopeLabel]++
 		close(s.wholeBegun)
 		s.wholeBegun = make(chan struct{})
 		s.wholeMu.Unlock()
 		defer func() {
 			s.wholeMu.Lock()
-			if s.takingInWhole[networkLabel]--; s.takingInWhole[networkLabel] == 0 {
-				delete(s.takingInWhole, networkLabel)
+			if s.takingInWhole[scopeLabel]--; s.takingInWhole[scopeLabel] == 0 {
+				delete(s.takingInWhole, scopeLabel)
 			}
 			s.wholeMu.Unlock()
 		}()
 	}
-	if err := s.lockRebuild(ctx, networkLabel, block); err != nil {
+	if err := s.lockRebuild(ctx, scopeLabel, block); err != nil {
 		return err
 	}
 	defer func() { <-s.rebuild }()
@@ -148,19 +148,19 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 		return fmt.Errorf("reservation window: the store is not running")
 	}
 	now, cur := time.Now(), s.win.Load()
-	s.wanted["l:"+networkLabel] = now
-	missing := !cur.legacy[networkLabel] && !cur.networks[networkLabel]
+	s.wanted["l:"+scopeLabel] = now
+	missing := !cur.legacy[scopeLabel] && !cur.scopes[scopeLabel]
 	if block == "" {
-		s.wanted["n:"+networkLabel] = now
-		missing = missing || !cur.networks[networkLabel]
+		s.wanted["n:"+scopeLabel] = now
+		missing = missing || !cur.scopes[scopeLabel]
 	} else {
-		s.wanted["b:"+networkLabel+"|"+block] = now
-		missing = missing || !cur.blocks[block] && !cur.networks[networkLabel]
+		s.wanted["b:"+scopeLabel+"|"+block] = now
+		missing = missing || !cur.blocks[block] && !cur.scopes[scopeLabel]
 	}
 	if !missing {
 		return nil
 	}
-	next := &window{blocks: map[string]bool{}, networks: map[string]bool{}, legacy: map[string]bool{}, blocksOf: map[string]int{}, held: &heldIndex{}}
+	next := &window{blocks: map[string]bool{}, scopes: map[string]bool{}, legacy: map[string]bool{}, blocksOf: map[string]int{}, held: &heldIndex{}}
 	var blocks []string
 	for k, at := range s.wanted {
 		if now.Sub(at) > windowKeep {
@@ -171,17 +171,17 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 		case "b":
 			blocks = append(blocks, v)
 		case "n":
-			next.networks[v] = true
+			next.scopes[v] = true
 		default:
 			next.legacy[v] = true
 		}
 	}
-	for n := range next.networks {
+	for n := range next.scopes {
 		delete(next.legacy, n) // watched whole, labelled or not
 	}
 	for _, v := range blocks {
 		// Label values hold no "|" (alphanumerics, '-', '_', '.').
-		if n, b, _ := strings.Cut(v, "|"); !next.networks[n] {
+		if n, b, _ := strings.Cut(v, "|"); !next.scopes[n] {
 			next.blocks[b] = true
 			next.blocksOf[n]++
 		}
@@ -195,7 +195,7 @@ func (s *Store) Watch(ctx context.Context, networkLabel, block string) error {
 	// index already forgot; until its watch reports the delete, its index
 	// would hide the address from the search.
 	s.mu.Lock()
-	for _, name := range s.local.GetIndexer().ListKeys() {
+	for _, name := range s.nodeCache.GetIndexer().ListKeys() {
 		next.held.apply(name, true)
 	}
 	for name := range s.released {
@@ -232,7 +232,7 @@ func windowSelectors(w *window, nodeLabel string) ([]windowSelector, error) {
 		label   string
 		values  map[string]bool
 		unknown bool // also: without a block label
-	}{{reservation.LabelBlock, w.blocks, false}, {reservation.LabelNetwork, w.networks, false}, {reservation.LabelNetwork, w.legacy, true}} {
+	}{{reservation.LabelBlock, w.blocks, false}, {reservation.LabelNetwork, w.scopes, false}, {reservation.LabelNetwork, w.legacy, true}} {
 		if len(sel.values) == 0 {
 			continue
 		}
