@@ -121,7 +121,7 @@ func TestTakenElsewhereAndAssumeOverCache(t *testing.T) {
 	if s.TryAssume(resv("10.0.0.4", "o2", "n1")) {
 		t.Fatal("TryAssume of a name taken elsewhere: true")
 	}
-	// A quorum read said the name is free after all (its holder released
+	// A live read said the name is free after all (its holder released
 	// it): assuming over the placeholder is allowed ...
 	mine := resv("10.0.0.4", "o2", "n1")
 	if !s.AssumeOverCache(mine) {

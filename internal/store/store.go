@@ -633,7 +633,7 @@ func (s *Store) WindowLen() int {
 }
 
 // AssumeOverCache assumes name even though a cache holds it, for when a
-// quorum read has shown the cache to be stale. False only when this agent
+// live read has shown the cache to be stale. False only when this agent
 // itself has an unconfirmed write of that name.
 func (s *Store) AssumeOverCache(r *tenurev1alpha1.IPReservation) bool {
 	s.mu.Lock()

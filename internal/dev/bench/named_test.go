@@ -69,7 +69,7 @@ func TestNamedScenariosReportTheirFigures(t *testing.T) {
 	// One live list per scope per interval, however many retries: the
 	// window is one or two intervals long.
 	if maxLists := fp.WallS/5 + 1; g["quorum_lists"] > maxLists {
-		t.Errorf("%v quorum lists in %.1f s, want at most %.0f", g["quorum_lists"], fp.WallS, maxLists)
+		t.Errorf("%v live lists in %.1f s, want at most %.0f", g["quorum_lists"], fp.WallS, maxLists)
 	}
 }
 
