@@ -65,7 +65,7 @@ func (w *window) byIndex(index, key string) []any {
 func windowIndexers() cache.Indexers {
 	return cache.Indexers{
 		indexOwnerUID: func(obj any) ([]string, error) { return []string{reservation.OwnerBucket(obj.(*entry).owner)}, nil },
-		indexScope:  func(obj any) ([]string, error) { return []string{reservation.ScopeLabelOf(obj.(*entry).name)}, nil },
+		indexScope:    func(obj any) ([]string, error) { return []string{reservation.ScopeLabelOf(obj.(*entry).name)}, nil },
 	}
 }
 

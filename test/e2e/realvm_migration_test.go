@@ -318,30 +318,21 @@ func TestRealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute(t *testing.T)
 		t.Fatal(err)
 	}
 	end := time.Now()
+	var spans []guest.Span
+	for _, w := range windows {
+		spans = append(spans, guest.Span{From: w.begin, To: w.end})
+	}
 	for _, a := range targets {
-		for _, o := range guest.Outages(prober.Probes(a)) {
-			in := false
-			for _, w := range windows {
-				if !o.Start.Before(w.begin) && !o.Start.After(w.end) {
-					in = true
-				}
-			}
-			if !in {
-				t.Errorf("%s: %d probes lost from %s, outside every migration", a, o.Lost, o.Start.Format("15:04:05.000"))
-			}
+		for _, o := range guest.Unattributed(guest.Outages(prober.Probes(a)), spans) {
+			t.Errorf("%s: %d probes lost from %s, outside every migration", a, o.Lost, o.Start.Format("15:04:05.000"))
 		}
 	}
 	for _, w := range windows {
 		lost := map[netip.Addr]time.Duration{}
 		var report []string
 		for _, a := range targets {
-			n := 0
-			for _, o := range guest.Outages(prober.Probes(a)) {
-				if !o.Start.Before(w.begin) && !o.Start.After(w.end) {
-					lost[a] += o.Window(end)
-					n += o.Lost
-				}
-			}
+			var n int
+			lost[a], n = guest.LostIn(guest.Outages(prober.Probes(a)), guest.Span{From: w.begin, To: w.end}, end)
 			report = append(report, fmt.Sprintf("%s %v (%d probes)", a, lost[a].Round(time.Millisecond), n))
 			if lost[a] > time.Second {
 				t.Errorf("%s: %s lost %v, over 1 s", w.what, a, lost[a])

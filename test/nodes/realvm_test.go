@@ -289,30 +289,18 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := time.Now()
+	var spans []guest.Span
+	for _, w := range windows {
+		spans = append(spans, guest.Span{From: w.created, To: w.end})
+	}
 	for _, a := range targets {
-		for _, o := range guest.Outages(prober.Probes(a)) {
-			in := false
-			for _, w := range windows {
-				if !o.Start.Before(w.created) && !o.Start.After(w.end) {
-					in = true
-				}
-			}
-			if !in {
-				t.Errorf("%s: %d probes lost from %s, outside every migration", a, o.Lost, o.Start.Format("15:04:05.000"))
-			}
+		for _, o := range guest.Unattributed(guest.Outages(prober.Probes(a)), spans) {
+			t.Errorf("%s: %d probes lost from %s, outside every migration", a, o.Lost, o.Start.Format("15:04:05.000"))
 		}
 	}
 	// lost is what a lost in the outages that began from from to to.
 	lost := func(a netip.Addr, from, to time.Time) (time.Duration, int) {
-		var d time.Duration
-		n := 0
-		for _, o := range guest.Outages(prober.Probes(a)) {
-			if !o.Start.Before(from) && !o.Start.After(to) {
-				d += o.Window(end)
-				n += o.Lost
-			}
-		}
-		return d, n
+		return guest.LostIn(guest.Outages(prober.Probes(a)), guest.Span{From: from, To: to}, end)
 	}
 	for _, w := range windows {
 		for _, phase := range []struct {

@@ -143,3 +143,26 @@ func TestOutages(t *testing.T) {
 		t.Errorf("open outage's window %v, want 90ms (to the end)", w)
 	}
 }
+
+// An outage belongs to the span it began in, ends included; one that
+// began in none is unattributed.
+func TestLostInAndUnattributed(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	outages := []Outage{
+		{Start: at(10), End: at(30), Lost: 2}, // in the first span
+		{Start: at(50), End: at(60), Lost: 1}, // at the first span's end
+		{Start: at(70), End: at(80), Lost: 1}, // between the spans
+		{Start: at(200), Lost: 3},             // in the second, open to the end
+	}
+	spans := []Span{{From: at(0), To: at(50)}, {From: at(100), To: at(300)}}
+	if d, n := LostIn(outages, spans[0], at(400)); d != 30*time.Millisecond || n != 3 {
+		t.Errorf("LostIn(first) = %v, %d; want 30ms, 3", d, n)
+	}
+	if d, n := LostIn(outages, spans[1], at(400)); d != 200*time.Millisecond || n != 3 {
+		t.Errorf("LostIn(second) = %v, %d; want 200ms, 3", d, n)
+	}
+	if got := Unattributed(outages, spans); len(got) != 1 || got[0] != outages[2] {
+		t.Errorf("Unattributed = %+v, want only the outage at 70 ms", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +57,38 @@ func Outages(probes []Probe) []Outage {
 		if cur != nil {
 			cur.End = p.Sent
 			cur = nil
+		}
+	}
+	return out
+}
+
+// A Span is a stretch of time a migration's losses are counted in: an
+// outage belongs to the span it began in.
+type Span struct{ From, To time.Time }
+
+// Holds reports whether t falls within s, its ends included.
+func (s Span) Holds(t time.Time) bool { return !t.Before(s.From) && !t.After(s.To) }
+
+// LostIn sums the loss windows and the lost probes of the outages that
+// began within s; end is when the probing stopped.
+func LostIn(outages []Outage, s Span, end time.Time) (time.Duration, int) {
+	var d time.Duration
+	n := 0
+	for _, o := range outages {
+		if s.Holds(o.Start) {
+			d += o.Window(end)
+			n += o.Lost
+		}
+	}
+	return d, n
+}
+
+// Unattributed are the outages that began outside every span.
+func Unattributed(outages []Outage, spans []Span) []Outage {
+	var out []Outage
+	for _, o := range outages {
+		if !slices.ContainsFunc(spans, func(s Span) bool { return s.Holds(o.Start) }) {
+			out = append(out, o)
 		}
 	}
 	return out
