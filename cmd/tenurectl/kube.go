@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,11 +72,21 @@ func (k *kubeFlags) namespaceOrDefault() (string, error) {
 }
 
 func (k *kubeFlags) client() (*ops.Client, error) {
-	c, err := k.kubeClient()
+	cfg, err := k.restConfig()
 	if err != nil {
 		return nil, err
 	}
-	return ops.New(c), nil
+	c, err := kube.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	oc := ops.New(c)
+	oc.OpenAPI = openapi.ToClientWithContext(dc.OpenAPIV3())
+	return oc, nil
 }
 
 // kubeClient is a controller-runtime client that knows tenure's types.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -57,6 +58,11 @@ type Options struct {
 	// kept from a different owner while others are free (the glossary's
 	// cooldown): 0 is store.DefaultCooldown, NoCooldown none.
 	ReleaseCooldown time.Duration
+	// OpenAPI reads the API server's OpenAPI v3 documents: an ADD whose
+	// config lists pools first makes sure the IPPool CRD has the selector
+	// fields (kube.PoolSchema). NewForConfig sets it; nil refuses every
+	// pools list.
+	OpenAPI openapi.ClientWithContext
 }
 
 // NoCooldown as Options.ReleaseCooldown turns the cooldown off.
@@ -71,13 +77,16 @@ type Agent struct {
 	// for it to be found whole (freshWait in cni.go; tests lengthen it).
 	freshWait time.Duration
 
-	client   client.WithWatch
-	store    *store.Store
-	alloc    *allocator.Factory
-	pods     cache.SharedIndexInformer
-	claims   cache.SharedIndexInformer
-	pools    cache.SharedIndexInformer
-	recorder record.EventRecorder
+	client client.WithWatch
+	store  *store.Store
+	alloc  *allocator.Factory
+	pods   cache.SharedIndexInformer
+	claims cache.SharedIndexInformer
+	pools  cache.SharedIndexInformer
+	// poolSchema says whether the IPPool CRD has the selector fields a
+	// pools list chooses by; nil without Options.OpenAPI.
+	poolSchema *kube.PoolSchema
+	recorder   record.EventRecorder
 	// shutdown stops what NewForConfig started beside the agent.
 	shutdown func()
 
@@ -151,6 +160,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	events := record.NewBroadcaster()
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	opts.Client = c
+	opts.OpenAPI = openapi.ToClientWithContext(cs.Discovery().OpenAPIV3())
 	opts.Recorder = events.NewRecorder(kube.Scheme, corev1.EventSource{Component: "tenure-agent", Host: opts.NodeName})
 	a, err := New(opts)
 	if err != nil {
@@ -217,6 +227,9 @@ func New(opts Options) (*Agent, error) {
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1alpha1.IPAMClaimList{} }, &ipamclaimsv1alpha1.IPAMClaim{}, nil)
 	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPPoolList{} }, &tenurev1alpha1.IPPool{}, nil)
+	if opts.OpenAPI != nil {
+		a.poolSchema = kube.NewPoolSchema(opts.OpenAPI)
+	}
 	a.ownerFollow = make(chan struct{}, 1)
 	var err error
 	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {

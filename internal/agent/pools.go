@@ -12,6 +12,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
 // choosePools resolves at.cfg from at.base when the config names a pools
@@ -20,9 +21,15 @@ import (
 // items the pod's claim records). The namespace and the node are read
 // from the API server, so a label changed a moment ago counts. A config
 // without a list is left as loadConfig made it.
+//
+// A list is refused before anything is read or written while the
+// cluster's IPPool CRD lacks the selector fields (poolSchemaOK).
 func (a *Agent) choosePools(ctx context.Context, at *attachment, held []netip.Addr) error {
 	if at.base.Pools == nil {
 		return nil
+	}
+	if err := a.poolSchemaOK(ctx); err != nil {
+		return err
 	}
 	specs := map[string]*tenurev1alpha1.IPPoolSpec{}
 	for _, name := range at.base.Pools {
@@ -57,4 +64,26 @@ func (a *Agent) choosePools(ctx context.Context, at *attachment, held []netip.Ad
 	at.cfg = cfg
 	a.log.Debug("pools chosen", "pod", at.pod.Namespace+"/"+at.pod.Name, "interface", at.req.IfName, "chosen", choice.Chosen)
 	return nil
+}
+
+// poolSchemaOK makes sure the IPPool CRD the API server serves has the
+// selector fields. An older CRD (Helm never upgrades one it installed)
+// makes the API server prune them from every IPPool written: every pool
+// would select every pod and the first listed pool would serve every node.
+// Such a list is refused with code 7, naming the CRD, the fields and the
+// fix; a schema that cannot be read now is code 11.
+func (a *Agent) poolSchemaOK(ctx context.Context) error {
+	if a.poolSchema == nil {
+		return codedf(CodeInvalidNetworkConfig, nil, "ipam.pools: this agent cannot read the API server's OpenAPI documents to make sure the IPPool CRD has the selector fields")
+	}
+	err := a.poolSchema.Check(ctx)
+	var stale *kube.StalePoolSchemaError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &stale):
+		return codedf(CodeInvalidNetworkConfig, nil, "ipam.pools: %v", stale)
+	default:
+		return codedf(CodeTryAgainLater, err, "ipam.pools: reading the IPPool CRD's schema")
+	}
 }

@@ -66,6 +66,9 @@ type Inventory struct {
 	Pools, NetworkConfigs int
 	// Selectors are each declared IPPool's selectors, by pool name.
 	Selectors map[string]PoolSelectors
+	// Listed are the declared IPPools a pools list names, by pool name:
+	// the NetworkAttachmentDefinitions whose configs list them.
+	Listed map[string][]string
 }
 
 // PoolSelectors are an IPPool's namespaceSelector and nodeSelector as
@@ -117,7 +120,7 @@ type spaceKey struct {
 // enable_overlapping_ranges; a pool no configuration names is taken with
 // the default (true).
 func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Inventory {
-	inv := &Inventory{index: map[spaceKey]*Entry{}, Pools: len(pools), NetworkConfigs: len(nads), Selectors: map[string]PoolSelectors{}}
+	inv := &Inventory{index: map[spaceKey]*Entry{}, Pools: len(pools), NetworkConfigs: len(nads), Selectors: map[string]PoolSelectors{}, Listed: map[string][]string{}}
 	byName := map[string]*tenurev1alpha1.IPPool{}
 	for i := range pools {
 		byName[pools[i].Name] = &pools[i]
@@ -157,6 +160,9 @@ func BuildInventory(pools []tenurev1alpha1.IPPool, nads []NetworkConfig) *Invent
 				if p == nil {
 					inv.Notes = append(inv.Notes, fmt.Sprintf("%s: lists IPPool %s, which does not exist", source, name))
 					continue
+				}
+				if !slices.Contains(inv.Listed[name], source) {
+					inv.Listed[name] = append(inv.Listed[name], source)
 				}
 				pc := c.Clone()
 				if err := pc.ApplyPool(p.Name, p.Spec); err != nil {

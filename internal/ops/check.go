@@ -182,6 +182,13 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (*CheckReport, er
 	}
 	rep.Findings = append(rep.Findings, FindAddressConflicts(events, rs)...)
 	rep.Findings = append(rep.Findings, FindAddressesAnswering(rs, facts)...)
+	if len(inv.Listed) > 0 {
+		missing, note := c.poolSchemaMissing(ctx)
+		if note != "" {
+			rep.Notes = append(rep.Notes, note)
+		}
+		rep.Findings = append(rep.Findings, FindStalePoolSchema(inv, missing)...)
+	}
 	sortFindings(rep.Findings)
 	return rep, nil
 }

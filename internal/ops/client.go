@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/tools/pager"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,6 +38,10 @@ const DefaultPageSize = 500
 // Client runs the operator commands against one cluster.
 type Client struct {
 	c client.Client
+	// OpenAPI reads the API server's OpenAPI v3 documents, for whether the
+	// IPPool CRD has the fields pools lists choose by
+	// (RuleIPPoolSchemaStale); nil leaves that unchecked, with a note.
+	OpenAPI openapi.ClientWithContext
 	// Now is the clock for ages and grace periods.
 	Now func() time.Time
 	// PageSize is the limit of each list request.

@@ -68,7 +68,15 @@ func (c *Client) Pools(ctx context.Context) (*PoolsReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PoolsReport{Rows: PoolRows(inv, rs), Notes: inv.Notes}, nil
+	rep := &PoolsReport{Rows: PoolRows(inv, rs), Notes: inv.Notes}
+	if inv.Pools > 0 && c.OpenAPI != nil {
+		if missing, note := c.poolSchemaMissing(ctx); note != "" {
+			rep.Notes = append(rep.Notes, note)
+		} else if len(missing) > 0 {
+			rep.Notes = append(rep.Notes, poolSchemaNote(missing))
+		}
+	}
+	return rep, nil
 }
 
 // PoolRows counts the reservations of each known space, and of each

@@ -47,7 +47,7 @@ const (
 	RuleMalformed = Rule("Malformed")
 )
 
-var ruleOrder = []Rule{RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleDuplicateAttachment, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed, RuleAddressConflict, RuleAddressAnswers}
+var ruleOrder = []Rule{RuleIPPoolSchemaStale, RuleDuplicate, RuleOverlap, RuleOwnerGone, RuleDuplicateAttachment, RuleClaimMismatch, RulePrefixNotRecorded, RuleOutsideRange, RuleMalformed, RuleAddressConflict, RuleAddressAnswers}
 
 // Finding is one problem.
 type Finding struct {
