@@ -18,8 +18,8 @@ import (
 // choosePools resolves at.cfg from at.base when the config names a pools
 // list: per family the pool config.SelectPools chooses for the pod's
 // namespace and this node, or the one holding an address of held (the
-// items the pod's claim records). The namespace and the node are read
-// from the API server, so a label changed a moment ago counts. A config
+// items the pod's claim records). The pools, the namespace and the node
+// are read from the API server, so a label changed a moment ago counts. A config
 // without a list is left as loadConfig made it.
 //
 // A list is refused before anything is read or written while the
@@ -31,12 +31,13 @@ func (a *Agent) choosePools(ctx context.Context, at *attachment, held []netip.Ad
 	if err := a.poolSchemaOK(ctx); err != nil {
 		return err
 	}
+	// The listed pools are read from the API server, not the informer: an
+	// object the informer received while the API server served an older
+	// CRD lacks its selectors, and applying the CRD sends no event for it.
 	specs := map[string]*tenurev1alpha1.IPPoolSpec{}
 	for _, name := range at.base.Pools {
 		pool := &tenurev1alpha1.IPPool{}
-		if obj, ok, _ := a.pools.GetIndexer().GetByKey(name); ok {
-			pool = obj.(*tenurev1alpha1.IPPool)
-		} else if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: name}, pool); err != nil {
+		if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: name}, pool); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue // SelectPools says "no IPPool of that name"
 			}

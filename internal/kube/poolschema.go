@@ -119,36 +119,30 @@ func resolve(s *spec.Schema, schemas map[string]*spec.Schema) *spec.Schema {
 }
 
 // ReadPoolSchema reads the API server's OpenAPI v3 document of
-// ipam.tenure.dev/v1alpha1 and returns its URL (which carries the
-// document's hash) and the selector fields IPPool's schema lacks. When the
-// URL equals known, the document is unchanged and is not read: missing is
-// nil and unchanged true.
-func ReadPoolSchema(ctx context.Context, c openapi.ClientWithContext, known string) (url string, missing []string, unchanged bool, err error) {
+// ipam.tenure.dev/v1alpha1 (found through the discovery document,
+// /openapi/v3) and returns the selector fields IPPool's schema lacks.
+func ReadPoolSchema(ctx context.Context, c openapi.ClientWithContext) (missing []string, err error) {
 	paths, err := c.PathsWithContext(ctx)
 	if err != nil {
-		return "", nil, false, fmt.Errorf("reading the API server's OpenAPI v3 discovery: %w", err)
+		return nil, fmt.Errorf("reading the API server's OpenAPI v3 discovery: %w", err)
 	}
 	gv, ok := paths[openAPIPath]
 	if !ok {
-		return "", nil, false, fmt.Errorf("the API server publishes no OpenAPI v3 document for %s (is the IPPool CRD installed?)", tenurev1alpha1.GroupVersion)
-	}
-	url = gv.ServerRelativeURL()
-	if known != "" && url == known {
-		return url, nil, true, nil
+		return nil, fmt.Errorf("the API server publishes no OpenAPI v3 document for %s (is the IPPool CRD installed?)", tenurev1alpha1.GroupVersion)
 	}
 	doc, err := gv.SchemaWithContext(ctx, "application/json")
 	if err != nil {
-		return "", nil, false, fmt.Errorf("reading the OpenAPI v3 document of %s: %w", tenurev1alpha1.GroupVersion, err)
+		return nil, fmt.Errorf("reading the OpenAPI v3 document of %s: %w", tenurev1alpha1.GroupVersion, err)
 	}
-	missing, err = MissingPoolSelectors(doc)
-	return url, missing, false, err
+	return MissingPoolSelectors(doc)
 }
 
 // PoolSchemaTTL is how long PoolSchema trusts a schema with both selector
 // fields before it asks again: an IPPool CRD replaced by an older one is
 // an operator's act (a downgrade), rare and not urgent to the second, and
-// one small discovery read a minute per agent costs the API server
-// nothing. StalePoolSchemaTTL is the same for a schema that lacks them:
+// two reads a minute (the discovery document and the group-version's, some
+// 200 kB of JSON with the meta/v1 schemas), only by agents that serve a
+// pools list, cost the API server little. StalePoolSchemaTTL is the same for a schema that lacks them:
 // while it does, ADDs with a pools list fail, and the fix
 // (PoolSchemaFix) takes effect within seconds.
 const (
@@ -159,16 +153,17 @@ const (
 // PoolSchema is the cached answer to "does the cluster's IPPool CRD have
 // the selector fields", read from the API server's OpenAPI v3 document,
 // which every authenticated identity may read (system:discovery). After
-// its TTL it reads the discovery document again and the group-version's
-// document only when its hash changed. Safe for concurrent use; callers
-// wait for one read in flight.
+// its TTL it reads the document again. The hash in the discovery
+// document's URL is no key for the answer: kube-apiserver v1.37 serves a
+// changed CRD's document seconds before the discovery's hash follows, so a
+// document read under one hash may be another's. Safe for concurrent use;
+// callers wait for one read in flight.
 type PoolSchema struct {
 	client openapi.ClientWithContext
 	// Now is the clock (tests set it).
 	Now func() time.Time
 
 	mu      sync.Mutex
-	url     string
 	verdict error
 	until   time.Time
 }
@@ -187,15 +182,13 @@ func (p *PoolSchema) Check(ctx context.Context) error {
 	if p.Now().Before(p.until) {
 		return p.verdict
 	}
-	url, missing, unchanged, err := ReadPoolSchema(ctx, p.client, p.url)
+	missing, err := ReadPoolSchema(ctx, p.client)
 	if err != nil {
 		return err
 	}
-	if !unchanged {
-		p.url, p.verdict = url, nil
-		if len(missing) > 0 {
-			p.verdict = &StalePoolSchemaError{Missing: missing}
-		}
+	p.verdict = nil
+	if len(missing) > 0 {
+		p.verdict = &StalePoolSchemaError{Missing: missing}
 	}
 	ttl := PoolSchemaTTL
 	if p.verdict != nil {

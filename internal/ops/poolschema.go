@@ -41,7 +41,7 @@ func (c *Client) poolSchemaMissing(ctx context.Context) (missing []string, note 
 	if c.OpenAPI == nil {
 		return nil, "the IPPool CRD's schema was not checked: no OpenAPI client"
 	}
-	_, missing, _, err := kube.ReadPoolSchema(ctx, c.OpenAPI, "")
+	missing, err := kube.ReadPoolSchema(ctx, c.OpenAPI)
 	if err != nil {
 		return nil, "the IPPool CRD's schema was not checked: " + err.Error()
 	}
