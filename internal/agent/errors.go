@@ -30,7 +30,8 @@ const (
 	// prevResult is not what it should decode as.
 	CodeDecodingFailure = types.ErrDecodingFailure // 6
 	// CodeInvalidNetworkConfig: invalid IPAM configuration or pod
-	// annotation; the message names the key and the value.
+	// annotation; the message names the key and the value. Also a pools
+	// list while the IPPool CRD lacks the selector fields (poolSchemaOK).
 	CodeInvalidNetworkConfig = types.ErrInvalidNetworkConfig // 7
 	// CodeInvalidNetNS: CNI_NETNS is the shim's own network namespace.
 	CodeInvalidNetNS = types.ErrInvalidNetNS // 8
