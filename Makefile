@@ -72,10 +72,16 @@ guest:
 # without it.
 # TENURE_TEST_EVERYTHING=1: a test that would skip here for a missing
 # privilege, tool or binary fails instead (testbed.SkipUnlessEverything).
+# The suites that start real nodes run one after the other: a host runs
+# one dev node at a time (devnode's host lock), and a suite that waited for
+# the other's whole run would spend its set-up's deadline waiting.
+REAL_NODE_SUITES := github.com/tenure-ipam/tenure/test/node github.com/tenure-ipam/tenure/test/nodes
+
 test: export TENURE_TEST_EVERYTHING := 1
 test: test-deps control-plane node-tools cni-plugins whereabouts helm guest build image lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/...
-	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 40m -tags integration ./test/...
+	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 40m -tags integration $(filter-out $(REAL_NODE_SUITES),$(shell $(GO) list -tags integration ./test/...))
+	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -p 1 -timeout 40m -tags integration $(REAL_NODE_SUITES)
 
 # go vet and staticcheck (v0.8.2, its current release) on every build:
 # the test build, the default one and the image's.
