@@ -567,11 +567,12 @@ func (r *podStartRun) logStragglers(ctx context.Context, phase, ipam string, rou
 }
 
 // stragglers are the pods of ready (Ready ms by name) that took at least
-// twice the batch's p50 and 2 s more than it, slowest first.
+// half as long again as the batch's p50 and 2 s more than it, slowest
+// first.
 func stragglers(ready map[string]float64, p50 float64) []string {
 	var out []string
 	for name, ms := range ready {
-		if ms >= 2*p50 && ms >= p50+2000 {
+		if ms >= 1.5*p50 && ms >= p50+2000 {
 			out = append(out, name)
 		}
 	}
