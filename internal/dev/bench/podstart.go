@@ -563,8 +563,22 @@ func (r *podStartRun) logStragglers(ctx context.Context, phase, ipam string, rou
 			seen = append(seen, fmt.Sprintf("%s %s x%d: %s", e.FirstTimestamp.Format("15:04:05"), e.Reason, max(e.Count, 1), e.Message))
 		}
 		r.logf("%s %s round %d: straggler %s, Ready at %.0f ms (batch p50 %.0f ms); its Events: %s", phase, ipam, round, name, ready[name], p50, strings.Join(seen, " | "))
+		// The node's own logs name the step the Events cannot: the
+		// kubelet's sandbox retries, containerd's CNI call, Multus'
+		// delegate and status write, each with its time.
+		for _, n := range r.nodes {
+			for _, prog := range []string{"kubelet", "containerd", "multus"} {
+				for _, l := range n.LogLines(prog, name, stragglerLogLines) {
+					r.logf("%s %s round %d: straggler %s: %s %s: %s", phase, ipam, round, name, n.Name, prog, l)
+				}
+			}
+		}
 	}
 }
+
+// stragglerLogLines is how many of a straggler's lines of each node log
+// the bench keeps.
+const stragglerLogLines = 40
 
 // stragglers are the pods of ready (Ready ms by name) that took at least
 // half as long again as the batch's p50 and 2 s more than it, slowest

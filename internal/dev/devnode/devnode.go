@@ -793,6 +793,25 @@ func (node *Node) LogTail(name string) string {
 	return tailFile(node.layout.path("logs", name+".log"))
 }
 
+// LogLines are the lines of one of the node's program logs ("kubelet",
+// "containerd", "multus") that contain match, the last max of them.
+func (node *Node) LogLines(name, match string, max int) []string {
+	data, err := os.ReadFile(node.layout.path("logs", name+".log"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if strings.Contains(line, match) {
+			out = append(out, line)
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return out
+}
+
 // TagImage gives the image src the further name dst in the node's
 // containerd, as a push of the same image under a new tag would.
 func (node *Node) TagImage(ctx context.Context, src, dst string) error {
