@@ -84,6 +84,12 @@ type Skip struct {
 	Reason                   string
 	// Conflict is set when the reason is a MAC another binding holds too.
 	Conflict *MACConflict
+	// SwitchedAway is the claim's delegated prefix when the reason is that
+	// its VM left this node by a migration that switched over: the guest
+	// runs on the target, on the same segment, and this node's route to
+	// it still delivers until the target's route is in place
+	// (RouteOverlap).
+	SwitchedAway netip.Prefix
 }
 
 // MACConflict is one MAC on one DHCPv6 interface that two or more bindings
@@ -189,6 +195,7 @@ func Compute(in Inputs) ([]Binding, []Skip) {
 			b, reason := bind(pod, ifName, claimName, e, statuses, statusErr, in)
 			if reason != "" {
 				skip("%s", reason)
+				skips[len(skips)-1].SwitchedAway = switchedAway(pod, claimName, in)
 				continue
 			}
 			out = append(out, b)
@@ -437,6 +444,36 @@ func servedElsewhere(pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim, vmis 
 		return fmt.Sprintf("claim is owned by pod %s", claim.Status.OwnerPod.Name)
 	}
 	return ""
+}
+
+// switchedAway is the delegated prefix of pod's claim when its VM left pod's
+// node by a migration that switched over to another node; invalid
+// otherwise.
+func switchedAway(pod *corev1.Pod, claimName string, in Inputs) netip.Prefix {
+	if in.Claim == nil {
+		return netip.Prefix{}
+	}
+	claim, ok := in.Claim(pod.Namespace, claimName)
+	if !ok || claim == nil {
+		return netip.Prefix{}
+	}
+	vmi, ok := kubevirt.VMOf(in.VMI, pod.Namespace, claim.OwnerReferences, pod.OwnerReferences)
+	if !ok {
+		return netip.Prefix{}
+	}
+	m := vmi.Migration
+	if !m.SwitchedOver() {
+		return netip.Prefix{}
+	}
+	src := m.SourceNode
+	if src == "" {
+		src = vmi.NodeName
+	}
+	if src != pod.Spec.NodeName || m.TargetNode == pod.Spec.NodeName {
+		return netip.Prefix{}
+	}
+	rec, _ := claims.ParseStatus(claim.Status)
+	return claimPrefix(claim, rec, in.ClaimReservations)
 }
 
 // migrationCause is the migration that serves pod's claim on its node, when

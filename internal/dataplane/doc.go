@@ -56,7 +56,13 @@
 //     only after completed. KubeVirt creates the target pod when a
 //     migration starts, minutes before the switchover for a large guest:
 //     until then the source keeps answering the guest's Renews and keeps
-//     the route; from then on the target does and the source does neither.
+//     the route; from then on the target does and the source answers no
+//     more. The source keeps its route for RouteOverlap after it sees the
+//     switchover (make before break): each node sees it through its own
+//     informer, and a source that withdrew first would leave the
+//     segment's router, still sending the prefix its way, with no route
+//     until the target's appears; the guest is on the same segment, so
+//     the source's route still reaches it.
 //     A migration that fails leaves nodeName on the source, and everything
 //     stays there or goes back there. ownerPod plays no part;
 //     b. otherwise (the API is not served, the claim is no VM's, the VMI

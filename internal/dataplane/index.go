@@ -54,7 +54,7 @@ func (s *Service) Heard(b dhcp6.Binding, ifname string) {
 }
 
 // rebind recomputes the bindings of pods and publishes them to Lookup.
-func (s *Service) rebind(pods []*corev1.Pod, networks map[string]config.DHCPv6) []Binding {
+func (s *Service) rebind(pods []*corev1.Pod, networks map[string]config.DHCPv6) ([]Binding, []Skip) {
 	in := Inputs{Pods: pods, Claim: s.opts.Source.Claim, Networks: networks}
 	if vs, ok := s.opts.Source.(VMISource); ok && vs.VMIsServed() {
 		in.VMI = vs.VMI
@@ -82,7 +82,7 @@ func (s *Service) rebind(pods []*corev1.Pod, networks map[string]config.DHCPv6) 
 	s.heardMu.Unlock()
 	s.logState(bindings, skips)
 	s.reportConflicts(skips)
-	return bindings
+	return bindings, skips
 }
 
 // ConflictObserver is implemented by an Options.Observer that keeps the

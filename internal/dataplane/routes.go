@@ -17,6 +17,66 @@ import (
 // another protocol are never changed.
 const RouteProtocol = 116
 
+// RouteOverlap is how long a node keeps the route to a prefix whose VM
+// left it by a migration that switched over (make before break). The source and the target
+// see the switchover through their own informers, so the source would
+// otherwise withdraw its route up to an informer lag before the target's
+// appears, and the segment's router, still sending the prefix to the
+// source, would lose it for that gap. The guest is on the same segment
+// and the source's route reaches it there (make before break); the
+// target's route replaces it at the router within this time.
+const RouteOverlap = 5 * time.Second
+
+// overlap notes, from this reconcile's skips, the prefixes whose VM left
+// this node by a switchover: each route is held until RouteOverlap after
+// the switchover was first seen, once. A prefix is forgotten when no skip names it
+// any more and its time is past.
+func (s *Service) overlap(skips []Skip, now time.Time) {
+	named := map[netip.Prefix]bool{}
+	for _, k := range skips {
+		if !k.SwitchedAway.IsValid() {
+			continue
+		}
+		p := k.SwitchedAway.Masked()
+		named[p] = true
+		if _, ok := s.overlaps[p]; ok {
+			continue
+		}
+		if s.overlaps == nil {
+			s.overlaps = map[netip.Prefix]time.Time{}
+		}
+		s.overlaps[p] = now.Add(RouteOverlap)
+		s.log.Info("route kept after its VM's switchover to another node", "prefix", p.String(), "pod", k.Pod, "claim", k.Claim, "for", RouteOverlap)
+	}
+	clear(s.held)
+	for p, until := range s.overlaps {
+		switch {
+		case now.Before(until):
+			if s.held == nil {
+				s.held = map[netip.Prefix]time.Time{}
+			}
+			s.held[p] = until
+		case !named[p]:
+			delete(s.overlaps, p)
+		}
+	}
+}
+
+// overlapDue fires when the earliest held route's overlap ends; nil
+// when none is held.
+func (s *Service) overlapDue() <-chan time.Time {
+	var first time.Time
+	for _, until := range s.held {
+		if first.IsZero() || until.Before(first) {
+			first = until
+		}
+	}
+	if first.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(first))
+}
+
 func (s *Service) reconcileRoutes(bindings []Binding) {
 	want := DesiredRoutes(bindings, s.heardSnapshot())
 	have, err := s.tenureRoutes()
@@ -28,6 +88,10 @@ func (s *Service) reconcileRoutes(bindings []Binding) {
 	replace, remove := PlanRoutes(want, have)
 	s.routesLeft = len(want)
 	for _, r := range remove {
+		if _, ok := s.held[r.Prefix]; ok {
+			s.routesLeft++ // kept: its VM switched over to another node
+			continue
+		}
 		err := s.deleteRoute(r)
 		if err != nil {
 			s.routesLeft++

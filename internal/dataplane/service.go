@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -118,8 +119,13 @@ type Service struct {
 	// tenure's in place (no server, advertiser or route).
 	idle bool
 	// routesLeft are the routes the last reconcile wanted in the
-	// namespace and those it failed to remove (-1: the list failed).
+	// namespace and those it failed to remove or kept (-1: the list
+	// failed).
 	routesLeft int
+	// overlaps are the prefixes whose VM left this node by a migration
+	// that switched over, with when their route may go (RouteOverlap);
+	// held are those whose time has not come, as of the last overlap.
+	overlaps, held map[netip.Prefix]time.Time
 }
 
 // New opens the dataplane namespace and reads the state file.
@@ -411,21 +417,23 @@ func (s *Service) Run(ctx context.Context) {
 		}
 		last := time.Now()
 		s.reconcile()
-		if !s.awaitWork(ctx, t.C, last) {
+		if !s.awaitWork(ctx, t.C, s.overlapDue(), last) {
 			return
 		}
 	}
 }
 
-// awaitWork waits for what starts the next reconcile: the Resync, or a
-// Trigger that may change something, spaced triggerSpacing from last. It
-// returns false when ctx ends.
-func (s *Service) awaitWork(ctx context.Context, resync <-chan time.Time, last time.Time) bool {
+// awaitWork waits for what starts the next reconcile: the Resync, a
+// route overlap's end (due), or a Trigger that may change something, spaced
+// triggerSpacing from last. It returns false when ctx ends.
+func (s *Service) awaitWork(ctx context.Context, resync, due <-chan time.Time, last time.Time) bool {
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-resync:
+			return true
+		case <-due:
 			return true
 		case <-s.trigger:
 			if s.idle && !s.servesAny() {
@@ -460,9 +468,10 @@ func (s *Service) reconcile() {
 	s.prune(pods, time.Now())
 	networks := s.Networks()
 	s.persist()
-	bindings := s.rebind(pods, networks)
+	bindings, skips := s.rebind(pods, networks)
 	s.reconcileServers(networks)
 	s.reconcileAdvertisers(WantedAdvertisements(bindings, networks))
+	s.overlap(skips, time.Now())
 	s.reconcileRoutes(bindings)
 	s.idle = !s.servesAny() && len(s.servers) == 0 && len(s.advertisers) == 0 && s.routesLeft == 0
 }

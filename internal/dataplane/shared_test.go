@@ -44,7 +44,8 @@ func sharedService(t *testing.T, src *fakeSource, nads map[string]config.DHCPv6,
 // routeDev is the interface s routes prefix through, "" when it routes it
 // nowhere.
 func routeDev(s *Service, prefix string) string {
-	for _, r := range DesiredRoutes(s.rebind(s.opts.Source.Pods(), s.Networks()), s.heardSnapshot()) {
+	bindings, _ := s.rebind(s.opts.Source.Pods(), s.Networks())
+	for _, r := range DesiredRoutes(bindings, s.heardSnapshot()) {
 		if r.Prefix.String() == prefix {
 			return r.Dev
 		}
