@@ -64,8 +64,10 @@ type rvmRow struct {
 // rvmDistribution summarizes the successful migrations of ms: QEMU's
 // total and downtime, the route's delay after the signal, each phase's
 // loss window per address (in the order of the first successful
-// migration's), and the target pod's echo replies. Percentiles are
-// nearest-rank (bench.Percentile). No successful migration, no rows.
+// migration's) and by how much the prefix's exceeds the IA_NA address's
+// (in the migrate phase, tenure's share of the switchover), and the target
+// pod's echo replies. Percentiles are nearest-rank (bench.Percentile). No
+// successful migration, no rows.
 func rvmDistribution(ms []rvmMigration) []rvmRow {
 	var ok []rvmMigration
 	for _, m := range ms {
@@ -95,22 +97,30 @@ func rvmDistribution(ms []rvmMigration) []rvmRow {
 		row("QEMU downtime (ms)", func(m rvmMigration) (float64, bool) { return float64(m.QEMUDowntimeMs), true }),
 		row("route on the target after the signal (ms)", func(m rvmMigration) (float64, bool) { return float64(m.RouteAfterSignalMs), true }),
 	}
+	window := func(m rvmMigration, phase, address string) (float64, bool) {
+		for _, mp := range m.Phases {
+			if mp.Name != phase {
+				continue
+			}
+			for _, ml := range mp.Losses {
+				if ml.Address == address {
+					return ml.WindowMs, true
+				}
+			}
+		}
+		return 0, false
+	}
 	for _, p := range ok[0].Phases {
 		for _, l := range p.Losses {
 			rows = append(rows, row(fmt.Sprintf("%s phase: %s loss window (ms)", p.Name, l.Address), func(m rvmMigration) (float64, bool) {
-				for _, mp := range m.Phases {
-					if mp.Name != p.Name {
-						continue
-					}
-					for _, ml := range mp.Losses {
-						if ml.Address == l.Address {
-							return ml.WindowMs, true
-						}
-					}
-				}
-				return 0, false
+				return window(m, p.Name, l.Address)
 			}))
 		}
+		rows = append(rows, row(fmt.Sprintf("%s phase: the prefix's window over the IA_NA address's (ms)", p.Name), func(m rvmMigration) (float64, bool) {
+			prefix, found := window(m, p.Name, "prefix")
+			addr, found2 := window(m, p.Name, "IA_NA")
+			return prefix - addr, found && found2
+		}))
 	}
 	return append(rows,
 		row("echo requests the target pod answered in the VM's place: IPv4", func(m rvmMigration) (float64, bool) { return float64(m.TargetEchoReplies.IPv4), true }),
@@ -155,22 +165,24 @@ func TestRVMDistribution(t *testing.T) {
 		{"none", nil, nil, 0},
 		{"only a failed one", []rvmMigration{failed}, nil, 0},
 		{"one", []rvmMigration{okA}, map[string]rvmRow{
-			"QEMU downtime (ms)":                        {N: 1, Min: 10, P50: 10, P90: 10, Max: 10},
-			"set-up phase: prefix loss window (ms)":     {N: 1, Min: 530, P50: 530, P90: 530, Max: 530},
-			"migrate phase: IA_NA loss window (ms)":     {N: 1, Min: 20, P50: 20, P90: 20, Max: 20},
-			"route on the target after the signal (ms)": {N: 1, Min: 80, P50: 80, P90: 80, Max: 80},
-		}, 11},
+			"QEMU downtime (ms)":                                              {N: 1, Min: 10, P50: 10, P90: 10, Max: 10},
+			"set-up phase: prefix loss window (ms)":                           {N: 1, Min: 530, P50: 530, P90: 530, Max: 530},
+			"migrate phase: IA_NA loss window (ms)":                           {N: 1, Min: 20, P50: 20, P90: 20, Max: 20},
+			"route on the target after the signal (ms)":                       {N: 1, Min: 80, P50: 80, P90: 80, Max: 80},
+			"set-up phase: the prefix's window over the IA_NA address's (ms)": {N: 1, Min: 460, P50: 460, P90: 460, Max: 460},
+		}, 13},
 		// The failed migration's windows (900 ms) and echo replies stay
 		// out; p50 of three is the second, p90 the third.
 		{"three and a failed one", []rvmMigration{okA, failed, okB, okC}, map[string]rvmRow{
-			"QEMU total (ms)":                                               {N: 3, Min: 600, P50: 610, P90: 620, Max: 620},
-			"QEMU downtime (ms)":                                            {N: 3, Min: 10, P50: 20, P90: 30, Max: 30},
-			"set-up phase: IPv4 loss window (ms)":                           {N: 3, Min: 60, P50: 70, P90: 80, Max: 80},
-			"set-up phase: prefix loss window (ms)":                         {N: 3, Min: 430, P50: 500, P90: 530, Max: 530},
-			"migrate phase: IPv4 loss window (ms)":                          {N: 3, Min: 0, P50: 10, P90: 20, Max: 20},
-			"migrate phase: prefix loss window (ms)":                        {N: 3, Min: 0, P50: 20, P90: 30, Max: 30},
-			"echo requests the target pod answered in the VM's place: IPv4": {N: 3, Min: 32, P50: 40, P90: 50, Max: 50},
-		}, 11},
+			"QEMU total (ms)":                                                  {N: 3, Min: 600, P50: 610, P90: 620, Max: 620},
+			"QEMU downtime (ms)":                                               {N: 3, Min: 10, P50: 20, P90: 30, Max: 30},
+			"set-up phase: IPv4 loss window (ms)":                              {N: 3, Min: 60, P50: 70, P90: 80, Max: 80},
+			"set-up phase: prefix loss window (ms)":                            {N: 3, Min: 430, P50: 500, P90: 530, Max: 530},
+			"migrate phase: IPv4 loss window (ms)":                             {N: 3, Min: 0, P50: 10, P90: 20, Max: 20},
+			"migrate phase: prefix loss window (ms)":                           {N: 3, Min: 0, P50: 20, P90: 30, Max: 30},
+			"migrate phase: the prefix's window over the IA_NA address's (ms)": {N: 3, Min: 0, P50: 0, P90: 20, Max: 20},
+			"echo requests the target pod answered in the VM's place: IPv4":    {N: 3, Min: 32, P50: 40, P90: 50, Max: 50},
+		}, 13},
 	} {
 		rows := rvmDistribution(c.ms)
 		if len(rows) != c.rows {
@@ -201,7 +213,9 @@ func TestRVMDistribution(t *testing.T) {
 	}
 	want := []string{"QEMU total (ms)", "QEMU downtime (ms)", "route on the target after the signal (ms)",
 		"set-up phase: IPv4 loss window (ms)", "set-up phase: IA_NA loss window (ms)", "set-up phase: prefix loss window (ms)",
+		"set-up phase: the prefix's window over the IA_NA address's (ms)",
 		"migrate phase: IPv4 loss window (ms)", "migrate phase: IA_NA loss window (ms)", "migrate phase: prefix loss window (ms)",
+		"migrate phase: the prefix's window over the IA_NA address's (ms)",
 		"echo requests the target pod answered in the VM's place: IPv4", "echo requests the target pod answered in the VM's place: IPv6"}
 	if !slices.Equal(figures, want) {
 		t.Errorf("figures %q, want %q", figures, want)
@@ -209,6 +223,9 @@ func TestRVMDistribution(t *testing.T) {
 	for _, r := range rows {
 		if r.Figure == "migrate phase: IPv4 loss window (ms)" && (r.N != 1 || r.Max != 20) {
 			t.Errorf("a migration without the migrate phase counted in it: %+v", r)
+		}
+		if r.Figure == "migrate phase: the prefix's window over the IA_NA address's (ms)" && (r.N != 1 || r.Max != 0) {
+			t.Errorf("a migration without the migrate phase counted in its prefix's excess: %+v", r)
 		}
 		if r.Figure == "set-up phase: IPv4 loss window (ms)" && (r.N != 2 || r.Min != 60 || r.Max != 80) {
 			t.Errorf("set-up phase: IPv4 = %+v, want 2 migrations, 60 to 80", r)
