@@ -5,7 +5,9 @@
 #   make build   binaries into bin/
 #   make image   the tenure image, without docker, into bin/tenure-image.tar
 #   make bench   the benchmark (see docs/performance.md); make bench-quick: its
-#                500-ADD concurrency-50 scenario only, under two minutes
+#                500-ADD concurrency-50 scenario only, under two minutes;
+#                make bench-vm: its real VM's ten migrations back and forth
+#                between real nodes, each outage's distribution
 
 SHELL := /bin/bash
 GO ?= go
@@ -13,7 +15,7 @@ BIN := $(CURDIR)/bin
 LDFLAGS := -s -w
 export CGO_ENABLED := 0
 
-.PHONY: all build image generate verify lint test-deps control-plane node-tools cni-plugins whereabouts helm guest test test-unit test-e2e demo bench bench-quick clean
+.PHONY: all build image generate verify lint test-deps control-plane node-tools cni-plugins whereabouts helm guest test test-unit test-e2e demo bench bench-quick bench-vm clean
 
 all: build
 
@@ -103,10 +105,26 @@ demo: control-plane cni-plugins build
 	$(BIN)/tenurectl demo
 
 # The pod-start scenario runs on the real node (root): its own control plane
-# with controllers, the node, tenure rolled out from the image.
-bench: test-deps control-plane node-tools cni-plugins whereabouts build image
+# with controllers, the node, tenure rolled out from the image. Then the
+# real VM's migrations (bench-vm).
+bench: test-deps control-plane node-tools cni-plugins whereabouts helm guest build image
 	$(BIN)/tenurectl bench
 	$(BIN)/tenurectl bench --scenario pod-start --out out/bench-pod-start
+	$(BENCH_VM)
+
+# The real VM part of test/nodes (three real nodes, root) with ten
+# migrations more than its three, alternating between nodes 1 and 2: each
+# migration's loss windows per phase and address and QEMU's figures into
+# out/bench-vm/migrations.json, their distribution into migrations.md
+# (docs/performance.md). The Helm part runs first, as in test/nodes' own
+# order; the real-node lock waits for any other real-node run on this host.
+BENCH_VM = TENURE_TEST_EVERYTHING=1 TENURE_BIN_DIR=$(BIN) TENURE_REALVM_MIGRATIONS=10 \
+	TENURE_REALVM_OUT=$(CURDIR)/out/bench-vm/migrations.json \
+	flock /tmp/tenure-realnode.lock $(GO) test -tags integration -count=1 -timeout 60m ./test/nodes \
+	-run 'TestThreeNodes/(HelmUpgradeFromPreviousReleaseWhilePodsRunKeepsEveryAddress|RealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute)$$' -v
+
+bench-vm: test-deps control-plane node-tools cni-plugins helm guest build image
+	$(BENCH_VM)
 
 bench-quick: control-plane build
 	$(BIN)/tenurectl bench --quick

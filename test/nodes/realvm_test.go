@@ -4,9 +4,11 @@ package nodes_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -34,6 +36,10 @@ const (
 	rvmRouterLL = "fe80::fe"
 )
 
+// rvmMigrationTime is what each migration beyond the part's three adds to
+// its deadline: several times what one takes here (docs/performance.md).
+const rvmMigrationTime = time.Minute
+
 var (
 	rvmRenewing = regexp.MustCompile(`^XMT: Forming Renew`)
 	rvmRenewed  = regexp.MustCompile(`^tenure-guest: lease reason=RENEW6 prefix=`)
@@ -56,8 +62,24 @@ var (
 // before it runs), and it moves back. After each move the target answers
 // the guest's Renew and routes the prefix, the source does neither; after
 // the failed one nothing moves. Each move's loss windows are reported.
+//
+// TENURE_REALVM_MIGRATIONS=N adds N moves, alternating between nodes 1 and
+// 2, each held to what the three are; with N > 0 the distribution of each
+// figure over the successful moves is logged. TENURE_REALVM_OUT=FILE
+// writes each migration's figures to FILE as JSON (a relative FILE is
+// relative to this package's directory), and with N > 0 the distribution
+// as markdown to FILE with the extension .md.
 func realVMMigratesBetweenTwoNodes(t *testing.T) {
-	ctx := nodetest.Context(t, 8*time.Minute)
+	extra := 0
+	if v := os.Getenv("TENURE_REALVM_MIGRATIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			t.Fatalf("TENURE_REALVM_MIGRATIONS=%q: want a count of migrations, 0 or more", v)
+		}
+		extra = n
+	}
+	out := os.Getenv("TENURE_REALVM_OUT")
+	ctx := nodetest.Context(t, 8*time.Minute+time.Duration(extra)*rvmMigrationTime)
 	if _, err := exec.LookPath(guest.QEMU); err != nil {
 		t.Fatal("no " + guest.QEMU + ": install Debian's qemu-system-x86 (hack/test-deps.sh does)")
 	}
@@ -132,17 +154,20 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 	}
 	prefixAddr := wantPrefix.Addr().Next()
 	mac, _ := net.ParseMAC(migVMMAC)
-	start := func(p *corev1.Pod, incoming string) *guest.VM {
+	// start also returns the echo requests p's kernel answered in the VM's
+	// place before its bridge binding.
+	start := func(p *corev1.Pod, incoming string) (*guest.VM, rvmEcho) {
 		t.Helper()
-		v, err := guest.Start(ctx, guest.Config{Image: img, Dir: t.TempDir(), Netns: bridgeBinding(t, p), Tap: "tap0", MAC: mac,
+		netns, echo := bridgeBinding(t, p)
+		v, err := guest.Start(ctx, guest.Config{Image: img, Dir: t.TempDir(), Netns: netns, Tap: "tap0", MAC: mac,
 			IPv4: ipv4, GatewayV4: netip.MustParseAddr(rvmRouter4), GatewayV6: netip.MustParseAddr(rvmRouterLL), Incoming: incoming})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(v.Stop)
-		return v
+		return v, echo
 	}
-	cur := start(src, "")
+	cur, _ := start(src, "")
 	t.Logf("QEMU runs with %s", cur.Accel())
 	consoles := []*guest.Console{cur.Console()}
 	defer func() {
@@ -175,7 +200,9 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 	type window struct {
 		what                string
 		created, begin, end time.Time
-		downtime            int64
+		// rec is the migration's figures; its phases' are added once
+		// the probing has stopped.
+		rec rvmMigration
 	}
 	var windows []window
 	curPod, curNode := src, 0
@@ -192,7 +219,8 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 		// the source node's virt-handler dials that port and the source
 		// QEMU writes its stream into the connection.
 		sock := filepath.Join(t.TempDir(), "migrate.sock")
-		dst := start(dstPod, "unix:"+sock)
+		dst, echo := start(dstPod, "unix:"+sock)
+		rec := rvmMigration{From: from + 1, To: to + 1, Failed: fail, TargetEchoReplies: echo}
 		consoles = append(consoles, dst.Console())
 		if err := dst.WaitStatus(ctx, "inmigrate"); err != nil {
 			t.Fatal(err)
@@ -226,7 +254,7 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 			end := time.Now()
 			vm.MigrationEnd(ctx, t, cl, m, true)
 			deletePod(ctx, t, dstPod)
-			windows = append(windows, window{what: fmt.Sprintf("failed migration node %d to node %d", from+1, to+1), created: created, begin: begin, end: end})
+			windows = append(windows, window{what: fmt.Sprintf("failed migration node %d to node %d", from+1, to+1), created: created, begin: begin, end: end, rec: rec})
 			rvmNextRenew(ctx, t, cur.Console(), len(cur.Console().Lines()))
 			if n := renewReplies(ctx, t, from+1); n <= renewsFrom {
 				t.Fatalf("node %d answered %v Renews, %v before the failed migration", from+1, n, renewsFrom)
@@ -259,7 +287,8 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 		t.Logf("node %d to node %d: QEMU migrated in %d ms (downtime %d ms); the target ran %v after migrate; targetNodeDomainReadyTimestamp written %v later; node %d's route seen %v after that",
 			from+1, to+1, mig.TotalTime, mig.Downtime, running.Sub(begin).Round(time.Millisecond),
 			signalled.Sub(running).Round(time.Millisecond), to+1, routed.Sub(signalled).Round(time.Millisecond))
-		windows = append(windows, window{what: fmt.Sprintf("migration node %d to node %d", from+1, to+1), created: created, begin: begin, end: rerouted, downtime: mig.Downtime})
+		rec.QEMUTotalMs, rec.QEMUDowntimeMs, rec.RouteAfterSignalMs = mig.TotalTime, mig.Downtime, routed.Sub(signalled).Milliseconds()
+		windows = append(windows, window{what: fmt.Sprintf("migration node %d to node %d", from+1, to+1), created: created, begin: begin, end: rerouted, rec: rec})
 		// A Renew the guest sent from the target: one in flight at the
 		// switchover was answered by the source.
 		renewed := rvmNextRenew(ctx, t, dst.Console(), 0)
@@ -277,9 +306,15 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 		deletePod(ctx, t, curPod)
 		cur, curPod, curNode = dst, dstPod, to
 	}
+	began := time.Now()
 	migrate("migration-1", 1, false)
 	migrate("migration-2", 0, true)
 	migrate("migration-3", 0, false)
+	loadBefore := rvmLoad()
+	for i := range extra {
+		migrate(fmt.Sprintf("migration-%d", 4+i), 1-curNode, false)
+	}
+	loadAfter := rvmLoad()
 	if a, p := claimV6(ctx, t, ns, vm.Claim); a != wantAddr || p != wantPrefix {
 		t.Fatalf("after the migrations the claim holds %s and %s, want %s and %s", a, p, wantAddr, wantPrefix)
 	}
@@ -293,25 +328,32 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 	for _, w := range windows {
 		spans = append(spans, guest.Span{From: w.created, To: w.end})
 	}
+	outages := map[netip.Addr][]guest.Outage{}
 	for _, a := range targets {
-		for _, o := range guest.Unattributed(guest.Outages(prober.Probes(a)), spans) {
+		outages[a] = guest.Outages(prober.Probes(a))
+		for _, o := range guest.Unattributed(outages[a], spans) {
 			t.Errorf("%s: %d probes lost from %s, outside every migration", a, o.Lost, o.Start.Format("15:04:05.000"))
 		}
 	}
+	names := map[netip.Addr]string{ipv4.Addr(): "IPv4", wantAddr: "IA_NA", prefixAddr: "prefix"}
 	// lost is what a lost in the outages that began from from to to.
 	lost := func(a netip.Addr, from, to time.Time) (time.Duration, int) {
-		return guest.LostIn(guest.Outages(prober.Probes(a)), guest.Span{From: from, To: to}, end)
+		return guest.LostIn(outages[a], guest.Span{From: from, To: to}, end)
 	}
+	var recs []rvmMigration
 	for _, w := range windows {
+		rec := w.rec
 		for _, phase := range []struct {
 			name     string
 			from, to time.Time
 		}{{"set-up", w.created, w.begin}, {"migrate", w.begin, w.end}} {
 			window := map[netip.Addr]time.Duration{}
 			var report []string
+			recPhase := rvmPhase{Name: phase.name}
 			for _, a := range targets {
 				d, n := lost(a, phase.from, phase.to)
 				window[a] = d
+				recPhase.Losses = append(recPhase.Losses, rvmLoss{Address: names[a], IP: a.String(), WindowMs: float64(d) / float64(time.Millisecond), Lost: n})
 				report = append(report, fmt.Sprintf("%s %v (%d probes)", a, d.Round(time.Millisecond), n))
 				// The migrate phase is the switchover's: QEMU's pause and
 				// tenure's route. The set-up's losses come from the target
@@ -324,7 +366,7 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 			}
 			over := window[prefixAddr] - window[wantAddr]
 			t.Logf("%s, %s %s to %s (QEMU downtime %d ms): loss windows %s; the prefix's exceeds the IA_NA address's by %v",
-				w.what, phase.name, phase.from.Format("15:04:05.000"), phase.to.Format("15:04:05.000"), w.downtime,
+				w.what, phase.name, phase.from.Format("15:04:05.000"), phase.to.Format("15:04:05.000"), w.rec.QEMUDowntimeMs,
 				strings.Join(report, ", "), over.Round(time.Millisecond))
 			// tenure's share of the switchover: the route's move, beyond
 			// what the guest's pause costs every address. In the set-up
@@ -336,6 +378,30 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 			if phase.name == "migrate" && over > 50*time.Millisecond {
 				t.Errorf("%s: the prefix's loss window %v exceeds the IA_NA address's %v by %v, over 50 ms", w.what, window[prefixAddr], window[wantAddr], over)
 			}
+			rec.Phases = append(rec.Phases, recPhase)
+		}
+		recs = append(recs, rec)
+	}
+	if out != "" {
+		data, err := json.MarshalIndent(recs, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rvmWrite(t, out, append(data, '\n'))
+	}
+	if extra > 0 {
+		rows := rvmDistribution(recs)
+		ok := 0
+		for _, r := range recs {
+			if !r.Failed {
+				ok++
+			}
+		}
+		md := fmt.Sprintf("Real VM migrations (test/nodes, TENURE_REALVM_MIGRATIONS=%d), %s: %d successful of %d; load average %s before the %d added, %s after; QEMU %s.\n\n%s",
+			extra, began.Format("2006-01-02 15:04 MST"), ok, len(recs), loadBefore, extra, loadAfter, cur.Accel(), rvmMarkdown(rows))
+		t.Logf("the distribution over the successful migrations:\n%s", md)
+		if out != "" {
+			rvmWrite(t, strings.TrimSuffix(out, filepath.Ext(out))+".md", []byte(md))
 		}
 	}
 	var ex strings.Builder
@@ -356,8 +422,8 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 // bridge binding does: its addresses go (the guest holds them), its MAC
 // changes (the VM keeps the MAC the network-selection element gave it),
 // and a bridge holds it and the VM's tap, tap0. It returns the pod's
-// network namespace.
-func bridgeBinding(t *testing.T, p *corev1.Pod) string {
+// network namespace and the echo requests the pod answered before.
+func bridgeBinding(t *testing.T, p *corev1.Pod) (string, rvmEcho) {
 	t.Helper()
 	path := podNetns(t, p)
 	ifname := testbed.LauncherInterface(migNetwork)
@@ -384,7 +450,32 @@ func bridgeBinding(t *testing.T, p *corev1.Pod) string {
 			t.Fatalf("in pod %s: ip %s: %v: %s", p.Name, strings.Join(args, " "), err, out)
 		}
 	}
-	return path
+	return path, rvmEcho{IPv4: v4, IPv6: v6}
+}
+
+// rvmWrite writes data to file, making its directory.
+func rvmWrite(t *testing.T, file string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", file)
+}
+
+// rvmLoad is the host's load average over 1, 5 and 15 minutes.
+func rvmLoad() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // rvmEchoReplies reads the echo replies sent from the network namespace

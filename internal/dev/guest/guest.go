@@ -325,8 +325,8 @@ func (v *VM) MigrationInfo() (Migration, error) {
 	return m, err
 }
 
-// WaitMigration polls query-migrate until the migration completed or
-// failed (an error naming QEMU's reason).
+// WaitMigration polls query-migrate until the migration completed, with
+// its figures, or failed (an error naming QEMU's reason).
 func (v *VM) WaitMigration(ctx context.Context) (Migration, error) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -337,7 +337,12 @@ func (v *VM) WaitMigration(ctx context.Context) (Migration, error) {
 		}
 		switch m.Status {
 		case "completed":
-			return m, nil
+			// QEMU's migration thread sets the status before it computes
+			// the total time and the downtime: until then query-migrate
+			// reports both as 0.
+			if m.TotalTime > 0 {
+				return m, nil
+			}
 		case "failed", "cancelled":
 			return m, fmt.Errorf("guest: migration %s: %s", m.Status, m.Error)
 		}
