@@ -1,6 +1,3 @@
-// Package agent is the node agent: it answers the CNI shim's calls from
-// informer caches and creates or deletes IPReservations, one API write per
-// address, never a read on the hot path when the caches already know.
 package agent
 
 import (
