@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -98,6 +97,7 @@ type Agent struct {
 	// heads keeps what validateCall found of each distinct network config.
 	heads headCache
 
+	metrics   *agentMetrics
 	dataplane *agentDataplane
 	// wire probes candidates on the segment before they are handed out;
 	// nil when off.
@@ -165,7 +165,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.shutdown = events.Shutdown
-	a.dataplane.metrics.registry.MustRegister(api.requests, api.duration)
+	a.metrics.registry.MustRegister(api.requests, api.duration)
 	return a, nil
 }
 
@@ -228,40 +228,19 @@ func New(opts Options) (*Agent, error) {
 		a.poolSchema = kube.NewPoolSchema(opts.OpenAPI)
 	}
 	a.ownerFollow = make(chan struct{}, 1)
+	a.metrics = newAgentMetrics()
 	var err error
-	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
+	if a.dataplane, err = newDataplane(a, a.metrics, opts.Dataplane); err != nil {
 		return nil, err
 	}
 	if opts.Wire != nil {
 		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
-		a.dataplane.metrics.registry.MustRegister(a.wire.collectors()...)
+		a.metrics.registry.MustRegister(a.wire.collectors()...)
 		a.answers = newAnswerer(opts.NodeName, a.wire, c, opts.Logger)
 	}
 	a.holdings = newClaimHoldings(a.store.ClaimHolds, a.claimOwnedCached, a.dataplane.svc.Trigger)
-	a.dataplane.metrics.registry.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_window_rebuilds_total",
-			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},
-			func() float64 { return float64(a.store.Rebuilds()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
-			Help: "Reservations in the agent's window: other nodes' reservations of the blocks it allocates from and of the networks it found full."},
-			func() float64 { return float64(a.store.WindowLen()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_node_cache_fresh",
-			Help: "1 while the cache of this node's reservations is trusted; 0 from a broken watch until a live list is found whole in it; calls in the first second of that wait for it, later ones read past the cache."},
-			func() float64 {
-				if a.store.Fresh() {
-					return 1
-				}
-				return 0
-			}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_calls_awaiting_node_cache",
-			Help: "CNI calls waiting now for the node cache to be found whole after its watch broke."},
-			func() float64 { return float64(a.store.Waiting()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
-			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},
-			func() float64 { return float64(a.requests.InFlight()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_requests_busy_total",
-			Help: "CNI requests answered \"try again\" (code 11) because the requests in flight filled the agent's byte budget."},
-			func() float64 { return float64(a.requests.busy.Load()) }))
+	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
+	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.requests })...)
 	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
 		a.dataplane.svc.Trigger()
 		a.triggerOwnerFollow()

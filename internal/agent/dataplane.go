@@ -31,17 +31,15 @@ type DataplaneOptions struct {
 	Resync time.Duration
 }
 
-// agentDataplane is the Agent's dataplane field: the service and the
-// metrics registry its DHCPv6 servers report to.
+// agentDataplane is the Agent's dataplane field: the service its DHCPv6
+// servers and routes run in.
 type agentDataplane struct {
-	svc     *dataplane.Service
-	metrics *agentMetrics
+	svc *dataplane.Service
 	// trigger is svc.Trigger, for what a CNI call changed (tests count it).
 	trigger func()
 }
 
-func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
-	m := newAgentMetrics()
+func newDataplane(a *Agent, m *agentMetrics, opts DataplaneOptions) (*agentDataplane, error) {
 	svc, err := dataplane.New(dataplane.Options{
 		Source: informerSource{a}, Netns: opts.Netns, StateFile: opts.StateFile, Resync: opts.Resync,
 		Observer: m, Logger: a.log, OnConflict: a.recordMACConflict,
@@ -52,7 +50,7 @@ func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
 	if err := onEveryEvent(svc.Trigger, a.pods, a.claims); err != nil {
 		return nil, err
 	}
-	return &agentDataplane{svc: svc, metrics: m, trigger: svc.Trigger}, nil
+	return &agentDataplane{svc: svc, trigger: svc.Trigger}, nil
 }
 
 // EventMACConflict is the reason of the Warning Event recorded on each pod

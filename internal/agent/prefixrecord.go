@@ -87,7 +87,7 @@ func (a *Agent) prefixRecordPruned(ctx context.Context, claim *ipamclaimsv1alpha
 	}
 	a.log.Warn("claim's delegated prefix not recorded: the IPAMClaim CRD has no status.delegatedPrefixes",
 		"claim", claims.Key(claim), "prefixes", sent, "why", why, "fix", CRDFix)
-	a.dataplane.metrics.prefixRecordPruned.Inc()
+	a.metrics.prefixRecordPruned.Inc()
 }
 
 // prefixRecordRestored turns a FieldPrunedByCRD condition True once the

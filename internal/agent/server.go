@@ -177,7 +177,7 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, br *bufio.Reader, 
 	ch.release()
 	_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
 	_, _ = conn.Write(encodeResponse(resp))
-	a.dataplane.metrics.cniCall(req.Command, resp, time.Since(start))
+	a.metrics.cniCall(req.Command, resp, time.Since(start))
 	return false
 }
 
