@@ -44,7 +44,7 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 	if verr := validateCall(req, &a.heads); verr != nil {
 		return &Response{Error: verr}
 	}
-	ctx = a.withArrival(ctx)
+	ctx = a.arrivals.withArrival(ctx)
 	switch req.Command {
 	case "ADD":
 		res, err = a.add(ctx, req)

@@ -80,7 +80,7 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 			}
 			return err
 		}
-		c := acceptedConn{a.withArrival(ctx), conn}
+		c := acceptedConn{a.arrivals.withArrival(ctx), conn}
 		select {
 		case handoff <- c:
 		default:
