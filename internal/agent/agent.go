@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -89,8 +90,7 @@ type Agent struct {
 	locks keyedMutex
 	// arrivals orders calls of one attachment as they reached the agent.
 	arrivals arrivals
-	// requests bounds the bytes of CNI requests the socket holds at once.
-	requests *requestBudget
+	server   *socketServer
 
 	// netconfs parses each distinct network config once.
 	netconfs *netconfCache
@@ -211,7 +211,6 @@ func New(opts Options) (*Agent, error) {
 	c := opts.Client
 	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, freshWait: freshWait, client: c, recorder: opts.Recorder, shutdown: func() {},
 		netconfs: newNetconfCache(netconfCacheSize)}
-	a.requests = newRequestBudget(headBytes, headPoolBytes, tailPoolBytes)
 	a.store = store.New(c, opts.NodeName)
 	switch {
 	case opts.ReleaseCooldown == 0:
@@ -229,6 +228,8 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.ownerFollow = make(chan struct{}, 1)
 	a.metrics = newAgentMetrics()
+	a.server = &socketServer{log: opts.Logger, handle: a.Handle, ready: a.Ready, arrivals: &a.arrivals,
+		requests: newRequestBudget(headBytes, headPoolBytes, tailPoolBytes), observe: a.metrics.cniCall}
 	var err error
 	if a.dataplane, err = newDataplane(a, a.metrics, opts.Dataplane); err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.holdings = newClaimHoldings(a.store.ClaimHolds, a.claimOwnedCached, a.dataplane.svc.Trigger)
 	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
-	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.requests })...)
+	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)
 	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
 		a.dataplane.svc.Trigger()
 		a.triggerOwnerFollow()
@@ -285,6 +286,9 @@ func (a *Agent) Start(ctx context.Context) error {
 func (a *Agent) Ready() bool {
 	return a.started.Load() && a.store.HasSynced() && a.pods.HasSynced() && a.claims.HasSynced() && a.pools.HasSynced()
 }
+
+// Serve answers CNI calls and the health probes on l until ctx ends.
+func (a *Agent) Serve(ctx context.Context, l net.Listener) error { return a.server.serve(ctx, l) }
 
 // Shutdown stops the Event broadcaster NewForConfig started.
 func (a *Agent) Shutdown() { a.shutdown() }
