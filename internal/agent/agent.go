@@ -230,22 +230,24 @@ func New(opts Options) (*Agent, error) {
 	a.metrics = newAgentMetrics()
 	a.server = &socketServer{log: opts.Logger, handle: a.Handle, ready: a.Ready, arrivals: &a.arrivals,
 		requests: newRequestBudget(headBytes, headPoolBytes, tailPoolBytes), observe: a.metrics.cniCall}
+	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
+		a.dataplane.svc.Trigger()
+		a.triggerOwnerFollow()
+	})
+	a.holdings = newClaimHoldings(a.store.ClaimHolds, claimOwnedCached(a.store.ByOwnerUID), nil)
 	var err error
-	if a.dataplane, err = newDataplane(a, a.metrics, opts.Dataplane); err != nil {
+	if a.dataplane, err = newDataplane(opts.Dataplane, informerSource{node: opts.NodeName, pods: a.pods, claims: a.claims, store: a.store, holdings: a.holdings, vmis: a.vmis},
+		a.metrics, opts.Logger, opts.Recorder); err != nil {
 		return nil, err
 	}
+	a.holdings.changed = a.dataplane.svc.Trigger
 	if opts.Wire != nil {
 		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
 		a.metrics.registry.MustRegister(a.wire.collectors()...)
 		a.answers = newAnswerer(opts.NodeName, a.wire, c, opts.Logger)
 	}
-	a.holdings = newClaimHoldings(a.store.ClaimHolds, a.claimOwnedCached, a.dataplane.svc.Trigger)
 	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
 	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)
-	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
-		a.dataplane.svc.Trigger()
-		a.triggerOwnerFollow()
-	})
 	if err := onEveryEvent(a.triggerOwnerFollow, a.pods, a.claims); err != nil {
 		return nil, err
 	}

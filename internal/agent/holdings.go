@@ -195,14 +195,17 @@ func sameNames(a, b []*tenurev1alpha1.IPReservation) bool {
 	return slices.Equal(names(a), names(b))
 }
 
-// claimOwnedCached is what the caches hold of claim uid's items: its
-// claim-owned reservations, whole (the node cache's) or as partial
-// reservations whose owner kind is known. A pod's reservation carrying the
-// claim's UID is none of them (a decoy another node wrote, which the data
-// path would otherwise serve where the status records no prefix); a window
-// entry, whose kind is unknown, is left to the live list (ClaimHolds).
-func (a *Agent) claimOwnedCached(uid string) []*tenurev1alpha1.IPReservation {
-	return slices.DeleteFunc(a.store.ByOwnerUID(uid), func(r *tenurev1alpha1.IPReservation) bool {
-		return r.Spec.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim
-	})
+// claimOwnedCached is, of the reservations byOwnerUID returns (the
+// store's), what the caches hold of claim uid's items: its claim-owned
+// reservations, whole (the node cache's) or as partial reservations whose
+// owner kind is known. A pod's reservation carrying the claim's UID is none
+// of them (a decoy another node wrote, which the data path would otherwise
+// serve where the status records no prefix); a window entry, whose kind is
+// unknown, is left to the live list (ClaimHolds).
+func claimOwnedCached(byOwnerUID func(uid string) []*tenurev1alpha1.IPReservation) func(uid string) []*tenurev1alpha1.IPReservation {
+	return func(uid string) []*tenurev1alpha1.IPReservation {
+		return slices.DeleteFunc(byOwnerUID(uid), func(r *tenurev1alpha1.IPReservation) bool {
+			return r.Spec.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim
+		})
+	}
 }

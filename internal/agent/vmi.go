@@ -109,8 +109,8 @@ func (a *Agent) followOwners(ctx context.Context) bool {
 		return true
 	}
 	ok := true
-	for _, m := range OwnerPodMoves(informerSource{a}.Pods(), informerSource{a}.Claim, lookup, a.node) {
-		claim, found := informerSource{a}.Claim(m.Namespace, m.Claim)
+	for _, m := range OwnerPodMoves(a.dataplane.src.Pods(), a.dataplane.src.Claim, lookup, a.node) {
+		claim, found := a.dataplane.src.Claim(m.Namespace, m.Claim)
 		if !found {
 			continue
 		}
