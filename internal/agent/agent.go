@@ -108,9 +108,8 @@ type Agent struct {
 	// holdings are the claims' reservations, as the dataplane reads them.
 	holdings *claimHoldings
 	// vmis caches KubeVirt's VirtualMachineInstances while they are served.
-	vmis *kubevirt.Watcher
-	// ownerFollow triggers runOwnerFollow.
-	ownerFollow chan struct{}
+	vmis     *kubevirt.Watcher
+	follower *ownerFollower
 	// started: Start has returned, caches synced and start-up garbage freed.
 	started atomic.Bool
 }
@@ -226,13 +225,12 @@ func New(opts Options) (*Agent, error) {
 	if opts.OpenAPI != nil {
 		a.poolSchema = kube.NewPoolSchema(opts.OpenAPI)
 	}
-	a.ownerFollow = make(chan struct{}, 1)
 	a.metrics = newAgentMetrics()
 	a.server = &socketServer{log: opts.Logger, handle: a.Handle, ready: a.Ready, arrivals: &a.arrivals,
 		requests: newRequestBudget(headBytes, headPoolBytes, tailPoolBytes), observe: a.metrics.cniCall}
 	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
 		a.dataplane.svc.Trigger()
-		a.triggerOwnerFollow()
+		a.follower.trigger()
 	})
 	a.holdings = newClaimHoldings(a.store.ClaimHolds, claimOwnedCached(a.store.ByOwnerUID), nil)
 	var err error
@@ -241,6 +239,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.holdings.changed = a.dataplane.svc.Trigger
+	a.follower = newOwnerFollower(opts.NodeName, opts.Logger, c, opts.Recorder, a.vmis, a.dataplane.src.Pods, a.dataplane.src.Claim)
 	if opts.Wire != nil {
 		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
 		a.metrics.registry.MustRegister(a.wire.collectors()...)
@@ -248,7 +247,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
 	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)
-	if err := onEveryEvent(a.triggerOwnerFollow, a.pods, a.claims); err != nil {
+	if err := onEveryEvent(a.follower.trigger, a.pods, a.claims); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -271,7 +270,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.holdings.run(ctx)
 	go a.dataplane.Run(ctx)
-	go a.runOwnerFollow(ctx)
+	go a.follower.run(ctx)
 	if a.wire != nil {
 		go a.wire.runAhead(ctx)
 		go a.answers.run(ctx)

@@ -125,7 +125,7 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 // be behind virt-controller's write of status.activePods: before refusing
 // on the VMI, the API server's VMI decides.
 func (a *Agent) mayPresent(ctx context.Context, pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) error {
-	lookup := a.vmiLookup()
+	lookup := a.follower.vmiLookup()
 	err := claims.MayPresent(pod, claim, lookup)
 	var pe *claims.PresentError
 	if err == nil || !errors.As(err, &pe) {
@@ -486,7 +486,7 @@ func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMC
 		elsewhere := false
 		if claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {
 			var err error
-			if vmi, elsewhere, err = a.vmRunsElsewhere(ctx, claim, pod); err != nil {
+			if vmi, elsewhere, err = a.follower.vmRunsElsewhere(ctx, claim, pod); err != nil {
 				return err
 			}
 		}
