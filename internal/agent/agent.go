@@ -110,6 +110,8 @@ type Agent struct {
 	// vmis caches KubeVirt's VirtualMachineInstances while they are served.
 	vmis     *kubevirt.Watcher
 	follower *ownerFollower
+	// statusRecorder writes claims' status.
+	statusRecorder *statusRecorder
 	// started: Start has returned, caches synced and start-up garbage freed.
 	started atomic.Bool
 }
@@ -240,6 +242,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.holdings.changed = a.dataplane.svc.Trigger
 	a.follower = newOwnerFollower(opts.NodeName, opts.Logger, c, opts.Recorder, a.vmis, a.dataplane.src.Pods, a.dataplane.src.Claim)
+	a.statusRecorder = &statusRecorder{client: c, log: opts.Logger, recorder: opts.Recorder, pruned: a.metrics.prefixRecordPruned, vmRunsElsewhere: a.follower.vmRunsElsewhere}
 	if opts.Wire != nil {
 		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
 		a.metrics.registry.MustRegister(a.wire.collectors()...)
