@@ -74,16 +74,14 @@ type Agent struct {
 	// for it to be found whole (freshWait in cni.go; tests lengthen it).
 	freshWait time.Duration
 
-	client client.WithWatch
-	store  *store.Store
-	alloc  *allocator.Factory
-	pods   cache.SharedIndexInformer
-	claims cache.SharedIndexInformer
-	pools  cache.SharedIndexInformer
-	// poolSchema says whether the IPPool CRD has the selector fields a
-	// pools list chooses by; nil without Options.OpenAPI.
-	poolSchema *kube.PoolSchema
-	recorder   record.EventRecorder
+	client      client.WithWatch
+	store       *store.Store
+	alloc       *allocator.Factory
+	pods        cache.SharedIndexInformer
+	claims      cache.SharedIndexInformer
+	pools       cache.SharedIndexInformer
+	poolChooser *poolChooser
+	recorder    record.EventRecorder
 	// shutdown stops what NewForConfig started beside the agent.
 	shutdown func()
 
@@ -99,6 +97,8 @@ type Agent struct {
 
 	metrics   *agentMetrics
 	dataplane *agentDataplane
+	// allocators hand ADDs the allocator of a slot.
+	allocators *allocators
 	// wire probes candidates on the segment before they are handed out;
 	// nil when off.
 	wire *wire
@@ -224,8 +224,9 @@ func New(opts Options) (*Agent, error) {
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1alpha1.IPAMClaimList{} }, &ipamclaimsv1alpha1.IPAMClaim{}, nil)
 	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPPoolList{} }, &tenurev1alpha1.IPPool{}, nil)
+	a.poolChooser = &poolChooser{node: opts.NodeName, log: opts.Logger, client: c}
 	if opts.OpenAPI != nil {
-		a.poolSchema = kube.NewPoolSchema(opts.OpenAPI)
+		a.poolChooser.schema = kube.NewPoolSchema(opts.OpenAPI)
 	}
 	a.metrics = newAgentMetrics()
 	a.server = &socketServer{log: opts.Logger, handle: a.Handle, ready: a.Ready, arrivals: &a.arrivals,
@@ -248,6 +249,7 @@ func New(opts Options) (*Agent, error) {
 		a.metrics.registry.MustRegister(a.wire.collectors()...)
 		a.answers = newAnswerer(opts.NodeName, a.wire, c, opts.Logger)
 	}
+	a.allocators = &allocators{alloc: a.alloc, wire: a.wire}
 	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
 	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)
 	if err := onEveryEvent(a.follower.trigger, a.pods, a.claims); err != nil {

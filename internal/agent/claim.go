@@ -93,7 +93,7 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		for _, q := range req.Addresses {
 			keep = append(keep, q.Addr)
 		}
-		if err := a.choosePools(ctx, at, keep); err != nil {
+		if err := a.poolChooser.choosePools(ctx, at, keep); err != nil {
 			return err
 		}
 
@@ -266,7 +266,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			held = append(held, heldSlot{s, r})
 			continue
 		}
-		al, err := a.nextAllocator(at, s)
+		al, err := a.allocators.nextAllocator(at, s)
 		if err != nil {
 			return nil, false, err
 		}

@@ -251,7 +251,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 			holds = append(holds, p.Addr())
 		}
 	}
-	if err := a.choosePools(ctx, at, holds); err != nil {
+	if err := a.poolChooser.choosePools(ctx, at, holds); err != nil {
 		return nil, err
 	}
 	var held []heldSlot
@@ -269,7 +269,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 			r, err = a.allocateRequested(ctx, s, tmpl)
 		} else {
 			var al allocator.Interface
-			if al, err = a.nextAllocator(at, s); err == nil {
+			if al, err = a.allocators.nextAllocator(at, s); err == nil {
 				r, err = al.AllocateNext(ctx, tmpl)
 			}
 		}
