@@ -112,6 +112,7 @@ type Agent struct {
 	follower *ownerFollower
 	// statusRecorder writes claims' status.
 	statusRecorder *statusRecorder
+	claimPath      *claimPath
 	// started: Start has returned, caches synced and start-up garbage freed.
 	started atomic.Bool
 }
@@ -250,6 +251,9 @@ func New(opts Options) (*Agent, error) {
 		a.answers = newAnswerer(opts.NodeName, a.wire, c, opts.Logger)
 	}
 	a.allocators = &allocators{alloc: a.alloc, wire: a.wire}
+	a.claimPath = &claimPath{node: opts.NodeName, log: opts.Logger, client: c, claims: a.claims, store: a.store, alloc: a.alloc, recorder: opts.Recorder,
+		choosePools: a.poolChooser.choosePools, nextAllocator: a.allocators.nextAllocator, rollback: a.rollback, learn: a.holdings.learn,
+		status: a.statusRecorder, vmiLookup: a.follower.vmiLookup}
 	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
 	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)
 	if err := onEveryEvent(a.follower.trigger, a.pods, a.claims); err != nil {

@@ -179,13 +179,13 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 		return nil, err
 	}
 	if at.sel.Claim == "" {
-		if at.sel.Claim, err = a.stickyClaim(ctx, at, true); err != nil {
+		if at.sel.Claim, err = a.claimPath.stickyClaim(ctx, at, true); err != nil {
 			return nil, err
 		}
 	}
 	var held []heldSlot
 	if at.sel.Claim != "" {
-		held, err = a.addForClaim(ctx, at)
+		held, err = a.claimPath.addForClaim(ctx, at)
 	} else {
 		held, err = a.addForPod(ctx, at)
 	}
@@ -281,6 +281,34 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 		held = append(held, heldSlot{s, r})
 	}
 	return held, nil
+}
+
+// allocateRequested reserves the address runtimeConfig.ips asks for from
+// slot s, for a pod's attachment. The allocator answers a pod UID that
+// already holds the address with that reservation; for a pod, that is
+// either this sandbox's other interface (a conflict) or an earlier sandbox
+// the runtime replaced, whose late DEL or GC would free the address under
+// this one: that reservation is released and the address reserved anew.
+func (a *Agent) allocateRequested(ctx context.Context, s slot, tmpl allocator.Template) (*tenurev1alpha1.IPReservation, error) {
+	al := a.alloc.For(s.Scope, s.Space)
+	for range 2 {
+		r, err := al.Allocate(ctx, s.requestedItem(), tmpl)
+		if err != nil {
+			return nil, err
+		}
+		o := r.Spec.Owner
+		switch {
+		case o.ContainerID == tmpl.Owner.ContainerID && o.Interface == tmpl.Owner.Interface:
+			return r, nil
+		case o.ContainerID == tmpl.Owner.ContainerID:
+			return nil, &allocator.ConflictError{Item: r.Spec.Address, Holder: o}
+		}
+		a.log.Info("releasing a requested address an earlier sandbox of the pod holds", "reservation", r.Name, "containerID", o.ContainerID)
+		if err := a.alloc.Release(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	return nil, codedf(CodeTryAgainLater, nil, "%s: an earlier sandbox of the pod still holds it", s.requested)
 }
 
 // attachmentHolds returns the pod-owned reservations of one attachment
@@ -431,12 +459,12 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	}
 	held := a.store.ByAttachment(req.ContainerID, req.IfName)
 	if at.sel.Claim == "" {
-		if at.sel.Claim, err = a.stickyClaim(ctx, at, false); err != nil {
+		if at.sel.Claim, err = a.claimPath.stickyClaim(ctx, at, false); err != nil {
 			return err
 		}
 	}
 	if at.sel.Claim != "" {
-		if claim, err := a.getClaim(ctx, at.pod.Namespace, at.sel.Claim, false); err == nil {
+		if claim, err := a.claimPath.getClaim(ctx, at.pod.Namespace, at.sel.Claim, false); err == nil {
 			owned, err := a.store.ClaimHolds(ctx, string(claim.UID))
 			if err != nil {
 				return err
