@@ -67,12 +67,8 @@ const NoCooldown time.Duration = -1
 
 // Agent serves CNI calls for one node.
 type Agent struct {
-	node    string
-	log     *slog.Logger
-	podWait time.Duration
-	// freshWait: how long after the node cache went stale a call waits
-	// for it to be found whole (freshWait in cni.go; tests lengthen it).
-	freshWait time.Duration
+	node string
+	log  *slog.Logger
 
 	client      client.WithWatch
 	store       *store.Store
@@ -90,8 +86,8 @@ type Agent struct {
 	arrivals arrivals
 	server   *socketServer
 
-	// netconfs parses each distinct network config once.
-	netconfs *netconfCache
+	calls        *callReader
+	reservations *attachmentReservations
 	// heads keeps what validateCall found of each distinct network config.
 	heads headCache
 
@@ -211,8 +207,7 @@ func New(opts Options) (*Agent, error) {
 		opts.PodWait = time.Second
 	}
 	c := opts.Client
-	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, freshWait: freshWait, client: c, recorder: opts.Recorder, shutdown: func() {},
-		netconfs: newNetconfCache(netconfCacheSize)}
+	a := &Agent{node: opts.NodeName, log: opts.Logger, client: c, recorder: opts.Recorder, shutdown: func() {}}
 	a.store = store.New(c, opts.NodeName)
 	switch {
 	case opts.ReleaseCooldown == 0:
@@ -225,6 +220,8 @@ func New(opts Options) (*Agent, error) {
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1alpha1.IPAMClaimList{} }, &ipamclaimsv1alpha1.IPAMClaim{}, nil)
 	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPPoolList{} }, &tenurev1alpha1.IPPool{}, nil)
+	a.calls = &callReader{node: opts.NodeName, podWait: opts.PodWait, client: c, pods: a.pods, pools: a.pools, netconfs: newNetconfCache(netconfCacheSize)}
+	a.reservations = &attachmentReservations{node: opts.NodeName, log: opts.Logger, store: a.store, client: c, alloc: a.alloc, freshWait: freshWait}
 	a.poolChooser = &poolChooser{node: opts.NodeName, log: opts.Logger, client: c}
 	if opts.OpenAPI != nil {
 		a.poolChooser.schema = kube.NewPoolSchema(opts.OpenAPI)
@@ -252,7 +249,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.allocators = &allocators{alloc: a.alloc, wire: a.wire}
 	a.claimPath = &claimPath{node: opts.NodeName, log: opts.Logger, client: c, claims: a.claims, store: a.store, alloc: a.alloc, recorder: opts.Recorder,
-		choosePools: a.poolChooser.choosePools, nextAllocator: a.allocators.nextAllocator, rollback: a.rollback, learn: a.holdings.learn,
+		choosePools: a.poolChooser.choosePools, nextAllocator: a.allocators.nextAllocator, rollback: a.reservations.rollback, learn: a.holdings.learn,
 		status: a.statusRecorder, vmiLookup: a.follower.vmiLookup}
 	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
 	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)

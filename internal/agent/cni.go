@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"time"
@@ -14,13 +13,9 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/reservation"
@@ -71,101 +66,8 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 	return &Response{Result: data}
 }
 
-// slot is one thing an ADD hands out: an address of a range (Range set),
-// or a prefix of the delegation pool (Range nil). It is the config's scoped
-// space and what the pod asks of it.
-type slot struct {
-	config.ScopedSpace
-	// requested is the address runtimeConfig.ips asks for from Range; zero
-	// for any free one.
-	requested netip.Addr
-}
-
-// requestedItem is the requested address as the allocator's item.
-func (s slot) requestedItem() netip.Prefix {
-	return netip.PrefixFrom(s.requested, s.requested.BitLen())
-}
-
-// holds reads the reservation's name, which says its scope and item
-// whether the cache holds the whole object or only its metadata.
-func (s slot) holds(r *tenurev1alpha1.IPReservation) bool {
-	return reservation.ScopeLabelOf(r.Name) == reservation.ScopeLabel(s.Scope) && allocator.InSpace(s.Space, r.Name)
-}
-
-func slots(cfg *config.Config, withPrefix bool) []slot {
-	out := make([]slot, 0, len(cfg.Ranges)+1)
-	for i, sp := range cfg.Spaces() {
-		if sp.Range == nil && !withPrefix {
-			continue
-		}
-		s := slot{ScopedSpace: sp}
-		if i < len(cfg.Requested) {
-			s.requested = cfg.Requested[i]
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-func (a *Agent) loadConfig(ctx context.Context, req *cniwire.Request) (*config.Config, error) {
-	cfg, err := a.netconfs.get(req.StdinData, req.FlatConfig)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Pool == "" {
-		return cfg, nil // its own ranges, or a pools list SelectPools resolves per pod
-	}
-	pool := &tenurev1alpha1.IPPool{}
-	if obj, ok, _ := a.pools.GetIndexer().GetByKey(cfg.Pool); ok {
-		pool = obj.(*tenurev1alpha1.IPPool)
-	} else if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: cfg.Pool}, pool); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, &config.Error{Key: "ipam.pool", Value: fmt.Sprintf("%q", cfg.Pool), Reason: "no IPPool of that name"}
-		}
-		return nil, err
-	}
-	if err := cfg.ApplyPool(pool.Name, pool.Spec); err != nil {
-		return nil, err
-	}
-	return cfg, nil
-}
-
-type attachment struct {
-	req *cniwire.Request
-	// cfg is the config the ADD allocates from; for a pools list, base
-	// until choosePools resolved it, and base is the config as parsed.
-	cfg  *config.Config
-	base *config.Config
-	pod  *corev1.Pod
-	sel  claims.Selection
-	args podArgs
-}
-
-func (a *Agent) prepare(ctx context.Context, req *cniwire.Request) (*attachment, error) {
-	if req.ContainerID == "" || req.IfName == "" {
-		return nil, codedf(CodeInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required (got %q, %q)", req.ContainerID, req.IfName)
-	}
-	cfg, err := a.loadConfig(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	args, err := parseCNIArgs(req.Args)
-	if err != nil {
-		return nil, codedf(CodeInvalidEnvironmentVariables, nil, "%v", err)
-	}
-	pod, err := a.pod(ctx, args)
-	if err != nil {
-		return nil, err
-	}
-	sel, err := claims.Select(pod, req.IfName)
-	if err != nil {
-		return nil, codedf(CodeInvalidNetworkConfig, nil, "%v", err)
-	}
-	return &attachment{req: req, cfg: cfg, base: cfg, pod: pod, sel: sel, args: args}, nil
-}
-
 func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, error) {
-	at, err := a.prepare(ctx, req)
+	at, err := a.calls.prepare(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -197,10 +99,6 @@ func (a *Agent) add(ctx context.Context, req *cniwire.Request) (types.Result, er
 	return buildResult(at.cfg, held)
 }
 
-func attachmentKey(req *cniwire.Request) string {
-	return reservation.AttachmentKey(req.ContainerID, req.IfName)
-}
-
 // EventAddFailed is the reason of the Warning Event recorded on a pod whose
 // ADD failed once its pod was known. The message names the attachment as
 // "interface NAME", which `tenurectl why` reads to say why that interface
@@ -222,11 +120,6 @@ func (a *Agent) recordAddFailure(at *attachment, err error) {
 		at.req.IfName, at.cfg.Name, id, ce.Code, ce.Msg)
 }
 
-type heldSlot struct {
-	slot slot
-	res  *tenurev1alpha1.IPReservation
-}
-
 func (a *Agent) owner(at *attachment) tenurev1alpha1.ReservationOwner {
 	return tenurev1alpha1.ReservationOwner{
 		Kind: tenurev1alpha1.OwnerPod, Namespace: at.pod.Namespace, Name: at.pod.Name, UID: string(at.pod.UID),
@@ -239,7 +132,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 	tmpl := allocator.Template{Owner: a.owner(at), CNINetwork: at.cfg.Name}
 	// A fresh cache that holds nothing for the attachment is believed (a
 	// first ADD costs no read); a cache that may lag is read past.
-	existing, err := a.attachmentHolds(ctx, at.req.ContainerID, at.req.IfName, tmpl.Owner.UID, !a.store.AwaitFresh(ctx, a.freshWait), true)
+	existing, err := a.reservations.attachmentHolds(ctx, at.req.ContainerID, at.req.IfName, tmpl.Owner.UID, !a.reservations.fresh(ctx), true)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +167,7 @@ func (a *Agent) addForPod(ctx context.Context, at *attachment) ([]heldSlot, erro
 			}
 		}
 		if err != nil {
-			a.rollback(created)
+			a.reservations.rollback(created)
 			return nil, err
 		}
 		created = append(created, r)
@@ -311,95 +204,6 @@ func (a *Agent) allocateRequested(ctx context.Context, s slot, tmpl allocator.Te
 	return nil, codedf(CodeTryAgainLater, nil, "%s: an earlier sandbox of the pod still holds it", s.requested)
 }
 
-// attachmentHolds returns the pod-owned reservations of one attachment
-// (of pod UID podUID; "" when unknown): the node cache's, or with live
-// the API server's (a list by the owner-UID label, or by this node's label
-// when the pod UID is unknown). Creates of the attachment whose outcome is
-// unknown (Store.Unsettled) are settled first by live reads; with
-// recreate (ADD) a name found free is created again, so a create still in
-// flight cannot commit beside it. One that cannot be settled in time is a
-// retryable error.
-func (a *Agent) attachmentHolds(ctx context.Context, containerID, ifName, podUID string, live, recreate bool) ([]*tenurev1alpha1.IPReservation, error) {
-	ours := func(r *tenurev1alpha1.IPReservation) bool {
-		o := r.Spec.Owner
-		// Made on this node: any node may write a reservation naming this
-		// node's pod and sandbox, and none but this node's is the
-		// attachment's.
-		return o.Kind == tenurev1alpha1.OwnerPod && o.ContainerID == containerID && o.Interface == ifName && (podUID == "" || o.UID == podUID) &&
-			o.Node == a.node
-	}
-	var out, unsettled []*tenurev1alpha1.IPReservation
-	for _, r := range a.store.ByAttachment(containerID, ifName) {
-		if !ours(r) {
-			continue
-		}
-		if u, ok := a.store.Unsettled(r.Name); ok {
-			unsettled = append(unsettled, u)
-			continue
-		}
-		if !live {
-			out = append(out, r)
-		}
-	}
-	if live {
-		sel := client.MatchingLabels{reservation.LabelOwnerUID: podUID}
-		if podUID == "" {
-			sel = client.MatchingLabels{reservation.LabelNode: reservation.NodeLabel(a.node)}
-		}
-		list := &tenurev1alpha1.IPReservationList{}
-		if err := a.client.List(ctx, list, sel); err != nil {
-			return nil, codedf(CodeTryAgainLater, err, "reading what container %s interface %s holds from the API server", containerID, ifName)
-		}
-		for i := range list.Items {
-			r := &list.Items[i]
-			if _, ok := a.store.Unsettled(r.Name); ok || !ours(r) {
-				continue // settled below
-			}
-			out = append(out, r)
-		}
-	}
-	for _, u := range unsettled {
-		r, err := a.alloc.Settle(ctx, u, recreate)
-		switch {
-		case apierrors.IsAlreadyExists(err):
-			// Someone else's: the create did not commit for this attachment.
-		case err != nil:
-			return nil, codedf(CodeTryAgainLater, err, "container %s interface %s: an earlier create of %s is unsettled", containerID, ifName, u.Name)
-		case r != nil:
-			out = append(out, r)
-		}
-	}
-	return out, nil
-}
-
-func firstHeld(rs []*tenurev1alpha1.IPReservation, s slot) *tenurev1alpha1.IPReservation {
-	for _, r := range rs {
-		if s.holds(r) {
-			return r
-		}
-	}
-	return nil
-}
-
-// rollback frees what a failed ADD created, so a dual-stack ADD that got
-// its IPv4 address but not its IPv6 one leaves nothing behind.
-func (a *Agent) rollback(created []*tenurev1alpha1.IPReservation) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, r := range created {
-		if err := a.alloc.Release(ctx, r); err != nil {
-			a.log.Error("rollback failed; the controller will release it", "reservation", r.Name, "err", err)
-		}
-	}
-}
-
-// freshWait bounds how long after the node cache went stale a call waits
-// for it to be found whole (Store.AwaitFresh) rather than read past it: a
-// watch the API server closed reopens within milliseconds, and its check
-// takes one list and the reopened watch's catch-up; a cache stale for
-// longer is read past at once.
-const freshWait = time.Second
-
 func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	if req.ContainerID == "" || req.IfName == "" {
 		return codedf(CodeInvalidEnvironmentVariables, nil, "CNI_CONTAINERID and CNI_IFNAME are required")
@@ -421,9 +225,9 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 	if args, err := parseCNIArgs(req.Args); err == nil {
 		podUID = args.UID
 	}
-	fresh := a.store.AwaitFresh(ctx, a.freshWait)
+	fresh := a.reservations.fresh(ctx)
 	live := !fresh || len(a.store.ByAttachment(req.ContainerID, req.IfName)) == 0
-	held, err := a.attachmentHolds(ctx, req.ContainerID, req.IfName, podUID, live, false)
+	held, err := a.reservations.attachmentHolds(ctx, req.ContainerID, req.IfName, podUID, live, false)
 	if err != nil {
 		return err
 	}
@@ -438,7 +242,7 @@ func (a *Agent) del(ctx context.Context, req *cniwire.Request) error {
 }
 
 func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
-	at, err := a.prepare(ctx, req)
+	at, err := a.calls.prepare(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -497,7 +301,7 @@ func (a *Agent) check(ctx context.Context, req *cniwire.Request) error {
 	if missing() != nil {
 		// The node cache may lag (its watch broke, the agent restarted):
 		// what it lacks is read from the API server before CHECK fails.
-		live, err := a.attachmentHolds(ctx, req.ContainerID, req.IfName, string(at.pod.UID), true, false)
+		live, err := a.reservations.attachmentHolds(ctx, req.ContainerID, req.IfName, string(at.pod.UID), true, false)
 		if err != nil {
 			return err
 		}
@@ -567,59 +371,6 @@ func (a *Agent) status(ctx context.Context) error {
 		return codedf(CodePluginNotAvailable, err, "Kubernetes API not reachable")
 	}
 	return nil
-}
-
-func (a *Agent) pod(ctx context.Context, args podArgs) (*corev1.Pod, error) {
-	key := args.Namespace + "/" + args.Name
-	match := func(p *corev1.Pod) bool { return args.UID == "" || string(p.UID) == args.UID }
-	// The runtime calls ADD right after the pod was bound, often before the
-	// pod informer has it: wait a moment for the cache, then ask the API.
-	var cached *corev1.Pod
-	inCache := func(context.Context) (bool, error) {
-		if obj, ok, _ := a.pods.GetIndexer().GetByKey(key); ok && match(obj.(*corev1.Pod)) {
-			cached = obj.(*corev1.Pod)
-			return true, nil
-		}
-		return false, nil
-	}
-	// Looked up once before the poll, which costs a timer and a context
-	// even when, as on most calls, the cache has the pod already.
-	if found, _ := inCache(ctx); !found {
-		_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, a.podWait, true, inCache)
-	}
-	if cached != nil {
-		return cached, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	p := &corev1.Pod{}
-	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: args.Namespace, Name: args.Name}, p); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, codedf(CodeTryAgainLater, nil, "pod %s not found", key)
-		}
-		return nil, err
-	}
-	if !match(p) {
-		if hash, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok && hash == args.UID {
-			// The runtime's UID of a static pod is its manifest's hash,
-			// which the kubelet writes on the mirror pod; the mirror pod is
-			// the node's own word (claims.IsMirrorPod).
-			return nil, codedf(CodeStaticPod, nil, "pod %s is a static pod (its mirror pod carries %s=%s): tenure gives no address of a shared network to a pod whose API object its node writes itself, as NodeRestriction gives a mirror pod no Secret, ConfigMap or ServiceAccount; run it as a DaemonSet's pod",
-				key, corev1.MirrorPodAnnotationKey, hash)
-		}
-		return nil, codedf(CodeTryAgainLater, nil, "pod %s has UID %s, the runtime asked for UID %s (a deleted pod's sandbox)", key, p.UID, args.UID)
-	}
-	switch p.Spec.NodeName {
-	case a.node:
-	case "":
-		// A runtime sets up pods bound to its node; an unbound pod's
-		// reservation would record a node that may never run it.
-		return nil, codedf(CodeInvalidEnvironmentVariables, nil, "pod %s is not bound to a node (spec.nodeName is empty), this agent serves node %s", key, a.node)
-	default:
-		return nil, codedf(CodeInvalidEnvironmentVariables, nil, "pod %s is bound to node %s, this agent serves node %s", key, p.Spec.NodeName, a.node)
-	}
-	return p, nil
 }
 
 func buildResult(cfg *config.Config, held []heldSlot) (types.Result, error) {
