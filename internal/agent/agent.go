@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +80,7 @@ type Agent struct {
 	// shutdown stops what NewForConfig started beside the agent.
 	shutdown func()
 
+	// locks serialises the calls of one attachment.
 	locks keyedMutex
 	// arrivals orders calls of one attachment as they reached the agent.
 	arrivals arrivals
@@ -88,6 +88,12 @@ type Agent struct {
 
 	calls        *callReader
 	reservations *attachmentReservations
+	// The CNI verbs Handle dispatches to.
+	add    *addVerb
+	del    *delVerb
+	check  *checkVerb
+	gc     *gcVerb
+	status *statusVerb
 	// heads keeps what validateCall found of each distinct network config.
 	heads headCache
 
@@ -251,6 +257,13 @@ func New(opts Options) (*Agent, error) {
 	a.claimPath = &claimPath{node: opts.NodeName, log: opts.Logger, client: c, claims: a.claims, store: a.store, alloc: a.alloc, recorder: opts.Recorder,
 		choosePools: a.poolChooser.choosePools, nextAllocator: a.allocators.nextAllocator, rollback: a.reservations.rollback, learn: a.holdings.learn,
 		status: a.statusRecorder, vmiLookup: a.follower.vmiLookup}
+	a.add = &addVerb{node: opts.NodeName, log: opts.Logger, recorder: opts.Recorder, alloc: a.alloc, locks: &a.locks, arrivals: &a.arrivals,
+		prepare: a.calls.prepare, holds: a.reservations, dataplane: a.dataplane, claims: a.claimPath,
+		choosePools: a.poolChooser.choosePools, nextAllocator: a.allocators.nextAllocator}
+	a.del = &delVerb{store: a.store, alloc: a.alloc, locks: &a.locks, arrivals: &a.arrivals, holds: a.reservations, detached: a.dataplane.Detached}
+	a.check = &checkVerb{store: a.store, prepare: a.calls.prepare, holds: a.reservations, claims: a.claimPath}
+	a.gc = &gcVerb{node: opts.NodeName, log: opts.Logger, store: a.store, alloc: a.alloc, locks: &a.locks}
+	a.status = &statusVerb{client: c, ready: a.Ready}
 	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
 	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)
 	if err := onEveryEvent(a.follower.trigger, a.pods, a.claims); err != nil {
@@ -302,48 +315,3 @@ func (a *Agent) Shutdown() { a.shutdown() }
 
 // Store exposes the window cache and node cache (for status and tests).
 func (a *Agent) Store() *store.Store { return a.store }
-
-// keyedMutex serialises calls for one attachment; runtimes do not overlap
-// them, but a retried ADD racing its own first attempt must not allocate twice.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*refMutex
-}
-
-type refMutex struct {
-	sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*refMutex{}
-	}
-	m := k.locks[key]
-	if m == nil {
-		m = &refMutex{}
-		k.locks[key] = m
-	}
-	m.refs++
-	k.mu.Unlock()
-	m.Lock()
-	return func() {
-		m.Unlock()
-		k.mu.Lock()
-		m.refs--
-		if m.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-}
-
-func (k *keyedMutex) held(key string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	_, ok := k.locks[key]
-	return ok
-}
-
-var limitOne = client.Limit(1)

@@ -27,6 +27,13 @@ type attachmentReservations struct {
 	freshWait time.Duration
 }
 
+// attachmentHolder is what the verbs need of attachmentReservations.
+type attachmentHolder interface {
+	fresh(ctx context.Context) bool
+	attachmentHolds(ctx context.Context, containerID, ifName, podUID string, live, recreate bool) ([]*tenurev1alpha1.IPReservation, error)
+	rollback(created []*tenurev1alpha1.IPReservation)
+}
+
 // fresh waits, up to freshWait, for the node cache to be found whole;
 // false when it may lag.
 func (ar *attachmentReservations) fresh(ctx context.Context) bool {
