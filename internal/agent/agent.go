@@ -64,59 +64,48 @@ type Options struct {
 // NoCooldown as Options.ReleaseCooldown turns the cooldown off.
 const NoCooldown time.Duration = -1
 
-// Agent serves CNI calls for one node.
+// Agent serves CNI calls for one node. It holds the caches its parts read
+// and the parts its entry points and Start use; New wires them (the
+// package doc maps them).
 type Agent struct {
 	node string
 	log  *slog.Logger
-
-	client      client.WithWatch
-	store       *store.Store
-	alloc       *allocator.Factory
-	pods        cache.SharedIndexInformer
-	claims      cache.SharedIndexInformer
-	pools       cache.SharedIndexInformer
-	poolChooser *poolChooser
-	recorder    record.EventRecorder
 	// shutdown stops what NewForConfig started beside the agent.
 	shutdown func()
+	// started: Start has returned, caches synced and start-up garbage freed.
+	started atomic.Bool
 
-	// locks serialises the calls of one attachment.
-	locks keyedMutex
+	// The caches: the window cache and node cache, the informers, and
+	// KubeVirt's VirtualMachineInstances while they are served.
+	store  *store.Store
+	pods   cache.SharedIndexInformer
+	claims cache.SharedIndexInformer
+	pools  cache.SharedIndexInformer
+	vmis   *kubevirt.Watcher
+
+	// heads keeps what validateCall found of each distinct network config.
+	heads headCache
 	// arrivals orders calls of one attachment as they reached the agent.
 	arrivals arrivals
-	server   *socketServer
-
-	calls        *callReader
-	reservations *attachmentReservations
 	// The CNI verbs Handle dispatches to.
 	add    *addVerb
 	del    *delVerb
 	check  *checkVerb
 	gc     *gcVerb
 	status *statusVerb
-	// heads keeps what validateCall found of each distinct network config.
-	heads headCache
+	// reservations reads what an attachment holds for the verbs.
+	reservations *attachmentReservations
 
+	server    *socketServer
 	metrics   *agentMetrics
 	dataplane *agentDataplane
-	// allocators hand ADDs the allocator of a slot.
-	allocators *allocators
+	holdings  *claimHoldings
+	follower  *ownerFollower
 	// wire probes candidates on the segment before they are handed out;
-	// nil when off.
-	wire *wire
 	// answers answers the controller's requests to probe an address
-	// before a NodeNotReady release; set with wire.
+	// before a NodeNotReady release. Both nil when off.
+	wire    *wire
 	answers *answerer
-	// holdings are the claims' reservations, as the dataplane reads them.
-	holdings *claimHoldings
-	// vmis caches KubeVirt's VirtualMachineInstances while they are served.
-	vmis     *kubevirt.Watcher
-	follower *ownerFollower
-	// statusRecorder writes claims' status.
-	statusRecorder *statusRecorder
-	claimPath      *claimPath
-	// started: Start has returned, caches synced and start-up garbage freed.
-	started atomic.Bool
 }
 
 // NewForConfig builds an agent talking to the API server of cfg, with an
@@ -212,58 +201,71 @@ func New(opts Options) (*Agent, error) {
 	if opts.PodWait == 0 {
 		opts.PodWait = time.Second
 	}
-	c := opts.Client
-	a := &Agent{node: opts.NodeName, log: opts.Logger, client: c, recorder: opts.Recorder, shutdown: func() {}}
-	a.store = store.New(c, opts.NodeName)
+	c, node, log, rec := opts.Client, opts.NodeName, opts.Logger, opts.Recorder
+	a := &Agent{node: node, log: log, shutdown: func() {}}
+
+	// The caches.
+	a.store = store.New(c, node)
 	switch {
 	case opts.ReleaseCooldown == 0:
 		a.store.SetCooldown(store.DefaultCooldown)
 	case opts.ReleaseCooldown > 0:
 		a.store.SetCooldown(opts.ReleaseCooldown)
 	}
-	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Live: c, Node: opts.NodeName}
+	alloc := &allocator.Factory{Store: a.store, Writer: c, Live: c, Node: node}
 	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
-		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1alpha1.IPAMClaimList{} }, &ipamclaimsv1alpha1.IPAMClaim{}, nil)
 	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPPoolList{} }, &tenurev1alpha1.IPPool{}, nil)
-	a.calls = &callReader{node: opts.NodeName, podWait: opts.PodWait, client: c, pods: a.pods, pools: a.pools, netconfs: newNetconfCache(netconfCacheSize)}
-	a.reservations = &attachmentReservations{node: opts.NodeName, log: opts.Logger, store: a.store, client: c, alloc: a.alloc, freshWait: freshWait}
-	a.poolChooser = &poolChooser{node: opts.NodeName, log: opts.Logger, client: c}
-	if opts.OpenAPI != nil {
-		a.poolChooser.schema = kube.NewPoolSchema(opts.OpenAPI)
-	}
-	a.metrics = newAgentMetrics()
-	a.server = &socketServer{log: opts.Logger, handle: a.Handle, ready: a.Ready, arrivals: &a.arrivals,
-		requests: newRequestBudget(headBytes, headPoolBytes, tailPoolBytes), observe: a.metrics.cniCall}
-	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
+	a.vmis = kubevirt.NewWatcher(c, log, func() {
 		a.dataplane.svc.Trigger()
 		a.follower.trigger()
 	})
+
+	// The parts every verb or path reads through.
+	calls := &callReader{node: node, podWait: opts.PodWait, client: c, pods: a.pods, pools: a.pools, netconfs: newNetconfCache(netconfCacheSize)}
+	a.reservations = &attachmentReservations{node: node, log: log, store: a.store, client: c, alloc: alloc, freshWait: freshWait}
+	chooser := &poolChooser{node: node, log: log, client: c}
+	if opts.OpenAPI != nil {
+		chooser.schema = kube.NewPoolSchema(opts.OpenAPI)
+	}
+	a.metrics = newAgentMetrics()
+	a.server = &socketServer{log: log, handle: a.Handle, ready: a.Ready, arrivals: &a.arrivals,
+		requests: newRequestBudget(headBytes, headPoolBytes, tailPoolBytes), observe: a.metrics.cniCall}
+
+	// The dataplane, the claims' holdings it reads, the VMI follower and
+	// the claim status recorder.
 	a.holdings = newClaimHoldings(a.store.ClaimHolds, claimOwnedCached(a.store.ByOwnerUID), nil)
+	src := informerSource{node: node, pods: a.pods, claims: a.claims, store: a.store, holdings: a.holdings, vmis: a.vmis}
 	var err error
-	if a.dataplane, err = newDataplane(opts.Dataplane, informerSource{node: opts.NodeName, pods: a.pods, claims: a.claims, store: a.store, holdings: a.holdings, vmis: a.vmis},
-		a.metrics, opts.Logger, opts.Recorder); err != nil {
+	if a.dataplane, err = newDataplane(opts.Dataplane, src, a.metrics, log, rec); err != nil {
 		return nil, err
 	}
 	a.holdings.changed = a.dataplane.svc.Trigger
-	a.follower = newOwnerFollower(opts.NodeName, opts.Logger, c, opts.Recorder, a.vmis, a.dataplane.src.Pods, a.dataplane.src.Claim)
-	a.statusRecorder = &statusRecorder{client: c, log: opts.Logger, recorder: opts.Recorder, pruned: a.metrics.prefixRecordPruned, vmRunsElsewhere: a.follower.vmRunsElsewhere}
+	a.follower = newOwnerFollower(node, log, c, rec, a.vmis, src.Pods, src.Claim)
+	claimStatus := &statusRecorder{client: c, log: log, recorder: rec, pruned: a.metrics.prefixRecordPruned, vmRunsElsewhere: a.follower.vmRunsElsewhere}
+
+	// The wire check, and the allocators it vets.
 	if opts.Wire != nil {
-		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
+		a.wire = newWire(*opts.Wire, log, rec, alloc.Upcoming)
 		a.metrics.registry.MustRegister(a.wire.collectors()...)
-		a.answers = newAnswerer(opts.NodeName, a.wire, c, opts.Logger)
+		a.answers = newAnswerer(node, a.wire, c, log)
 	}
-	a.allocators = &allocators{alloc: a.alloc, wire: a.wire}
-	a.claimPath = &claimPath{node: opts.NodeName, log: opts.Logger, client: c, claims: a.claims, store: a.store, alloc: a.alloc, recorder: opts.Recorder,
-		choosePools: a.poolChooser.choosePools, nextAllocator: a.allocators.nextAllocator, rollback: a.reservations.rollback, learn: a.holdings.learn,
-		status: a.statusRecorder, vmiLookup: a.follower.vmiLookup}
-	a.add = &addVerb{node: opts.NodeName, log: opts.Logger, recorder: opts.Recorder, alloc: a.alloc, locks: &a.locks, arrivals: &a.arrivals,
-		prepare: a.calls.prepare, holds: a.reservations, dataplane: a.dataplane, claims: a.claimPath,
-		choosePools: a.poolChooser.choosePools, nextAllocator: a.allocators.nextAllocator}
-	a.del = &delVerb{store: a.store, alloc: a.alloc, locks: &a.locks, arrivals: &a.arrivals, holds: a.reservations, detached: a.dataplane.Detached}
-	a.check = &checkVerb{store: a.store, prepare: a.calls.prepare, holds: a.reservations, claims: a.claimPath}
-	a.gc = &gcVerb{node: opts.NodeName, log: opts.Logger, store: a.store, alloc: a.alloc, locks: &a.locks}
+	allocs := &allocators{alloc: alloc, wire: a.wire}
+
+	// The claim path and the verbs.
+	cp := &claimPath{node: node, log: log, client: c, claims: a.claims, store: a.store, alloc: alloc, recorder: rec,
+		choosePools: chooser.choosePools, nextAllocator: allocs.nextAllocator, rollback: a.reservations.rollback, learn: a.holdings.learn,
+		status: claimStatus, vmiLookup: a.follower.vmiLookup}
+	locks := &keyedMutex{}
+	a.add = &addVerb{node: node, log: log, recorder: rec, alloc: alloc, locks: locks, arrivals: &a.arrivals,
+		prepare: calls.prepare, holds: a.reservations, dataplane: a.dataplane, claims: cp,
+		choosePools: chooser.choosePools, nextAllocator: allocs.nextAllocator}
+	a.del = &delVerb{store: a.store, alloc: alloc, locks: locks, arrivals: &a.arrivals, holds: a.reservations, detached: a.dataplane.Detached}
+	a.check = &checkVerb{store: a.store, prepare: calls.prepare, holds: a.reservations, claims: cp}
+	a.gc = &gcVerb{node: node, log: log, store: a.store, alloc: alloc, locks: locks}
 	a.status = &statusVerb{client: c, ready: a.Ready}
+
 	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
 	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)
 	if err := onEveryEvent(a.follower.trigger, a.pods, a.claims); err != nil {
