@@ -236,7 +236,7 @@ func New(opts Options) (*Agent, error) {
 	// The dataplane, the claims' holdings it reads, the VMI follower and
 	// the claim status recorder.
 	a.holdings = newClaimHoldings(a.store.ClaimHolds, claimOwnedCached(a.store.ByOwnerUID), nil)
-	src := informerSource{node: node, pods: a.pods, claims: a.claims, store: a.store, holdings: a.holdings, vmis: a.vmis}
+	src := informerSource{node: node, pods: a.pods, claims: a.claims, store: a.store, holdings: a.holdings.get, vmis: a.vmis}
 	var err error
 	if a.dataplane, err = newDataplane(opts.Dataplane, src, a.metrics, log, rec); err != nil {
 		return nil, err

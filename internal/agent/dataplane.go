@@ -182,14 +182,14 @@ func onEveryEvent(f func(), infs ...cache.SharedIndexInformer) error {
 }
 
 // informerSource is dataplane.Source on the agent's caches: the informers
-// of node's pods and of claims, the store, the claims' holdings and the
-// VMI watcher.
+// of node's pods and of claims, the store, the claims' holdings
+// (claimHoldings.get) and the VMI watcher.
 type informerSource struct {
 	node     string
 	pods     cache.SharedIndexInformer
 	claims   cache.SharedIndexInformer
 	store    *store.Store
-	holdings *claimHoldings
+	holdings func(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool)
 	vmis     *kubevirt.Watcher
 }
 
@@ -209,7 +209,7 @@ func (s informerSource) PodReservations(podUID string) []*tenurev1alpha1.IPReser
 }
 
 func (s informerSource) ClaimReservations(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool) {
-	return s.holdings.get(claim)
+	return s.holdings(claim)
 }
 
 func (s informerSource) VMIsServed() bool { return s.vmis.Served() }
