@@ -4,38 +4,43 @@
 //
 // The agent is made of parts. Each is a struct holding what it owns; what
 // it needs of another part it gets through a func field or a small
-// interface declared in its own file, never through the Agent. The Agent
-// holds the caches the parts read (the store, the informers of pods,
-// claims and IPPools, the VMI watcher), wires the parts (New), runs them
-// (Start) and keeps the entry points: Handle, Serve, ServeMetrics.
+// interface declared beside it, never through the Agent. The Agent holds
+// the caches the parts read (the store, the informers of pods, claims and
+// IPPools, the VMI watcher), wires the parts (New), runs them (Start) and
+// keeps the entry points: Handle (cni.go), Serve, ServeMetrics.
 //
 //	part (file)                   owns                                     needs of the others
-//	addVerb (add.go)              ADD: the pod path, AddFailed Events      prepare, attachment locks and arrivals,
-//	                                                                       attachmentReservations, dataplane Learn and
-//	                                                                       Attached, claimPath, choosePools, nextAllocator
-//	delVerb (del.go)              DEL                                      attachment locks and arrivals,
-//	                                                                       attachmentReservations, dataplane Detached
-//	checkVerb (check.go)          CHECK                                    prepare, attachmentReservations, claimPath
-//	gcVerb (gc.go)                GC                                       attachment locks
-//	statusVerb (status.go)        STATUS                                   ready
-//	callReader (attachment.go)    a call's config (the netconf cache, the  -
+//	addVerb (add.go)              ADD, the pod path, AddFailed Events      callReader.prepare, attachmentHolder,
+//	                                                                       addObserver (the dataplane), addClaims
+//	                                                                       (claimPath), choosePools, nextAllocator
+//	delVerb (del.go)              DEL                                      attachmentHolder, the dataplane's Detached
+//	checkVerb (check.go)          CHECK                                    callReader.prepare, attachmentHolder,
+//	                                                                       checkClaims (claimPath)
+//	gcVerb (gc.go)                GC                                       -
+//	statusVerb (status.go)        STATUS                                   Agent.Ready
+//	callReader (attachment.go)    a call's config (parsed once, with the   -
 //	                              IPPool it names) and its pod
 //	attachmentReservations        what an attachment holds, settled; the   -
 //	(holds.go)                    rollback of a failed ADD; freshWait
-//	claimPath (claim.go,          the claim path of ADD; sticky claims     choosePools, nextAllocator, rollback,
-//	sticky.go)                                                             holdings' learn, claimStatus, the VMI lookup
-//	claimStatus (statusrecord.go, a claim's status: items, ownerPod,       the VMI follower's runsElsewhere
-//	prefixrecord.go)              conditions, their Events
-//	ownerFollower (vmi.go)        ownerPod following its VM                the caches' pods and claims
-//	agentDataplane (dataplane.go) the DHCPv6 service and routes, MAC       the caches, holdings
-//	                              conflict Events
-//	socketServer (server.go)      the socket: connections, workers, the    handle, ready, arrivals, the CNI call metrics
-//	                              request budget, health endpoints
-//	poolChooser (pools.go)        a pools list's choice, the IPPool schema -
-//	allocators (wire.go)          nextAllocator: the allocator, wire-      -
-//	                              checked where the network asks
-//	claimHoldings (holdings.go)   a claim's reservations for the dataplane -
-//	wire, answerer (wire.go,      the wire check; answers to IPProbes      -
-//	answer.go)
+//	keyedMutex (locks.go),        the order of one attachment's calls,     -
+//	arrivals (arrival.go)         shared by ADD, DEL and GC
+//	claimPath (claim.go,          a claim's items for its ADDs; sticky     choosePools, nextAllocator, rollback,
+//	sticky.go)                    claims                                   claimHoldings.learn, claimStatusWriter
+//	                                                                       (statusRecorder), the VMI lookup
+//	statusRecorder                a claim's status: items, ownerPod,       the VMI follower's vmRunsElsewhere
+//	(statusrecord.go,             conditions, their Events; the
+//	prefixrecord.go)              delegatedPrefixes record's check
+//	ownerFollower (vmi.go)        ownerPod following its VM                the caches' pods and claims (func fields)
+//	agentDataplane (dataplane.go) the DHCPv6 service and prefix routes,    informerSource: the caches, claimHoldings.get
+//	                              MAC conflict Events
+//	socketServer (server.go)      the socket: connections, workers, the    Agent.Handle, Agent.Ready, arrivals,
+//	                              request budget, health endpoints         agentMetrics.cniCall
+//	poolChooser (pools.go)        a pools list's choice; the IPPool schema -
+//	allocators (allocators.go)    a slot's allocator, wire-checked where   wire
+//	                              the network asks
+//	claimHoldings (holdings.go)   a claim's reservations, for the          the store's lists, the dataplane's trigger
+//	                              dataplane
+//	wire (wire.go), answerer      the wire check; answers to IPProbes      wire (the answerer)
+//	(answer.go)
 //	agentMetrics (metrics.go)     the Prometheus registry                  -
 package agent
