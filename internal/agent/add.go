@@ -31,13 +31,15 @@ type addVerb struct {
 
 	// What it needs of the other parts: the call's config and pod
 	// (callReader), what the attachment holds (attachmentReservations),
-	// the dataplane glue, the claim path, the pools list's choice
-	// (poolChooser) and a slot's allocator (allocators).
+	// the dataplane glue, the claim path, the pools list's choice and a
+	// slot's allocator (allocators). The pools' chooser is called
+	// directly: the addresses an ADD passes it would escape to the heap
+	// through a func value or an interface.
 	prepare       func(ctx context.Context, req *cniwire.Request) (*attachment, error)
 	holds         attachmentHolder
 	dataplane     addObserver
 	claims        addClaims
-	choosePools   func(ctx context.Context, at *attachment, held []netip.Addr) error
+	pools         *poolChooser
 	nextAllocator func(at *attachment, s slot) (allocator.Interface, error)
 }
 
@@ -131,7 +133,7 @@ func (av *addVerb) addForPod(ctx context.Context, at *attachment) ([]heldSlot, e
 			holds = append(holds, p.Addr())
 		}
 	}
-	if err := av.choosePools(ctx, at, holds); err != nil {
+	if err := av.pools.choosePools(ctx, at, holds); err != nil {
 		return nil, err
 	}
 	var held []heldSlot
@@ -154,7 +156,7 @@ func (av *addVerb) addForPod(ctx context.Context, at *attachment) ([]heldSlot, e
 			}
 		}
 		if err != nil {
-			av.holds.rollback(created)
+			rollback(av.alloc, av.log, created)
 			return nil, err
 		}
 		created = append(created, r)

@@ -231,7 +231,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.metrics = newAgentMetrics()
 	a.server = &socketServer{log: log, handle: a.Handle, ready: a.Ready, arrivals: &a.arrivals,
-		requests: newRequestBudget(headBytes, headPoolBytes, tailPoolBytes), observe: a.metrics.cniCall}
+		requests: newRequestBudget(headBytes, headPoolBytes, tailPoolBytes), metrics: a.metrics}
 
 	// The dataplane, the claims' holdings it reads, the VMI follower and
 	// the claim status recorder.
@@ -255,12 +255,12 @@ func New(opts Options) (*Agent, error) {
 
 	// The claim path and the verbs.
 	cp := &claimPath{node: node, log: log, client: c, claims: a.claims, store: a.store, alloc: alloc, recorder: rec,
-		choosePools: chooser.choosePools, nextAllocator: allocs.nextAllocator, rollback: a.reservations.rollback, learn: a.holdings.learn,
+		pools: chooser, nextAllocator: allocs.nextAllocator, learn: a.holdings.learnHeld,
 		status: claimStatus, vmiLookup: a.follower.vmiLookup}
 	locks := &keyedMutex{}
 	a.add = &addVerb{node: node, log: log, recorder: rec, alloc: alloc, locks: locks, arrivals: &a.arrivals,
 		prepare: calls.prepare, holds: a.reservations, dataplane: a.dataplane, claims: cp,
-		choosePools: chooser.choosePools, nextAllocator: allocs.nextAllocator}
+		pools: chooser, nextAllocator: allocs.nextAllocator}
 	a.del = &delVerb{store: a.store, alloc: alloc, locks: locks, arrivals: &a.arrivals, holds: a.reservations, detached: a.dataplane.Detached}
 	a.check = &checkVerb{store: a.store, prepare: calls.prepare, holds: a.reservations, claims: cp}
 	a.gc = &gcVerb{node: node, log: log, store: a.store, alloc: alloc, locks: locks}

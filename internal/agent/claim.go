@@ -40,14 +40,12 @@ type claimPath struct {
 	recorder record.EventRecorder
 
 	// What it needs of the other parts: the pools list's choice
-	// (poolChooser), a slot's allocator (allocators), the release of what
-	// a failed ADD made (attachmentReservations), the holdings the
-	// dataplane reads (claimHoldings), the claim's status (statusRecorder)
-	// and the VMI cache (ownerFollower).
-	choosePools   func(ctx context.Context, at *attachment, held []netip.Addr) error
+	// (poolChooser, called directly as by addVerb), a slot's allocator
+	// (allocators), the holdings the dataplane reads (claimHoldings), the
+	// claim's status (statusRecorder) and the VMI cache (ownerFollower).
+	pools         *poolChooser
 	nextAllocator func(at *attachment, s slot) (allocator.Interface, error)
-	rollback      func(created []*tenurev1alpha1.IPReservation)
-	learn         func(claim *ipamclaimsv1alpha1.IPAMClaim, rs []*tenurev1alpha1.IPReservation)
+	learn         func(claim *ipamclaimsv1alpha1.IPAMClaim, held []heldSlot)
 	status        claimStatusWriter
 	vmiLookup     func() kubevirt.Lookup
 }
@@ -81,7 +79,7 @@ func (cp *claimPath) getClaim(ctx context.Context, namespace, name string, fresh
 func (cp *claimPath) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, error) {
 	ns := at.pod.Namespace
 	var mine []*tenurev1alpha1.IPReservation // created by this call, not yet recorded
-	defer func() { cp.rollback(mine) }()
+	defer func() { rollback(cp.alloc, cp.log, mine) }()
 
 	var held []heldSlot
 	first := true
@@ -128,7 +126,7 @@ func (cp *claimPath) addForClaim(ctx context.Context, at *attachment) ([]heldSlo
 		for _, q := range req.Addresses {
 			keep = append(keep, q.Addr)
 		}
-		if err := cp.choosePools(ctx, at, keep); err != nil {
+		if err := cp.pools.choosePools(ctx, at, keep); err != nil {
 			return err
 		}
 
@@ -143,7 +141,7 @@ func (cp *claimPath) addForClaim(ctx context.Context, at *attachment) ([]heldSlo
 		}
 		mine = nil // recorded: the claim owns them now
 		held = h
-		cp.learnHoldings(claim, h)
+		cp.learn(claim, h)
 		return nil
 	})
 	if apierrors.IsConflict(err) {
@@ -213,7 +211,7 @@ func (cp *claimPath) keepRecorded(mine []*tenurev1alpha1.IPReservation, rec clai
 			release = append(release, r)
 		}
 	}
-	cp.rollback(release)
+	rollback(cp.alloc, cp.log, release)
 	return nil
 }
 
@@ -485,14 +483,4 @@ func orUnknown(s string) string {
 		return "(unknown)"
 	}
 	return s
-}
-
-// learnHoldings tells the dataplane's view of the claim's reservations
-// what its ADD on this node holds.
-func (cp *claimPath) learnHoldings(claim *ipamclaimsv1alpha1.IPAMClaim, held []heldSlot) {
-	rs := make([]*tenurev1alpha1.IPReservation, 0, len(held))
-	for _, h := range held {
-		rs = append(rs, h.res)
-	}
-	cp.learn(claim, rs)
 }

@@ -84,6 +84,15 @@ func (h *claimHoldings) learn(claim *ipamclaimsv1alpha1.IPAMClaim, rs []*tenurev
 	e.rs, e.rv, e.at, e.used, e.failedAt = slices.Clone(rs), claim.ResourceVersion, now, now, time.Time{}
 }
 
+// learnHeld is learn of what a claim's ADD on this node holds.
+func (h *claimHoldings) learnHeld(claim *ipamclaimsv1alpha1.IPAMClaim, held []heldSlot) {
+	rs := make([]*tenurev1alpha1.IPReservation, 0, len(held))
+	for _, s := range held {
+		rs = append(rs, s.res)
+	}
+	h.learn(claim, rs)
+}
+
 // get returns the claim's reservations and whether they are known. The
 // first time a claim is asked for, its list is waited for (bounded, and
 // not while lists fail), so a restarted agent's first reconcile does not

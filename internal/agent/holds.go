@@ -31,7 +31,6 @@ type attachmentReservations struct {
 type attachmentHolder interface {
 	fresh(ctx context.Context) bool
 	attachmentHolds(ctx context.Context, containerID, ifName, podUID string, live, recreate bool) ([]*tenurev1alpha1.IPReservation, error)
-	rollback(created []*tenurev1alpha1.IPReservation)
 }
 
 // fresh waits, up to freshWait, for the node cache to be found whole;
@@ -103,12 +102,12 @@ func (ar *attachmentReservations) attachmentHolds(ctx context.Context, container
 
 // rollback frees what a failed ADD created, so a dual-stack ADD that got
 // its IPv4 address but not its IPv6 one leaves nothing behind.
-func (ar *attachmentReservations) rollback(created []*tenurev1alpha1.IPReservation) {
+func rollback(alloc *allocator.Factory, log *slog.Logger, created []*tenurev1alpha1.IPReservation) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, r := range created {
-		if err := ar.alloc.Release(ctx, r); err != nil {
-			ar.log.Error("rollback failed; the controller will release it", "reservation", r.Name, "err", err)
+		if err := alloc.Release(ctx, r); err != nil {
+			log.Error("rollback failed; the controller will release it", "reservation", r.Name, "err", err)
 		}
 	}
 }

@@ -17,15 +17,6 @@ import (
 	"github.com/tenure-ipam/tenure/internal/kube"
 )
 
-// choosePools resolves at.cfg from at.base when the config names a pools
-// list: per family the pool config.SelectPools chooses for the pod's
-// namespace and this node, or the one holding an address of held (the
-// items the pod's claim records). The pools, the namespace and the node
-// are read from the API server, so a label changed a moment ago counts. A config
-// without a list is left as loadConfig made it.
-//
-// A list is refused before anything is read or written while the
-// cluster's IPPool CRD lacks the selector fields (poolSchemaOK).
 // poolChooser resolves a config's pools list for one ADD (choosePools).
 type poolChooser struct {
 	node   string
@@ -36,6 +27,15 @@ type poolChooser struct {
 	schema *kube.PoolSchema
 }
 
+// choosePools resolves at.cfg from at.base when the config names a pools
+// list: per family the pool config.SelectPools chooses for the pod's
+// namespace and this node, or the one holding an address of held (the
+// items the pod's claim records). The pools, the namespace and the node
+// are read from the API server, so a label changed a moment ago counts. A config
+// without a list is left as loadConfig made it.
+//
+// A list is refused before anything is read or written while the
+// cluster's IPPool CRD lacks the selector fields (poolSchemaOK).
 func (p *poolChooser) choosePools(ctx context.Context, at *attachment, held []netip.Addr) error {
 	if at.base.Pools == nil {
 		return nil
