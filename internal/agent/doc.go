@@ -7,11 +7,12 @@
 // interface declared beside it, never through the Agent. Two leaf parts,
 // poolChooser and agentMetrics, are handed over as pointers where the ADD
 // calls them: a slice or answer passed through a func value or an
-// interface escapes to the heap, and the ADD would allocate more. The
-// Agent holds
-// the caches the parts read (the store, the informers of pods, claims and
-// IPPools, the VMI watcher), wires the parts (New), runs them (Start) and
-// keeps the entry points: Handle (cni.go), Serve, ServeMetrics.
+// interface escapes to the heap, and the ADD would allocate more.
+//
+// The Agent holds the caches the parts read (the store, the informers of
+// pods, claims and IPPools, the VMI watcher), wires the parts (New), runs
+// them (Start) and keeps the entry points: Handle (cni.go), Serve,
+// ServeMetrics.
 //
 //	part (file)                   owns                                     needs of the others
 //	addVerb (add.go)              ADD, the pod path, AddFailed Events      callReader.prepare, attachmentHolder,
