@@ -1,18 +1,14 @@
-// Package agent is the node agent: it answers the CNI shim's calls from
-// informer caches and creates or deletes IPReservations, one API write per
-// address, never a read on the hot path when the caches already know.
 package agent
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -68,54 +64,48 @@ type Options struct {
 // NoCooldown as Options.ReleaseCooldown turns the cooldown off.
 const NoCooldown time.Duration = -1
 
-// Agent serves CNI calls for one node.
+// Agent serves CNI calls for one node. It holds the caches its parts read
+// and the parts its entry points and Start use; New wires them (the
+// package doc maps them).
 type Agent struct {
-	node    string
-	log     *slog.Logger
-	podWait time.Duration
-	// freshWait: how long after the node cache went stale a call waits
-	// for it to be found whole (freshWait in cni.go; tests lengthen it).
-	freshWait time.Duration
+	node string
+	log  *slog.Logger
+	// shutdown stops what NewForConfig started beside the agent.
+	shutdown func()
+	// started: Start has returned, caches synced and start-up garbage freed.
+	started atomic.Bool
 
-	client client.WithWatch
+	// The caches: the window cache and node cache, the informers, and
+	// KubeVirt's VirtualMachineInstances while they are served.
 	store  *store.Store
-	alloc  *allocator.Factory
 	pods   cache.SharedIndexInformer
 	claims cache.SharedIndexInformer
 	pools  cache.SharedIndexInformer
-	// poolSchema says whether the IPPool CRD has the selector fields a
-	// pools list chooses by; nil without Options.OpenAPI.
-	poolSchema *kube.PoolSchema
-	recorder   record.EventRecorder
-	// shutdown stops what NewForConfig started beside the agent.
-	shutdown func()
+	vmis   *kubevirt.Watcher
 
-	locks keyedMutex
-	// arrivals orders calls of one attachment as they reached the agent.
-	arrivals arrivals
-	// requests bounds the bytes of CNI requests the socket holds at once.
-	requests *requestBudget
-
-	// netconfs parses each distinct network config once.
-	netconfs *netconfCache
 	// heads keeps what validateCall found of each distinct network config.
 	heads headCache
+	// arrivals orders calls of one attachment as they reached the agent.
+	arrivals arrivals
+	// The CNI verbs Handle dispatches to.
+	add    *addVerb
+	del    *delVerb
+	check  *checkVerb
+	gc     *gcVerb
+	status *statusVerb
+	// reservations reads what an attachment holds for the verbs.
+	reservations *attachmentReservations
 
+	server    *socketServer
+	metrics   *agentMetrics
 	dataplane *agentDataplane
+	holdings  *claimHoldings
+	follower  *ownerFollower
 	// wire probes candidates on the segment before they are handed out;
-	// nil when off.
-	wire *wire
 	// answers answers the controller's requests to probe an address
-	// before a NodeNotReady release; set with wire.
+	// before a NodeNotReady release. Both nil when off.
+	wire    *wire
 	answers *answerer
-	// holdings are the claims' reservations, as the dataplane reads them.
-	holdings *claimHoldings
-	// vmis caches KubeVirt's VirtualMachineInstances while they are served.
-	vmis *kubevirt.Watcher
-	// ownerFollow triggers runOwnerFollow.
-	ownerFollow chan struct{}
-	// started: Start has returned, caches synced and start-up garbage freed.
-	started atomic.Bool
 }
 
 // NewForConfig builds an agent talking to the API server of cfg, with an
@@ -168,7 +158,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.shutdown = events.Shutdown
-	a.dataplane.metrics.registry.MustRegister(api.requests, api.duration)
+	a.metrics.registry.MustRegister(api.requests, api.duration)
 	return a, nil
 }
 
@@ -211,65 +201,74 @@ func New(opts Options) (*Agent, error) {
 	if opts.PodWait == 0 {
 		opts.PodWait = time.Second
 	}
-	c := opts.Client
-	a := &Agent{node: opts.NodeName, log: opts.Logger, podWait: opts.PodWait, freshWait: freshWait, client: c, recorder: opts.Recorder, shutdown: func() {},
-		netconfs: newNetconfCache(netconfCacheSize)}
-	a.requests = newRequestBudget(headBytes, headPoolBytes, tailPoolBytes)
-	a.store = store.New(c, opts.NodeName)
+	c, node, log, rec := opts.Client, opts.NodeName, opts.Logger, opts.Recorder
+	a := &Agent{node: node, log: log, shutdown: func() {}}
+
+	// The caches.
+	a.store = store.New(c, node)
 	switch {
 	case opts.ReleaseCooldown == 0:
 		a.store.SetCooldown(store.DefaultCooldown)
 	case opts.ReleaseCooldown > 0:
 		a.store.SetCooldown(opts.ReleaseCooldown)
 	}
-	a.alloc = &allocator.Factory{Store: a.store, Writer: c, Live: c, Node: opts.NodeName}
+	alloc := &allocator.Factory{Store: a.store, Writer: c, Live: c, Node: node}
 	a.pods = kube.NewInformer(c, func() client.ObjectList { return &corev1.PodList{} }, &corev1.Pod{}, nil,
-		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)})
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)})
 	a.claims = kube.NewInformer(c, func() client.ObjectList { return &ipamclaimsv1alpha1.IPAMClaimList{} }, &ipamclaimsv1alpha1.IPAMClaim{}, nil)
 	a.pools = kube.NewInformer(c, func() client.ObjectList { return &tenurev1alpha1.IPPoolList{} }, &tenurev1alpha1.IPPool{}, nil)
+	a.vmis = kubevirt.NewWatcher(c, log, func() {
+		a.dataplane.svc.Trigger()
+		a.follower.trigger()
+	})
+
+	// The parts every verb or path reads through.
+	calls := &callReader{node: node, podWait: opts.PodWait, client: c, pods: a.pods, pools: a.pools, netconfs: newNetconfCache(netconfCacheSize)}
+	a.reservations = &attachmentReservations{node: node, log: log, store: a.store, client: c, alloc: alloc, freshWait: freshWait}
+	chooser := &poolChooser{node: node, log: log, client: c}
 	if opts.OpenAPI != nil {
-		a.poolSchema = kube.NewPoolSchema(opts.OpenAPI)
+		chooser.schema = kube.NewPoolSchema(opts.OpenAPI)
 	}
-	a.ownerFollow = make(chan struct{}, 1)
+	a.metrics = newAgentMetrics()
+	a.server = &socketServer{log: log, handle: a.Handle, ready: a.Ready, arrivals: &a.arrivals,
+		requests: newRequestBudget(headBytes, headPoolBytes, tailPoolBytes), metrics: a.metrics}
+
+	// The dataplane, the claims' holdings it reads, the VMI follower and
+	// the claim status recorder.
+	a.holdings = newClaimHoldings(a.store.ClaimHolds, claimOwnedCached(a.store.ByOwnerUID), nil)
+	src := informerSource{node: node, pods: a.pods, claims: a.claims, store: a.store, holdings: a.holdings.get, vmis: a.vmis}
 	var err error
-	if a.dataplane, err = newDataplane(a, opts.Dataplane); err != nil {
+	if a.dataplane, err = newDataplane(opts.Dataplane, src, a.metrics, log, rec); err != nil {
 		return nil, err
 	}
+	a.holdings.changed = a.dataplane.svc.Trigger
+	a.follower = newOwnerFollower(node, log, c, rec, a.vmis, src.Pods, src.Claim)
+	claimStatus := &statusRecorder{client: c, log: log, recorder: rec, pruned: a.metrics.prefixRecordPruned, vmRunsElsewhere: a.follower.vmRunsElsewhere}
+
+	// The wire check, and the allocators it vets.
 	if opts.Wire != nil {
-		a.wire = newWire(*opts.Wire, opts.Logger, opts.Recorder, a.alloc.Upcoming)
-		a.dataplane.metrics.registry.MustRegister(a.wire.collectors()...)
-		a.answers = newAnswerer(opts.NodeName, a.wire, c, opts.Logger)
+		a.wire = newWire(*opts.Wire, log, rec, alloc.Upcoming)
+		a.metrics.registry.MustRegister(a.wire.collectors()...)
+		a.answers = newAnswerer(node, a.wire, c, log)
 	}
-	a.holdings = newClaimHoldings(a.store.ClaimHolds, a.claimOwnedCached, a.dataplane.svc.Trigger)
-	a.dataplane.metrics.registry.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_window_rebuilds_total",
-			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},
-			func() float64 { return float64(a.store.Rebuilds()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
-			Help: "Reservations in the agent's window: other nodes' reservations of the blocks it allocates from and of the networks it found full."},
-			func() float64 { return float64(a.store.WindowLen()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_node_cache_fresh",
-			Help: "1 while the cache of this node's reservations is trusted; 0 from a broken watch until a live list is found whole in it; calls in the first second of that wait for it, later ones read past the cache."},
-			func() float64 {
-				if a.store.Fresh() {
-					return 1
-				}
-				return 0
-			}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_calls_awaiting_node_cache",
-			Help: "CNI calls waiting now for the node cache to be found whole after its watch broke."},
-			func() float64 { return float64(a.store.Waiting()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
-			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},
-			func() float64 { return float64(a.requests.InFlight()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_requests_busy_total",
-			Help: "CNI requests answered \"try again\" (code 11) because the requests in flight filled the agent's byte budget."},
-			func() float64 { return float64(a.requests.busy.Load()) }))
-	a.vmis = kubevirt.NewWatcher(c, opts.Logger, func() {
-		a.dataplane.svc.Trigger()
-		a.triggerOwnerFollow()
-	})
-	if err := onEveryEvent(a.triggerOwnerFollow, a.pods, a.claims); err != nil {
+	allocs := &allocators{alloc: alloc, wire: a.wire}
+
+	// The claim path and the verbs.
+	cp := &claimPath{node: node, log: log, client: c, claims: a.claims, store: a.store, alloc: alloc, recorder: rec,
+		pools: chooser, nextAllocator: allocs.nextAllocator, learn: a.holdings.learnHeld,
+		status: claimStatus, vmiLookup: a.follower.vmiLookup}
+	locks := &keyedMutex{}
+	a.add = &addVerb{node: node, log: log, recorder: rec, alloc: alloc, locks: locks, arrivals: &a.arrivals,
+		prepare: calls.prepare, holds: a.reservations, dataplane: a.dataplane, claims: cp,
+		pools: chooser, nextAllocator: allocs.nextAllocator}
+	a.del = &delVerb{store: a.store, alloc: alloc, locks: locks, arrivals: &a.arrivals, holds: a.reservations, detached: a.dataplane.Detached}
+	a.check = &checkVerb{store: a.store, prepare: calls.prepare, holds: a.reservations, claims: cp}
+	a.gc = &gcVerb{node: node, log: log, store: a.store, alloc: alloc, locks: locks}
+	a.status = &statusVerb{client: c, ready: a.Ready}
+
+	a.metrics.registry.MustRegister(cacheCollectors(a.store)...)
+	a.metrics.registry.MustRegister(requestCollectors(func() *requestBudget { return a.server.requests })...)
+	if err := onEveryEvent(a.follower.trigger, a.pods, a.claims); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -292,7 +291,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.holdings.run(ctx)
 	go a.dataplane.Run(ctx)
-	go a.runOwnerFollow(ctx)
+	go a.follower.run(ctx)
 	if a.wire != nil {
 		go a.wire.runAhead(ctx)
 		go a.answers.run(ctx)
@@ -310,53 +309,11 @@ func (a *Agent) Ready() bool {
 	return a.started.Load() && a.store.HasSynced() && a.pods.HasSynced() && a.claims.HasSynced() && a.pools.HasSynced()
 }
 
+// Serve answers CNI calls and the health probes on l until ctx ends.
+func (a *Agent) Serve(ctx context.Context, l net.Listener) error { return a.server.serve(ctx, l) }
+
 // Shutdown stops the Event broadcaster NewForConfig started.
 func (a *Agent) Shutdown() { a.shutdown() }
 
 // Store exposes the window cache and node cache (for status and tests).
 func (a *Agent) Store() *store.Store { return a.store }
-
-// keyedMutex serialises calls for one attachment; runtimes do not overlap
-// them, but a retried ADD racing its own first attempt must not allocate twice.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*refMutex
-}
-
-type refMutex struct {
-	sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*refMutex{}
-	}
-	m := k.locks[key]
-	if m == nil {
-		m = &refMutex{}
-		k.locks[key] = m
-	}
-	m.refs++
-	k.mu.Unlock()
-	m.Lock()
-	return func() {
-		m.Unlock()
-		k.mu.Lock()
-		m.refs--
-		if m.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-}
-
-func (k *keyedMutex) held(key string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	_, ok := k.locks[key]
-	return ok
-}
-
-var limitOne = client.Limit(1)

@@ -167,7 +167,7 @@ func TestCallsWaitForTheNodeCacheCheckRatherThanList(t *testing.T) {
 	}
 	ips(t, h.do(call{cmd: "ADD", ctr: "c1", pod: "p1"})) // builds the window of the range's block
 
-	h.agent.freshWait = time.Minute // however slow the machine, the ADDs below come within it
+	h.agent.reservations.freshWait = time.Minute // however slow the machine, the ADDs below come within it
 	checking, release := make(chan struct{}, 1), make(chan struct{})
 	nodeSel := labels.SelectorFromSet(labels.Set{reservation.LabelNode: reservation.NodeLabel(thisNode)}).String()
 	h.fake.SetBeforeList(func(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {

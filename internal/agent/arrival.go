@@ -24,11 +24,11 @@ import (
 type arrivalKey struct{}
 
 // withArrival numbers a call as it arrives.
-func (a *Agent) withArrival(ctx context.Context) context.Context {
+func (r *arrivals) withArrival(ctx context.Context) context.Context {
 	if _, ok := ctx.Value(arrivalKey{}).(uint64); ok {
 		return ctx
 	}
-	return context.WithValue(ctx, arrivalKey{}, a.arrivals.next.Add(1))
+	return context.WithValue(ctx, arrivalKey{}, r.next.Add(1))
 }
 
 func arrivalOf(ctx context.Context) uint64 {

@@ -13,8 +13,8 @@ import (
 // sandbox the runtime tore down would hold an address nobody DELs.
 func TestAddThatArrivedBeforeARunDelIsAbandoned(t *testing.T) {
 	h := startAgent(t, pod("p1", thisNode, nil))
-	addArrived := h.agent.withArrival(h.ctx)
-	delArrived := h.agent.withArrival(h.ctx)
+	addArrived := h.agent.arrivals.withArrival(h.ctx)
+	delArrived := h.agent.arrivals.withArrival(h.ctx)
 	if r := h.do(call{cmd: "DEL", ctr: "c1", pod: "p1", ctx: delArrived}); r.Error != nil {
 		t.Fatalf("DEL: %+v", r.Error)
 	}

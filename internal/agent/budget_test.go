@@ -18,7 +18,7 @@ import (
 // serveOn serves h's agent on a fresh socket with the request budget b.
 func serveOn(t *testing.T, h *harness, b *requestBudget) string {
 	t.Helper()
-	h.agent.requests = b
+	h.agent.server.requests = b
 	return serve(t, h)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,7 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
@@ -21,16 +25,45 @@ import (
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
 	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/internal/store"
 )
 
-func (a *Agent) getClaim(ctx context.Context, namespace, name string, fresh bool) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+// claimPath serves the attachments bound to a claim: the claim's items for
+// its ADDs, its sticky claim, and the claim as CHECK reads it.
+type claimPath struct {
+	node     string
+	log      *slog.Logger
+	client   client.Client
+	claims   cache.SharedIndexInformer
+	store    *store.Store
+	alloc    *allocator.Factory
+	recorder record.EventRecorder
+
+	// What it needs of the other parts: the pools list's choice
+	// (poolChooser, called directly as by addVerb), a slot's allocator
+	// (allocators), the holdings the dataplane reads (claimHoldings), the
+	// claim's status (statusRecorder) and the VMI cache (ownerFollower).
+	pools         *poolChooser
+	nextAllocator func(at *attachment, s slot) (allocator.Interface, error)
+	learn         func(claim *ipamclaimsv1alpha1.IPAMClaim, held []heldSlot)
+	status        claimStatusWriter
+	vmiLookup     func() kubevirt.Lookup
+}
+
+// claimStatusWriter writes what an ADD did to the claim's status.
+type claimStatusWriter interface {
+	recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod, held []heldSlot, fresh bool) error
+	reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, cause error)
+}
+
+func (cp *claimPath) getClaim(ctx context.Context, namespace, name string, fresh bool) (*ipamclaimsv1alpha1.IPAMClaim, error) {
 	if !fresh {
-		if obj, ok, _ := a.claims.GetIndexer().GetByKey(namespace + "/" + name); ok {
+		if obj, ok, _ := cp.claims.GetIndexer().GetByKey(namespace + "/" + name); ok {
 			return obj.(*ipamclaimsv1alpha1.IPAMClaim).DeepCopy(), nil
 		}
 	}
 	c := &ipamclaimsv1alpha1.IPAMClaim{}
-	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
+	if err := cp.client.Get(ctx, k8stypes.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, codedf(CodeTryAgainLater, nil, "IPAMClaim %s/%s referenced by the pod's network-selection element does not exist", namespace, name)
 		}
@@ -43,17 +76,17 @@ func (a *Agent) getClaim(ctx context.Context, namespace, name string, fresh bool
 // status records is reproduced exactly (the migration target gets what the
 // source holds); only slots with nothing recorded get new items, and those
 // become the claim's only once the status update that records them wins.
-func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, error) {
+func (cp *claimPath) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, error) {
 	ns := at.pod.Namespace
 	var mine []*tenurev1alpha1.IPReservation // created by this call, not yet recorded
-	defer func() { a.rollback(mine) }()
+	defer func() { rollback(cp.alloc, cp.log, mine) }()
 
 	var held []heldSlot
 	first := true
 	err := retry.RetryOnConflict(claimUpdateBackoff, func() error {
 		// After a conflict the cache is behind the writer who won: read the
 		// claim from the API server.
-		claim, err := a.getClaim(ctx, ns, at.sel.Claim, !first)
+		claim, err := cp.getClaim(ctx, ns, at.sel.Claim, !first)
 		first = false
 		if err != nil {
 			return err
@@ -67,7 +100,7 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		if claim.Spec.Network != at.cfg.Name {
 			return codedf(CodeInvalidNetworkConfig, nil, "IPAMClaim %s has spec.network %q but the CNI network is %q", claims.Key(claim), claim.Spec.Network, at.cfg.Name)
 		}
-		if err := a.mayPresent(ctx, at.pod, claim); err != nil {
+		if err := cp.mayPresent(ctx, at.pod, claim); err != nil {
 			return err
 		}
 		rec, bad := claims.ParseStatus(claim.Status)
@@ -76,7 +109,7 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		}
 		// Items this call created that the claim did not end up recording
 		// (a concurrent ADD of the same claim recorded others) are freed.
-		mine = a.keepRecorded(mine, rec)
+		mine = cp.keepRecorded(mine, rec)
 		req, err := claims.RequestedOf(claim)
 		if err != nil {
 			return codedf(CodeInvalidNetworkConfig, nil, "%v", err)
@@ -93,22 +126,22 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 		for _, q := range req.Addresses {
 			keep = append(keep, q.Addr)
 		}
-		if err := a.choosePools(ctx, at, keep); err != nil {
+		if err := cp.pools.choosePools(ctx, at, keep); err != nil {
 			return err
 		}
 
-		tmpl := allocator.Template{Owner: a.claimOwner(at, claim), CNINetwork: at.cfg.Name}
-		h, fresh, err := a.reserveForClaim(ctx, at, claim, rec, req, tmpl, &mine)
+		tmpl := allocator.Template{Owner: cp.claimOwner(at, claim), CNINetwork: at.cfg.Name}
+		h, fresh, err := cp.reserveForClaim(ctx, at, claim, rec, req, tmpl, &mine)
 		if err != nil {
-			a.reportClaimFailure(ctx, claim, err)
+			cp.status.reportClaimFailure(ctx, claim, err)
 			return err
 		}
-		if err := a.recordClaim(ctx, claim, at.pod, h, fresh); err != nil {
+		if err := cp.status.recordClaim(ctx, claim, at.pod, h, fresh); err != nil {
 			return err // a conflict: someone else wrote the claim, read it again
 		}
 		mine = nil // recorded: the claim owns them now
 		held = h
-		a.learnHoldings(claim, h)
+		cp.learn(claim, h)
 		return nil
 	})
 	if apierrors.IsConflict(err) {
@@ -124,8 +157,8 @@ func (a *Agent) addForClaim(ctx context.Context, at *attachment) ([]heldSlot, er
 // KubeVirt VM's claim only the pods its VMI names are. The VMI cache may
 // be behind virt-controller's write of status.activePods: before refusing
 // on the VMI, the API server's VMI decides.
-func (a *Agent) mayPresent(ctx context.Context, pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) error {
-	lookup := a.vmiLookup()
+func (cp *claimPath) mayPresent(ctx context.Context, pod *corev1.Pod, claim *ipamclaimsv1alpha1.IPAMClaim) error {
+	lookup := cp.vmiLookup()
 	err := claims.MayPresent(pod, claim, lookup)
 	var pe *claims.PresentError
 	if err == nil || !errors.As(err, &pe) {
@@ -134,7 +167,7 @@ func (a *Agent) mayPresent(ctx context.Context, pod *corev1.Pod, claim *ipamclai
 	byVMI := func() bool { return pe.Reason == claims.RefusedNoVMI || pe.Reason == claims.RefusedNotVMIsPod }
 	if byVMI() && lookup != nil {
 		var readErr error
-		err = claims.MayPresent(pod, claim, kubevirt.LiveLookup(ctx, a.client, &readErr))
+		err = claims.MayPresent(pod, claim, kubevirt.LiveLookup(ctx, cp.client, &readErr))
 		if readErr != nil {
 			return readErr
 		}
@@ -153,15 +186,15 @@ func (a *Agent) mayPresent(ctx context.Context, pod *corev1.Pod, claim *ipamclai
 // migration's source and target), rarely more than two.
 var claimUpdateBackoff = wait.Backoff{Steps: 8, Duration: 5 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: time.Second}
 
-func (a *Agent) claimOwner(at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim) tenurev1alpha1.ReservationOwner {
+func (cp *claimPath) claimOwner(at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim) tenurev1alpha1.ReservationOwner {
 	return tenurev1alpha1.ReservationOwner{
 		Kind: tenurev1alpha1.OwnerIPAMClaim, Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID),
 		PodName: at.pod.Name, PodUID: string(at.pod.UID),
-		ContainerID: at.req.ContainerID, Interface: at.req.IfName, Node: a.node,
+		ContainerID: at.req.ContainerID, Interface: at.req.IfName, Node: cp.node,
 	}
 }
 
-func (a *Agent) keepRecorded(mine []*tenurev1alpha1.IPReservation, rec claims.Recorded) []*tenurev1alpha1.IPReservation {
+func (cp *claimPath) keepRecorded(mine []*tenurev1alpha1.IPReservation, rec claims.Recorded) []*tenurev1alpha1.IPReservation {
 	if rec.Empty() {
 		return mine
 	}
@@ -178,13 +211,13 @@ func (a *Agent) keepRecorded(mine []*tenurev1alpha1.IPReservation, rec claims.Re
 			release = append(release, r)
 		}
 	}
-	a.rollback(release)
+	rollback(cp.alloc, cp.log, release)
 	return nil
 }
 
 // reserveForClaim makes sure every slot has an item owned by the claim.
 // fresh reports whether any slot got an item the status does not record.
-func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim, rec claims.Recorded, req claims.Requested,
+func (cp *claimPath) reserveForClaim(ctx context.Context, at *attachment, claim *ipamclaimsv1alpha1.IPAMClaim, rec claims.Recorded, req claims.Requested,
 	tmpl allocator.Template, mine *[]*tenurev1alpha1.IPReservation) (held []heldSlot, fresh bool, err error) {
 	ss := slots(at.cfg, true)
 	wants := make([][]netip.Prefix, len(ss))
@@ -223,7 +256,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			return nil
 		}
 		var err error
-		if owned, err = a.store.ClaimHolds(ctx, string(claim.UID)); err != nil {
+		if owned, err = cp.store.ClaimHolds(ctx, string(claim.UID)); err != nil {
 			return err
 		}
 		read = true
@@ -236,7 +269,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		if want := wants[i]; len(want) > 0 {
 			item := want[0]
 			used[item] = true
-			r, err := a.alloc.For(s.Scope, s.Space).Allocate(ctx, item, tmpl)
+			r, err := cp.alloc.For(s.Scope, s.Space).Allocate(ctx, item, tmpl)
 			if err != nil {
 				return nil, false, err
 			}
@@ -252,7 +285,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			if !item.IsValid() {
 				item = s.requestedItem()
 			}
-			r, err := a.alloc.For(s.Scope, s.Space).Allocate(ctx, item, tmpl)
+			r, err := cp.alloc.For(s.Scope, s.Space).Allocate(ctx, item, tmpl)
 			if err != nil {
 				return nil, false, err
 			}
@@ -266,7 +299,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 			held = append(held, heldSlot{s, r})
 			continue
 		}
-		al, err := a.nextAllocator(at, s)
+		al, err := cp.nextAllocator(at, s)
 		if err != nil {
 			return nil, false, err
 		}
@@ -289,7 +322,7 @@ func (a *Agent) reserveForClaim(ctx context.Context, at *attachment, claim *ipam
 		}
 	}
 	if len(unserved) > 0 {
-		a.whoMade(ctx, claim, unserved)
+		cp.whoMade(ctx, claim, unserved)
 		return nil, false, &outsideRangeError{claim: claims.Key(claim), items: unserved}
 	}
 	return held, fresh, nil
@@ -376,10 +409,10 @@ func describeItem(recorded string, item netip.Prefix, ss []slot, wants [][]netip
 // the item into the claim. The agent's cache holds other nodes'
 // reservations as names only; those are read in full. Best effort: the
 // ADD fails either way, and an item no reservation holds says so.
-func (a *Agent) whoMade(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, items []claimItem) {
-	owned, err := a.store.HeldBy(ctx, string(claim.UID))
+func (cp *claimPath) whoMade(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, items []claimItem) {
+	owned, err := cp.store.HeldBy(ctx, string(claim.UID))
 	if err != nil {
-		a.log.Info("cannot list the claim's reservations to name who made its items", "claim", claims.Key(claim), "err", err)
+		cp.log.Info("cannot list the claim's reservations to name who made its items", "claim", claims.Key(claim), "err", err)
 		return
 	}
 	for i := range items {
@@ -390,7 +423,7 @@ func (a *Agent) whoMade(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim
 			}
 			if r.Spec.Owner.Node == "" {
 				full := &tenurev1alpha1.IPReservation{}
-				if err := a.client.Get(ctx, k8stypes.NamespacedName{Name: r.Name}, full); err == nil {
+				if err := cp.client.Get(ctx, k8stypes.NamespacedName{Name: r.Name}, full); err == nil {
 					r = full
 				}
 			}
@@ -450,132 +483,4 @@ func orUnknown(s string) string {
 		return "(unknown)"
 	}
 	return s
-}
-
-// recordClaim writes status.ips, status.delegatedPrefixes, ownerPod and the
-// condition, only when something changed; a conflict is returned as is.
-func (a *Agent) recordClaim(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod, held []heldSlot, fresh bool) error {
-	var ips, prefixes []string
-	recordedBefore := slices.Clone(claim.Status.DelegatedPrefixes)
-	for _, h := range held {
-		p, err := reservation.ParseItem(h.res.Spec.Address)
-		if err != nil {
-			return err
-		}
-		if h.slot.Range != nil {
-			ips = append(ips, netip.PrefixFrom(p.Addr(), h.slot.Range.Prefix.Bits()).String())
-		} else {
-			prefixes = append(prefixes, p.String())
-		}
-	}
-	// The lists are append-only by position (the webhook's
-	// claim-status-append-only): an item held here that the status does
-	// not record goes after the recorded ones, which keep their places.
-	newIPs := appendUnrecorded(claim.Status.IPs, ips, func(x, y netip.Prefix) bool { return x.Addr() == y.Addr() })
-	newPrefixes := appendUnrecorded(claim.Status.DelegatedPrefixes, prefixes, func(x, y netip.Prefix) bool { return x == y })
-	changed := fresh || !slices.Equal(claim.Status.IPs, newIPs) || !slices.Equal(claim.Status.DelegatedPrefixes, newPrefixes)
-	claim.Status.IPs, claim.Status.DelegatedPrefixes = newIPs, newPrefixes
-	if claim.Status.IPs == nil {
-		claim.Status.IPs = []string{}
-	}
-	if claim.Status.OwnerPod == nil || claim.Status.OwnerPod.Name != pod.Name {
-		// A migration target's ADD comes while the VM still runs on the
-		// source: where KubeVirt says so, ownerPod stays on the source until
-		// the switchover (vmi.go).
-		var vmi kubevirt.VMI
-		elsewhere := false
-		if claim.Status.OwnerPod != nil && claim.Status.OwnerPod.Name != "" {
-			var err error
-			if vmi, elsewhere, err = a.vmRunsElsewhere(ctx, claim, pod); err != nil {
-				return err
-			}
-		}
-		if elsewhere {
-			a.log.Info("claim's ownerPod stays: its VM runs on another node", "claim", claims.Key(claim), "pod", pod.Name,
-				"ownerPod", claim.Status.OwnerPod.Name, "vmi", vmi.Namespace+"/"+vmi.Name, "vmNode", vmi.Node())
-		} else {
-			claim.Status.OwnerPod = &ipamclaimsv1alpha1.OwnerPod{Name: pod.Name}
-			changed = true
-		}
-	}
-	if claims.SetCondition(claim, true, ipamclaimsv1alpha1.ReasonSuccessfulAllocation, "IPs allocated to pod "+claim.Status.OwnerPod.Name) {
-		changed = true
-	}
-	if !changed {
-		return nil
-	}
-	sent := slices.Clone(claim.Status.DelegatedPrefixes)
-	wctx, warnings := collectWarnings(ctx)
-	if err := a.client.Status().Update(wctx, claim); err != nil {
-		return err
-	}
-	a.checkPrefixRecord(ctx, claim, sent, recordedBefore, warnings)
-	return nil
-}
-
-// appendUnrecorded is recorded with each item of held that no item of
-// recorded matches (same) appended, in held's order. An item of recorded
-// that does not parse matches nothing and stays where it is.
-func appendUnrecorded(recorded, held []string, same func(x, y netip.Prefix) bool) []string {
-	out := slices.Clone(recorded)
-	for _, h := range held {
-		hp, err := netip.ParsePrefix(h)
-		if err != nil {
-			continue
-		}
-		if !slices.ContainsFunc(out, func(r string) bool {
-			rp, err := parseStatusItem(r)
-			return err == nil && same(rp, hp)
-		}) {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
-// parseStatusItem reads an item of a claim's status: CIDR form, or a bare
-// address.
-func parseStatusItem(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p, nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
-// reportClaimFailure sets the condition and an Event; best effort, the ADD
-// error is what the runtime acts on.
-func (a *Agent) reportClaimFailure(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, cause error) {
-	reason := ""
-	var outside *outsideRangeError
-	var asked *claimRequestError
-	var conflict *allocator.ConflictError
-	switch {
-	case errors.As(cause, &asked):
-		reason = asked.reason
-	case errors.Is(cause, allocator.ErrFull):
-		reason = ipamclaimsv1alpha1.ReasonSubnetExhausted
-	case errors.As(cause, &conflict) && conflict.Holder.Kind == tenurev1alpha1.OwnerAdministrator:
-		reason = ipamclaimsv1alpha1.ReasonReservedIPRequested
-	case errors.Is(cause, allocator.ErrAllocated):
-		reason = ipamclaimsv1alpha1.ReasonIPAddressConflict
-	case errors.As(cause, &outside):
-		reason = ipamclaimsv1alpha1.ReasonAddressesOutsideRange
-	default:
-		return
-	}
-	if a.recorder != nil {
-		a.recorder.Event(claim, corev1.EventTypeWarning, reason, cause.Error())
-	}
-	if claim.Status.IPs == nil {
-		claim.Status.IPs = []string{} // required by the upstream schema
-	}
-	if claims.SetCondition(claim, false, reason, cause.Error()) {
-		if err := a.client.Status().Update(ctx, claim); err != nil {
-			a.log.Info("could not record claim condition", "claim", claims.Key(claim), "err", err)
-		}
-	}
 }

@@ -4,18 +4,21 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
 	"github.com/tenure-ipam/tenure/internal/dataplane"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
+	"github.com/tenure-ipam/tenure/internal/store"
 )
 
 // DataplaneOptions configure the agent's DHCPv6 service and prefix routes
@@ -31,28 +34,34 @@ type DataplaneOptions struct {
 	Resync time.Duration
 }
 
-// agentDataplane is the Agent's dataplane field: the service and the
-// metrics registry its DHCPv6 servers report to.
+// agentDataplane glues the dataplane service (DHCPv6 servers and prefix
+// routes) to the agent: it learns from ADDs, is told of attachments made
+// and gone, reads the caches (src) and records MAC conflicts as Events.
 type agentDataplane struct {
-	svc     *dataplane.Service
-	metrics *agentMetrics
+	svc *dataplane.Service
 	// trigger is svc.Trigger, for what a CNI call changed (tests count it).
 	trigger func()
+	src     informerSource
+	// recorder records the MAC conflicts' Events; nil records none.
+	recorder record.EventRecorder
 }
 
-func newDataplane(a *Agent, opts DataplaneOptions) (*agentDataplane, error) {
-	m := newAgentMetrics()
+// newDataplane starts nothing: Run does. Every change of src's pods and
+// claims triggers a reconcile; obs counts what the service does.
+func newDataplane(opts DataplaneOptions, src informerSource, obs *agentMetrics, log *slog.Logger, rec record.EventRecorder) (*agentDataplane, error) {
+	d := &agentDataplane{src: src, recorder: rec}
 	svc, err := dataplane.New(dataplane.Options{
-		Source: informerSource{a}, Netns: opts.Netns, StateFile: opts.StateFile, Resync: opts.Resync,
-		Observer: m, Logger: a.log, OnConflict: a.recordMACConflict,
+		Source: src, Netns: opts.Netns, StateFile: opts.StateFile, Resync: opts.Resync,
+		Observer: obs, Logger: log, OnConflict: d.recordMACConflict,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := onEveryEvent(svc.Trigger, a.pods, a.claims); err != nil {
+	if err := onEveryEvent(svc.Trigger, src.pods, src.claims); err != nil {
 		return nil, err
 	}
-	return &agentDataplane{svc: svc, metrics: m, trigger: svc.Trigger}, nil
+	d.svc, d.trigger = svc, svc.Trigger
+	return d, nil
 }
 
 // EventMACConflict is the reason of the Warning Event recorded on each pod
@@ -63,8 +72,8 @@ const EventMACConflict = "DHCPv6MACConflict"
 // recordMACConflict records a MAC conflict on each pod that holds one of
 // its bindings: the pods are this node's, which the agent may write Events
 // about.
-func (a *Agent) recordMACConflict(c dataplane.MACConflict) {
-	if a.recorder == nil {
+func (d *agentDataplane) recordMACConflict(c dataplane.MACConflict) {
+	if d.recorder == nil {
 		return
 	}
 	seen := map[string]bool{}
@@ -73,12 +82,12 @@ func (a *Agent) recordMACConflict(c dataplane.MACConflict) {
 			continue
 		}
 		seen[h.Pod] = true
-		obj, ok, _ := a.pods.GetIndexer().GetByKey(h.Pod)
+		obj, ok, _ := d.src.pods.GetIndexer().GetByKey(h.Pod)
 		if !ok {
 			continue
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
-			a.recorder.Eventf(pod, corev1.EventTypeWarning, EventMACConflict, "%s: none of them is served DHCPv6 or routed by node %s until only one holds it", c, a.node)
+			d.recorder.Eventf(pod, corev1.EventTypeWarning, EventMACConflict, "%s: none of them is served DHCPv6 or routed by node %s until only one holds it", c, d.src.node)
 		}
 	}
 }
@@ -172,14 +181,23 @@ func onEveryEvent(f func(), infs ...cache.SharedIndexInformer) error {
 	return nil
 }
 
-// informerSource reads the agent's informer caches.
-type informerSource struct{ a *Agent }
+// informerSource is dataplane.Source on the agent's caches: the informers
+// of node's pods and of claims, the store, the claims' holdings
+// (claimHoldings.get) and the VMI watcher.
+type informerSource struct {
+	node     string
+	pods     cache.SharedIndexInformer
+	claims   cache.SharedIndexInformer
+	store    *store.Store
+	holdings func(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool)
+	vmis     *kubevirt.Watcher
+}
 
 func (s informerSource) Pods() []*corev1.Pod {
-	objs := s.a.pods.GetStore().List()
+	objs := s.pods.GetStore().List()
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == s.a.node {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == s.node {
 			out = append(out, p)
 		}
 	}
@@ -187,21 +205,21 @@ func (s informerSource) Pods() []*corev1.Pod {
 }
 
 func (s informerSource) PodReservations(podUID string) []*tenurev1alpha1.IPReservation {
-	return s.a.store.ByOwnerUID(podUID)
+	return s.store.ByOwnerUID(podUID)
 }
 
 func (s informerSource) ClaimReservations(claim *ipamclaimsv1alpha1.IPAMClaim) ([]*tenurev1alpha1.IPReservation, bool) {
-	return s.a.holdings.get(claim)
+	return s.holdings(claim)
 }
 
-func (s informerSource) VMIsServed() bool { return s.a.vmis.Served() }
+func (s informerSource) VMIsServed() bool { return s.vmis.Served() }
 
 func (s informerSource) VMI(namespace, name string) (kubevirt.VMI, bool) {
-	return s.a.vmis.Get(namespace, name)
+	return s.vmis.Get(namespace, name)
 }
 
 func (s informerSource) Claim(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool) {
-	obj, ok, _ := s.a.claims.GetIndexer().GetByKey(namespace + "/" + name)
+	obj, ok, _ := s.claims.GetIndexer().GetByKey(namespace + "/" + name)
 	if !ok {
 		return nil, false
 	}

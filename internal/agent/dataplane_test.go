@@ -195,7 +195,7 @@ func TestAMACConflictIsAnEventOnEachPod(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	h := startAgentWith(t, Options{NodeName: thisNode, Recorder: rec, PodWait: 50 * time.Millisecond},
 		pod("virt-launcher-a", thisNode, nil), pod("tenant-0", thisNode, nil))
-	h.agent.recordMACConflict(dataplane.MACConflict{MAC: "02:00:00:aa:bb:01", Interface: "br0", Holders: []dataplane.Holder{
+	h.agent.dataplane.recordMACConflict(dataplane.MACConflict{MAC: "02:00:00:aa:bb:01", Interface: "br0", Holders: []dataplane.Holder{
 		{Key: "ns/vm1.vmnet", Pod: "ns/virt-launcher-a", PodInterface: "net1"},
 		{Key: "ns/tenant-0/net1", Pod: "ns/tenant-0", PodInterface: "net1"},
 	}})

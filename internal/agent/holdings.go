@@ -84,6 +84,15 @@ func (h *claimHoldings) learn(claim *ipamclaimsv1alpha1.IPAMClaim, rs []*tenurev
 	e.rs, e.rv, e.at, e.used, e.failedAt = slices.Clone(rs), claim.ResourceVersion, now, now, time.Time{}
 }
 
+// learnHeld is learn of what a claim's ADD on this node holds.
+func (h *claimHoldings) learnHeld(claim *ipamclaimsv1alpha1.IPAMClaim, held []heldSlot) {
+	rs := make([]*tenurev1alpha1.IPReservation, 0, len(held))
+	for _, s := range held {
+		rs = append(rs, s.res)
+	}
+	h.learn(claim, rs)
+}
+
 // get returns the claim's reservations and whether they are known. The
 // first time a claim is asked for, its list is waited for (bounded, and
 // not while lists fail), so a restarted agent's first reconcile does not
@@ -195,14 +204,17 @@ func sameNames(a, b []*tenurev1alpha1.IPReservation) bool {
 	return slices.Equal(names(a), names(b))
 }
 
-// claimOwnedCached is what the caches hold of claim uid's items: its
-// claim-owned reservations, whole (the node cache's) or as partial
-// reservations whose owner kind is known. A pod's reservation carrying the
-// claim's UID is none of them (a decoy another node wrote, which the data
-// path would otherwise serve where the status records no prefix); a window
-// entry, whose kind is unknown, is left to the live list (ClaimHolds).
-func (a *Agent) claimOwnedCached(uid string) []*tenurev1alpha1.IPReservation {
-	return slices.DeleteFunc(a.store.ByOwnerUID(uid), func(r *tenurev1alpha1.IPReservation) bool {
-		return r.Spec.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim
-	})
+// claimOwnedCached is, of the reservations byOwnerUID returns (the
+// store's), what the caches hold of claim uid's items: its claim-owned
+// reservations, whole (the node cache's) or as partial reservations whose
+// owner kind is known. A pod's reservation carrying the claim's UID is none
+// of them (a decoy another node wrote, which the data path would otherwise
+// serve where the status records no prefix); a window entry, whose kind is
+// unknown, is left to the live list (ClaimHolds).
+func claimOwnedCached(byOwnerUID func(uid string) []*tenurev1alpha1.IPReservation) func(uid string) []*tenurev1alpha1.IPReservation {
+	return func(uid string) []*tenurev1alpha1.IPReservation {
+		return slices.DeleteFunc(byOwnerUID(uid), func(r *tenurev1alpha1.IPReservation) bool {
+			return r.Spec.Owner.Kind != tenurev1alpha1.OwnerIPAMClaim
+		})
+	}
 }

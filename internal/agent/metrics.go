@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/dataplane"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/internal/store"
 )
 
 // agentMetrics is the agent's Prometheus registry: one per Agent, so several
@@ -131,6 +132,42 @@ func newAgentMetrics() *agentMetrics {
 	return m
 }
 
+// cacheCollectors report the window cache and the node cache of st.
+func cacheCollectors(st *store.Store) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_window_rebuilds_total",
+			Help: "Times the agent widened its window of other nodes' reservations (a list of its blocks, then a watch)."},
+			func() float64 { return float64(st.Rebuilds()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_window_reservations",
+			Help: "Reservations in the agent's window: other nodes' reservations of the blocks it allocates from and of the networks it found full."},
+			func() float64 { return float64(st.WindowLen()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_node_cache_fresh",
+			Help: "1 while the cache of this node's reservations is trusted; 0 from a broken watch until a live list is found whole in it; calls in the first second of that wait for it, later ones read past the cache."},
+			func() float64 {
+				if st.Fresh() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_calls_awaiting_node_cache",
+			Help: "CNI calls waiting now for the node cache to be found whole after its watch broke."},
+			func() float64 { return float64(st.Waiting()) }),
+	}
+}
+
+// requestCollectors report the request budget budget returns when
+// collected.
+func requestCollectors(budget func() *requestBudget) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_agent_request_bytes_in_flight",
+			Help: "Bytes of CNI requests the agent holds now, read and not yet answered (bounded: see tenure_agent_requests_busy_total)."},
+			func() float64 { return float64(budget().InFlight()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_agent_requests_busy_total",
+			Help: "CNI requests answered \"try again\" (code 11) because the requests in flight filled the agent's byte budget."},
+			func() float64 { return float64(budget().busy.Load()) }),
+	}
+}
+
 // cniCall records one answered CNI call.
 func (m *agentMetrics) cniCall(command string, resp *Response, took time.Duration) {
 	cmd := cniCommandLabel(command)
@@ -211,7 +248,7 @@ func (m *agentMetrics) Observe(msgType, outcome string) {
 
 // MetricsHandler serves the agent's registry in the Prometheus format.
 func (a *Agent) MetricsHandler() http.Handler {
-	return promhttp.HandlerFor(a.dataplane.metrics.registry, promhttp.HandlerOpts{Registry: a.dataplane.metrics.registry})
+	return promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{Registry: a.metrics.registry})
 }
 
 // ServeMetrics serves /metrics on l until ctx ends.

@@ -85,7 +85,7 @@ func TestCNIMetricsCountEveryCallByCommandAndCode(t *testing.T) {
 // name{label=value,...}, labels sorted by name.
 func gather(t *testing.T, a *Agent) map[string]*dto.Metric {
 	t.Helper()
-	mfs, err := a.dataplane.metrics.registry.Gather()
+	mfs, err := a.metrics.registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

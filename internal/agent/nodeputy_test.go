@@ -64,7 +64,7 @@ func TestAPodsReservationWithAClaimsUIDIsNoneOfTheClaimsHoldings(t *testing.T) {
 		t.Fatalf("the node cache never held both: %v", err)
 	}
 	var got []string
-	for _, r := range h.agent.claimOwnedCached("uid-vm1") {
+	for _, r := range h.agent.holdings.cached("uid-vm1") {
 		got = append(got, r.Name)
 	}
 	if !slices.Equal(got, []string{item.Name}) {

@@ -14,7 +14,6 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
 )
 
@@ -22,23 +21,13 @@ import (
 // administrator to do when the IPAMClaim CRD drops status.delegatedPrefixes.
 const CRDFix = "install tenure's IPAMClaim CRD over it: kubectl apply -f deploy/crds/k8s.cni.cncf.io_ipamclaims.yaml"
 
-// learnHoldings tells the dataplane's view of the claim's reservations
-// what its ADD on this node holds.
-func (a *Agent) learnHoldings(claim *ipamclaimsv1alpha1.IPAMClaim, held []heldSlot) {
-	rs := make([]*tenurev1alpha1.IPReservation, 0, len(held))
-	for _, h := range held {
-		rs = append(rs, h.res)
-	}
-	a.holdings.learn(claim, rs)
-}
-
 // checkPrefixRecord finds out whether the status write just made kept the
 // delegated prefixes it sent, and says so once per claim when it did not
 // (prefixRecordPruned), or that it does again (a CRD with the field was
 // installed since). The API server's warning on the write names a pruned
 // field; without one (an API server that does not send them), the claim is
 // read back when the write added prefixes the claim did not have.
-func (a *Agent) checkPrefixRecord(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, sent, before []string, w *apiWarnings) {
+func (s *statusRecorder) checkPrefixRecord(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, sent, before []string, w *apiWarnings) {
 	if len(sent) == 0 {
 		return
 	}
@@ -48,19 +37,19 @@ func (a *Agent) checkPrefixRecord(ctx context.Context, claim *ipamclaimsv1alpha1
 			return // nothing new written: the write says nothing of the field
 		}
 		got := &ipamclaimsv1alpha1.IPAMClaim{}
-		if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}, got); err != nil || got.UID != claim.UID {
+		if err := s.client.Get(ctx, k8stypes.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}, got); err != nil || got.UID != claim.UID {
 			return
 		}
 		if containsAll(got.Status.DelegatedPrefixes, sent) {
-			a.prefixRecordRestored(ctx, claim)
+			s.prefixRecordRestored(ctx, claim)
 			return
 		}
 		why = "the claim read back after the write has no status.delegatedPrefixes"
 	}
-	a.prefixRecordPruned(ctx, claim, sent, why)
+	s.prefixRecordPruned(ctx, claim, sent, why)
 }
 
-func (a *Agent) prefixRecordPruned(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, sent []string, why string) {
+func (s *statusRecorder) prefixRecordPruned(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, sent []string, why string) {
 	if c := meta.FindStatusCondition(claim.Status.Conditions, ipamclaimsv1alpha1.ConditionDelegatedPrefixesRecorded); c != nil &&
 		c.Status == metav1.ConditionFalse && c.Reason == ipamclaimsv1alpha1.ReasonFieldPrunedByCRD {
 		return // said once already
@@ -78,21 +67,21 @@ func (a *Agent) prefixRecordPruned(ctx context.Context, claim *ipamclaimsv1alpha
 	}
 	// A conflict means another ADD of the claim wrote it: its own check
 	// says it, or the next ADD's.
-	if err := a.client.Status().Update(ctx, claim); err != nil {
-		a.log.Info("could not record the claim's DelegatedPrefixesRecorded condition", "claim", claims.Key(claim), "err", err)
+	if err := s.client.Status().Update(ctx, claim); err != nil {
+		s.log.Info("could not record the claim's DelegatedPrefixesRecorded condition", "claim", claims.Key(claim), "err", err)
 		return
 	}
-	if a.recorder != nil {
-		a.recorder.Event(claim, corev1.EventTypeWarning, ipamclaimsv1alpha1.ReasonFieldPrunedByCRD, msg)
+	if s.recorder != nil {
+		s.recorder.Event(claim, corev1.EventTypeWarning, ipamclaimsv1alpha1.ReasonFieldPrunedByCRD, msg)
 	}
-	a.log.Warn("claim's delegated prefix not recorded: the IPAMClaim CRD has no status.delegatedPrefixes",
+	s.log.Warn("claim's delegated prefix not recorded: the IPAMClaim CRD has no status.delegatedPrefixes",
 		"claim", claims.Key(claim), "prefixes", sent, "why", why, "fix", CRDFix)
-	a.dataplane.metrics.prefixRecordPruned.Inc()
+	s.pruned.Inc()
 }
 
 // prefixRecordRestored turns a FieldPrunedByCRD condition True once the
 // prefix is recorded again.
-func (a *Agent) prefixRecordRestored(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) {
+func (s *statusRecorder) prefixRecordRestored(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim) {
 	c := meta.FindStatusCondition(claim.Status.Conditions, ipamclaimsv1alpha1.ConditionDelegatedPrefixesRecorded)
 	if c == nil || c.Status == metav1.ConditionTrue {
 		return
@@ -102,11 +91,11 @@ func (a *Agent) prefixRecordRestored(ctx context.Context, claim *ipamclaimsv1alp
 		Reason: ipamclaimsv1alpha1.ReasonDelegatedPrefixesRecorded, Message: "status.delegatedPrefixes records the claim's delegated prefix",
 		ObservedGeneration: claim.Generation,
 	})
-	if err := a.client.Status().Update(ctx, claim); err != nil {
-		a.log.Info("could not record the claim's DelegatedPrefixesRecorded condition", "claim", claims.Key(claim), "err", err)
+	if err := s.client.Status().Update(ctx, claim); err != nil {
+		s.log.Info("could not record the claim's DelegatedPrefixesRecorded condition", "claim", claims.Key(claim), "err", err)
 		return
 	}
-	a.log.Info("claim's delegated prefix recorded again", "claim", claims.Key(claim))
+	s.log.Info("claim's delegated prefix recorded again", "claim", claims.Key(claim))
 }
 
 func containsAll(have, want []string) bool {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -47,14 +48,31 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve answers CNI calls on l until ctx ends. A connection whose first
+// socketServer answers CNI calls and the health probes on the agent's
+// unix socket.
+type socketServer struct {
+	log *slog.Logger
+	// handle answers one call (Agent.Handle); ready reports whether the
+	// caches synced (Agent.Ready).
+	handle func(context.Context, *cniwire.Request) *Response
+	ready  func() bool
+	// arrivals numbers each connection's call as the socket accepted it.
+	arrivals *arrivals
+	// requests bounds the bytes of CNI requests the socket holds at once.
+	requests *requestBudget
+	// metrics records each answered call (cniCall); called directly, as
+	// an answer passed through a func value would escape to the heap.
+	metrics *agentMetrics
+}
+
+// serve answers CNI calls on l until ctx ends. A connection whose first
 // byte is '{' carries one cniwire request; anything else is HTTP (the
 // health probes), served from the same socket.
-func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
+func (s *socketServer) serve(ctx context.Context, l net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET "+PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
-		if !a.Ready() {
+		if !s.ready() {
 			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
 			return
 		}
@@ -80,11 +98,11 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 			}
 			return err
 		}
-		c := acceptedConn{a.withArrival(ctx), conn}
+		c := acceptedConn{s.arrivals.withArrival(ctx), conn}
 		select {
 		case handoff <- c:
 		default:
-			go a.connWorker(ctx, c, handoff, httpConns)
+			go s.connWorker(ctx, c, handoff, httpConns)
 		}
 	}
 }
@@ -104,7 +122,7 @@ const workerIdle = time.Minute
 // waited workerIdle for one. A call's stack grows to tens of KiB through
 // the API client; a goroutine that serves one call after another keeps
 // it, where a new goroutine per call grows (copies) it every time.
-func (a *Agent) connWorker(ctx context.Context, c acceptedConn, handoff <-chan acceptedConn, httpConns *connListener) {
+func (s *socketServer) connWorker(ctx context.Context, c acceptedConn, handoff <-chan acceptedConn, httpConns *connListener) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	// One reader for the worker's calls, as its stack is: a call's
@@ -116,7 +134,7 @@ func (a *Agent) connWorker(ctx context.Context, c acceptedConn, handoff <-chan a
 		} else {
 			br.Reset(c.conn)
 		}
-		if a.serveConn(c.ctx, c.conn, br, httpConns) {
+		if s.serveConn(c.ctx, c.conn, br, httpConns) {
 			br = nil // an HTTP connection's now
 		}
 		idle.Reset(workerIdle)
@@ -132,7 +150,7 @@ func (a *Agent) connWorker(ctx context.Context, c acceptedConn, handoff <-chan a
 
 // serveConn serves one connection read through br; handedOff reports
 // that br went with it to the HTTP server.
-func (a *Agent) serveConn(ctx context.Context, conn net.Conn, br *bufio.Reader, httpConns *connListener) (handedOff bool) {
+func (s *socketServer) serveConn(ctx context.Context, conn net.Conn, br *bufio.Reader, httpConns *connListener) (handedOff bool) {
 	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	first, err := br.Peek(1)
 	if err != nil {
@@ -147,7 +165,7 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, br *bufio.Reader, 
 	start := time.Now()
 	var req cniwire.Request
 	var resp *Response
-	ch := &charge{b: a.requests}
+	ch := &charge{b: s.requests}
 	defer ch.release()
 	body := &io.LimitedReader{R: &chargedReader{r: br, c: ch}, N: cniwire.MaxMessage + 1}
 	// Take in what a refused caller still sends (bounded by the read
@@ -158,26 +176,26 @@ func (a *Agent) serveConn(ctx context.Context, conn net.Conn, br *bufio.Reader, 
 		_, _ = io.Copy(io.Discard, io.LimitReader(br, 4*cniwire.MaxMessage))
 	}
 	if err := readRequest(body, &req); body.N <= 0 {
-		a.log.Warn("request over the size limit refused", "limit", cniwire.MaxMessage)
+		s.log.Warn("request over the size limit refused", "limit", cniwire.MaxMessage)
 		drain()
 		resp = &Response{Error: &types.Error{Code: CodeInvalidNetworkConfig,
 			Msg: fmt.Sprintf("request too large: over the tenure agent's limit of %d bytes", cniwire.MaxMessage)}}
 	} else if errors.Is(err, errBusy) {
-		a.requests.busy.Add(1)
-		a.log.Warn("request refused: the requests in flight fill the agent's budget", "limit", a.requests.limit)
+		s.requests.busy.Add(1)
+		s.log.Warn("request refused: the requests in flight fill the agent's budget", "limit", s.requests.limit)
 		drain()
 		resp = &Response{Error: &types.Error{Code: CodeTryAgainLater,
-			Msg: fmt.Sprintf("the tenure agent is busy: requests in flight fill its budget of %d bytes; try again", a.requests.limit)}}
+			Msg: fmt.Sprintf("the tenure agent is busy: requests in flight fill its budget of %d bytes; try again", s.requests.limit)}}
 	} else if err != nil {
 		resp = &Response{Error: &types.Error{Code: CodeDecodingFailure, Msg: fmt.Sprintf("decoding request: %v", err)}}
 	} else {
 		_ = conn.SetReadDeadline(time.Time{})
-		resp = a.Handle(ctx, &req)
+		resp = s.handle(ctx, &req)
 	}
 	ch.release()
 	_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
 	_, _ = conn.Write(encodeResponse(resp))
-	a.dataplane.metrics.cniCall(req.Command, resp, time.Since(start))
+	s.metrics.cniCall(req.Command, resp, time.Since(start))
 	return false
 }
 

@@ -8,8 +8,6 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
-	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/claims"
 )
 
@@ -22,7 +20,7 @@ const EventStickyClaimCreated = "StickyClaimCreated"
 // sticky_statefulsets, asks for it, and a StatefulSet controls the pod.
 // With create, a missing claim is created (ADD); without, a missing one is
 // no claim (CHECK).
-func (a *Agent) stickyClaim(ctx context.Context, at *attachment, create bool) (string, error) {
+func (cp *claimPath) stickyClaim(ctx context.Context, at *attachment, create bool) (string, error) {
 	pod, ifName := at.pod, at.req.IfName
 	want, set := claims.WantsSticky(pod, ifName)
 	if !set {
@@ -40,7 +38,7 @@ func (a *Agent) stickyClaim(ctx context.Context, at *attachment, create bool) (s
 			pod.Namespace, pod.Name, claims.StickyAnnotation)
 	}
 	name := claims.StickyClaimName(pod.Name, ifName)
-	cl, err := a.claimOrNil(ctx, pod.Namespace, name)
+	cl, err := cp.claimOrNil(ctx, pod.Namespace, name)
 	if err != nil {
 		return "", err
 	}
@@ -49,16 +47,16 @@ func (a *Agent) stickyClaim(ctx context.Context, at *attachment, create bool) (s
 			return "", nil
 		}
 		cl = claims.NewStickyClaim(pod, ifName, at.cfg.Name, sts)
-		if err := a.client.Create(ctx, cl); apierrors.IsAlreadyExists(err) {
+		if err := cp.client.Create(ctx, cl); apierrors.IsAlreadyExists(err) {
 			// A concurrent ADD of the same pod name made it: the claim
 			// path reads it from the API server.
 			return name, nil
 		} else if err != nil {
 			return "", err
 		}
-		a.log.Info("created sticky IPAMClaim", "claim", claims.Key(cl), "statefulSet", sts.Name, "pod", pod.Name, "ifName", ifName)
-		if a.recorder != nil {
-			a.recorder.Eventf(pod, corev1.EventTypeNormal, EventStickyClaimCreated, "IPAMClaim %s keeps the addresses of interface %s for the pods called %s of StatefulSet %s", cl.Name, ifName, pod.Name, sts.Name)
+		cp.log.Info("created sticky IPAMClaim", "claim", claims.Key(cl), "statefulSet", sts.Name, "pod", pod.Name, "ifName", ifName)
+		if cp.recorder != nil {
+			cp.recorder.Eventf(pod, corev1.EventTypeNormal, EventStickyClaimCreated, "IPAMClaim %s keeps the addresses of interface %s for the pods called %s of StatefulSet %s", cl.Name, ifName, pod.Name, sts.Name)
 		}
 		return name, nil
 	}
@@ -71,44 +69,16 @@ func (a *Agent) stickyClaim(ctx context.Context, at *attachment, create bool) (s
 
 // claimOrNil reads a claim from the cache, else the API server; nil when
 // neither has it.
-func (a *Agent) claimOrNil(ctx context.Context, namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
-	if obj, ok, _ := a.claims.GetIndexer().GetByKey(namespace + "/" + name); ok {
+func (cp *claimPath) claimOrNil(ctx context.Context, namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, error) {
+	if obj, ok, _ := cp.claims.GetIndexer().GetByKey(namespace + "/" + name); ok {
 		return obj.(*ipamclaimsv1alpha1.IPAMClaim), nil
 	}
 	c := &ipamclaimsv1alpha1.IPAMClaim{}
-	if err := a.client.Get(ctx, k8stypes.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
+	if err := cp.client.Get(ctx, k8stypes.NamespacedName{Namespace: namespace, Name: name}, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
 		return nil, err
 	}
 	return c, nil
-}
-
-// allocateRequested reserves the address runtimeConfig.ips asks for from
-// slot s, for a pod's attachment. The allocator answers a pod UID that
-// already holds the address with that reservation; for a pod, that is
-// either this sandbox's other interface (a conflict) or an earlier sandbox
-// the runtime replaced, whose late DEL or GC would free the address under
-// this one: that reservation is released and the address reserved anew.
-func (a *Agent) allocateRequested(ctx context.Context, s slot, tmpl allocator.Template) (*tenurev1alpha1.IPReservation, error) {
-	al := a.alloc.For(s.Scope, s.Space)
-	for range 2 {
-		r, err := al.Allocate(ctx, s.requestedItem(), tmpl)
-		if err != nil {
-			return nil, err
-		}
-		o := r.Spec.Owner
-		switch {
-		case o.ContainerID == tmpl.Owner.ContainerID && o.Interface == tmpl.Owner.Interface:
-			return r, nil
-		case o.ContainerID == tmpl.Owner.ContainerID:
-			return nil, &allocator.ConflictError{Item: r.Spec.Address, Holder: o}
-		}
-		a.log.Info("releasing a requested address an earlier sandbox of the pod holds", "reservation", r.Name, "containerID", o.ContainerID)
-		if err := a.alloc.Release(ctx, r); err != nil {
-			return nil, err
-		}
-	}
-	return nil, codedf(CodeTryAgainLater, nil, "%s: an earlier sandbox of the pod still holds it", s.requested)
 }

@@ -3,12 +3,15 @@ package agent
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
@@ -51,51 +54,72 @@ const EventOwnerPodFollowsVM = "OwnerPodFollowsVM"
 // ownerFollowRetry spaces the retries of an ownerPod write that failed.
 const ownerFollowRetry = 2 * time.Second
 
+// ownerFollower keeps the ownerPod of the claims of VMs running on node on
+// node's pod (the rule above), and answers the claim path's questions
+// about VMIs.
+type ownerFollower struct {
+	node     string
+	log      *slog.Logger
+	client   client.Client
+	recorder record.EventRecorder
+	vmis     *kubevirt.Watcher
+	// pods and claim read the caches (informerSource's).
+	pods  func() []*corev1.Pod
+	claim func(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool)
+	// kick triggers run.
+	kick chan struct{}
+}
+
+func newOwnerFollower(node string, log *slog.Logger, c client.Client, rec record.EventRecorder, vmis *kubevirt.Watcher,
+	pods func() []*corev1.Pod, claim func(namespace, name string) (*ipamclaimsv1alpha1.IPAMClaim, bool)) *ownerFollower {
+	return &ownerFollower{node: node, log: log, client: c, recorder: rec, vmis: vmis, pods: pods, claim: claim, kick: make(chan struct{}, 1)}
+}
+
 // vmiLookup is the VMI cache while it is served, else nil.
-func (a *Agent) vmiLookup() kubevirt.Lookup {
-	if a.vmis == nil || !a.vmis.Served() {
+func (f *ownerFollower) vmiLookup() kubevirt.Lookup {
+	if f.vmis == nil || !f.vmis.Served() {
 		return nil
 	}
-	return a.vmis.Get
+	return f.vmis.Get
 }
 
 // vmRunsElsewhere names the VMI of a claim presented by pod when it runs on
 // another node than this agent's, read from the API server (the ADD is
 // about to move ownerPod away from the pod it names). Without KubeVirt's
 // API, false.
-func (a *Agent) vmRunsElsewhere(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod) (kubevirt.VMI, bool, error) {
-	if a.vmiLookup() == nil {
+func (f *ownerFollower) vmRunsElsewhere(ctx context.Context, claim *ipamclaimsv1alpha1.IPAMClaim, pod *corev1.Pod) (kubevirt.VMI, bool, error) {
+	if f.vmiLookup() == nil {
 		return kubevirt.VMI{}, false, nil
 	}
 	var err error
-	vmi, ok := kubevirt.VMOf(kubevirt.LiveLookup(ctx, a.client, &err), pod.Namespace, claim.OwnerReferences, pod.OwnerReferences)
+	vmi, ok := kubevirt.VMOf(kubevirt.LiveLookup(ctx, f.client, &err), pod.Namespace, claim.OwnerReferences, pod.OwnerReferences)
 	if err != nil {
 		return kubevirt.VMI{}, false, err
 	}
-	return vmi, ok && vmi.Node() != a.node, nil
+	return vmi, ok && vmi.Node() != f.node, nil
 }
 
-// triggerOwnerFollow asks followOwners to run soon; calls coalesce.
-func (a *Agent) triggerOwnerFollow() {
+// trigger asks followOwners to run soon; calls coalesce.
+func (f *ownerFollower) trigger() {
 	select {
-	case a.ownerFollow <- struct{}{}:
+	case f.kick <- struct{}{}:
 	default:
 	}
 }
 
-// runOwnerFollow moves ownerPod of the claims of VMs running here to the
-// local pod, on every change of pods, claims or VMIs, until ctx ends.
-func (a *Agent) runOwnerFollow(ctx context.Context) {
+// run moves ownerPod of the claims of VMs running here to the local pod,
+// on every change of pods, claims or VMIs, until ctx ends.
+func (f *ownerFollower) run(ctx context.Context) {
 	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.ownerFollow:
+		case <-f.kick:
 		case <-retry:
 		}
 		retry = nil
-		if !a.followOwners(ctx) {
+		if !f.followOwners(ctx) {
 			retry = time.After(ownerFollowRetry)
 		}
 	}
@@ -103,28 +127,28 @@ func (a *Agent) runOwnerFollow(ctx context.Context) {
 
 // followOwners writes ownerPod where OwnerPodMoves says; false when a write
 // failed and is to be retried.
-func (a *Agent) followOwners(ctx context.Context) bool {
-	lookup := a.vmiLookup()
+func (f *ownerFollower) followOwners(ctx context.Context) bool {
+	lookup := f.vmiLookup()
 	if lookup == nil {
 		return true
 	}
 	ok := true
-	for _, m := range OwnerPodMoves(informerSource{a}.Pods(), informerSource{a}.Claim, lookup, a.node) {
-		claim, found := informerSource{a}.Claim(m.Namespace, m.Claim)
+	for _, m := range OwnerPodMoves(f.pods(), f.claim, lookup, f.node) {
+		claim, found := f.claim(m.Namespace, m.Claim)
 		if !found {
 			continue
 		}
 		// The caches said so; the API server decides: a VMI cache behind
 		// the claim cache must not move ownerPod back to where the VM was.
 		vmiNS, vmiName, _ := strings.Cut(m.VMI, "/")
-		live, exists, err := kubevirt.Read(ctx, a.client, vmiNS, vmiName)
+		live, exists, err := kubevirt.Read(ctx, f.client, vmiNS, vmiName)
 		if err != nil {
-			a.log.Warn("cannot read the VirtualMachineInstance before moving the claim's ownerPod", "claim", m.Namespace+"/"+m.Claim, "vmi", m.VMI, "err", err)
+			f.log.Warn("cannot read the VirtualMachineInstance before moving the claim's ownerPod", "claim", m.Namespace+"/"+m.Claim, "vmi", m.VMI, "err", err)
 			ok = false
 			continue
 		}
-		if !exists || live.Node() != a.node {
-			a.log.Info("claim's ownerPod stays: the VirtualMachineInstance no longer runs on this node (the VMI cache is behind)",
+		if !exists || live.Node() != f.node {
+			f.log.Info("claim's ownerPod stays: the VirtualMachineInstance no longer runs on this node (the VMI cache is behind)",
 				"claim", m.Namespace+"/"+m.Claim, "ownerPod", claim.Status.OwnerPod.Name, "vmi", m.VMI, "vmNode", live.Node())
 			continue
 		}
@@ -134,17 +158,17 @@ func (a *Agent) followOwners(ctx context.Context) bool {
 		claims.SetCondition(claim, true, ipamclaimsv1alpha1.ReasonSuccessfulAllocation, "IPs allocated to pod "+m.Pod)
 		// claim carries the resourceVersion read: the update is conditional
 		// on no other writer having moved ownerPod since.
-		err = a.client.Status().Update(ctx, claim)
+		err = f.client.Status().Update(ctx, claim)
 		switch {
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 			// The cache is behind; the claim's update event runs this again.
 		case err != nil:
-			a.log.Warn("cannot move the claim's ownerPod to the node its VM runs on", "claim", claims.Key(claim), "pod", m.Pod, "err", err)
+			f.log.Warn("cannot move the claim's ownerPod to the node its VM runs on", "claim", claims.Key(claim), "pod", m.Pod, "err", err)
 			ok = false
 		default:
-			a.log.Info("claim's ownerPod follows its VM", "claim", claims.Key(claim), "from", from, "to", m.Pod, "vmi", m.VMI, "node", a.node)
-			if a.recorder != nil {
-				a.recorder.Eventf(claim, corev1.EventTypeNormal, EventOwnerPodFollowsVM, "status.ownerPod moved from %s to %s: VirtualMachineInstance %s runs on node %s", from, m.Pod, m.VMI, a.node)
+			f.log.Info("claim's ownerPod follows its VM", "claim", claims.Key(claim), "from", from, "to", m.Pod, "vmi", m.VMI, "node", f.node)
+			if f.recorder != nil {
+				f.recorder.Eventf(claim, corev1.EventTypeNormal, EventOwnerPodFollowsVM, "status.ownerPod moved from %s to %s: VirtualMachineInstance %s runs on node %s", from, m.Pod, m.VMI, f.node)
 			}
 		}
 	}

@@ -476,28 +476,6 @@ func (w *wire) refresh(ctx context.Context) {
 	}
 }
 
-// nextAllocator is the allocator an ADD takes a free item of slot s from:
-// with the wire check of the network's parent interface where it is on
-// and the slot is a range's.
-func (a *Agent) nextAllocator(at *attachment, s slot) (allocator.Interface, error) {
-	if a.wire == nil || s.Range == nil {
-		return a.alloc.For(s.Scope, s.Space), nil
-	}
-	c := at.cfg
-	iface, err := a.wire.iface(configProbe{Name: c.Name, Probe: c.Probe, ProbeInterface: c.ProbeInterface,
-		ProbeDefaultRoute: c.ProbeDefaultRoute, ProbeSkipped: c.ProbeSkipped})
-	if err != nil {
-		return nil, err
-	}
-	if iface == "" {
-		if c.Probe && c.ProbeSkipped != "" {
-			a.wire.noteSkipped(c.Name, c.ProbeSkipped)
-		}
-		return a.alloc.For(s.Scope, s.Space), nil
-	}
-	return a.alloc.ForVetted(s.Scope, s.Space, a.wire.vet(iface, s.Scope, s.Space, c.Name, at.pod)), nil
-}
-
 // noteSkipped logs once per network that its addresses are handed out
 // unprobed, and why.
 func (w *wire) noteSkipped(network, why string) {
