@@ -36,8 +36,9 @@ type WireOptions struct {
 	// Ahead is how many of each network's next candidates are kept
 	// probed (0: none, every ADD probes its candidate and waits). A
 	// network's ADDs of the last demandWindow add one each, up to
-	// maxAhead: a burst of ADDs finds its candidates probed or in flight
-	// rather than each starting a probe and waiting it out.
+	// maxAhead, and its largest burst's count stands for burstMemory: a
+	// burst of ADDs finds its candidates probed or in flight rather than
+	// each starting a probe and waiting it out.
 	Ahead int
 	// Idle: a network no ADD used for this long is no longer probed
 	// ahead (DefaultWireIdle when 0).
@@ -53,10 +54,15 @@ const (
 
 // demandWindow and maxAhead bound the probes ahead of a burst of ADDs:
 // the window is about the time a burst's sandboxes reach their ADDs, and
-// maxAhead caps the broadcast a node sends for one network.
+// maxAhead caps the broadcast a node sends for one network. A network
+// keeps the widening of its largest burst for burstMemory: bursts come
+// in steps (a ReplicaSet scaled, a rollout's waves), and the first ADDs of
+// the next find their candidates probed instead of waiting out a probe
+// each, as the last ones of a burst did.
 const (
 	demandWindow = 2 * time.Second
 	maxAhead     = 64
+	burstMemory  = time.Minute
 )
 
 // EventAddressConflict is reservation.EventAddressConflict: the Warning
@@ -138,17 +144,28 @@ type wireNet struct {
 	used  time.Time
 	// recent are the uses of the last demandWindow, oldest first.
 	recent []time.Time
+	// peak is the most uses one demandWindow held within burstMemory,
+	// last seen at peakAt.
+	peak   int
+	peakAt time.Time
 }
 
 // ahead is how many of n's next candidates to keep probed at now: base
-// and one per use of the last demandWindow, at most maxAhead.
+// and one per use of the last demandWindow, or of the largest burst of
+// the last burstMemory, at most maxAhead.
 func (n *wireNet) ahead(base int, now time.Time) int {
 	i := 0
 	for i < len(n.recent) && now.Sub(n.recent[i]) > demandWindow {
 		i++
 	}
 	n.recent = n.recent[i:]
-	return min(base+len(n.recent), max(base, maxAhead))
+	if now.Sub(n.peakAt) > burstMemory {
+		n.peak = 0
+	}
+	if len(n.recent) >= n.peak {
+		n.peak, n.peakAt = len(n.recent), now
+	}
+	return min(base+n.peak, max(base, maxAhead))
 }
 
 func newWire(opts WireOptions, log *slog.Logger, rec record.EventRecorder, upcoming func(context.Context, string, addrspace.Space, int) []netip.Prefix) *wire {
