@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kubevirt"
 )
 
@@ -69,22 +68,7 @@ func TestASwitchedOverSourceNamesThePrefixThatLeftIt(t *testing.T) {
 // meets a gap between this route's withdrawal and the target's; then it
 // goes. A route whose binding left for any other reason goes at once.
 func TestTheSourceKeepsASwitchedAwayRouteForTheOverlap(t *testing.T) {
-	name, path := testNetns(t, "ho")
-	ip := func(args ...string) string {
-		t.Helper()
-		out, err := testbed.IPIn(name, args...)
-		if err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-		return out
-	}
-	ip("link", "add", "br0", "type", "bridge")
-	ip("link", "set", "br0", "up")
-	s, err := New(Options{Source: &fakeSource{}, Netns: path, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.nl.Close(); s.ns.close() })
+	s, ip := routingService(t, "ho", "br0")
 	routes := func() string { return ip("-6", "route", "show", "proto", "116") }
 	moved := binding("vms/vm1.san", "fd00::7", "fd00:9000:0:700::/56", true, "br0")
 	gone := binding("vms/vm2.san", "fd00::8", "fd00:9000:0:800::/56", true, "br0")

@@ -185,8 +185,11 @@ func TestHandlerConfigAndServerDUID(t *testing.T) {
 
 // TestRoutesInANamespace drives reconcileRoutes against a real kernel table
 // in a network namespace the test makes (root only).
-func TestRoutesInANamespace(t *testing.T) {
-	name, path := testNetns(t, "rt")
+// routingService is a Service on a network namespace of its own holding
+// the bridges named, and ip, which runs ip(8) in that namespace.
+func routingService(t *testing.T, tag string, bridges ...string) (*Service, func(args ...string) string) {
+	t.Helper()
+	name, path := testNetns(t, tag)
 	ip := func(args ...string) string {
 		t.Helper()
 		out, err := testbed.IPIn(name, args...)
@@ -195,18 +198,22 @@ func TestRoutesInANamespace(t *testing.T) {
 		}
 		return out
 	}
-	ip("link", "add", "br0", "type", "bridge")
-	ip("link", "add", "br1", "type", "bridge")
-	ip("link", "set", "br0", "up")
-	ip("link", "set", "br1", "up")
-	// A route of someone else's, with another protocol: never touched.
-	ip("-6", "route", "add", "fd00:9000:0:900::/56", "via", "fd00::9", "dev", "br0", "onlink", "proto", "static")
-
+	for _, br := range bridges {
+		ip("link", "add", br, "type", "bridge")
+		ip("link", "set", br, "up")
+	}
 	s, err := New(Options{Source: &fakeSource{}, Netns: path, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.nl.Close(); s.ns.close() })
+	return s, ip
+}
+
+func TestRoutesInANamespace(t *testing.T) {
+	s, ip := routingService(t, "rt", "br0", "br1")
+	// A route of someone else's, with another protocol: never touched.
+	ip("-6", "route", "add", "fd00:9000:0:900::/56", "via", "fd00::9", "dev", "br0", "onlink", "proto", "static")
 	routes := func() string { return ip("-6", "route", "show", "proto", "116") }
 
 	a := binding("vms/a", "fd00::7", "fd00:9000:0:700::/56", true, "br0", "br1")
