@@ -358,7 +358,7 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 				// The migrate phase is the switchover's: QEMU's pause and
 				// tenure's route. The set-up's losses come from the target
 				// launcher announcing the VM's MAC before its bridge
-				// binding (KubeVirt issue 17195, below): logged, and
+				// binding (KubeVirt's target pod leaking the VM's MAC before the handover, below): logged, and
 				// docs/performance.md carries them.
 				if phase.name == "migrate" && d > time.Second {
 					t.Errorf("%s, %s: %s lost %v, over 1 s", w.what, phase.name, a, d)
@@ -372,8 +372,8 @@ func realVMMigratesBetweenTwoNodes(t *testing.T) {
 			// what the guest's pause costs every address. In the set-up
 			// the target launcher's pod interface, given the VM's MAC by
 			// the network-selection element, announces that MAC on the
-			// segment before its bridge binding changes it (KubeVirt
-			// issue 17195), and the source node's bridge, which the
+			// segment before its bridge binding changes it (KubeVirt's
+			// known leak of the VM's MAC), and the source node's bridge, which the
 			// prefix's route leads through, learns it on its SAN leg.
 			if phase.name == "migrate" && over > 50*time.Millisecond {
 				t.Errorf("%s: the prefix's loss window %v exceeds the IA_NA address's %v by %v, over 50 ms", w.what, window[prefixAddr], window[wantAddr], over)
