@@ -107,26 +107,13 @@ func appendUnrecorded(recorded, held []string, same func(x, y netip.Prefix) bool
 			continue
 		}
 		if !slices.ContainsFunc(out, func(r string) bool {
-			rp, err := parseStatusItem(r)
+			rp, err := reservation.ParseItem(r)
 			return err == nil && same(rp, hp)
 		}) {
 			out = append(out, h)
 		}
 	}
 	return out
-}
-
-// parseStatusItem reads an item of a claim's status: CIDR form, or a bare
-// address.
-func parseStatusItem(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p, nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // reportClaimFailure sets the condition and an Event; best effort, the ADD
