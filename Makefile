@@ -78,11 +78,14 @@ guest:
 # one dev node at a time (devnode's host lock), and a suite that waited for
 # the other's whole run would spend its set-up's deadline waiting.
 REAL_NODE_SUITES := github.com/tenure-ipam/tenure/test/node github.com/tenure-ipam/tenure/test/nodes
+# The fakes and the harness under test/ are packages with unit tests of
+# their own: they run with the race detector beside the product's.
+HARNESS_PKGS := $(addprefix github.com/tenure-ipam/tenure/test/,kubefake controlplane controlplane/cptest testbed progress)
 
 test: export TENURE_TEST_EVERYTHING := 1
 test: test-deps control-plane node-tools cni-plugins whereabouts helm guest build image lint
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/...
-	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 40m -tags integration $(filter-out $(REAL_NODE_SUITES),$(shell $(GO) list -tags integration ./test/...))
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/... $(HARNESS_PKGS)
+	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 40m -tags integration $(filter-out $(REAL_NODE_SUITES) $(HARNESS_PKGS),$(shell $(GO) list -tags integration ./test/...))
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -p 1 -timeout 40m -tags integration $(REAL_NODE_SUITES)
 
 # go vet and staticcheck (v0.8.2, its current release) on every build:

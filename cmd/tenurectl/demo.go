@@ -14,11 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/demo"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/test/controlplane"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 func demoCommand(e *env) *cobra.Command {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/test/controlplane"
 )
 
 // An unknown --multus mode, or a thick one without --node, is refused

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/dev/progress"
+	"github.com/tenure-ipam/tenure/test/progress"
 )
 
 // TestDevUpGivesUpNamingTheWaitAndItsLastState: once the deadline of dev

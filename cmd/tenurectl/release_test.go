@@ -21,9 +21,9 @@ const releaseTag = "tenure_release"
 // must not ship.
 var developerPackages = []string{
 	"github.com/tenure-ipam/tenure/internal/dev/bench",
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane",
+	"github.com/tenure-ipam/tenure/test/controlplane",
 	"github.com/tenure-ipam/tenure/internal/dev/demo",
-	"github.com/tenure-ipam/tenure/internal/dev/testbed",
+	"github.com/tenure-ipam/tenure/test/testbed",
 }
 
 // TestReleaseBuild: the image builds every command with the release tag,

@@ -33,7 +33,7 @@ type Options struct {
 	NodeName string
 	// Client reads and writes the API; its List and Watch feed every
 	// informer of the agent. NewForConfig builds it from a rest.Config;
-	// tests pass a fake (internal/dev/kubefake).
+	// tests pass a fake (test/kubefake).
 	Client client.WithWatch
 	// Recorder records Events on pods and claims; nil records none.
 	Recorder record.EventRecorder

@@ -28,8 +28,8 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/cniwire"
-	"github.com/tenure-ipam/tenure/internal/dev/kubefake"
 	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/test/kubefake"
 )
 
 // The table tests of Agent.Handle: the agent's whole CNI path (config,

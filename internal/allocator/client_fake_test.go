@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/dev/kubefake"
+	"github.com/tenure-ipam/tenure/test/kubefake"
 )
 
 var fakes sync.Map // *testing.T -> *kubefake.Client

@@ -14,7 +14,7 @@ import (
 	"github.com/mdlayher/ndp"
 
 	"github.com/tenure-ipam/tenure/internal/config"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 func TestWantedAdvertisements(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 type fakeSource struct {

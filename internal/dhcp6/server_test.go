@@ -13,7 +13,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // serve runs s.Serve in a goroutine and returns a function that closes s and

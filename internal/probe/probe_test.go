@@ -14,7 +14,7 @@ import (
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/ndp"
 
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // segment is two namespaces joined by a veth pair: the prober's side

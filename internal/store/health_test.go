@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/dev/kubefake"
+	"github.com/tenure-ipam/tenure/test/kubefake"
 )
 
 // breakable is an in-memory API whose watches a test can break and keep

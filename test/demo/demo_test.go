@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/dev/demo"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 func TestDemoTellsTheTruth(t *testing.T) {

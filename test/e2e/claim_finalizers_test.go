@@ -25,9 +25,9 @@ import (
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // createKubeVirtClaim creates the claim as KubeVirt's ipam-extensions

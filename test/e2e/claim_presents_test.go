@@ -20,7 +20,7 @@ import (
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/admission"
 	"github.com/tenure-ipam/tenure/internal/agent"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // claimState is what a victim's claim holds: its status lists and owner,

@@ -23,7 +23,7 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/allocator"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 func createClaim(t testing.TB, ctx context.Context, c client.Client, ns, name, network string) *ipamclaimsv1alpha1.IPAMClaim {

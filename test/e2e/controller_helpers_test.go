@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // ctl is a tenure-controller process with its metrics and health endpoints.

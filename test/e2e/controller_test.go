@@ -27,9 +27,9 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // addAll runs ADD for every pod, concurrency at a time.

@@ -26,8 +26,8 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // These tests drive Debian's dhcpcd (package dhcpcd-base; make test installs

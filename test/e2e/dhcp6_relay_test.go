@@ -19,8 +19,8 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 
 	"github.com/tenure-ipam/tenure/internal/dataplane"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // relayAttacker is a guest namespace that attacks the victim.

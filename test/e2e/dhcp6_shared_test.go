@@ -15,7 +15,7 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 
 	"github.com/tenure-ipam/tenure/internal/dataplane"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // TestDHCPv6AGuestPosingAsAnotherCannotMoveItsRoute: one node (namespace)

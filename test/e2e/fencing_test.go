@@ -16,8 +16,8 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/controller"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	tenureops "github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // fencingCluster is two nodes with agents, pods on both, each holding one

@@ -21,11 +21,11 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/deploy"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/test/controlplane"
+	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
 )
 
 const ipPoolCRDFile = "crds/ipam.tenure.dev_ippools.yaml"

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tenure-ipam/tenure/internal/dataplane"
 	"github.com/tenure-ipam/tenure/internal/dev/guest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // rvmIPAM: the router's and the nodes' addresses on the segment are

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/agent"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // withRuntimeIPs adds runtimeConfig.ips to a network config, as libcni

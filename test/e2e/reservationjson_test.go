@@ -27,10 +27,10 @@ import (
 	"github.com/tenure-ipam/tenure/internal/addrspace"
 	"github.com/tenure-ipam/tenure/internal/allocator"
 	"github.com/tenure-ipam/tenure/internal/config"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/internal/store"
+	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
 )
 
 // bodyLog records, for each request, its method, path, User-Agent and

@@ -24,9 +24,9 @@ import (
 	"github.com/tenure-ipam/tenure/internal/agent"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller/sticky"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // statefulSetSim plays the StatefulSet controller for one StatefulSet

@@ -16,7 +16,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/admission"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // The webhook's TLS over its life, with the real API server as the client:

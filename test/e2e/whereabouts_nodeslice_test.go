@@ -18,11 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/ops/importwa"
+	"github.com/tenure-ipam/tenure/test/controlplane"
+	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // TestImportNodeSlicePoolsKeepsAddresses: whereabouts v0.9.4's own binary

@@ -16,8 +16,8 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	tenureops "github.com/tenure-ipam/tenure/internal/ops"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // With --release-unfenced and a short grace period, the address of a

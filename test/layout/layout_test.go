@@ -12,9 +12,18 @@ import (
 
 const module = "github.com/tenure-ipam/tenure"
 
-// tooling is the tree of packages that exist to build, run, test or measure
-// tenure; nothing the image's binaries link may import it.
-const tooling = module + "/internal/dev/"
+// devTree is the developer environment, bench and demo: the packages that
+// exist to run or measure tenure on this machine. Nothing but the developer
+// tree and its commands may import it.
+const devTree = module + "/internal/dev/"
+
+// testTree holds the unit-test fakes, the integration harness and the
+// suites. Only _test.go files of other packages may import it.
+const testTree = module + "/test/"
+
+// devCommands are the developer tree's commands outside internal/dev:
+// tenurectl's developer build (dev, demo, bench) and make image's command.
+var devCommands = []string{module + "/cmd/tenurectl", module + "/hack/image"}
 
 type pkg struct {
 	ImportPath string
@@ -44,22 +53,48 @@ func goList(t *testing.T, args ...string) []pkg {
 	return pkgs
 }
 
-func isTooling(path string) bool { return strings.HasPrefix(path+"/", tooling) }
+func under(path, tree string) bool { return strings.HasPrefix(path+"/", tree) }
 
-// TestNoProductPackageImportsTooling: a package outside internal/dev, test/
-// and the build helpers under hack/ is product; its non-test imports stay
-// out of internal/dev.
-func TestNoProductPackageImportsTooling(t *testing.T) {
-	for _, p := range goList(t, "./...") {
-		if isTooling(p.ImportPath) || strings.HasPrefix(p.ImportPath, module+"/test/") || strings.HasPrefix(p.ImportPath, module+"/hack/") {
+func isDevCommand(path string) bool {
+	for _, c := range devCommands {
+		if path == c {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNoProductPackageImportsTheTestTree: a package outside test/,
+// internal/dev and the build helpers under hack/ is product; its non-test
+// files import nothing under test/ (its _test.go files may use the fakes
+// and the harness).
+func TestNoProductPackageImportsTheTestTree(t *testing.T) {
+	for _, p := range goList(t, "-tags", "integration", "./...") {
+		if under(p.ImportPath, testTree) || under(p.ImportPath, devTree) || strings.HasPrefix(p.ImportPath, module+"/hack/") {
 			continue
 		}
 		if p.ImportPath == module+"/cmd/tenurectl" {
 			continue // its developer build links the dev commands; the release build is checked below
 		}
 		for _, imp := range p.Imports {
-			if isTooling(imp) {
-				t.Errorf("product package %s imports tooling package %s", p.ImportPath, imp)
+			if under(imp, testTree) {
+				t.Errorf("product package %s imports %s", p.ImportPath, imp)
+			}
+		}
+	}
+}
+
+// TestNothingImportsTheDeveloperTree: only the developer tree and its
+// commands import internal/dev; the harness under test/ and every product
+// package do not.
+func TestNothingImportsTheDeveloperTree(t *testing.T) {
+	for _, p := range goList(t, "-tags", "integration", "./...") {
+		if under(p.ImportPath, devTree) || isDevCommand(p.ImportPath) {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if under(imp, devTree) {
+				t.Errorf("%s imports the developer tree's %s", p.ImportPath, imp)
 			}
 		}
 	}
@@ -67,7 +102,7 @@ func TestNoProductPackageImportsTooling(t *testing.T) {
 
 // TestShippedBinariesLinkNoTooling: the binaries the image carries, built as
 // the image builds them (tenurectl with tenure_release), link nothing from
-// internal/dev.
+// test/ or internal/dev.
 func TestShippedBinariesLinkNoTooling(t *testing.T) {
 	pkgs := goList(t, "-tags", "tenure_release", "./cmd/tenure", "./cmd/tenure-agent", "./cmd/tenure-controller", "./cmd/tenurectl")
 	if len(pkgs) != 4 {
@@ -75,24 +110,30 @@ func TestShippedBinariesLinkNoTooling(t *testing.T) {
 	}
 	for _, p := range pkgs {
 		for _, d := range p.Deps {
-			if isTooling(d) {
+			if under(d, devTree) || under(d, testTree) {
 				t.Errorf("%s links tooling package %s", p.ImportPath, d)
 			}
 		}
 	}
 }
 
-// TestTheDeveloperBuildLinksTheDevCommands keeps the check above from
-// passing vacuously: the developer build of tenurectl does link internal/dev.
+// TestTheDeveloperBuildLinksTheDevCommands keeps the checks above from
+// passing vacuously: the developer build of tenurectl does link internal/dev
+// and the harness under test/.
 func TestTheDeveloperBuildLinksTheDevCommands(t *testing.T) {
+	var dev, harness bool
 	for _, p := range goList(t, "./cmd/tenurectl") {
 		for _, d := range p.Deps {
-			if isTooling(d) {
-				return
-			}
+			dev = dev || under(d, devTree)
+			harness = harness || under(d, testTree)
 		}
 	}
-	t.Fatal("the developer build of tenurectl links nothing under internal/dev: the tooling prefix is wrong")
+	if !dev {
+		t.Error("the developer build of tenurectl links nothing under internal/dev: the developer tree's prefix is wrong")
+	}
+	if !harness {
+		t.Error("the developer build of tenurectl links nothing under test/: the test tree's prefix is wrong")
+	}
 }
 
 // TestDependenciesPointDownhill: a package does not depend on one that sits

@@ -25,9 +25,9 @@ import (
 	"github.com/tenure-ipam/tenure/internal/admission"
 	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // Rows of the attack matrix (test/e2e TestAgentAttackMatrix) sent with the

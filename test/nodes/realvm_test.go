@@ -23,7 +23,7 @@ import (
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
 	"github.com/tenure-ipam/tenure/internal/dev/guest"
 	"github.com/tenure-ipam/tenure/internal/dev/nodetest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 const (

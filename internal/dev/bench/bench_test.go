@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/controlplane"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // One control plane and one agent serve every benchmark of the test

@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/reservation"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // benchPod is a pod bound to a node, as the kubelet sees it before ADD.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/controlplane"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // TestNamedScenariosReportTheirFigures runs fanout with three caches and

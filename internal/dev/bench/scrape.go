@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // sweepsDone reads tenure_sweep_duration_seconds_count from the

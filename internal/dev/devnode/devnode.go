@@ -36,9 +36,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/image"
-	"github.com/tenure-ipam/tenure/internal/dev/progress"
+	"github.com/tenure-ipam/tenure/test/controlplane"
+	"github.com/tenure-ipam/tenure/test/progress"
 )
 
 // DefaultNodeName is the name of a node of its own (no Options.NodeName).

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/dev/guest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
 	"github.com/tenure-ipam/tenure/internal/dhcp6"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 var (

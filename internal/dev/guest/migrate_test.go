@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/dev/guest"
-	"github.com/tenure-ipam/tenure/internal/dev/testbed"
+	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
 // The target node's end of a migration carries the stream from a TCP

@@ -17,8 +17,8 @@ import (
 
 	"github.com/tenure-ipam/tenure/charts"
 	"github.com/tenure-ipam/tenure/deploy"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
-	"github.com/tenure-ipam/tenure/internal/dev/progress"
+	"github.com/tenure-ipam/tenure/test/controlplane"
+	"github.com/tenure-ipam/tenure/test/progress"
 )
 
 // How Start and StartCluster install tenure (Options.Install).

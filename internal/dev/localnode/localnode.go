@@ -33,9 +33,9 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tenure-ipam/tenure/deploy"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
 	"github.com/tenure-ipam/tenure/internal/dev/devnode"
-	"github.com/tenure-ipam/tenure/internal/dev/progress"
+	"github.com/tenure-ipam/tenure/test/controlplane"
+	"github.com/tenure-ipam/tenure/test/progress"
 )
 
 //go:embed kustomization.yaml agent.yaml controller.yaml

@@ -53,7 +53,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tenure-ipam/tenure/deploy"
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane"
+	"github.com/tenure-ipam/tenure/test/controlplane"
 )
 
 const (

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tenure-ipam/tenure/internal/dev/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
 )
 
 func TestMain(m *testing.M) {

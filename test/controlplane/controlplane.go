@@ -51,7 +51,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/tenure-ipam/tenure/internal/atomicfile"
-	"github.com/tenure-ipam/tenure/internal/dev/progress"
+	"github.com/tenure-ipam/tenure/test/progress"
 )
 
 const (

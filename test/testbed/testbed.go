@@ -50,7 +50,7 @@ var (
 // RepoRoot finds the module root from this source file's location.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
 // Build compiles every command under cmd/ once per process into dir (a temp
