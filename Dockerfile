@@ -5,9 +5,10 @@
 #   docker build -t ghcr.io/tenure-ipam/tenure:v0.1.0 .
 #   docker buildx build --platform linux/amd64,linux/arm64 -t ... .
 #
-# Built with -tags tenure_release: tenurectl's developer commands (dev, demo,
-# bench) and what they link (the benchmark, the demo, the test bed, the
-# control-plane launcher) stay out of the image; `make build` has them.
+# ./cmd/... is the product module's: its tenurectl has the operator commands
+# only. The developer commands (dev, demo, bench) and what they link (the
+# benchmark, the demo, the test bed, the control-plane launcher) are the
+# developer module's (dev/), which `make build`'s bin/tenurectl carries.
 #
 # The binaries are static (CGO_ENABLED=0): the shim is copied onto every
 # node's /opt/cni/bin and must run there whatever the host's libc. The
@@ -32,7 +33,7 @@ ARG TARGETARCH=amd64
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -tags tenure_release -ldflags="-s -w -buildid=" -o /out/ ./cmd/... \
+    go build -ldflags="-s -w -buildid=" -o /out/ ./cmd/... \
  && for b in tenure tenure-agent tenure-controller tenurectl; do test -x "/out/$b" || { echo "missing /out/$b" >&2; exit 1; }; done \
  && ls -l /out/
 

@@ -19,20 +19,24 @@ export CGO_ENABLED := 0
 
 all: build
 
+# The product's binaries, then tenurectl again from the developer module
+# (dev/): the same commands plus dev, demo and bench. The image ships the
+# product's.
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	$(GO) -C dev build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/tenurectl
 	cp -f $(BIN)/tenurectl $(BIN)/kubectl-tenure
 
 # The image the Dockerfile describes, built without docker as an OCI tarball
 # (ctr -n k8s.io images import bin/tenure-image.tar; crane push
-# bin/tenure-image.tar REF). Its binaries are the release build: the
-# Dockerfile's flags, and the tenure_release tag that selects tenurectl's
-# release flavour. bin/image is emptied first so that it holds exactly the
-# binaries of ./cmd/..., like the Dockerfile's /out/.
+# bin/tenure-image.tar REF). Its binaries are the product's ./cmd/... with
+# the Dockerfile's flags (its tenurectl has no dev, demo or bench). bin/image
+# is emptied first so that it holds exactly the binaries of ./cmd/..., like
+# the Dockerfile's /out/. The writer is the developer module's.
 image:
 	rm -rf $(BIN)/image
-	$(GO) build -trimpath -tags tenure_release -ldflags "-s -w -buildid=" -o $(BIN)/image/ ./cmd/...
-	$(GO) run ./hack/image --bin $(BIN)/image --out $(BIN)/tenure-image.tar
+	$(GO) build -trimpath -ldflags "-s -w -buildid=" -o $(BIN)/image/ ./cmd/...
+	$(GO) -C dev run ./hack/image --bin $(BIN)/image --out $(BIN)/tenure-image.tar --kustomization $(CURDIR)/deploy/kustomization.yaml
 
 generate:
 	$(GO) generate ./api/...
@@ -61,7 +65,7 @@ whereabouts:
 helm:
 	@bash hack/build-helm.sh >/dev/null
 
-# The test guest (internal/dev/guest): a kernel and an initramfs assembled
+# The test guest (test/guest): a kernel and an initramfs assembled
 # from Debian packages (apt-get download), cached like the tools.
 guest:
 	@bash hack/build-guest.sh >/dev/null
@@ -77,32 +81,40 @@ guest:
 # The suites that start real nodes run one after the other: a host runs
 # one dev node at a time (devnode's host lock), and a suite that waited for
 # the other's whole run would spend its set-up's deadline waiting.
-REAL_NODE_SUITES := github.com/tenure-ipam/tenure/test/node github.com/tenure-ipam/tenure/test/nodes
+# They and the demo's suite are the developer module's (dev/test/).
+REAL_NODE_SUITES := github.com/tenure-ipam/tenure/dev/test/node github.com/tenure-ipam/tenure/dev/test/nodes
 # The fakes and the harness under test/ are packages with unit tests of
 # their own: they run with the race detector beside the product's.
-HARNESS_PKGS := $(addprefix github.com/tenure-ipam/tenure/test/,kubefake controlplane controlplane/cptest testbed progress)
+HARNESS_PKGS := $(addprefix github.com/tenure-ipam/tenure/test/,kubefake controlplane controlplane/cptest testbed progress guest localoverlay)
+# The developer module's packages besides its suites: the developer
+# environment, bench, demo, the image writer and the full tenurectl.
+DEV_PKGS := ./bench/... ./cmd/... ./demo/... ./devnode/... ./hack/... ./image/... ./localnode/... ./nodetest/...
 
 test: export TENURE_TEST_EVERYTHING := 1
 test: test-deps control-plane node-tools cni-plugins whereabouts helm guest build image lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags integration ./api/... ./internal/... ./cmd/... $(HARNESS_PKGS)
-	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 40m -tags integration $(filter-out $(REAL_NODE_SUITES) $(HARNESS_PKGS),$(shell $(GO) list -tags integration ./test/...))
-	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -p 1 -timeout 40m -tags integration $(REAL_NODE_SUITES)
+	CGO_ENABLED=1 $(GO) -C dev test -race -count=1 -timeout 20m -tags integration $(DEV_PKGS)
+	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 40m -tags integration $(filter-out $(HARNESS_PKGS),$(shell $(GO) list -tags integration ./test/...))
+	TENURE_BIN_DIR=$(BIN) $(GO) -C dev test -count=1 -timeout 40m -tags integration $(filter-out $(REAL_NODE_SUITES),$(shell $(GO) -C dev list -tags integration ./test/...))
+	TENURE_BIN_DIR=$(BIN) $(GO) -C dev test -count=1 -p 1 -timeout 40m -tags integration $(REAL_NODE_SUITES)
 
-# go vet and staticcheck (v0.8.2, its current release) on every build:
-# the test build, the default one and the image's.
+# go vet and staticcheck (v0.8.2, its current release) on both modules'
+# test builds (which hold every non-test file too).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	$(GO) vet -tags integration ./...
-	$(GO) vet -tags tenure_release ./cmd/...
+	$(GO) -C dev vet -tags integration ./...
 	$(GO) run $(STATICCHECK) -tags integration ./...
-	$(GO) run $(STATICCHECK) -tags tenure_release ./cmd/...
+	$(GO) -C dev run $(STATICCHECK) -tags integration ./...
 
 # Every test that needs no built binary: what the build tag leaves out.
 test-unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+	CGO_ENABLED=1 $(GO) -C dev test -race -count=1 ./...
 
 test-e2e: test-deps control-plane cni-plugins whereabouts build
 	TENURE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 30m -tags integration -v ./test/...
+	TENURE_BIN_DIR=$(BIN) $(GO) -C dev test -count=1 -timeout 30m -tags integration -v ./test/...
 
 demo: control-plane cni-plugins build
 	$(BIN)/tenurectl demo
@@ -115,15 +127,15 @@ bench: test-deps control-plane node-tools cni-plugins whereabouts helm guest bui
 	$(BIN)/tenurectl bench --scenario pod-start --out out/bench-pod-start
 	$(BENCH_VM)
 
-# The real VM part of test/nodes (three real nodes, root) with ten
+# The real VM part of dev/test/nodes (three real nodes, root) with ten
 # migrations more than its three, alternating between nodes 1 and 2: each
 # migration's loss windows per phase and address and QEMU's figures into
 # out/bench-vm/migrations.json, their distribution into migrations.md
-# (docs/performance.md). The Helm part runs first, as in test/nodes' own
+# (docs/performance.md). The Helm part runs first, as in the suite's own
 # order; the real-node lock waits for any other real-node run on this host.
 BENCH_VM = TENURE_TEST_EVERYTHING=1 TENURE_BIN_DIR=$(BIN) TENURE_REALVM_MIGRATIONS=10 \
 	TENURE_REALVM_OUT=$(CURDIR)/out/bench-vm/migrations.json \
-	flock /tmp/tenure-realnode.lock $(GO) test -tags integration -count=1 -timeout 60m ./test/nodes \
+	flock /tmp/tenure-realnode.lock $(GO) -C dev test -tags integration -count=1 -timeout 60m ./test/nodes \
 	-run 'TestThreeNodes/(HelmUpgradeFromPreviousReleaseWhilePodsRunKeepsEveryAddress|RealVMMigratesBetweenTwoNodesWithItsAddressPrefixAndRoute)$$' -v
 
 bench-vm: test-deps control-plane node-tools cni-plugins helm guest build image

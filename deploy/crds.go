@@ -12,7 +12,7 @@ var CRDs embed.FS
 
 // Manifests holds everything `kubectl apply -k deploy/` reads, so that an
 // overlay can be built in memory on top of exactly what ships
-// (internal/dev/localnode, for the local node), and the monitoring
+// (dev/localnode, for the local node), and the monitoring
 // component the chart renders too.
 //
 //go:embed kustomization.yaml namespace.yaml crds/*.yaml rbac/*.yaml policy/*.yaml webhook/*.yaml agent/* controller/*.yaml components/monitoring/*.yaml

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the reference CNI plugins (bridge, macvlan, loopback) that the
 # end-to-end tests and the demo drive with tenure as IPAM, and host-local,
-# the local node's cluster-network IPAM (internal/dev/devnode), into a cache
+# the local node's cluster-network IPAM (dev/devnode), into a cache
 # directory keyed by version. Prints the directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

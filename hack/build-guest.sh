@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Assembles the test guest (internal/dev/guest) from Debian packages only,
+# Assembles the test guest (test/guest) from Debian packages only,
 # once, into the tool cache ($TENURE_CACHE_DIR, default ~/.cache/tenure) as
 # guest-HASH/{vmlinuz,initrd.img,packages}; prints that directory.
 #

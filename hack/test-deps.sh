@@ -15,7 +15,7 @@ command -v runc >/dev/null || need+=(runc)
 # promtool runs the alerts' unit tests, prometheus the end-to-end test
 # that scrapes agents and controller (test/monitoring).
 command -v promtool >/dev/null || need+=(prometheus)
-# qemu-system-x86: the real VM of internal/dev/guest.
+# qemu-system-x86: the real VM of test/guest.
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 ((${#need[@]})) || exit 0
 if [[ $(id -u) != 0 ]]; then

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,19 @@ const (
 	// customresource_handler.go).
 	crdJustCreated = 2 * time.Second
 )
+
+//go:embed multus/*.yaml
+var multus embed.FS
+
+// MultusCRDs holds the CRD Multus reads NetworkAttachmentDefinitions
+// through, for InstallCRDs.
+func MultusCRDs() fs.FS {
+	sub, err := fs.Sub(multus, "multus")
+	if err != nil {
+		panic(err) // the directory is embedded
+	}
+	return sub
+}
 
 // InstallCRDs applies every *.yaml (and *.yml) file under the root of files,
 // subdirectories included, as apiextensions.k8s.io/v1

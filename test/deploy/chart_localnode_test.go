@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
+	"github.com/tenure-ipam/tenure/test/localoverlay"
 )
 
 // TestChartLocalNodeValuesAreTheOverlay: the chart with
-// localnode.ChartValues renders, object by object, what the overlay
-// internal/dev/localnode makes of deploy/, on one node and on a cluster of
+// localoverlay.ChartValues renders, object by object, what the overlay
+// test/localoverlay makes of deploy/, on one node and on a cluster of
 // nodes: every change the overlay makes is one of the chart's values. The
 // one difference allowed is the form of the API server's address: the
 // overlay's generated ConfigMap read through envFrom, the chart's env.
@@ -35,11 +35,11 @@ func TestChartLocalNodeValuesAreTheOverlay(t *testing.T) {
 	}
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "OneNode", true: "Cluster"}[cluster], func(t *testing.T) {
-			overlay, err := localnode.OverlayRelease(built, host, port, cluster)
+			overlay, err := localoverlay.OverlayRelease(built, host, port, cluster)
 			if err != nil {
 				t.Fatal(err)
 			}
-			values, err := json.Marshal(localnode.ChartValues(host, port, cluster))
+			values, err := json.Marshal(localoverlay.ChartValues(host, port, cluster))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,9 +24,9 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
+	"github.com/tenure-ipam/tenure/test/localoverlay"
 	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
@@ -662,11 +662,11 @@ func schedulable(t *testing.T, spec *corev1.PodSpec, labels map[string]string) b
 	return false
 }
 
-// localOverlay is internal/dev/localnode's kustomize build, as `tenurectl
+// localOverlay is test/localoverlay's kustomize build, as `tenurectl
 // dev up --node` applies it.
 func localOverlay(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	data, err := localnode.BuildFor("10.99.0.1", 6443)
+	data, err := localoverlay.BuildFor("10.99.0.1", 6443)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/test/controlplane"
 	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
@@ -49,7 +48,7 @@ func TestMain(m *testing.M) {
 		// Multus' CRD, for the dry run of the example attachments.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		return controlplane.InstallCRDs(ctx, cp.Config, localnode.MultusCRDs())
+		return controlplane.InstallCRDs(ctx, cp.Config, controlplane.MultusCRDs())
 	}))
 }
 

@@ -21,7 +21,6 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/deploy"
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/ops"
 	"github.com/tenure-ipam/tenure/test/controlplane"
@@ -149,7 +148,7 @@ func TestAPoolsListIsRefusedWhileTheIPPoolCRDLacksSelectors(t *testing.T) {
 	}
 
 	// tenurectl check names each listed pool; tenurectl pools notes it.
-	if err := controlplane.InstallCRDs(ctx, cptest.Current().Config, localnode.MultusCRDs()); err != nil {
+	if err := controlplane.InstallCRDs(ctx, cptest.Current().Config, controlplane.MultusCRDs()); err != nil {
 		t.Fatal(err)
 	}
 	cli := apiClient(t) // discovers the NetworkAttachmentDefinition kind

@@ -18,7 +18,6 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/ops"
 	"github.com/tenure-ipam/tenure/test/controlplane"
 	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
@@ -121,7 +120,7 @@ func TestAPodGetsItsRacksPool(t *testing.T) {
 
 	// tenurectl why says which pool a pod's ADD chose and why not the
 	// others; tenurectl pools shows each pool's selectors.
-	if err := controlplane.InstallCRDs(ctx, cptest.Current().Config, localnode.MultusCRDs()); err != nil {
+	if err := controlplane.InstallCRDs(ctx, cptest.Current().Config, controlplane.MultusCRDs()); err != nil {
 		t.Fatal(err)
 	}
 	cli := apiClient(t) // discovers the NetworkAttachmentDefinition kind

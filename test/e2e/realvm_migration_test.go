@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/tenure-ipam/tenure/internal/dataplane"
-	"github.com/tenure-ipam/tenure/internal/dev/guest"
+	"github.com/tenure-ipam/tenure/test/guest"
 	"github.com/tenure-ipam/tenure/test/testbed"
 )
 
@@ -36,7 +36,7 @@ const (
 
 var rvmRenewed = regexp.MustCompile(`^tenure-guest: lease reason=RENEW6 prefix=`)
 
-// A real VM (internal/dev/guest: QEMU, its own kernel and ISC dhclient)
+// A real VM (test/guest: QEMU, its own kernel and ISC dhclient)
 // migrates live between two nodes served by tenure agents, KubeVirt's part
 // played by writing its objects as its controllers do. Each node is a
 // namespace whose bridge br0 holds the launcher pod's interface (a veth to

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/ops/importwa"
 	"github.com/tenure-ipam/tenure/test/controlplane"
 	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
@@ -41,7 +40,7 @@ func TestImportNodeSlicePoolsKeepsAddresses(t *testing.T) {
 	wa := cachedTool(t, "build-whereabouts.sh")
 	waBin := filepath.Join(wa, "whereabouts")
 	cp := cptest.Current()
-	if err := controlplane.InstallCRDs(ctx, cp.Config, localnode.MultusCRDs()); err != nil {
+	if err := controlplane.InstallCRDs(ctx, cp.Config, controlplane.MultusCRDs()); err != nil {
 		t.Fatal(err)
 	}
 	if err := controlplane.InstallCRDs(ctx, cp.Config, os.DirFS(filepath.Join(wa, "crds"))); err != nil {

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/internal/ops/importwa"
 	"github.com/tenure-ipam/tenure/test/controlplane"
 	"github.com/tenure-ipam/tenure/test/controlplane/cptest"
@@ -76,7 +75,7 @@ func TestSwitchFromWhereabouts(t *testing.T) {
 	wa := cachedTool(t, "build-whereabouts.sh")
 	waBin := filepath.Join(wa, "whereabouts")
 	cp := cptest.Current()
-	if err := controlplane.InstallCRDs(ctx, cp.Config, localnode.MultusCRDs()); err != nil {
+	if err := controlplane.InstallCRDs(ctx, cp.Config, controlplane.MultusCRDs()); err != nil {
 		t.Fatal(err)
 	}
 	if err := controlplane.InstallCRDs(ctx, cp.Config, os.DirFS(filepath.Join(wa, "crds"))); err != nil {

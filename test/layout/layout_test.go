@@ -5,25 +5,23 @@ package layout
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 const module = "github.com/tenure-ipam/tenure"
 
-// devTree is the developer environment, bench and demo: the packages that
-// exist to run or measure tenure on this machine. Nothing but the developer
-// tree and its commands may import it.
-const devTree = module + "/internal/dev/"
+// devTree is the developer module (dev/): the developer environment, bench
+// and demo, their suites and the full tenurectl. The product module cannot
+// import it (it does not require it); only the developer tree does.
+const devTree = module + "/dev/"
 
 // testTree holds the unit-test fakes, the integration harness and the
 // suites. Only _test.go files of other packages may import it.
 const testTree = module + "/test/"
-
-// devCommands are the developer tree's commands outside internal/dev:
-// tenurectl's developer build (dev, demo, bench) and make image's command.
-var devCommands = []string{module + "/cmd/tenurectl", module + "/hack/image"}
 
 type pkg struct {
 	ImportPath string
@@ -31,13 +29,17 @@ type pkg struct {
 	Deps       []string
 }
 
-func goList(t *testing.T, args ...string) []pkg {
+// goList runs go list in the product module.
+func goList(t *testing.T, args ...string) []pkg { return goListIn(t, "../..", args...) }
+
+// goListIn runs go list in the module at dir.
+func goListIn(t *testing.T, dir string, args ...string) []pkg {
 	t.Helper()
 	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
-	cmd.Dir = "../.."
+	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list %v: %v", args, err)
+		t.Fatalf("go list %v in %s: %v", args, dir, err)
 	}
 	var pkgs []pkg
 	dec := json.NewDecoder(strings.NewReader(string(out)))
@@ -55,26 +57,13 @@ func goList(t *testing.T, args ...string) []pkg {
 
 func under(path, tree string) bool { return strings.HasPrefix(path+"/", tree) }
 
-func isDevCommand(path string) bool {
-	for _, c := range devCommands {
-		if path == c {
-			return true
-		}
-	}
-	return false
-}
-
-// TestNoProductPackageImportsTheTestTree: a package outside test/,
-// internal/dev and the build helpers under hack/ is product; its non-test
-// files import nothing under test/ (its _test.go files may use the fakes
-// and the harness).
+// TestNoProductPackageImportsTheTestTree: a package outside test/ and the
+// build helpers under hack/ is product; its non-test files import nothing
+// under test/ (its _test.go files may use the fakes and the harness).
 func TestNoProductPackageImportsTheTestTree(t *testing.T) {
 	for _, p := range goList(t, "-tags", "integration", "./...") {
-		if under(p.ImportPath, testTree) || under(p.ImportPath, devTree) || strings.HasPrefix(p.ImportPath, module+"/hack/") {
+		if under(p.ImportPath, testTree) || strings.HasPrefix(p.ImportPath, module+"/hack/") {
 			continue
-		}
-		if p.ImportPath == module+"/cmd/tenurectl" {
-			continue // its developer build links the dev commands; the release build is checked below
 		}
 		for _, imp := range p.Imports {
 			if under(imp, testTree) {
@@ -84,27 +73,30 @@ func TestNoProductPackageImportsTheTestTree(t *testing.T) {
 	}
 }
 
-// TestNothingImportsTheDeveloperTree: only the developer tree and its
-// commands import internal/dev; the harness under test/ and every product
-// package do not.
+// TestNothingImportsTheDeveloperTree: no package of the product module, its
+// tests and the harness included, depends on the developer module, and the
+// product's go.mod does not require it (so none of its dependencies enter
+// the product's).
 func TestNothingImportsTheDeveloperTree(t *testing.T) {
-	for _, p := range goList(t, "-tags", "integration", "./...") {
-		if under(p.ImportPath, devTree) || isDevCommand(p.ImportPath) {
-			continue
+	for _, p := range goList(t, "-deps", "-test", "-tags", "integration", "./...") {
+		if under(p.ImportPath, devTree) {
+			t.Errorf("the product module builds the developer tree's %s", p.ImportPath)
 		}
-		for _, imp := range p.Imports {
-			if under(imp, devTree) {
-				t.Errorf("%s imports the developer tree's %s", p.ImportPath, imp)
-			}
-		}
+	}
+	gomod, err := os.ReadFile(filepath.Join("..", "..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(gomod), strings.TrimSuffix(devTree, "/")) {
+		t.Errorf("the product's go.mod names the developer module %s", strings.TrimSuffix(devTree, "/"))
 	}
 }
 
-// TestShippedBinariesLinkNoTooling: the binaries the image carries, built as
-// the image builds them (tenurectl with tenure_release), link nothing from
-// test/ or internal/dev.
+// TestShippedBinariesLinkNoTooling: the binaries the image carries (the
+// product module's ./cmd/..., as the Dockerfile builds them) link nothing
+// from test/ or the developer tree.
 func TestShippedBinariesLinkNoTooling(t *testing.T) {
-	pkgs := goList(t, "-tags", "tenure_release", "./cmd/tenure", "./cmd/tenure-agent", "./cmd/tenure-controller", "./cmd/tenurectl")
+	pkgs := goList(t, "./cmd/tenure", "./cmd/tenure-agent", "./cmd/tenure-controller", "./cmd/tenurectl")
 	if len(pkgs) != 4 {
 		t.Fatalf("go list returned %d packages, want the 4 binaries", len(pkgs))
 	}
@@ -118,18 +110,18 @@ func TestShippedBinariesLinkNoTooling(t *testing.T) {
 }
 
 // TestTheDeveloperBuildLinksTheDevCommands keeps the checks above from
-// passing vacuously: the developer build of tenurectl does link internal/dev
-// and the harness under test/.
+// passing vacuously: the developer module's tenurectl does link the
+// developer tree and the harness under test/.
 func TestTheDeveloperBuildLinksTheDevCommands(t *testing.T) {
 	var dev, harness bool
-	for _, p := range goList(t, "./cmd/tenurectl") {
+	for _, p := range goListIn(t, "../../dev", "./cmd/tenurectl") {
 		for _, d := range p.Deps {
 			dev = dev || under(d, devTree)
 			harness = harness || under(d, testTree)
 		}
 	}
 	if !dev {
-		t.Error("the developer build of tenurectl links nothing under internal/dev: the developer tree's prefix is wrong")
+		t.Error("the developer build of tenurectl links nothing under dev/: the developer tree's prefix is wrong")
 	}
 	if !harness {
 		t.Error("the developer build of tenurectl links nothing under test/: the test tree's prefix is wrong")

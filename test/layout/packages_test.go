@@ -42,16 +42,19 @@ func packageTable(t *testing.T) []string {
 	return pkgs
 }
 
-// modulePackages is every package of the module, with the integration
-// tag's packages (test/e2e and the other suites) included.
+// modulePackages is every package of the product module and of the
+// developer module (dev/), with the integration tag's packages (test/e2e
+// and the other suites) included.
 func modulePackages(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for _, args := range [][]string{{"./..."}, {"-tags", "integration", "./..."}} {
-		for _, p := range goList(t, args...) {
-			rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
-			if !slices.Contains(out, rel) {
-				out = append(out, rel)
+	for _, dir := range []string{"../..", "../../dev"} {
+		for _, args := range [][]string{{"./..."}, {"-tags", "integration", "./..."}} {
+			for _, p := range goListIn(t, dir, args...) {
+				rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+				if !slices.Contains(out, rel) {
+					out = append(out, rel)
+				}
 			}
 		}
 	}
@@ -59,8 +62,8 @@ func modulePackages(t *testing.T) []string {
 }
 
 // TestPackageTableListsEveryPackage: docs/design.md's package table and
-// `go list ./...` (with and without the integration tag) name the same
-// packages, each once.
+// `go list ./...` in both modules (with and without the integration tag)
+// name the same packages, each once.
 func TestPackageTableListsEveryPackage(t *testing.T) {
 	listed := packageTable(t)
 	exist := modulePackages(t)

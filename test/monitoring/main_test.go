@@ -7,7 +7,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/tenure-ipam/tenure/internal/dev/localnode"
 	"github.com/tenure-ipam/tenure/test/controlplane"
 	"github.com/tenure-ipam/tenure/test/testbed"
 )
@@ -22,6 +21,6 @@ var agentWebhook *testbed.AgentWebhook
 // controller's range metrics read.
 func TestMain(m *testing.M) {
 	os.Exit(testbed.Main(m, &bins, &agentWebhook, func(ctx context.Context, cp *controlplane.ControlPlane) error {
-		return controlplane.InstallCRDs(ctx, cp.Config, localnode.MultusCRDs())
+		return controlplane.InstallCRDs(ctx, cp.Config, controlplane.MultusCRDs())
 	}))
 }
