@@ -54,7 +54,12 @@ func podEntryOf(p *corev1.Pod) *podEntry {
 func transformEntries(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *metav1.PartialObjectMetadata, *tenurev1alpha1.IPReservation:
-		return reservation.ToView(o)
+		v, err := reservation.ToView(o)
+		// No rule reads a reservation's own UID (a release's precondition
+		// comes from its live read), and the controller keeps a view of
+		// every reservation of the cluster.
+		v.(*reservation.View).UID = ""
+		return v, err
 	case *corev1.Pod:
 		return podEntryOf(o), nil
 	}

@@ -303,7 +303,8 @@ func BenchmarkEntryMemory(b *testing.B) {
 				Range: "100.0.0.0/14", CNINetwork: "bench-scale", Owner: podOwner("bench", fmt.Sprintf("owner-%d", i), uid,
 					fmt.Sprintf("%064x", i*2654435761), fmt.Sprintf("node-%d", i%1000))})
 			r.UID, r.ResourceVersion, r.CreationTimestamp = types.UID(fmt.Sprintf("0f3b2c1a-1111-4222-8333-%012d", i)), fmt.Sprint(1_000_000+i), metav1.Now()
-			_ = x.add(reservation.ViewOf(r))
+			v, _ := transformEntries(r)
+			_ = x.add(v.(*reservation.View))
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&mid)

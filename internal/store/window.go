@@ -37,15 +37,15 @@ type window struct {
 	blocks, scopes, legacy map[string]bool
 	// blocksOf counts blocks by the label of their scope.
 	blocksOf map[string]int
-	infs     []cache.SharedIndexInformer // *entry
+	infs     []cache.SharedIndexInformer // *reservation.View
 	held     *heldIndex
 	cancel   context.CancelFunc
 }
 
-func (w *window) get(name string) (*entry, bool) {
+func (w *window) get(name string) (*reservation.View, bool) {
 	for _, inf := range w.infs {
 		if obj, ok, _ := inf.GetIndexer().GetByKey(name); ok {
-			return obj.(*entry), true
+			return obj.(*reservation.View), true
 		}
 	}
 	return nil, false
@@ -64,8 +64,10 @@ func (w *window) byIndex(index, key string) []any {
 // objects, so collect reads both alike.
 func windowIndexers() cache.Indexers {
 	return cache.Indexers{
-		indexOwnerUID: func(obj any) ([]string, error) { return []string{reservation.OwnerBucket(obj.(*entry).owner)}, nil },
-		indexScope:    func(obj any) ([]string, error) { return []string{reservation.ScopeLabelOf(obj.(*entry).name)}, nil },
+		indexOwnerUID: func(obj any) ([]string, error) {
+			return []string{reservation.OwnerBucket(obj.(*reservation.View).Owner.UID)}, nil
+		},
+		indexScope: func(obj any) ([]string, error) { return []string{obj.(*reservation.View).Scope}, nil },
 	}
 }
 
@@ -270,7 +272,7 @@ func (s *Store) start(ctx context.Context, next *window) error {
 	for _, sel := range selectors {
 		inf := kube.NewInformer(s.c, newMetadataList, &metav1.PartialObjectMetadata{}, windowIndexers(),
 			client.MatchingLabelsSelector{Selector: sel.Selector})
-		_ = inf.SetTransform(toEntry)
+		_ = inf.SetTransform(reservation.ToView)
 		reg, _ := inf.AddEventHandler(s.indexing(next.held))
 		_, _ = inf.AddEventHandler(s.confirmations())
 		next.infs = append(next.infs, inf)
