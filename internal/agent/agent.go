@@ -252,7 +252,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	// in a large cluster; hand it back now rather than at the GC's leisure.
 	debug.FreeOSMemory()
 	a.started.Store(true)
-	a.log.Info("caches synced", "node", a.node, "reservations", len(a.store.Local()), "window", a.store.WindowLen())
+	a.log.Info("caches synced", "node", a.node, "reservations", len(a.store.NodeReservations()), "window", a.store.WindowLen())
 	return nil
 }
 

@@ -134,7 +134,7 @@ func New(c client.WithWatch, node string) *Store {
 	_ = s.nodeCache.SetTransform(reservation.Compact)
 	// One handler, not three: the informer wakes a pair of goroutines per
 	// handler for every event.
-	_, _ = s.nodeCache.AddEventHandler(handlers{s.confirmations(), s.heldLocal(), cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted}})
+	_, _ = s.nodeCache.AddEventHandler(handlers{s.confirmations(), s.heldInNodeCache(), cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted}})
 	return s
 }
 
@@ -517,8 +517,8 @@ func ownerKindOf(m *metav1.PartialObjectMetadata) tenurev1alpha1.OwnerKind {
 	return sum.Owner.Kind
 }
 
-// Local returns every reservation of this node.
-func (s *Store) Local() []*tenurev1alpha1.IPReservation {
+// NodeReservations returns every reservation of the node cache.
+func (s *Store) NodeReservations() []*tenurev1alpha1.IPReservation {
 	return s.collect("", "", false, func(r *tenurev1alpha1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.nodeLabel })
 }
 

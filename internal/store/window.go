@@ -192,7 +192,7 @@ func (s *Store) Watch(ctx context.Context, scopeLabel, block string) error {
 		return err
 	}
 	// The window leaves this node's reservations to the node cache; the
-	// index holds them too (heldLocal keeps it so from here on). Then:
+	// index holds them too (heldInNodeCache keeps it so from here on). Then:
 	// the new window's list may predate a release of ours that the old
 	// index already forgot; until its watch reports the delete, its index
 	// would hide the address from the search.
@@ -328,11 +328,11 @@ func (s *Store) indexing(held *heldIndex) cache.ResourceEventHandler {
 	}
 }
 
-// heldLocal keeps the current window's index of held addresses as the
+// heldInNodeCache keeps the current window's index of held addresses as the
 // node cache reports this node's reservations, which the window's own
 // informers leave out (windowSelectors). Under s.mu, so that Watch's swap
 // to a new window, seeded from the node cache, misses no event.
-func (s *Store) heldLocal() cache.ResourceEventHandler {
+func (s *Store) heldInNodeCache() cache.ResourceEventHandler {
 	apply := func(obj any, held bool) {
 		name, _, ok := nameUID(kube.DeletedObject(obj))
 		if !ok {
