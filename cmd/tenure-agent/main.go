@@ -34,6 +34,15 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// The values --api-encoding still accepts, so that a DaemonSet that sets
+// it keeps starting: reservations travel in JSON through client-go's own
+// serializer whichever is given (docs/design.md, "One view of a
+// reservation").
+const (
+	apiEncodingJSON = "json"
+	apiEncodingAuto = "auto"
+)
+
 const usageText = `usage: tenure-agent [flags]                           serve the CNI shim's calls
        tenure-agent install [flags]                   install the CNI shim on the host (the DaemonSet's init container)
        tenure-agent health [--socket PATH] [--ready]  probe a running agent
@@ -84,7 +93,7 @@ func agentFlags(stderr io.Writer) (*flag.FlagSet, *agentOptions) {
 	fs.StringVar(&o.socket, "socket", cniwire.DefaultSocket, "unix socket the CNI shim calls")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address of the Prometheus /metrics endpoint (e.g. :9466); empty disables it")
-	fs.StringVar(&o.apiEncoding, "api-encoding", kube.EncodingJSON, "how reservations go to and from the API server: json, or auto (CBOR where the API server serves custom resources as CBOR, else JSON)")
+	fs.StringVar(&o.apiEncoding, "api-encoding", apiEncodingJSON, "deprecated, no effect: reservations go to and from the API server in JSON; json or auto")
 	fs.StringVar(&o.dataplaneNetns, "dataplane-netns", "", "network namespace (path) DHCPv6 is served in, prefix routes are installed in and addresses are probed in; empty is the agent's own")
 	fs.BoolVar(&o.probe, "probe", true, "hand out an address only once an ARP or neighbour probe on the network's parent interface found nothing answering for it (a network opts out with ipam.probe false)")
 	fs.IntVar(&o.probeCount, "probe-count", probe.DefaultCount, "probes sent per address")
@@ -141,8 +150,12 @@ func serve(args []string, stderr io.Writer) int {
 		log.Error("--node-name (or $NODE_NAME) is required")
 		return 2
 	}
-	if err := kube.ValidEncoding(o.apiEncoding); err != nil {
-		log.Error("--api-encoding", "err", err)
+	switch o.apiEncoding {
+	case apiEncodingJSON:
+	case apiEncodingAuto:
+		log.Warn("--api-encoding auto is deprecated and has no effect: reservations go in JSON")
+	default:
+		log.Error("--api-encoding", "err", fmt.Errorf("api encoding %q: want %q or %q", o.apiEncoding, apiEncodingAuto, apiEncodingJSON))
 		return 2
 	}
 	if o.releaseCooldown < 0 {
@@ -160,7 +173,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	opts := agent.Options{NodeName: o.node, Logger: log, APIEncoding: o.apiEncoding, ReleaseCooldown: cooldown,
+	opts := agent.Options{NodeName: o.node, Logger: log, ReleaseCooldown: cooldown,
 		Dataplane: agent.DataplaneOptions{Netns: o.dataplaneNetns, StateFile: o.socket + ".dataplane.json"}}
 	if o.probe {
 		if o.probeCount < 1 || o.probeInterval <= 0 || o.probeFresh <= 0 || o.probeAhead < 0 {

@@ -46,10 +46,6 @@ type Options struct {
 	// Wire turns on the wire check (WireOptions); nil hands addresses out
 	// without probing them.
 	Wire *WireOptions
-	// APIEncoding is how NewForConfig's client encodes the reservations
-	// it creates, deletes, lists and watches: kube.EncodingJSON (the
-	// default) or kube.EncodingAuto.
-	APIEncoding string
 	// ReleaseCooldown is how long an address released on the network is
 	// kept from a different owner while others are free (the glossary's
 	// cooldown): 0 is store.DefaultCooldown, NoCooldown none.
@@ -83,8 +79,6 @@ type Agent struct {
 	pools  cache.SharedIndexInformer
 	vmis   *kubevirt.Watcher
 
-	// heads keeps what validateCall found of each distinct network config.
-	heads headCache
 	// arrivals orders calls of one attachment as they reached the agent.
 	arrivals arrivals
 	// The CNI verbs Handle dispatches to.
@@ -122,24 +116,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	cfg.WarningHandlerWithContext = &warningHandler{log: opts.Logger, logged: map[string]bool{}}
 	api := newAPIMetrics()
 	cfg.Wrap(api.wrap)
-	if opts.APIEncoding == "" {
-		opts.APIEncoding = kube.EncodingJSON
-	}
-	if err := kube.ValidEncoding(opts.APIEncoding); err != nil {
-		return nil, err
-	}
-	if opts.APIEncoding == kube.EncodingAuto {
-		kube.AllowCBOR()
-	}
 	c, err := kube.NewClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if opts.APIEncoding == kube.EncodingAuto {
-		c, err = withCBOR(c, cfg, opts.Logger)
-	} else {
-		c, err = kube.WithJSON(c, cfg)
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -160,31 +137,6 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Agent, error) {
 	a.shutdown = events.Shutdown
 	a.metrics.registry.MustRegister(api.requests, api.duration)
 	return a, nil
-}
-
-// cborProbeTimeout bounds the start-up question whether the API server
-// serves CBOR; without an answer the agent speaks JSON.
-const cborProbeTimeout = 10 * time.Second
-
-// withCBOR is c with its reservation traffic in CBOR where the API server
-// serves it, else in kube.WithJSON's JSON. Not the default: measured
-// against JSON on kube-apiserver v1.37 it cost the agent and the API
-// server more CPU per ADD, not less (docs/performance.md, "The API
-// request in CBOR").
-func withCBOR(c client.WithWatch, cfg *rest.Config, log *slog.Logger) (client.WithWatch, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cborProbeTimeout)
-	defer cancel()
-	ok, err := kube.ServesCBOR(ctx, cfg)
-	switch {
-	case err != nil:
-		log.Warn("could not ask the API server whether it serves CBOR; reservations in JSON", "err", err)
-		return kube.WithJSON(c, cfg)
-	case !ok:
-		log.Info("the API server does not serve custom resources as CBOR; reservations in JSON")
-		return kube.WithJSON(c, cfg)
-	}
-	log.Info("reservations in CBOR")
-	return kube.WithCBOR(c, cfg)
 }
 
 // New builds an agent on opts.Client; Start runs it.
@@ -300,7 +252,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	// in a large cluster; hand it back now rather than at the GC's leisure.
 	debug.FreeOSMemory()
 	a.started.Store(true)
-	a.log.Info("caches synced", "node", a.node, "reservations", len(a.store.Local()), "window", a.store.WindowLen())
+	a.log.Info("caches synced", "node", a.node, "reservations", len(a.store.NodeReservations()), "window", a.store.WindowLen())
 	return nil
 }
 

@@ -24,7 +24,7 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 		res types.Result
 		err error
 	)
-	if verr := validateCall(req, &a.heads); verr != nil {
+	if verr := validateCall(req); verr != nil {
 		return &Response{Error: verr}
 	}
 	ctx = a.arrivals.withArrival(ctx)
@@ -47,7 +47,7 @@ func (a *Agent) Handle(ctx context.Context, req *cniwire.Request) *Response {
 	if res == nil {
 		return &Response{}
 	}
-	data, err := encodeResult(res)
+	data, err := json.Marshal(res)
 	if err != nil {
 		return &Response{Error: toCNI(err)}
 	}

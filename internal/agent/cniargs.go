@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 )
@@ -26,12 +25,9 @@ func parseCNIArgs(s string) (podArgs, error) {
 	if s == "" {
 		return podArgs{}, fmt.Errorf("CNI_ARGS is empty: K8S_POD_NAMESPACE and K8S_POD_NAME are required")
 	}
-	a, ok := knownArgs(s)
-	if !ok {
-		var err error
-		if a, err = loadArgs(s); err != nil {
-			return podArgs{}, err
-		}
+	a, err := loadArgs(s)
+	if err != nil {
+		return podArgs{}, err
 	}
 	if a.Namespace == "" || a.Name == "" {
 		return a, fmt.Errorf("CNI_ARGS %q: K8S_POD_NAMESPACE and K8S_POD_NAME are required", s)
@@ -52,43 +48,4 @@ func loadArgs(s string) (podArgs, error) {
 		Namespace: string(args.K8S_POD_NAMESPACE), Name: string(args.K8S_POD_NAME),
 		UID: string(args.K8S_POD_UID), InfraContainerID: string(args.K8S_POD_INFRA_CONTAINER_ID),
 	}, nil
-}
-
-// knownArgs reads CNI_ARGS made of k8sArgs' keys alone, as loadArgs reads
-// them, without its reflection (a runtime sends these on every call);
-// false for anything else (another key, a malformed pair, an IgnoreUnknown
-// that is no boolean), which loadArgs then reads or refuses.
-func knownArgs(s string) (podArgs, bool) {
-	var a podArgs
-	for {
-		pair, rest, more := strings.Cut(s, ";")
-		k, v, ok := strings.Cut(pair, "=")
-		if !ok || strings.Contains(v, "=") {
-			return podArgs{}, false
-		}
-		switch k {
-		case "K8S_POD_NAMESPACE":
-			a.Namespace = v
-		case "K8S_POD_NAME":
-			a.Name = v
-		case "K8S_POD_UID":
-			a.UID = v
-		case "K8S_POD_INFRA_CONTAINER_ID":
-			a.InfraContainerID = v
-		case "IgnoreUnknown":
-			// Its value matters only with an unknown key, which is not
-			// read here; it must still be one LoadArgs accepts.
-			switch strings.ToLower(v) {
-			case "1", "true", "0", "false":
-			default:
-				return podArgs{}, false
-			}
-		default:
-			return podArgs{}, false
-		}
-		if !more {
-			return a, true
-		}
-		s = rest
-	}
 }

@@ -43,7 +43,7 @@ func (gv *gcVerb) run(ctx context.Context, req *cniwire.Request) error {
 		valid[reservation.AttachmentKey(v.ContainerID, v.IfName)] = true
 	}
 	var errs []error
-	for _, r := range gv.store.Local() {
+	for _, r := range gv.store.NodeReservations() {
 		o := r.Spec.Owner
 		if o.Kind != tenurev1alpha1.OwnerPod || o.Node != gv.node || r.Spec.CNINetwork != conf.Name {
 			continue

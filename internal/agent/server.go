@@ -175,7 +175,7 @@ func (s *socketServer) serveConn(ctx context.Context, conn net.Conn, br *bufio.R
 		ch.release()
 		_, _ = io.Copy(io.Discard, io.LimitReader(br, 4*cniwire.MaxMessage))
 	}
-	if err := readRequest(body, &req); body.N <= 0 {
+	if err := json.NewDecoder(body).Decode(&req); body.N <= 0 {
 		s.log.Warn("request over the size limit refused", "limit", cniwire.MaxMessage)
 		drain()
 		resp = &Response{Error: &types.Error{Code: CodeInvalidNetworkConfig,

@@ -3,7 +3,6 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/utils"
@@ -18,9 +17,8 @@ var Versions = version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0")
 // validateCall checks what libcni's skel checks of a call's configuration
 // before it runs the plugin, with skel's codes and messages: the shim checks
 // the environment and leaves the configuration, which needs a JSON parser,
-// to the agent. heads, when not nil, keeps what the checks found of each
-// configuration: a node's calls send the same few again and again.
-func validateCall(req *cniwire.Request, heads *headCache) *types.Error {
+// to the agent.
+func validateCall(req *cniwire.Request) *types.Error {
 	minimum := ""
 	switch req.Command {
 	case "ADD", "DEL":
@@ -31,7 +29,7 @@ func validateCall(req *cniwire.Request, heads *headCache) *types.Error {
 	default:
 		return types.NewError(CodeInvalidEnvironmentVariables, fmt.Sprintf("unknown CNI_COMMAND: %v", req.Command), "")
 	}
-	h := heads.get(req.StdinData)
+	h := readHead(req.StdinData)
 	if h.bad != nil {
 		return h.bad
 	}
@@ -79,37 +77,5 @@ func readHead(stdin []byte) netconfHead {
 	if verErr := (&version.Reconciler{}).Check(h.version, Versions); verErr != nil {
 		h.incompatible = types.NewError(CodeIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
 	}
-	return h
-}
-
-// headCacheSize bounds the configurations a headCache keeps, as
-// netconfCacheSize does the parsed ones.
-const headCacheSize = 256
-
-// headCache keeps readHead's result by the configuration's bytes; full,
-// it starts over. A *types.Error in it is shared by the calls that get it,
-// which only read it.
-type headCache struct {
-	mu sync.Mutex
-	m  map[string]netconfHead
-}
-
-func (c *headCache) get(stdin []byte) netconfHead {
-	if c == nil {
-		return readHead(stdin)
-	}
-	c.mu.Lock()
-	h, ok := c.m[string(stdin)]
-	c.mu.Unlock()
-	if ok {
-		return h
-	}
-	h = readHead(stdin)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= headCacheSize {
-		c.m = make(map[string]netconfHead)
-	}
-	c.m[string(stdin)] = h
 	return h
 }

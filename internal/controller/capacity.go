@@ -68,11 +68,11 @@ type rangeCounts struct {
 }
 
 func (c *rangeCounts) add(obj any, delta int) {
-	e, ok := unwrapEntry[*resEntry](obj)
+	e, ok := unwrapEntry[*reservation.View](obj)
 	if !ok {
 		return
 	}
-	k := rangeKey{e.network, e.kind, e.rng}
+	k := rangeKey{e.Scope, e.Kind, e.Range}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {

@@ -37,13 +37,13 @@ func TestRangeMetricsCoverEveryKnownRange(t *testing.T) {
 		nad("san", `{"cniVersion":"1.1.0","name":"san-net","type":"macvlan","ipam":{"type":"tenure","range":"10.1.0.0/29","network_name":"san"}}`),
 		nad("storage", `{"cniVersion":"1.1.0","name":"storage-net","type":"macvlan","ipam":{"type":"tenure","pool":"storage","network_name":"storage"}}`),
 	}
-	var entries []*resEntry
+	var entries []*reservation.View
 	held := func(scope, rng, addr string) {
 		a := netip.MustParseAddr(addr)
 		r := reservation.New(reservation.Spec{Network: scope, Kind: tenurev1alpha1.KindAddress, Item: netip.PrefixFrom(a, 32), Range: rng,
 			Owner: podOwner("ns", "p-"+addr, "uid-"+addr, "c", "node-a")})
 		objs = append(objs, r)
-		entries = append(entries, resEntryOf(r))
+		entries = append(entries, reservation.ViewOf(r))
 	}
 	for i := 1; i <= 6; i++ {
 		held("san", "10.1.0.0/29", fmt.Sprintf("10.1.0.%d", i))

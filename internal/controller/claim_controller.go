@@ -13,6 +13,7 @@ import (
 
 	ipamclaimsv1alpha1 "github.com/tenure-ipam/tenure/api/ipamclaims/v1alpha1"
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // claimReconciler is the controller ipamclaim_finalizer: one IPAMClaim,
@@ -33,8 +34,8 @@ func (c *claimReconciler) SetupWithManager(mgr manager.Manager, reservations inf
 // for the finalizer.
 func (c *claimReconciler) reservationClaimEvents(q queue) toolscache.ResourceEventHandler {
 	claimOf := func(obj any) {
-		if e, ok := unwrapEntry[*resEntry](obj); ok && e.owner.kind == tenurev1alpha1.OwnerIPAMClaim {
-			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.owner.namespace, Name: e.owner.name}})
+		if e, ok := unwrapEntry[*reservation.View](obj); ok && e.Owner.Kind == tenurev1alpha1.OwnerIPAMClaim {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.Owner.Namespace, Name: e.Owner.Name}})
 		}
 	}
 	return toolscache.ResourceEventHandlerDetailedFuncs{

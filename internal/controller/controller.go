@@ -294,9 +294,9 @@ func (c *Controller) setup(ctx context.Context) error {
 	for _, inf := range c.reservations {
 		c.idx.reservations = append(c.idx.reservations, inf.GetIndexer())
 		forget := toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
-			if e, ok := unwrapEntry[*resEntry](obj); ok {
-				c.fence.forget(e.name)
-				c.answers.forget(e.name)
+			if e, ok := unwrapEntry[*reservation.View](obj); ok {
+				c.fence.forget(e.Name)
+				c.answers.forget(e.Name)
 			}
 		}}
 		for _, h := range []toolscache.ResourceEventHandler{c.pools.dirtyHandler(), c.pools.counts.Handler(), forget} {

@@ -541,8 +541,8 @@ func TestPoolStatusWritesOnlyChanges(t *testing.T) {
 	c := newFake(pool, bad, r1, r2)
 	ps := &poolStatus{counts: &reservationCounts{}, cache: c, writer: c, interval: time.Second}
 	h := ps.counts.Handler()
-	h.OnAdd(resEntryOf(r1), true)
-	h.OnAdd(resEntryOf(r2), true)
+	h.OnAdd(reservation.ViewOf(r1), true)
+	h.OnAdd(reservation.ViewOf(r2), true)
 	if err := ps.update(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -625,16 +625,16 @@ func TestReservationCountsFollowEvents(t *testing.T) {
 	b.Spec.Pool = "p1"
 	pd := reservationOf("n.pd.fd00-0000-0000-0100-0000-0000-0000-0000.56", "fd00:0:0:100::/56", podOwner("ns", "b", "u2", "c", "n"))
 	pd.Spec.Pool, pd.Spec.Kind = "p1", tenurev1alpha1.KindDelegatedPrefix
-	h.OnAdd(resEntryOf(a), true)
-	h.OnAdd(resEntryOf(b), false)
-	h.OnAdd(resEntryOf(pd), false)
+	h.OnAdd(reservation.ViewOf(a), true)
+	h.OnAdd(reservation.ViewOf(b), false)
+	h.OnAdd(reservation.ViewOf(pd), false)
 	if got := c.snapshot()["p1"]; got == nil || *got != (usage{addresses: 2, prefixes: 1}) {
 		t.Fatalf("after three adds: %+v", got)
 	}
 	moved := b.DeepCopy()
 	moved.Spec.Pool = "p2"
-	h.OnUpdate(resEntryOf(b), resEntryOf(moved))
-	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: a.Name, Obj: resEntryOf(a)})
+	h.OnUpdate(reservation.ViewOf(b), reservation.ViewOf(moved))
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: a.Name, Obj: reservation.ViewOf(a)})
 	snap := c.snapshot()
 	if got := snap["p1"]; got == nil || *got != (usage{prefixes: 1}) {
 		t.Fatalf("p1 after moving b and deleting a: %+v", got)
@@ -642,7 +642,7 @@ func TestReservationCountsFollowEvents(t *testing.T) {
 	if got := snap["p2"]; got == nil || *got != (usage{addresses: 1}) {
 		t.Fatalf("p2: %+v", got)
 	}
-	h.OnDelete(resEntryOf(pd))
+	h.OnDelete(reservation.ViewOf(pd))
 	if _, ok := c.snapshot()["p1"]; ok {
 		t.Fatal("an empty pool keeps no entry")
 	}
@@ -694,7 +694,7 @@ func TestNodeEventsRecheckTheNodesReservations(t *testing.T) {
 		reservationOf("n.2", "10.0.0.2", podOwner("ns", "b", "uid-b", "c2", "lost")),
 		reservationOf("n.3", "10.0.0.3", podOwner("ns", "c", "uid-c", "c3", "other")),
 	} {
-		if err := c.idx.add(resEntryOf(r)); err != nil {
+		if err := c.idx.add(reservation.ViewOf(r)); err != nil {
 			t.Fatal(err)
 		}
 	}

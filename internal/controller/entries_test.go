@@ -232,10 +232,10 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if e.(*resEntry).opaque {
+				if e.(*reservation.View).Opaque {
 					t.Fatalf("%s: the entry of %T is opaque", r.Name, obj)
 				}
-				if err := entries.idx.add(e.(*resEntry)); err != nil {
+				if err := entries.idx.add(e.(*reservation.View)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -249,7 +249,7 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 					t.Fatalf("%s: no entry", r.Name)
 				}
 				var scratch tenurev1alpha1.IPReservation
-				ge, err := gather(ctx, entries, e.into(&scratch), now)
+				ge, err := gather(ctx, entries, e.Into(&scratch), now)
 				if err != nil {
 					t.Fatalf("%s: %v", r.Name, err)
 				}
@@ -286,42 +286,6 @@ func TestEntriesDecideAsTheObjects(t *testing.T) {
 	}
 }
 
-// A metadata entry is opaque, so that only live reads judge it, whenever
-// the metadata does not say what the spec says.
-func TestMetadataEntryOpaqueUnlessItDescribesTheSpec(t *testing.T) {
-	r := reservation.New(reservation.Spec{Network: "n", Kind: tenurev1alpha1.KindAddress, Item: netip.MustParsePrefix("10.0.0.1/32"), Pool: "p",
-		Owner: podOwner("ns", "p", "uid-p", "s", "node-1")})
-	r.ResourceVersion, r.CreationTimestamp = "7", metav1.Unix(1700000000, 0)
-	good := metadataOf(r)
-	e := resEntryOfMeta(good)
-	want := resEntryOf(r)
-	if *e != *want {
-		t.Fatalf("entry of the metadata %+v, of the whole object %+v", *e, *want)
-	}
-	for _, tc := range []struct {
-		name   string
-		change func(m *metav1.PartialObjectMetadata)
-	}{
-		{"no summary", func(m *metav1.PartialObjectMetadata) { delete(m.Annotations, reservation.AnnotationSpecSummary) }},
-		{"summary does not parse", func(m *metav1.PartialObjectMetadata) { m.Annotations[reservation.AnnotationSpecSummary] = "kind" }},
-		{"spec changed since", func(m *metav1.PartialObjectMetadata) { m.Generation = 2 }},
-		{"name does not parse", func(m *metav1.PartialObjectMetadata) { m.Name = "n.not-an-address" }},
-		{"no owner UID label", func(m *metav1.PartialObjectMetadata) { delete(m.Labels, reservation.LabelOwnerUID) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := good.DeepCopy()
-			tc.change(m)
-			e := resEntryOfMeta(m)
-			if !e.opaque {
-				t.Fatalf("entry %+v is not opaque", *e)
-			}
-			if e.name != m.Name || e.owner.node != "node-1" && tc.name != "summary does not parse" {
-				t.Fatalf("entry %+v: lost what the metadata says", *e)
-			}
-		})
-	}
-}
-
 // BenchmarkEntryMemory reports what the controller's caches hold per
 // reservation and per pod, indexes included (the figures of
 // docs/performance.md).
@@ -339,7 +303,8 @@ func BenchmarkEntryMemory(b *testing.B) {
 				Range: "100.0.0.0/14", CNINetwork: "bench-scale", Owner: podOwner("bench", fmt.Sprintf("owner-%d", i), uid,
 					fmt.Sprintf("%064x", i*2654435761), fmt.Sprintf("node-%d", i%1000))})
 			r.UID, r.ResourceVersion, r.CreationTimestamp = types.UID(fmt.Sprintf("0f3b2c1a-1111-4222-8333-%012d", i)), fmt.Sprint(1_000_000+i), metav1.Now()
-			_ = x.add(resEntryOf(r))
+			v, _ := transformEntries(r)
+			_ = x.add(v.(*reservation.View))
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&mid)
@@ -384,7 +349,7 @@ func TestOpaqueEntriesAreJudgedLive(t *testing.T) {
 		if r != earlier {
 			delete(m.Annotations, reservation.AnnotationSpecSummary)
 		}
-		if err := snap.idx.add(resEntryOfMeta(m)); err != nil {
+		if err := snap.idx.add(reservation.ViewOfMeta(m)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -394,7 +359,7 @@ func TestOpaqueEntriesAreJudgedLive(t *testing.T) {
 	dry := &Releaser{Live: c, Writer: c, DryRun: true}
 	for name, want := range map[string]repair.Reason{earlier.Name: repair.EarlierSandbox, goneOpaque.Name: repair.PodGone, laterOpaque.Name: "", liveOpaque.Name: ""} {
 		e := snap.idx.reservation(name)
-		_, out, err := nominate(ctx, cachedSource{idx: snap.idx, cache: c}, dry, e.reservation(), e.opaque, slog.Default())
+		_, out, err := nominate(ctx, cachedSource{idx: snap.idx, cache: c}, dry, e.Reservation(), e.Opaque, slog.Default())
 		if err != nil || out == nil || out.Decision.Reason != want || out.Decision.Release != (want != "") {
 			t.Errorf("%s: nominated %+v, %v; want a live decision %q", name, out, err, want)
 		}
@@ -450,27 +415,5 @@ func TestOnceSweepListsSummarizedAsMetadata(t *testing.T) {
 	// Kept 0: the cache judged every one itself, none was opaque.
 	if res.Reservations != 4 || fmt.Sprint(got) != fmt.Sprint(want) || res.Kept != 0 {
 		t.Fatalf("swept %d, would release %v, kept %d on live reads; want 4, %v, 0", res.Reservations, got, res.Kept, want)
-	}
-}
-
-// Metadata that says one thing twice and differently makes an opaque
-// entry: the cache does not act on its word, the live reads judge it.
-func TestAnEntryWhoseMetadataDisagreesWithItselfIsOpaque(t *testing.T) {
-	r := reservationOf(reservation.AddressName("n", netip.MustParseAddr("10.0.0.1")), "10.0.0.1", podOwner("ns", "p1", "uid-p1", "c1", "node-b"))
-	for _, tc := range []struct {
-		name   string
-		shape  func(*metav1.PartialObjectMetadata)
-		opaque bool
-	}{
-		{"as New makes it", func(*metav1.PartialObjectMetadata) {}, false},
-		{"another scope's network label", func(m *metav1.PartialObjectMetadata) { m.Labels[reservation.LabelNetwork] = "other" }, true},
-		{"a node label other than the summary's node", func(m *metav1.PartialObjectMetadata) { m.Labels[reservation.LabelNode] = "node-a" }, true},
-		{"no node label, the summary naming a node", func(m *metav1.PartialObjectMetadata) { delete(m.Labels, reservation.LabelNode) }, true},
-	} {
-		m := metadataOf(r)
-		tc.shape(m)
-		if got := resEntryOfMeta(m).opaque; got != tc.opaque {
-			t.Errorf("%s: opaque %v, want %v", tc.name, got, tc.opaque)
-		}
 	}
 }

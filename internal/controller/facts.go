@@ -141,7 +141,7 @@ func (s liveSource) siblings(ctx context.Context, uid string) ([]*tenurev1alpha1
 }
 
 // errOpaque: a cache cannot answer, since an entry it would answer from
-// is opaque (see resEntry); the live reads decide.
+// is opaque (see reservation.View); the live reads decide.
 var errOpaque = errors.New("the cache does not know what an entry's spec says")
 
 // cachedSource answers from the controller's caches: pods and reservations
@@ -167,10 +167,10 @@ func (s cachedSource) siblings(_ context.Context, uid string) ([]*tenurev1alpha1
 	es := s.idx.byIndex(indexOwnerUID, uid)
 	out := make([]*tenurev1alpha1.IPReservation, len(es))
 	for i, e := range es {
-		if e.opaque {
+		if e.Opaque {
 			return nil, errOpaque
 		}
-		out[i] = e.reservation()
+		out[i] = e.Reservation()
 	}
 	return out, nil
 }
@@ -184,7 +184,7 @@ type snapshot struct {
 	claims map[types.NamespacedName]*ipamclaimsv1alpha1.IPAMClaim
 	// owner, when set, is every entry of one owner UID: the siblings of
 	// that owner's reservations, which the sweep is judging.
-	owner   []*resEntry
+	owner   []*reservation.View
 	scratch []tenurev1alpha1.IPReservation
 	sibs    []*tenurev1alpha1.IPReservation
 }
@@ -206,7 +206,7 @@ func (s *snapshot) claim(_ context.Context, ns, name string) (*ipamclaimsv1alpha
 // much garbage as the index itself.
 func (s *snapshot) siblings(_ context.Context, uid string) ([]*tenurev1alpha1.IPReservation, error) {
 	es := s.owner
-	if len(es) == 0 || es[0].owner.uid != uid {
+	if len(es) == 0 || es[0].Owner.UID != uid {
 		es = s.idx.byIndex(indexOwnerUID, uid)
 	}
 	if cap(s.scratch) < len(es) {
@@ -215,10 +215,10 @@ func (s *snapshot) siblings(_ context.Context, uid string) ([]*tenurev1alpha1.IP
 	s.scratch = s.scratch[:len(es)]
 	s.sibs = s.sibs[:0]
 	for i, e := range es {
-		if e.opaque {
+		if e.Opaque {
 			return nil, errOpaque
 		}
-		s.sibs = append(s.sibs, e.into(&s.scratch[i]))
+		s.sibs = append(s.sibs, e.Into(&s.scratch[i]))
 	}
 	return s.sibs, nil
 }

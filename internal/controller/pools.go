@@ -16,6 +16,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/config"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // ConditionSpecValid is the IPPool condition saying whether its spec
@@ -64,7 +65,7 @@ type reservationCounts struct {
 }
 
 func (c *reservationCounts) add(obj any, delta int64) {
-	e, ok := unwrapEntry[*resEntry](obj)
+	e, ok := unwrapEntry[*reservation.View](obj)
 	if !ok {
 		return
 	}
@@ -73,16 +74,16 @@ func (c *reservationCounts) add(obj any, delta int64) {
 	if c.n == nil {
 		c.n = map[string]usage{}
 	}
-	u := c.n[e.pool]
-	if e.kind == tenurev1alpha1.KindDelegatedPrefix {
+	u := c.n[e.Pool]
+	if e.Kind == tenurev1alpha1.KindDelegatedPrefix {
 		u.prefixes += delta
 	} else {
 		u.addresses += delta
 	}
 	if u == (usage{}) {
-		delete(c.n, e.pool)
+		delete(c.n, e.Pool)
 	} else {
-		c.n[e.pool] = u
+		c.n[e.Pool] = u
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/claims"
 	"github.com/tenure-ipam/tenure/internal/controller/repair"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // reservationReconciler is the controller ipreservation_release: one
@@ -75,16 +76,16 @@ func (c *reservationReconciler) reservationEvents(q queue) toolscache.ResourceEv
 	return toolscache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, isInInitialList bool) {
 			// The initial list is the first sweep's (see lead).
-			if e, ok := obj.(*resEntry); ok && !isInInitialList {
-				enqueue(q, e.name)
-				if e.owner.kind == tenurev1alpha1.OwnerPod {
-					enqueue(q, c.byIndex(indexOwnerUID, e.owner.uid)...)
+			if e, ok := obj.(*reservation.View); ok && !isInInitialList {
+				enqueue(q, e.Name)
+				if e.Owner.Kind == tenurev1alpha1.OwnerPod {
+					enqueue(q, c.byIndex(indexOwnerUID, e.Owner.UID)...)
 				}
 			}
 		},
 		UpdateFunc: func(_, obj any) {
-			if e, ok := obj.(*resEntry); ok {
-				enqueue(q, e.name)
+			if e, ok := obj.(*reservation.View); ok {
+				enqueue(q, e.Name)
 			}
 		},
 	}
@@ -175,13 +176,13 @@ func (c *reservationReconciler) Reconcile(ctx context.Context, req reconcile.Req
 		// garbage collector delete it as well.
 		return reconcile.Result{}, c.rel.retireProbe(ctx, req.Name, nil)
 	}
-	after, _, err := nominate(ctx, cachedSource{idx: c.idx, cache: c.cache}, c.rel, e.reservation(), e.opaque, c.log)
+	after, _, err := nominate(ctx, cachedSource{idx: c.idx, cache: c.cache}, c.rel, e.Reservation(), e.Opaque, c.log)
 	return reconcile.Result{RequeueAfter: after}, err
 }
 
 // nominate decides on src (a cache) whether r looks like an orphan, and if
 // so hands it to the Releaser, which decides again on live reads; so does
-// an opaque entry (see resEntry), one whose siblings src cannot tell, and
+// an opaque entry (see reservation.View), one whose siblings src cannot tell, and
 // one whose decision needs what only the live reads give (AskLive).
 // It returns when to look again and the Releaser's outcome, if it was
 // called.

@@ -93,8 +93,8 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	// siblings read off the list, where asking the index for them costs
 	// the bucket's worth of lookups each (docs/performance.md, "Siblings
 	// off the list").
-	slices.SortFunc(entries, func(a, b *resEntry) int {
-		return cmp.Or(strings.Compare(a.owner.uid, b.owner.uid), strings.Compare(a.name, b.name))
+	slices.SortFunc(entries, func(a, b *reservation.View) int {
+		return cmp.Or(strings.Compare(a.Owner.UID, b.Owner.UID), strings.Compare(a.Name, b.Name))
 	})
 	res.Reservations = len(entries)
 	var errs []error
@@ -102,9 +102,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	var r tenurev1alpha1.IPReservation // reused: Decide keeps nothing of it
 	var candidates []string
 	for i := 0; i < len(entries); i += len(snap.owner) {
-		uid := entries[i].owner.uid
+		uid := entries[i].Owner.UID
 		n := 1
-		for i+n < len(entries) && entries[i+n].owner.uid == uid {
+		for i+n < len(entries) && entries[i+n].Owner.UID == uid {
 			n++
 		}
 		snap.owner = entries[i : i+n]
@@ -112,19 +112,19 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			// An opaque entry, one with an opaque sibling (the only error
 			// of a snapshot), or one only live facts decide (AskLive), goes
 			// to the live reads as a candidate.
-			if !e.opaque {
-				if g, err := gather(ctx, snap, e.into(&r), now); err == nil {
+			if !e.Opaque {
+				if g, err := gather(ctx, snap, e.Into(&r), now); err == nil {
 					if d := repair.Decide(&r, g.facts, s.Releaser.Policy); !d.Release && !d.AskLive {
 						s.Releaser.observe(&r, d)
 						s.Releaser.settleCached(ctx, &r, d)
 						if d.RecheckAfter > 0 {
-							s.requeue(e.name, d.RecheckAfter)
+							s.requeue(e.Name, d.RecheckAfter)
 						}
 						continue
 					}
 				}
 			}
-			candidates = append(candidates, e.name)
+			candidates = append(candidates, e.Name)
 		}
 	}
 	snap.owner = nil
@@ -227,7 +227,7 @@ func (s *Sweeper) snapshot(ctx context.Context) (*snapshot, error) {
 		if err := s.listAll(ctx, l.list, func() error {
 			return meta.EachListItem(l.list, func(obj runtime.Object) error {
 				e, _ := transformEntries(obj)
-				return snap.idx.add(e.(*resEntry))
+				return snap.idx.add(e.(*reservation.View))
 			})
 		}, l.sel); err != nil {
 			return nil, fmt.Errorf("listing reservations: %w", err)

@@ -28,7 +28,7 @@ func BenchmarkSweepCached(b *testing.B) {
 				fmt.Sprintf("%064x", i), "node-1")})
 		r.ResourceVersion, r.CreationTimestamp = fmt.Sprint(1_000_000+i), metav1.Now()
 		m := metadataOf(r)
-		if err := snap.idx.add(resEntryOfMeta(m)); err != nil {
+		if err := snap.idx.add(reservation.ViewOfMeta(m)); err != nil {
 			b.Fatal(err)
 		}
 		p := pod("bench", fmt.Sprintf("owner-%d", i), uid, "node-1")

@@ -32,11 +32,4 @@ current-context: x
 	if rl := cs.CoreV1().RESTClient().GetRateLimiter(); rl != nil {
 		t.Errorf("client rate limiter %T (QPS %v), want none", rl, cfg.QPS)
 	}
-	rc, err := reservationREST(cfg, jsonCodec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rl := rc.GetRateLimiter(); rl != nil {
-		t.Errorf("reservation client rate limiter %T, want none", rl)
-	}
 }

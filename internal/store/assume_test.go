@@ -101,7 +101,7 @@ func TestReleasedIsFreeBeforeTheInformerSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Released(existing.Name, existing.UID)
-	if s.Taken(existing.Name) || len(s.ByAttachment("c-o1", "net1")) != 0 || len(s.Local()) != 0 {
+	if s.Taken(existing.Name) || len(s.ByAttachment("c-o1", "net1")) != 0 || len(s.NodeReservations()) != 0 {
 		t.Fatal("a released name must be free at once, whatever the informer still holds")
 	}
 	if _, ok := s.Get(existing.Name); ok {
@@ -167,8 +167,8 @@ func TestHeldBySeesOtherNodesAsPartialReservations(t *testing.T) {
 		t.Fatalf("ByOwnerUID with the block watched = %v, want both", got)
 	}
 	// The window leaves this node's reservation to the node cache.
-	if len(s.Local()) != 1 || s.WindowLen() != 1 {
-		t.Fatalf("Local() = %d, WindowLen() = %d, want 1 and 1", len(s.Local()), s.WindowLen())
+	if len(s.NodeReservations()) != 1 || s.WindowLen() != 1 {
+		t.Fatalf("NodeReservations() = %d, WindowLen() = %d, want 1 and 1", len(s.NodeReservations()), s.WindowLen())
 	}
 }
 

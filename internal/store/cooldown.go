@@ -6,6 +6,7 @@ import (
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
 	"github.com/tenure-ipam/tenure/internal/kube"
+	"github.com/tenure-ipam/tenure/internal/reservation"
 )
 
 // DefaultCooldown is the agent's --release-cooldown default: longer than a
@@ -127,7 +128,7 @@ func (s *Store) sawFreed(obj any) {
 	switch r := kube.DeletedObject(obj).(type) {
 	case *tenurev1alpha1.IPReservation:
 		s.cool.record(r.Name, r.Spec.Owner.UID, r.Spec.Owner.Interface)
-	case *entry:
-		s.cool.record(r.name, r.owner, "")
+	case *reservation.View:
+		s.cool.record(r.Name, r.Owner.UID, "")
 	}
 }

@@ -58,7 +58,7 @@ type Store struct {
 	// reservations carry and the node cache's informer selects.
 	nodeLabel string
 	c         client.WithWatch
-	win       atomic.Pointer[window]    // *entry, from metadata: the watched blocks and scopes
+	win       atomic.Pointer[window]    // *reservation.View, from metadata: the watched blocks and scopes
 	nodeCache cache.SharedIndexInformer // *tenurev1alpha1.IPReservation, this node's
 
 	// winMu serialises window changes; wanted is when each block ("b:"
@@ -134,7 +134,7 @@ func New(c client.WithWatch, node string) *Store {
 	_ = s.nodeCache.SetTransform(reservation.Compact)
 	// One handler, not three: the informer wakes a pair of goroutines per
 	// handler for every event.
-	_, _ = s.nodeCache.AddEventHandler(handlers{s.confirmations(), s.heldLocal(), cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted}})
+	_, _ = s.nodeCache.AddEventHandler(handlers{s.confirmations(), s.heldInNodeCache(), cache.ResourceEventHandlerFuncs{DeleteFunc: s.sawDeleted}})
 	return s
 }
 
@@ -173,29 +173,6 @@ func (s *Store) confirmations() cache.ResourceEventHandler {
 		UpdateFunc: func(_, obj any) { s.observed(obj) },
 		DeleteFunc: s.deleted,
 	}
-}
-
-// entry is what the window cache keeps of a reservation: what partial reservation
-// needs and nothing else, about 0.2 KiB where a PartialObjectMetadata with
-// its label map is over 0.8 KiB.
-type entry struct {
-	name, resourceVersion string
-	uid                   types.UID
-	owner                 string // the owner-UID label
-}
-
-// GetObjectMeta lets the informer's key functions and meta.Accessor read it.
-func (e *entry) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: e.name, UID: e.uid, ResourceVersion: e.resourceVersion}
-}
-
-// toEntry is the window cache's transform.
-func toEntry(obj any) (any, error) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
-	}
-	return &entry{name: m.Name, resourceVersion: m.ResourceVersion, uid: m.UID, owner: m.Labels[reservation.LabelOwnerUID]}, nil
 }
 
 func newMetadataList() client.ObjectList { return reservation.NewMetadataList() }
@@ -308,7 +285,7 @@ func (s *Store) getLocked(name string) (*tenurev1alpha1.IPReservation, bool) {
 		return r, true
 	}
 	e, ok := s.win.Load().get(name)
-	if !ok || s.hiddenLocked(name, e.uid) {
+	if !ok || s.hiddenLocked(name, e.UID) {
 		return nil, false
 	}
 	return partial(e), true
@@ -329,18 +306,15 @@ func (s *Store) hiddenLocked(name string, uid types.UID) bool {
 	return ok && (e.uid == "" || uid == "" || e.uid == uid)
 }
 
-// partial is what a window-cache entry says of a reservation: its name,
-// UID, owner UID, kind and item (decoded from the name). Spec fields beyond
-// those are empty.
-func partial(e *entry) *tenurev1alpha1.IPReservation {
-	r := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: e.name, UID: e.uid, ResourceVersion: e.resourceVersion}}
-	r.Spec.Owner.UID = e.owner
-	if p, err := reservation.Parse(e.name); err == nil {
-		if p.IsPrefix {
-			r.Spec.Kind, r.Spec.Address = tenurev1alpha1.KindDelegatedPrefix, p.Prefix.String()
-		} else {
-			r.Spec.Kind, r.Spec.Address = tenurev1alpha1.KindAddress, p.Prefix.Addr().String()
-		}
+// partial is what the window's view of a reservation says whatever the
+// view's spec summary says: its name, UID, owner UID, and kind and item
+// (decoded from the name). Spec fields beyond those are empty: another
+// node's summary is no fact the agent acts on.
+func partial(v *reservation.View) *tenurev1alpha1.IPReservation {
+	r := &tenurev1alpha1.IPReservation{ObjectMeta: metav1.ObjectMeta{Name: v.Name, UID: v.UID, ResourceVersion: v.ResourceVersion}}
+	r.Spec.Owner.UID = v.Owner.UID
+	if v.Address != "" {
+		r.Spec.Kind, r.Spec.Address = v.Kind, v.Address
 	}
 	return r
 }
@@ -390,7 +364,7 @@ func (s *Store) Confirm(r *tenurev1alpha1.IPReservation) {
 	if r.Labels[reservation.LabelNode] == s.nodeLabel {
 		_, confirmed = s.nodeCacheGet(r.Name, r.UID)
 	} else if e, ok := s.win.Load().get(r.Name); ok {
-		confirmed = e.uid == r.UID
+		confirmed = e.UID == r.UID
 	}
 	if confirmed {
 		delete(s.assumed, r.Name)
@@ -514,8 +488,7 @@ func (s *Store) HeldBy(ctx context.Context, uid string) ([]*tenurev1alpha1.IPRes
 		if s.hiddenLocked(m.Name, m.UID) {
 			continue
 		}
-		e, _ := toEntry(m)
-		r := partial(e.(*entry))
+		r := partial(reservation.ViewOfMeta(m))
 		r.Spec.Owner.Kind = ownerKindOf(m)
 		out = append(out, r)
 	}
@@ -544,8 +517,8 @@ func ownerKindOf(m *metav1.PartialObjectMetadata) tenurev1alpha1.OwnerKind {
 	return sum.Owner.Kind
 }
 
-// Local returns every reservation of this node.
-func (s *Store) Local() []*tenurev1alpha1.IPReservation {
+// NodeReservations returns every reservation of the node cache.
+func (s *Store) NodeReservations() []*tenurev1alpha1.IPReservation {
 	return s.collect("", "", false, func(r *tenurev1alpha1.IPReservation) bool { return r.Labels[reservation.LabelNode] == s.nodeLabel })
 }
 
@@ -591,8 +564,8 @@ func (s *Store) collect(index, key string, cluster bool, match func(*tenurev1alp
 		add(o.(*tenurev1alpha1.IPReservation))
 	}
 	for _, o := range others {
-		if e := o.(*entry); !seen[e.name] && (index != indexOwnerUID || e.owner == key) {
-			add(partial(e))
+		if v := o.(*reservation.View); !seen[v.Name] && (index != indexOwnerUID || v.Owner.UID == key) {
+			add(partial(v))
 		}
 	}
 	for name, a := range s.assumed {

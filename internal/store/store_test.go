@@ -26,8 +26,8 @@ func TestPartialReadsTheName(t *testing.T) {
 		{"vm-net.2001-0db8-0000-0000-0000-0000-0000-0001", string(tenurev1alpha1.KindAddress), "2001:db8::1"},
 		{"vm-net.pd.2001-0db8-0000-0100-0000-0000-0000-0000.56", string(tenurev1alpha1.KindDelegatedPrefix), "2001:db8:0:100::/56"},
 	} {
-		e, _ := toEntry(metadata(tc.name, "u-"+tc.name, "owner-1"))
-		r := partial(e.(*entry))
+		e, _ := reservation.ToView(metadata(tc.name, "u-"+tc.name, "owner-1"))
+		r := partial(e.(*reservation.View))
 		if r.Name != tc.name || string(r.UID) != "u-"+tc.name || r.Spec.Owner.UID != "owner-1" || string(r.Spec.Kind) != tc.kind || r.Spec.Address != tc.address {
 			t.Errorf("partial reservation of %s = %+v %+v", tc.name, r.ObjectMeta, r.Spec)
 		}
@@ -42,7 +42,7 @@ func TestEntryKeysLikeTheObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _ := toEntry(m)
+	e, _ := reservation.ToView(m)
 	if got, err := cache.DeletionHandlingMetaNamespaceKeyFunc(e); err != nil || got != want {
 		t.Fatalf("entry key %q, %v; object key %q", got, err, want)
 	}
@@ -58,7 +58,7 @@ func TestOwnerBucketsAreFilteredToTheOwner(t *testing.T) {
 	s.win.Store(&window{infs: []cache.SharedIndexInformer{win}, held: &heldIndex{}})
 	// Same bucket ("abc"), different owners.
 	for i, owner := range []string{"abc-1", "abc-2", "abc-1"} {
-		e, _ := toEntry(metadata(fmt.Sprintf("san.10.0.0.%d", i+1), fmt.Sprint("u", i), owner))
+		e, _ := reservation.ToView(metadata(fmt.Sprintf("san.10.0.0.%d", i+1), fmt.Sprint("u", i), owner))
 		if err := win.GetIndexer().Add(e); err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func BenchmarkClusterCacheMemory(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		x := idx()
 		for i := 0; i < n; i++ {
-			e, _ := toEntry(metadata(fmt.Sprintf("bench-scale.100.%d.%d.%d", i>>16, (i>>8)&255, i&255),
+			e, _ := reservation.ToView(metadata(fmt.Sprintf("bench-scale.100.%d.%d.%d", i>>16, (i>>8)&255, i&255),
 				fmt.Sprintf("0f3b2c1a-1111-4222-8333-%012d", i), fmt.Sprintf("%08x-1111-4222-8333-%012d", i*2654435761, i)))
 			_ = x.Add(e)
 		}

@@ -37,15 +37,15 @@ type window struct {
 	blocks, scopes, legacy map[string]bool
 	// blocksOf counts blocks by the label of their scope.
 	blocksOf map[string]int
-	infs     []cache.SharedIndexInformer // *entry
+	infs     []cache.SharedIndexInformer // *reservation.View
 	held     *heldIndex
 	cancel   context.CancelFunc
 }
 
-func (w *window) get(name string) (*entry, bool) {
+func (w *window) get(name string) (*reservation.View, bool) {
 	for _, inf := range w.infs {
 		if obj, ok, _ := inf.GetIndexer().GetByKey(name); ok {
-			return obj.(*entry), true
+			return obj.(*reservation.View), true
 		}
 	}
 	return nil, false
@@ -64,8 +64,10 @@ func (w *window) byIndex(index, key string) []any {
 // objects, so collect reads both alike.
 func windowIndexers() cache.Indexers {
 	return cache.Indexers{
-		indexOwnerUID: func(obj any) ([]string, error) { return []string{reservation.OwnerBucket(obj.(*entry).owner)}, nil },
-		indexScope:    func(obj any) ([]string, error) { return []string{reservation.ScopeLabelOf(obj.(*entry).name)}, nil },
+		indexOwnerUID: func(obj any) ([]string, error) {
+			return []string{reservation.OwnerBucket(obj.(*reservation.View).Owner.UID)}, nil
+		},
+		indexScope: func(obj any) ([]string, error) { return []string{obj.(*reservation.View).Scope}, nil },
 	}
 }
 
@@ -190,7 +192,7 @@ func (s *Store) Watch(ctx context.Context, scopeLabel, block string) error {
 		return err
 	}
 	// The window leaves this node's reservations to the node cache; the
-	// index holds them too (heldLocal keeps it so from here on). Then:
+	// index holds them too (heldInNodeCache keeps it so from here on). Then:
 	// the new window's list may predate a release of ours that the old
 	// index already forgot; until its watch reports the delete, its index
 	// would hide the address from the search.
@@ -270,7 +272,7 @@ func (s *Store) start(ctx context.Context, next *window) error {
 	for _, sel := range selectors {
 		inf := kube.NewInformer(s.c, newMetadataList, &metav1.PartialObjectMetadata{}, windowIndexers(),
 			client.MatchingLabelsSelector{Selector: sel.Selector})
-		_ = inf.SetTransform(toEntry)
+		_ = inf.SetTransform(reservation.ToView)
 		reg, _ := inf.AddEventHandler(s.indexing(next.held))
 		_, _ = inf.AddEventHandler(s.confirmations())
 		next.infs = append(next.infs, inf)
@@ -326,11 +328,11 @@ func (s *Store) indexing(held *heldIndex) cache.ResourceEventHandler {
 	}
 }
 
-// heldLocal keeps the current window's index of held addresses as the
+// heldInNodeCache keeps the current window's index of held addresses as the
 // node cache reports this node's reservations, which the window's own
 // informers leave out (windowSelectors). Under s.mu, so that Watch's swap
 // to a new window, seeded from the node cache, misses no event.
-func (s *Store) heldLocal() cache.ResourceEventHandler {
+func (s *Store) heldInNodeCache() cache.ResourceEventHandler {
 	apply := func(obj any, held bool) {
 		name, _, ok := nameUID(kube.DeletedObject(obj))
 		if !ok {

@@ -5,8 +5,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenurev1alpha1 "github.com/tenure-ipam/tenure/api/v1alpha1"
+	"github.com/tenure-ipam/tenure/deploy"
 	"github.com/tenure-ipam/tenure/internal/kube"
 	"github.com/tenure-ipam/tenure/internal/reservation"
 	"github.com/tenure-ipam/tenure/test/controlplane"
@@ -255,4 +258,27 @@ func TestDelAfterAPIServerRestart(t *testing.T) {
 		t.Fatalf("DEL answered success while the API server holds %v for the attachment", left)
 	}
 	t.Logf("DEL answered success after %d retryable refusals", refused)
+}
+
+// ownControlPlane starts a control plane of the test's own (one it may
+// restart, or one with apiserverArgs), with tenure's CRDs and the agents'
+// access, and stops it when the test ends.
+func ownControlPlane(t *testing.T, ctx context.Context, apiserverArgs ...string) *controlplane.ControlPlane {
+	t.Helper()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(t.TempDir(), "cp"), APIServerArgs: apiserverArgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	crds, err := fs.Sub(deploy.CRDs, "crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlplane.InstallCRDs(ctx, cp.Config, crds); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testbed.InstallAgentAccess(ctx, cp.Config); err != nil {
+		t.Fatal(err)
+	}
+	return cp
 }
