@@ -46,19 +46,6 @@ type flavour struct {
 	args []string
 }
 
-// cborGate is kube-apiserver's feature gate that serves custom resources
-// as CBOR (alpha in v1.37, off by default).
-const cborGate = "CBORServingAndStorage"
-
-// quickJSONAndCBOR runs the quick scenario with this tree's agents, their
-// reservations in JSON as the baseline and in CBOR as new, on an API
-// server started with cborGate on.
-func (e *env) quickJSONAndCBOR(ctx context.Context, nets *netAlloc) ([]Result, error) {
-	return e.quickSideBySide(ctx, nets,
-		flavour{name: "json", bins: e.bins, args: []string{"--api-encoding", "json"}},
-		flavour{name: "cbor", bins: e.bins, args: []string{"--api-encoding", "auto"}})
-}
-
 // quickWithBaseline runs the quick scenario with the old binaries of dir
 // as the baseline and this tree's as new.
 func (e *env) quickWithBaseline(ctx context.Context, nets *netAlloc, dir string) ([]Result, error) {

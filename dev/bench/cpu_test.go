@@ -3,7 +3,6 @@ package bench
 import (
 	"maps"
 	"os"
-	"strings"
 	"testing"
 	"time"
 )
@@ -45,23 +44,6 @@ func TestParseMachineCPUAndPerOp(t *testing.T) {
 	}
 	if got := stolenPct(before, before); got != 0 {
 		t.Fatalf("stolen %v %% over no time, want 0", got)
-	}
-}
-
-// A --compare-cbor run's target reads the API server's CPU per ADD of the
-// CBOR rounds over the JSON rounds; other runs have no such target.
-func TestCBORTargetReadsTheAPIServersRatio(t *testing.T) {
-	rows := []Result{{ID: "add-c50-n4-new/baseline", Figures: map[string]float64{"apiserver_cpu_ms": 1.07, "agent_cpu_ms": 1.09}}}
-	ts := cborTargets(&Report{Mode: modeCompareCBOR, Scenarios: rows})
-	if len(ts) != 1 || ts[0].Status != "not met" || !strings.Contains(ts[0].Measured, "1.07×") {
-		t.Fatalf("targets %+v, want one, not met, measured 1.07×", ts)
-	}
-	rows[0].Figures["apiserver_cpu_ms"] = 0.9
-	if ts := cborTargets(&Report{Mode: modeCompareCBOR, Scenarios: rows}); len(ts) != 1 || ts[0].Status != "met" {
-		t.Fatalf("targets %+v at 0.9×, want met", ts)
-	}
-	if ts := cborTargets(&Report{Mode: "quick", Scenarios: rows}); len(ts) != 0 {
-		t.Fatalf("a quick run without CBOR has targets %+v", ts)
 	}
 }
 

@@ -77,10 +77,6 @@ type Options struct {
 	// tenure and tenure-agent: the quick scenario runs with both, the
 	// baseline's and this tree's alternating, reported side by side.
 	BaselineBin string
-	// CompareCBOR, with Quick, runs the quick scenario with the agents'
-	// reservations in JSON and in CBOR alternating (one binary), on an
-	// API server that serves custom resources as CBOR.
-	CompareCBOR bool
 	// PodStart sizes the pod-start scenario.
 	PodStart PodStartOptions
 }
@@ -109,17 +105,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Quick {
 		rep.Mode = "quick"
 	}
-	if opts.Quick && opts.CompareCBOR {
-		rep.Mode = modeCompareCBOR
-	}
 	if needsNode(opts.Scenarios) {
 		return runOnNode(ctx, opts, bins, rep)
 	}
-	var cpOpts controlplane.Options
-	if opts.CompareCBOR {
-		cpOpts.APIServerArgs = []string{"--feature-gates=" + cborGate + "=true"}
-	}
-	e, err := startEnv(ctx, opts.Log, bins, cpOpts)
+	e, err := startEnv(ctx, opts.Log, bins, controlplane.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -158,13 +147,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	add := func(rs ...Result) { rep.Scenarios = append(rep.Scenarios, rs...) }
 
-	if opts.Quick && opts.CompareCBOR {
-		rs, err := e.quickJSONAndCBOR(ctx, nets)
-		add(rs...)
-		if err != nil {
-			return rep, err
-		}
-	} else if opts.Quick && opts.BaselineBin != "" {
+	if opts.Quick && opts.BaselineBin != "" {
 		rs, err := e.quickWithBaseline(ctx, nets, opts.BaselineBin)
 		add(rs...)
 		if err != nil {

@@ -144,11 +144,8 @@ func evaluate(rep *Report) []Target {
 		}
 		ts = append(ts, Target{Name: "shim binary size (-s -w)", Want: "< 15 MB", Measured: m, Status: status(sh.BinaryBytes < targetShimBytes)})
 	}
-	return append(ts, cborTargets(rep)...)
+	return ts
 }
-
-// modeCompareCBOR is Report.Mode of a quick run with --compare-cbor.
-const modeCompareCBOR = "quick, JSON against CBOR"
 
 // clientFloor is the CPU per create of a plain client creating
 // IPReservations at the row's concurrency over the API server's CPU per
@@ -159,22 +156,6 @@ func clientFloor(r Result) (float64, bool) {
 		return 0, false
 	}
 	return r.RawClientCPUMs / r.RawAPICPUMs, true
-}
-
-// cborTargets: in a --compare-cbor run, whether the agents' reservations
-// in CBOR cut the API server's CPU per ADD (the agent speaks CBOR only if
-// they do: --api-encoding auto is not its default).
-func cborTargets(rep *Report) []Target {
-	if rep.Mode != modeCompareCBOR {
-		return nil
-	}
-	const name = "kube-apiserver CPU per ADD, agents in CBOR / in JSON"
-	r := rep.Find("add-c50-n4-new/baseline")
-	if r == nil || r.Figures["apiserver_cpu_ms"] == 0 {
-		return []Target{{Name: name, Want: "< 1.0× to use CBOR", Measured: "not run", Status: "n/a"}}
-	}
-	v, a := r.Figures["apiserver_cpu_ms"], r.Figures["agent_cpu_ms"]
-	return []Target{{Name: name, Want: "< 1.0× to use CBOR", Measured: fmt.Sprintf("%.2f× (the agent's own: %.2f×)", v, a), Status: status(v < 1)}}
 }
 
 // observe writes what each key scenario cost the API server, per call, by
