@@ -42,8 +42,8 @@ func TestFullPoolAnswersFromTheCaches(t *testing.T) {
 	if g["freed_to_waiting_s"] < 0 {
 		t.Errorf("the freed address reached no waiting pod: %v", g)
 	}
-	if v := g["quorum_lists_per_s_per_network"]; v > targetQuorumListsPerS {
-		t.Errorf("%v live lists of reservations per second per network (%v in all), want at most %v", v, g["quorum_lists"], targetQuorumListsPerS)
+	if v := g["quorum_lists_per_s_per_network"]; v > targetLiveListsPerS {
+		t.Errorf("%v live lists of reservations per second per network (%v in all), want at most %v", v, g["quorum_lists"], targetLiveListsPerS)
 	}
 	if v := g["api_requests_per_failed_add"]; v > 1 {
 		t.Errorf("%v API requests per failed ADD, want at most 1: %s", v, FormatBreakdown(fp.APIByVerbResource, g["failed_adds"]))
