@@ -260,7 +260,7 @@ func devUpNodes(t *testing.T, dir string, stop func() error, args ...string) (*c
 // builtImage is bin/tenure-image.tar, which make image builds.
 func builtImage(t *testing.T) string {
 	t.Helper()
-	image, err := filepath.Abs(filepath.Join("..", "..", "bin", "tenure-image.tar"))
+	image, err := filepath.Abs(filepath.Join("..", "..", "..", "bin", "tenure-image.tar"))
 	if err != nil {
 		t.Fatal(err)
 	}
