@@ -21,7 +21,7 @@ func init() {
 
 // The goals of the full-pool scenario.
 const (
-	targetLiveListsPerS  = 0.2 // one per network per 5 s
+	targetLiveListsPerS    = 0.2 // one per network per 5 s
 	targetFailedAddAgentMs = 5.0
 )
 

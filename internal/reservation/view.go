@@ -45,7 +45,7 @@ type View struct {
 // ViewOwner is spec.owner less podName and podUID, which no decision
 // reads.
 type ViewOwner struct {
-	Kind                                                      tenurev1alpha1.OwnerKind
+	Kind                                               tenurev1alpha1.OwnerKind
 	Namespace, Name, UID, ContainerID, Interface, Node string
 }
 
